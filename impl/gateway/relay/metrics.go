@@ -1,0 +1,55 @@
+package relay
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy path's Prometheus series. Children are resolved once
+// per status code and cached, so a request costs two atomic adds.
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	duration  prometheus.Histogram
+	failovers prometheus.Counter
+	byCode    [600]prometheus.Counter
+}
+
+// NewMetrics registers the proxy metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "svc_proxy_requests_total",
+			Help: "Requests on the proxy path by HTTP status code.",
+		}, []string{"code"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "svc_proxy_request_duration_seconds",
+			Help:    "Time from request arrival to the last byte relayed.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "svc_proxy_upstream_failovers_total",
+			Help: "Times a request moved on to the next candidate upstream.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.failovers)
+	for _, c := range []int{200, 400, 401, 403, 404, 413, 429, 500, 502, 503, 529} {
+		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
+	}
+	return m
+}
+
+func (m *Metrics) observe(code int, d time.Duration) {
+	if code <= 0 || code >= len(m.byCode) {
+		code = 0
+	}
+	c := m.byCode[code]
+	if c == nil {
+		c = m.requests.WithLabelValues(strconv.Itoa(code))
+	}
+	c.Inc()
+	if d > 0 {
+		m.duration.Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,149 @@
+// Package secret seals credentials at rest with an AEAD (AES-256-GCM) under
+// the operator's master key. Every ciphertext is bound to associated data
+// naming what it belongs to, so a ciphertext copied onto another row fails to
+// open.
+package secret
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// KeySize is the master key length in bytes.
+const KeySize = 32
+
+// version prefixes every ciphertext so the format can change without
+// ambiguity.
+const version byte = 1
+
+// ErrOpen is returned when a ciphertext cannot be authenticated: wrong key,
+// wrong associated data, or tampering.
+var ErrOpen = errors.New("secret: ciphertext does not authenticate")
+
+// Box seals and opens secrets with one master key. It is safe for concurrent use.
+type Box struct {
+	aead cipher.AEAD
+}
+
+// New returns a Box for a 32-byte master key.
+func New(key []byte) (*Box, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("secret: master key must be %d bytes, got %d", KeySize, len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	return &Box{aead: aead}, nil
+}
+
+// Seal encrypts plaintext bound to associatedData: version || nonce || ciphertext.
+func (b *Box) Seal(plaintext, associatedData []byte) ([]byte, error) {
+	ns := b.aead.NonceSize()
+	out := make([]byte, 1+ns, 1+ns+len(plaintext)+b.aead.Overhead())
+	out[0] = version
+	if _, err := rand.Read(out[1:]); err != nil {
+		return nil, fmt.Errorf("secret: nonce: %w", err)
+	}
+	return b.aead.Seal(out, out[1:1+ns], plaintext, associatedData), nil
+}
+
+// Open authenticates and decrypts a ciphertext made by Seal with the same
+// associated data.
+func (b *Box) Open(ciphertext, associatedData []byte) ([]byte, error) {
+	ns := b.aead.NonceSize()
+	if len(ciphertext) < 1+ns+b.aead.Overhead() || ciphertext[0] != version {
+		return nil, ErrOpen
+	}
+	pt, err := b.aead.Open(nil, ciphertext[1:1+ns], ciphertext[1+ns:], associatedData)
+	if err != nil {
+		return nil, ErrOpen
+	}
+	return pt, nil
+}
+
+// ParseKey decodes a master key given as 64 hex characters or as standard or
+// URL-safe base64 of 32 bytes.
+func ParseKey(s string) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	if len(s) == 2*KeySize {
+		if k, err := hex.DecodeString(s); err == nil {
+			return k, nil
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if k, err := enc.DecodeString(s); err == nil && len(k) == KeySize {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("secret: master key must be %d bytes as hex or base64", KeySize)
+}
+
+// LoadOrCreateKeyFile reads a master key from path, creating it with a fresh
+// random key (mode 0600) when it does not exist. created reports whether the
+// file was written now.
+func LoadOrCreateKeyFile(path string) (key []byte, created bool, err error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		k, perr := ParseKey(string(data))
+		if perr != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, perr)
+		}
+		return k, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, false, err
+	}
+	key = make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, false, err
+	}
+	if err := WriteFileAtomic(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n")); err != nil {
+		return nil, false, err
+	}
+	return key, true, nil
+}
+
+// WriteFileAtomic writes data to path with mode 0600 through a temporary file
+// and a rename, so readers see either the old or the new content, never a
+// partial file. O_EXCL on the temporary name keeps two writers apart.
+func WriteFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

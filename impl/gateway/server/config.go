@@ -1,0 +1,211 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is everything the proxy binary is told at start-up. Flags and the
+// optional YAML file bind into it; flags win over the file.
+type Config struct {
+	ProxyListen string `yaml:"proxy_listen"`
+	AdminListen string `yaml:"admin_listen"`
+	DatabaseURL string `yaml:"database_url"`
+	// ReconcileInterval is how often the reconciler polls for missed changes.
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	// ReplicaID names this replica in status and logs (default: host name).
+	ReplicaID string `yaml:"replica_id"`
+	LogLevel  string `yaml:"log_level"`
+	LogFormat string `yaml:"log_format"`
+	Admin     struct {
+		Auth struct {
+			Providers []AuthProvider `yaml:"providers"`
+		} `yaml:"auth"`
+	} `yaml:"admin"`
+	Database struct {
+		// MainPool bounds the request/admin connection pool (PostgreSQL).
+		MainPool int `yaml:"main_pool"`
+	} `yaml:"database"`
+	// MigrateContract applies contract-phase (column-dropping) migrations;
+	// only set it once every replica runs a version that no longer needs
+	// what they drop.
+	MigrateContract bool `yaml:"migrate_contract"`
+}
+
+// AuthProvider configures one admin authentication provider.
+type AuthProvider struct {
+	// Type is "static_token".
+	Type string `yaml:"type"`
+	// TokenEnv names the server environment variable holding the token.
+	TokenEnv string `yaml:"token_env"`
+}
+
+func defaults() Config {
+	var c Config
+	c.ProxyListen = ":8080"
+	c.AdminListen = "[::1]:9090"
+	c.DatabaseURL = "sqlite://proxy.db"
+	c.ReconcileInterval = 60 * time.Second
+	c.LogLevel = "info"
+	c.LogFormat = "text"
+	c.Database.MainPool = 10
+	return c
+}
+
+// ParseConfig binds args (and the file named by --config) into a Config and
+// validates it, reporting every problem at once.
+func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
+	c := defaults()
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		configPath = fs.String("config", "", "optional YAML configuration file")
+		proxy      = fs.String("proxy-listen", c.ProxyListen, "proxy listener address (serves /v1/messages)")
+		admin      = fs.String("admin-listen", c.AdminListen, "admin listener address (serves /admin/v1, the dashboard and /metrics)")
+		dbURL      = fs.String("database-url", "", "sqlite://PATH (embedded default: sqlite://proxy.db) or postgres://…; env PROXY_DATABASE_URL")
+		reconcile  = fs.Duration("reconcile-interval", c.ReconcileInterval, "how often the reconciler polls the database for missed changes")
+		replica    = fs.String("replica-id", "", "name of this replica (default: host name)")
+		logLevel   = fs.String("log-level", c.LogLevel, "debug, info, warn or error")
+		logFormat  = fs.String("log-format", c.LogFormat, "text or json")
+		mainPool   = fs.Int("main-pool", c.Database.MainPool, "PostgreSQL main connection pool size")
+		contract   = fs.Bool("migrate-contract", false, "also apply contract-phase migrations (drops); see docs/operations.md")
+	)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *configPath != "" {
+		data, err := os.ReadFile(*configPath)
+		if err != nil {
+			return nil, err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: %w", *configPath, err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["proxy-listen"] {
+		c.ProxyListen = *proxy
+	}
+	if set["admin-listen"] {
+		c.AdminListen = *admin
+	}
+	switch {
+	case *dbURL != "":
+		c.DatabaseURL = *dbURL
+	case getenv("PROXY_DATABASE_URL") != "":
+		c.DatabaseURL = getenv("PROXY_DATABASE_URL")
+	}
+	if set["reconcile-interval"] {
+		c.ReconcileInterval = *reconcile
+	}
+	if *replica != "" {
+		c.ReplicaID = *replica
+	}
+	if set["log-level"] {
+		c.LogLevel = *logLevel
+	}
+	if set["log-format"] {
+		c.LogFormat = *logFormat
+	}
+	if set["main-pool"] {
+		c.Database.MainPool = *mainPool
+	}
+	if *contract {
+		c.MigrateContract = true
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID, _ = os.Hostname()
+	}
+	return &c, c.Validate()
+}
+
+// Validate reports every invalid setting, each with its key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	for key, addr := range map[string]string{"proxy_listen": c.ProxyListen, "admin_listen": c.AdminListen} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad(key, "%q is not host:port", addr)
+		}
+	}
+	if c.ProxyListen == c.AdminListen {
+		bad("admin_listen", "must differ from proxy_listen: the admin and proxy listeners are separate")
+	}
+	if _, _, err := ParseDatabaseURL(c.DatabaseURL); err != nil {
+		bad("database_url", "%v", err)
+	}
+	if c.ReconcileInterval < time.Second {
+		bad("reconcile_interval", "must be at least 1s, got %s", c.ReconcileInterval)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		bad("log_format", "must be text or json, got %q", c.LogFormat)
+	}
+	if c.Database.MainPool < 1 {
+		bad("database.main_pool", "must be at least 1")
+	}
+	for i, p := range c.Admin.Auth.Providers {
+		key := fmt.Sprintf("admin.auth.providers[%d]", i)
+		if p.Type != "static_token" {
+			bad(key+".type", "unknown provider type %q (supported: static_token)", p.Type)
+		}
+		if p.TokenEnv == "" {
+			bad(key+".token_env", "required")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseDatabaseURL splits a database URL into its driver and the driver's
+// connection string.
+func ParseDatabaseURL(u string) (driver, dsn string, err error) {
+	switch {
+	case strings.HasPrefix(u, "sqlite://"):
+		p := strings.TrimPrefix(u, "sqlite://")
+		if p == "" {
+			return "", "", errors.New("sqlite:// needs a file path, e.g. sqlite://proxy.db")
+		}
+		return "sqlite", p, nil
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return "postgres", u, nil
+	default:
+		return "", "", fmt.Errorf("%q: want sqlite://PATH or postgres://…", redactURL(u))
+	}
+}
+
+// redactURL hides a password in a URL before it is printed.
+func redactURL(u string) string {
+	at := strings.LastIndexByte(u, '@')
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	cred := u[scheme+3 : at]
+	if i := strings.IndexByte(cred, ':'); i >= 0 {
+		return u[:scheme+3] + cred[:i] + ":***" + u[at:]
+	}
+	return u
+}

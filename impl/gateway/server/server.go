@@ -1,0 +1,265 @@
+// Package server wires the proxy binary: configuration, storage, the
+// snapshot runtime, the proxy and admin listeners, and their shutdown.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/gateway/usage"
+)
+
+// Version is stamped at build time with -ldflags.
+var Version = "dev"
+
+// Main runs the proxy until ctx ends. env is the process environment lookup.
+func Main(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := ParseConfig(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	s, err := start(ctx, cfg, getenv, log, stderr)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return s.shutdown()
+	case err := <-s.errc:
+		s.shutdown()
+		return fmt.Errorf("listener stopped: %w", err)
+	}
+}
+
+func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+type running struct {
+	log      *slog.Logger
+	st       store.Store
+	rec      *usage.Recorder
+	servers []*http.Server
+	cancel  context.CancelFunc
+	errc    chan error
+}
+
+func start(ctx context.Context, cfg *Config, getenv func(string) string, log *slog.Logger, stderr io.Writer) (*running, error) {
+	driver, dsn, _ := ParseDatabaseURL(cfg.DatabaseURL)
+
+	key, keyNote, err := masterKey(driver, dsn, getenv)
+	if err != nil {
+		return nil, err
+	}
+	box, err := secret.New(key)
+	if err != nil {
+		return nil, err
+	}
+	auth, tokenNote, err := adminAuth(cfg, driver, dsn, getenv)
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := openStore(ctx, cfg, driver, dsn, log)
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", driver, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rt := snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
+	if err := rt.Refresh(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage")})
+
+	startedAt := time.Now()
+	relayH := relay.New(relay.Options{
+		Source: rt, Recorder: rec, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
+	})
+	adminH := admin.New(admin.Deps{
+		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
+		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
+		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt,
+		Extra: map[string]http.Handler{
+			"/metrics": promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		},
+	})
+
+	bg, cancel := context.WithCancel(context.Background())
+	go rt.Reconcile(bg, cfg.ReconcileInterval)
+
+	r := &running{log: log, st: st, rec: rec, cancel: cancel, errc: make(chan error, 2)}
+	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("proxy listener: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		proxyLn.Close()
+		r.close()
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	proxySrv := &http.Server{Handler: relayH, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
+	adminSrv := &http.Server{Handler: adminH, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
+	r.servers = []*http.Server{proxySrv, adminSrv}
+	go func() { r.errc <- proxySrv.Serve(proxyLn) }()
+	go func() { r.errc <- adminSrv.Serve(adminLn) }()
+
+	pa, aa := proxyLn.Addr().String(), adminLn.Addr().String()
+	log.Info("listening", "listener", "proxy", "addr", pa)
+	log.Info("listening", "listener", "admin", "addr", aa)
+	fmt.Fprintf(stderr, `
+  proxy      http://%s/v1/messages   (ANTHROPIC_BASE_URL=http://%s, key from POST /admin/v1/principals/{id}/keys)
+  admin API  http://%s/admin/v1
+  metrics    http://%s/metrics
+  admin token: %s
+  master key:  %s
+  database:    %s (%s)
+
+`, pa, pa, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
+	return r, nil
+}
+
+func (r *running) close() {
+	r.cancel()
+	if r.rec != nil {
+		r.rec.Close()
+	}
+	r.st.Close()
+}
+
+func (r *running) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, s := range r.servers {
+		_ = s.Shutdown(ctx)
+	}
+	r.close()
+	r.log.Info("stopped")
+	return nil
+}
+
+func openStore(ctx context.Context, cfg *Config, driver, dsn string, log *slog.Logger) (store.Store, error) {
+	switch driver {
+	case "sqlite":
+		return sqlite.Open(ctx, dsn, sqlite.Options{Logger: log.With("component", "store"), AllowContract: cfg.MigrateContract})
+	default:
+		return postgres.Open(ctx, dsn, postgres.Options{Logger: log.With("component", "store"), MaxConns: cfg.Database.MainPool, AllowContract: cfg.MigrateContract})
+	}
+}
+
+// masterKey returns the AEAD master key: PROXY_MASTER_KEY, or on the embedded
+// default a key file beside the database, created with mode 0600.
+func masterKey(driver, dsn string, getenv func(string) string) ([]byte, string, error) {
+	if v := getenv("PROXY_MASTER_KEY"); v != "" {
+		k, err := secret.ParseKey(v)
+		if err != nil {
+			return nil, "", fmt.Errorf("PROXY_MASTER_KEY: %w", err)
+		}
+		return k, "from $PROXY_MASTER_KEY", nil
+	}
+	if driver != "sqlite" {
+		return nil, "", errors.New("PROXY_MASTER_KEY is required with PostgreSQL: every replica must share one master key (32 bytes, hex or base64)")
+	}
+	path := dsn + ".key"
+	k, created, err := secret.LoadOrCreateKeyFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("master key file: %w", err)
+	}
+	note := "in " + path + " (mode 0600; back it up: credentials cannot be decrypted without it)"
+	if created {
+		note = "generated into " + path + " (mode 0600; back it up: credentials cannot be decrypted without it)"
+	}
+	return k, note, nil
+}
+
+// adminAuth builds the admin authentication providers. Without configured
+// providers a static token comes from PROXY_ADMIN_TOKEN; on the embedded
+// default, absent that, a token file beside the database.
+func adminAuth(cfg *Config, driver, dsn string, getenv func(string) string) ([]admin.Authenticator, string, error) {
+	var out []admin.Authenticator
+	var notes []string
+	for i, p := range cfg.Admin.Auth.Providers {
+		tok := getenv(p.TokenEnv)
+		if tok == "" {
+			return nil, "", fmt.Errorf("admin.auth.providers[%d]: environment variable %s is empty", i, p.TokenEnv)
+		}
+		out = append(out, admin.StaticToken{Token: tok})
+		notes = append(notes, "from $"+p.TokenEnv)
+	}
+	if len(out) > 0 {
+		return out, strings.Join(notes, ", "), nil
+	}
+	if tok := getenv("PROXY_ADMIN_TOKEN"); tok != "" {
+		return []admin.Authenticator{admin.StaticToken{Token: tok}}, "from $PROXY_ADMIN_TOKEN", nil
+	}
+	if driver != "sqlite" {
+		return nil, "", errors.New("no admin token: set PROXY_ADMIN_TOKEN or configure admin.auth.providers")
+	}
+	path := dsn + ".admin-token"
+	data, err := os.ReadFile(path)
+	tok := strings.TrimSpace(string(data))
+	if errors.Is(err, os.ErrNotExist) || (err == nil && tok == "") {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, "", err
+		}
+		tok = "adm-" + base64.RawURLEncoding.EncodeToString(b)
+		if err := secret.WriteFileAtomic(path, []byte(tok+"\n")); err != nil {
+			return nil, "", fmt.Errorf("admin token file: %w", err)
+		}
+	} else if err != nil {
+		return nil, "", fmt.Errorf("admin token file: %w", err)
+	}
+	abs, _ := filepath.Abs(path)
+	return []admin.Authenticator{admin.StaticToken{Token: tok}}, "in " + abs + ` (export PROXY_ADMIN_TOKEN="$(cat ` + path + `)")`, nil
+}
+
+// runtimeInfo adapts the snapshot runtime to the admin API's view of it.
+type runtimeInfo struct{ rt *snapshot.Runtime }
+
+func (r runtimeInfo) Refresh(ctx context.Context) error { return r.rt.Refresh(ctx) }
+
+func (r runtimeInfo) Info() admin.SnapshotInfo {
+	s := r.rt.Current()
+	u, p, k := s.Counts()
+	return admin.SnapshotInfo{Generation: s.Generation, BuiltAt: s.BuiltAt, Upstreams: u, Principals: p, Keys: k}
+}

@@ -1,0 +1,59 @@
+package snapshot
+
+import "github.com/pillarhq/pillar/impl/gateway/store"
+
+// Routing is decided at build time for built-in routers: their choice depends
+// only on configuration, so the request path reads a precomputed list.
+
+// routeBuiltin orders usable upstreams for the built-in subscription-preference
+// router: enabled subscription (OAuth) upstreams holding a credential first,
+// then enabled API-key upstreams, each group in creation order. pinned, when
+// non-empty, restricts the choice to those ids.
+func routeBuiltin(ups []*Upstream, pinned []string) []*Upstream {
+	allowed := func(id string) bool {
+		if len(pinned) == 0 {
+			return true
+		}
+		for _, p := range pinned {
+			if p == id {
+				return true
+			}
+		}
+		return false
+	}
+	var oauth, apikey []*Upstream
+	for _, u := range ups {
+		if !u.Enabled || u.Credential == "" || !allowed(u.ID) {
+			continue
+		}
+		switch u.Kind {
+		case store.KindVendorOAuth:
+			oauth = append(oauth, u)
+		case store.KindVendorAPIKey:
+			apikey = append(apikey, u)
+		}
+	}
+	return append(oauth, apikey...)
+}
+
+// resolveRoutes computes a principal's candidate list from its router entries:
+// the first entry yielding a non-empty list decides. A chain with no router
+// entry falls back to the built-in preference, so removing the built-in entry
+// never leaves a principal unroutable by accident.
+func (s *Snapshot) resolveRoutes(p *Principal) {
+	if len(p.Routers) == 0 {
+		p.Candidates = routeBuiltin(s.Upstreams, nil)
+		return
+	}
+	for _, r := range p.Routers {
+		if r.Builtin != store.BuiltinSubscriptionPreference {
+			// WASM routers decide per request; the request path consults them.
+			p.Dynamic = true
+			return
+		}
+		if c := routeBuiltin(s.Upstreams, r.Pinned); len(c) > 0 {
+			p.Candidates = c
+			return
+		}
+	}
+}

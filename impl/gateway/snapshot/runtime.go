@@ -1,0 +1,136 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Loader is the part of the store the runtime reads.
+type Loader interface {
+	LoadConfig(ctx context.Context) (*store.Config, error)
+	ConfigGeneration(ctx context.Context) (int64, error)
+	SetUpstreamStatus(ctx context.Context, id string, status store.UpstreamStatus) error
+}
+
+// Runtime holds the current snapshot. Refresh is the single rebind step: it
+// reads configuration, builds a snapshot (routing tables included) and swaps
+// it in. Writers serialise on a mutex; readers only load the pointer.
+type Runtime struct {
+	loader Loader
+	opener Opener
+	log    *slog.Logger
+	now    func() time.Time
+
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex // serialises rebuilds, never taken by readers
+
+	// OnSwap, when set, is called after every swap with the new snapshot
+	// (metrics, subscribers). It runs on the refreshing goroutine.
+	OnSwap func(*Snapshot)
+}
+
+// NewRuntime returns a runtime with an empty snapshot; call Refresh to load.
+func NewRuntime(loader Loader, opener Opener, log *slog.Logger, now func() time.Time) *Runtime {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{loader: loader, opener: opener, log: log, now: now}
+	r.cur.Store(Build(&store.Config{}, nil, now()))
+	return r
+}
+
+// Current returns the snapshot in force. It never blocks.
+func (r *Runtime) Current() *Snapshot { return r.cur.Load() }
+
+// Refresh rebuilds the snapshot from storage and swaps it in.
+func (r *Runtime) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg, err := r.loader.LoadConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load configuration: %w", err)
+	}
+	// A concurrent refresh may already have installed a newer generation;
+	// never go backwards.
+	if old := r.cur.Load(); old != nil && old.Generation > cfg.Generation {
+		return nil
+	}
+	s := Build(cfg, r.opener, r.now())
+	r.cur.Store(s)
+	r.log.Debug("snapshot swapped", "generation", s.Generation)
+	r.recordApply(ctx, cfg, s)
+	if r.OnSwap != nil {
+		r.OnSwap(s)
+	}
+	return nil
+}
+
+// RefreshIfChanged rebuilds only when the stored generation differs from the
+// snapshot's; it is the reconciler's cheap poll.
+func (r *Runtime) RefreshIfChanged(ctx context.Context) (bool, error) {
+	gen, err := r.loader.ConfigGeneration(ctx)
+	if err != nil {
+		return false, err
+	}
+	if gen == r.Current().Generation {
+		return false, nil
+	}
+	return true, r.Refresh(ctx)
+}
+
+// recordApply writes each upstream's apply outcome into its status when it
+// changed. Status writes are background writes: they bump neither the spec
+// revision nor the config generation, so they cannot trigger a rebuild loop.
+func (r *Runtime) recordApply(ctx context.Context, cfg *store.Config, s *Snapshot) {
+	now := r.now().Truncate(time.Second)
+	for _, u := range cfg.Upstreams {
+		msg, failed := s.Errors[u.ID]
+		st := u.Status
+		prev := ""
+		if st.LastApplyError != nil {
+			prev = *st.LastApplyError
+		}
+		applied := st.LastApplyAt != nil && !st.LastApplyAt.Before(u.UpdatedAt.Truncate(time.Second))
+		if prev == msg && (failed || applied) {
+			continue
+		}
+		if failed {
+			st.LastApplyError = &msg
+		} else {
+			st.LastApplyError = nil
+			st.LastApplyAt = &now
+		}
+		if err := r.loader.SetUpstreamStatus(ctx, u.ID, st); err != nil {
+			r.log.Warn("record upstream apply status", "upstream_id", u.ID, "error", err)
+		}
+	}
+}
+
+// Reconcile polls storage every interval and refreshes when the generation
+// moved, repairing any missed change notification. It returns when ctx ends.
+func (r *Runtime) Reconcile(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			changed, err := r.RefreshIfChanged(ctx)
+			if err != nil {
+				r.log.Warn("reconcile", "error", err)
+			} else if changed {
+				r.log.Info("reconciler applied a missed change", "generation", r.Current().Generation)
+			}
+		}
+	}
+}

@@ -1,0 +1,257 @@
+// Package snapshot builds the immutable, in-memory view of the gateway's
+// configuration that the request path reads, and swaps it atomically when
+// configuration changes. Readers never lock: they load one pointer.
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Snapshot is one immutable configuration. Nothing in it changes after Build
+// returns, so any number of requests may read it concurrently.
+type Snapshot struct {
+	Generation int64
+	BuiltAt    time.Time
+
+	keys       map[[sha256.Size]byte]*Key
+	principals map[string]*Principal
+	// Upstreams are the live upstreams in creation order.
+	Upstreams  []*Upstream
+	upstreamID map[string]*Upstream
+	// Errors lists per-upstream apply errors (such as an undecryptable
+	// credential), keyed by upstream id.
+	Errors map[string]string
+}
+
+// Key is an issued, non-revoked proxy key.
+type Key struct {
+	ID        string
+	Principal *Principal
+}
+
+// Principal is the request-path view of a principal.
+type Principal struct {
+	ID      string
+	Name    string
+	Kind    string
+	Enabled bool
+	models  modelMatcher
+	// Routers are the principal's enabled router-slot chain entries in order.
+	Routers []Router
+	// CacheKeepalive is the persisted keep-alive configuration, nil when off.
+	CacheKeepalive json.RawMessage
+	// Candidates is the precomputed, ordered upstream choice of the
+	// principal's built-in routers; the request path tries them in order.
+	Candidates []*Upstream
+	// Dynamic is true when a router must run per request (WASM plugins).
+	Dynamic bool
+}
+
+// Router is one router-slot chain entry.
+type Router struct {
+	EntryID        string
+	Builtin        string // built-in plugin name, empty for WASM entries
+	WasmRegistryID string
+	Config         json.RawMessage
+	// Pinned restricts candidates to these upstream ids when non-empty
+	// (config keys upstream_id / upstream_ids).
+	Pinned []string
+}
+
+// Upstream is the request-path view of an upstream with its credential
+// opened. It is only present in a snapshot while it can be used.
+type Upstream struct {
+	ID             string
+	Name           string
+	Kind           string
+	BaseURL        string
+	Enabled        bool
+	CredentialKind string
+	// Credential is the opened credential (API key, or OAuth access token).
+	Credential string
+	// MessagesURL and CountTokensURL are precomputed request targets.
+	MessagesURL    string
+	CountTokensURL string
+	SpecRevision   int64
+}
+
+// Opener decrypts an upstream credential bound to its upstream id.
+type Opener interface {
+	Open(ciphertext, associatedData []byte) ([]byte, error)
+}
+
+// CredentialAD is the associated data every upstream credential is sealed with.
+func CredentialAD(upstreamID string) []byte {
+	return []byte("upstream-credential:" + upstreamID)
+}
+
+// Build makes a snapshot from a consistent configuration read.
+func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
+	s := &Snapshot{
+		Generation: cfg.Generation,
+		BuiltAt:    now,
+		keys:       make(map[[sha256.Size]byte]*Key, len(cfg.Keys)),
+		principals: make(map[string]*Principal, len(cfg.Principals)),
+		upstreamID: make(map[string]*Upstream, len(cfg.Upstreams)),
+		Errors:     map[string]string{},
+	}
+	for i := range cfg.Upstreams {
+		u := &cfg.Upstreams[i]
+		v := &Upstream{
+			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
+			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision,
+		}
+		if len(u.Credential) > 0 && open != nil {
+			pt, err := open.Open(u.Credential, CredentialAD(u.ID))
+			if err != nil {
+				s.Errors[u.ID] = "credential cannot be decrypted with the configured master key"
+				v.CredentialKind = ""
+			} else {
+				v.Credential = credentialToken(u.CredentialKind, pt)
+			}
+		}
+		if _, err := url.Parse(v.BaseURL); err != nil {
+			s.Errors[u.ID] = "invalid base_url"
+			continue
+		}
+		v.MessagesURL = v.BaseURL + "/v1/messages"
+		v.CountTokensURL = v.BaseURL + "/v1/messages/count_tokens"
+		s.Upstreams = append(s.Upstreams, v)
+		s.upstreamID[v.ID] = v
+	}
+	for i := range cfg.Principals {
+		p := &cfg.Principals[i]
+		s.principals[p.ID] = &Principal{
+			ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled,
+			models:         newModelMatcher(p.AllowedModels),
+			CacheKeepalive: p.CacheKeepalive,
+		}
+	}
+	chains := append([]store.ChainEntry(nil), cfg.Chains...)
+	sort.SliceStable(chains, func(i, j int) bool {
+		if chains[i].PrincipalID != chains[j].PrincipalID {
+			return chains[i].PrincipalID < chains[j].PrincipalID
+		}
+		return chains[i].Position < chains[j].Position
+	})
+	for _, e := range chains {
+		p := s.principals[e.PrincipalID]
+		if p == nil || !e.Enabled || e.Slot != store.SlotRouter {
+			continue
+		}
+		r := Router{EntryID: e.ID, Config: e.Config, Pinned: pinnedUpstreams(e.Config)}
+		if e.Builtin != nil {
+			r.Builtin = *e.Builtin
+		}
+		if e.WasmRegistryID != nil {
+			r.WasmRegistryID = *e.WasmRegistryID
+		}
+		p.Routers = append(p.Routers, r)
+	}
+	for _, p := range s.principals {
+		s.resolveRoutes(p)
+	}
+	for _, k := range cfg.Keys {
+		p := s.principals[k.PrincipalID]
+		if p == nil || k.RevokedAt != nil || len(k.Hash) != sha256.Size {
+			continue
+		}
+		var h [sha256.Size]byte
+		copy(h[:], k.Hash)
+		s.keys[h] = &Key{ID: k.ID, Principal: p}
+	}
+	return s
+}
+
+// credentialToken extracts the bearer material from an opened credential.
+// OAuth credentials are a JSON token bundle; API keys are the key itself.
+func credentialToken(kind string, pt []byte) string {
+	if kind == "oauth" {
+		var b struct {
+			AccessToken string `json:"access_token"`
+		}
+		if json.Unmarshal(pt, &b) == nil {
+			return b.AccessToken
+		}
+	}
+	return string(pt)
+}
+
+func pinnedUpstreams(cfg json.RawMessage) []string {
+	if len(cfg) == 0 {
+		return nil
+	}
+	var c struct {
+		UpstreamID  string   `json:"upstream_id"`
+		UpstreamIDs []string `json:"upstream_ids"`
+	}
+	if json.Unmarshal(cfg, &c) != nil {
+		return nil
+	}
+	out := c.UpstreamIDs
+	if c.UpstreamID != "" {
+		out = append([]string{c.UpstreamID}, out...)
+	}
+	return out
+}
+
+// KeyByHash finds a live key by the SHA-256 of its plaintext.
+func (s *Snapshot) KeyByHash(h [sha256.Size]byte) *Key { return s.keys[h] }
+
+// Principal returns a principal by id, or nil.
+func (s *Snapshot) Principal(id string) *Principal { return s.principals[id] }
+
+// Upstream returns a live upstream by id, or nil.
+func (s *Snapshot) Upstream(id string) *Upstream { return s.upstreamID[id] }
+
+// Counts reports the sizes of the snapshot.
+func (s *Snapshot) Counts() (upstreams, principals, keys int) {
+	return len(s.Upstreams), len(s.principals), len(s.keys)
+}
+
+// AllowsModel reports whether the principal may use model.
+func (p *Principal) AllowsModel(model string) bool { return p.models.match(model) }
+
+// modelMatcher matches exact ids and prefix patterns ending in '*'.
+type modelMatcher struct {
+	any      bool
+	exact    map[string]struct{}
+	prefixes []string
+}
+
+func newModelMatcher(patterns []string) modelMatcher {
+	m := modelMatcher{exact: make(map[string]struct{}, len(patterns))}
+	for _, p := range patterns {
+		switch {
+		case p == "*":
+			m.any = true
+		case strings.HasSuffix(p, "*"):
+			m.prefixes = append(m.prefixes, strings.TrimSuffix(p, "*"))
+		default:
+			m.exact[p] = struct{}{}
+		}
+	}
+	return m
+}
+
+func (m modelMatcher) match(model string) bool {
+	if m.any {
+		return true
+	}
+	if _, ok := m.exact[model]; ok {
+		return true
+	}
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,257 @@
+// Package store defines the gateway's persistent model and the storage
+// interface its consumers (admin API, snapshot builder, request recorder)
+// depend on. Drivers live in subpackages: sqlite (embedded default) and
+// postgres; both are built on sqlstore and pass the shared storetest suite.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Drivers wrap them; callers test with errors.Is. The admin
+// API maps each to one stable error code at its edge.
+var (
+	// ErrNotFound: the addressed row does not exist (or is soft-deleted).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique constraint (such as a name) would be violated.
+	ErrConflict = errors.New("conflict")
+	// ErrStaleRevision: the caller's expected revision is not the current one.
+	ErrStaleRevision = errors.New("stale revision")
+	// ErrReferenced: the row is still referenced and cannot be deleted.
+	ErrReferenced = errors.New("referenced")
+	// ErrUnavailable: the database cannot be reached.
+	ErrUnavailable = errors.New("storage unavailable")
+)
+
+// ReferencedError carries what still references a row; it matches ErrReferenced.
+type ReferencedError struct {
+	References []Reference
+}
+
+func (e *ReferencedError) Error() string { return "referenced" }
+func (e *ReferencedError) Is(target error) bool {
+	return target == ErrReferenced
+}
+
+// Reference names one resource that refers to another.
+type Reference struct {
+	Kind string `json:"kind"` // "plugin_chain_entry", "upstream"
+	ID   string `json:"id"`
+	// Owner is the principal owning a chain entry, empty otherwise.
+	Owner string `json:"owner,omitempty"`
+}
+
+// AnyRevision disables the optimistic-lock check of a mutation.
+const AnyRevision int64 = 0
+
+// Upstream kinds.
+const (
+	KindVendorAPIKey = "vendor_api_key"
+	KindVendorOAuth  = "vendor_oauth"
+)
+
+// Upstream is a provider endpoint requests are routed to.
+type Upstream struct {
+	ID                  string
+	Name                string
+	Kind                string
+	BaseURL             string
+	Enabled             bool
+	WarmupEnabled       bool
+	WarmupDialectPlugin *string // registry entry id, nil when unset
+	// Credential is the AEAD ciphertext of the provider credential (API key or
+	// OAuth token bundle); nil when the upstream has none yet.
+	Credential []byte
+	// CredentialKind is "api_key", "oauth" or "" (none).
+	CredentialKind string
+	// CredentialVersion increments whenever the credential is replaced. It is
+	// a background counter and never bumps SpecRevision.
+	CredentialVersion int64
+	SpecRevision      int64
+	Status            UpstreamStatus
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// UpstreamStatus is system-managed operational state.
+type UpstreamStatus struct {
+	LastApplyError *string
+	LastApplyAt    *time.Time
+	LastWarmupAt   *time.Time
+}
+
+// UpstreamSpec holds the user-managed fields written by create and update.
+// Credential, when non-nil, replaces the stored credential.
+type UpstreamSpec struct {
+	// ID is used by create when non-empty (callers that bind ciphertext to
+	// the id pick it first); otherwise the store generates one.
+	ID            string
+	Name          string
+	Kind          string
+	BaseURL       string
+	Enabled       bool
+	WarmupEnabled bool
+	// Credential and CredentialKind are applied only when Credential != nil.
+	Credential     []byte
+	CredentialKind string
+}
+
+// UpstreamPatch changes individual user-managed fields; nil means unchanged.
+type UpstreamPatch struct {
+	Name          *string
+	BaseURL       *string
+	Enabled       *bool
+	WarmupEnabled *bool
+	// WarmupDialectPlugin: set SetWarmupDialect to apply (nil value clears).
+	SetWarmupDialect    bool
+	WarmupDialectPlugin *string
+}
+
+// Principal is an identity that holds proxy keys.
+type Principal struct {
+	ID             string
+	Name           string
+	Kind           string
+	Enabled        bool
+	Revision       int64
+	AllowedModels  []string
+	DefaultLimits  json.RawMessage // JSON array, validated by the API
+	CacheKeepalive json.RawMessage // JSON object or nil when unset
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// PrincipalPatch changes individual fields; nil means unchanged.
+type PrincipalPatch struct {
+	Name          *string
+	Enabled       *bool
+	AllowedModels *[]string
+	DefaultLimits *json.RawMessage
+	// SetCacheKeepalive applies CacheKeepalive (nil clears it).
+	SetCacheKeepalive bool
+	CacheKeepalive    json.RawMessage
+}
+
+// Key is an issued proxy key. Only its SHA-256 hash is stored.
+type Key struct {
+	ID          string
+	PrincipalID string
+	Name        string
+	Prefix      string // first characters of the plaintext, for recognition
+	Hash        []byte // SHA-256 of the plaintext key
+	CreatedAt   time.Time
+	RevokedAt   *time.Time
+}
+
+// Chain entry slots and built-in plugins.
+const (
+	SlotRouter = "router"
+	// BuiltinSubscriptionPreference is the router every principal receives at
+	// creation: enabled subscription (OAuth) upstreams first, then API-key ones.
+	BuiltinSubscriptionPreference = "subscription_preference"
+)
+
+// ChainEntry is one plugin bound into a principal's chain.
+type ChainEntry struct {
+	ID             string
+	PrincipalID    string
+	Slot           string
+	Builtin        *string // built-in plugin name, or nil for a WASM entry
+	WasmRegistryID *string
+	Config         json.RawMessage // JSON object
+	Position       int64
+	Enabled        bool
+	Revision       int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// RequestEvent is one proxied request, recorded for usage accounting.
+type RequestEvent struct {
+	ID                       string
+	At                       time.Time
+	PrincipalID              string
+	KeyID                    string
+	UpstreamID               string // empty when no upstream was reached
+	Model                    string
+	Stream                   bool
+	Status                   int
+	ErrorType                string
+	InputTokens              int64
+	OutputTokens             int64
+	CacheCreationInputTokens int64
+	CacheReadInputTokens     int64
+	DurationMillis           int64
+}
+
+// Config is a consistent read of everything a snapshot is built from.
+type Config struct {
+	// Generation is the config_generation counter at the time of the read.
+	Generation int64
+	Upstreams  []Upstream // non-deleted, ordered by created time then id
+	Principals []Principal
+	Keys       []Key        // non-revoked keys only
+	Chains     []ChainEntry // ordered by principal, slot, position
+}
+
+// Store is the gateway's storage. Every mutation of configuration bumps the
+// config generation in the same transaction, so replicas can detect change.
+type Store interface {
+	// Ping checks the database is reachable; failures wrap ErrUnavailable.
+	Ping(ctx context.Context) error
+	// Driver names the backend: "sqlite" or "postgres".
+	Driver() string
+	Close() error
+
+	// LoadConfig reads the whole live configuration in one transaction.
+	LoadConfig(ctx context.Context) (*Config, error)
+	// ConfigGeneration returns the current config generation counter.
+	ConfigGeneration(ctx context.Context) (int64, error)
+
+	CreateUpstream(ctx context.Context, spec UpstreamSpec) (*Upstream, error)
+	GetUpstream(ctx context.Context, id string) (*Upstream, error)
+	ListUpstreams(ctx context.Context) ([]Upstream, error)
+	// UpdateUpstream replaces the user-managed fields (PUT).
+	UpdateUpstream(ctx context.Context, id string, expectRevision int64, spec UpstreamSpec) (*Upstream, error)
+	PatchUpstream(ctx context.Context, id string, expectRevision int64, patch UpstreamPatch) (*Upstream, error)
+	// DeleteUpstream soft-deletes; fails with *ReferencedError while chain
+	// entries name the upstream in their config.
+	DeleteUpstream(ctx context.Context, id string, expectRevision int64) error
+	// SetUpstreamStatus is a background write: it never bumps SpecRevision.
+	SetUpstreamStatus(ctx context.Context, id string, status UpstreamStatus) error
+	// SetUpstreamCredential is a background write (OAuth tokens, refresh):
+	// it bumps CredentialVersion but never SpecRevision.
+	SetUpstreamCredential(ctx context.Context, id string, kind string, ciphertext []byte) (*Upstream, error)
+	// DisableWarmupForOAuthUpstreams is the storage-level mass disable: every
+	// non-deleted vendor_oauth upstream with warm-up on gets it off, its
+	// SpecRevision incremented and its updated time refreshed. Returns the count.
+	DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error)
+
+	// CreatePrincipal uses p.ID when non-empty. It also seeds the built-in router chain entry at position 0.
+	CreatePrincipal(ctx context.Context, p Principal) (*Principal, error)
+	GetPrincipal(ctx context.Context, id string) (*Principal, error)
+	ListPrincipals(ctx context.Context) ([]Principal, error)
+	// UpdatePrincipal replaces name, kind, allowed models, limits and keep-alive (PUT).
+	UpdatePrincipal(ctx context.Context, id string, expectRevision int64, p Principal) (*Principal, error)
+	PatchPrincipal(ctx context.Context, id string, expectRevision int64, patch PrincipalPatch) (*Principal, error)
+	// DeletePrincipal removes the principal with its keys and chain entries.
+	DeletePrincipal(ctx context.Context, id string, expectRevision int64) error
+
+	// CreateKey uses k.ID when non-empty; fails with ErrNotFound when the
+	// principal does not exist.
+	CreateKey(ctx context.Context, k Key) (*Key, error)
+	// ListKeys lists a principal's keys, revoked ones included.
+	ListKeys(ctx context.Context, principalID string) ([]Key, error)
+	// RevokeKey marks the key revoked; revoking twice is not an error.
+	RevokeKey(ctx context.Context, principalID, keyID string) (*Key, error)
+
+	ListChain(ctx context.Context, principalID string) ([]ChainEntry, error)
+
+	// InsertRequestEvents appends usage events in one batch.
+	InsertRequestEvents(ctx context.Context, events []RequestEvent) error
+	// ListRequestEvents returns events at or after since, newest first, at most limit.
+	ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]RequestEvent, error)
+}

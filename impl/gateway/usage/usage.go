@@ -1,0 +1,246 @@
+// Package usage records proxied requests as request events without slowing
+// the request path: the handler hands over what it captured and returns; a
+// background goroutine extracts token usage and writes events in batches.
+package usage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Pending is one finished request awaiting extraction and storage.
+type Pending struct {
+	Event store.RequestEvent
+	// Body is the captured non-streaming response body (may be truncated).
+	Body []byte
+	// SSE holds the captured message_start / message_delta data lines of a
+	// streaming response.
+	SSE [][]byte
+	// Release, when set, is called once the captures have been read, so the
+	// request path can pool its buffers.
+	Release func()
+}
+
+// Writer stores batches of events.
+type Writer interface {
+	InsertRequestEvents(ctx context.Context, events []store.RequestEvent) error
+}
+
+// Recorder batches events into storage. Record never blocks: when the queue
+// is full the event is dropped and counted, because losing a usage row is
+// better than stalling client traffic.
+type Recorder struct {
+	w        Writer
+	log      *slog.Logger
+	queue    chan Pending
+	batch    int
+	interval time.Duration
+	dropped  atomic.Int64
+	written  atomic.Int64
+	flushReq chan chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+}
+
+// Options tunes a Recorder; zero values take defaults.
+type Options struct {
+	QueueSize     int           // default 8192
+	BatchSize     int           // default 256
+	FlushInterval time.Duration // default 200ms
+	Logger        *slog.Logger
+}
+
+// NewRecorder starts the background writer.
+func NewRecorder(w Writer, o Options) *Recorder {
+	if o.QueueSize <= 0 {
+		o.QueueSize = 8192
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 256
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 200 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{
+		w: w, log: o.Logger, queue: make(chan Pending, o.QueueSize), batch: o.BatchSize,
+		interval: o.FlushInterval, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
+	}
+	go r.run(ctx)
+	return r
+}
+
+// Record queues a finished request. It never blocks.
+func (r *Recorder) Record(p Pending) {
+	select {
+	case r.queue <- p:
+	default:
+		r.dropped.Add(1)
+		if p.Release != nil {
+			p.Release()
+		}
+	}
+}
+
+// Dropped counts events lost to a full queue.
+func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
+
+// Written counts events stored.
+func (r *Recorder) Written() int64 { return r.written.Load() }
+
+// Flush waits until everything queued before the call is written (or ctx ends).
+func (r *Recorder) Flush(ctx context.Context) {
+	ack := make(chan struct{})
+	select {
+	case r.flushReq <- ack:
+	case <-ctx.Done():
+		return
+	case <-r.done:
+		return
+	}
+	select {
+	case <-ack:
+	case <-ctx.Done():
+	}
+}
+
+// Close drains the queue, writes what remains and stops.
+func (r *Recorder) Close() {
+	r.stopOnce.Do(func() {
+		close(r.queue)
+		<-r.done
+		r.cancel()
+	})
+}
+
+func (r *Recorder) run(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	buf := make([]store.RequestEvent, 0, r.batch)
+	flush := func() {
+		if len(buf) == 0 {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.w.InsertRequestEvents(wctx, buf)
+		cancel()
+		if err != nil {
+			r.dropped.Add(int64(len(buf)))
+			r.log.Warn("write request events", "count", len(buf), "error", err)
+		} else {
+			r.written.Add(int64(len(buf)))
+		}
+		buf = buf[:0]
+	}
+	add := func(p Pending) {
+		Extract(&p)
+		buf = append(buf, p.Event)
+		if len(buf) >= r.batch {
+			flush()
+		}
+	}
+	for {
+		select {
+		case p, ok := <-r.queue:
+			if !ok {
+				flush()
+				return
+			}
+			add(p)
+		case <-t.C:
+			flush()
+		case ack := <-r.flushReq:
+			for drained := false; !drained; {
+				select {
+				case p, ok := <-r.queue:
+					if !ok {
+						drained = true
+						break
+					}
+					add(p)
+				default:
+					drained = true
+				}
+			}
+			flush()
+			close(ack)
+		}
+	}
+}
+
+// Extract fills the event's token counts from the captured response.
+func Extract(p *Pending) {
+	defer func() {
+		if p.Release != nil {
+			p.Release()
+			p.Release = nil
+		}
+		p.Body, p.SSE = nil, nil
+	}()
+	var u tokenUsage
+	if len(p.Body) > 0 {
+		var msg struct {
+			Usage *tokenUsage `json:"usage"`
+		}
+		if json.Unmarshal(p.Body, &msg) == nil && msg.Usage != nil {
+			u = *msg.Usage
+		}
+	}
+	for _, line := range p.SSE {
+		line = bytes.TrimPrefix(line, []byte("data:"))
+		var ev struct {
+			Type    string `json:"type"`
+			Message struct {
+				Usage *tokenUsage `json:"usage"`
+			} `json:"message"`
+			Usage *tokenUsage `json:"usage"`
+		}
+		if json.Unmarshal(line, &ev) != nil {
+			continue
+		}
+		switch ev.Type {
+		case "message_start":
+			if ev.Message.Usage != nil {
+				u = *ev.Message.Usage
+			}
+		case "message_delta":
+			if ev.Usage != nil {
+				// message_delta carries cumulative output tokens, and on
+				// some providers updated input and cache counts too.
+				u.OutputTokens = ev.Usage.OutputTokens
+				if ev.Usage.InputTokens > 0 {
+					u.InputTokens = ev.Usage.InputTokens
+				}
+				if ev.Usage.CacheCreationInputTokens > 0 {
+					u.CacheCreationInputTokens = ev.Usage.CacheCreationInputTokens
+				}
+				if ev.Usage.CacheReadInputTokens > 0 {
+					u.CacheReadInputTokens = ev.Usage.CacheReadInputTokens
+				}
+			}
+		}
+	}
+	p.Event.InputTokens = u.InputTokens
+	p.Event.OutputTokens = u.OutputTokens
+	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
+	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
+}
+
+type tokenUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}

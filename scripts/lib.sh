@@ -1,0 +1,14 @@
+# Shared helpers for the project's scripts. Source it; do not run it.
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+note() { printf '    %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# pg_bindir prints the directory holding PostgreSQL's server binaries.
+pg_bindir() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && { echo "$d"; return; }; done
+  echo /usr/lib/postgresql/15/bin
+}
+# Heavy artifacts are cached outside the repository, keyed by content.
+PILLAR_CACHE=${PILLAR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pillar}
+export PILLAR_CACHE

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks for building and testing.
+# Idempotent: a second run only checks.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
+
+need_apt=()
+command -v go >/dev/null || die "Go is required (https://go.dev/dl); this project pins go $(grep '^go ' "$here/../go.mod" | cut -d' ' -f2)"
+command -v curl >/dev/null || need_apt+=(curl)
+command -v git >/dev/null || need_apt+=(git)
+command -v gcc >/dev/null || need_apt+=(gcc) # the race detector needs cgo
+[ -x "$(pg_bindir)/initdb" ] || need_apt+=(postgresql)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  step "installing ${need_apt[*]} with apt-get"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+step "go modules"
+(cd "$here/.." && go mod download)
+step "setup done"

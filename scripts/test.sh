@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test tier, in order. Called by `make test` after `make setup`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+start=$(date +%s)
+
+step "vet"
+go vet ./...
+out=$(gofmt -l impl sim conformance 2>/dev/null || true)
+[ -z "$out" ] || die "gofmt needed: $out"
+
+step "PostgreSQL for the store suite"
+TEST_DATABASE_URL=$(bash scripts/postgres.sh)
+export TEST_DATABASE_URL
+
+step "unit tests (race detector on the concurrent request-path packages)"
+CGO_ENABLED=1 go test -race -count=1 ./impl/gateway/relay/... ./impl/gateway/snapshot/... ./impl/gateway/usage/... ./impl/gateway/secret/...
+go test -count=1 ./impl/... ./sim/...
+
+step "build"
+make --no-print-directory build
+
+step "conformance suites against bin/"
+go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
+
+step "requirement trace"
+if [ -x ../shared/scripts/trace ]; then ../shared/scripts/trace | tail -1; fi
+step "all tests passed in $(( $(date +%s) - start ))s"
