@@ -129,6 +129,8 @@ func (r *Recorder) run(ctx context.Context) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	buf := make([]store.RequestEvent, 0, r.batch)
+	// A failed batch stays in buf and is retried on the next flush, so a
+	// database restart loses no usage; beyond retryLimit the oldest go.
 	flush := func() {
 		if len(buf) == 0 {
 			return
@@ -137,17 +139,20 @@ func (r *Recorder) run(ctx context.Context) {
 		err := r.w.InsertRequestEvents(wctx, buf)
 		cancel()
 		if err != nil {
-			r.dropped.Add(int64(len(buf)))
-			r.log.Warn("write request events", "count", len(buf), "error", err)
-		} else {
-			r.written.Add(int64(len(buf)))
+			r.log.Warn("write request events; will retry", "count", len(buf), "error", err)
+			if over := len(buf) - retryLimit; over > 0 {
+				r.dropped.Add(int64(over))
+				buf = append(buf[:0], buf[over:]...)
+			}
+			return
 		}
+		r.written.Add(int64(len(buf)))
 		buf = buf[:0]
 	}
 	add := func(p Pending) {
 		Extract(&p)
 		buf = append(buf, p.Event)
-		if len(buf) >= r.batch {
+		if len(buf)%r.batch == 0 {
 			flush()
 		}
 	}
@@ -179,6 +184,9 @@ func (r *Recorder) run(ctx context.Context) {
 		}
 	}
 }
+
+// retryLimit bounds the events held in memory while storage is failing.
+const retryLimit = 65536
 
 // Extract fills the event's token counts from the captured response.
 func Extract(p *Pending) {

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// P-LISTEN-1, P-LISTEN-2, P-RUNTIME-4: the defaults of the seed.
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProxyListen != ":8080" || c.AdminListen != "[::1]:9090" || c.DatabaseURL != "sqlite://proxy.db" || c.ReconcileInterval != 60*time.Second {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestConfigFileFlagsAndEnv(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("proxy_listen: 127.0.0.1:1\nadmin:\n  auth:\n    providers:\n      - type: static_token\n        token_env: MY_TOKEN\n"), 0o600)
+	c, err := ParseConfig([]string{"--config", path, "--admin-listen", "127.0.0.1:2"}, env(map[string]string{"PROXY_DATABASE_URL": "postgres://u:pw@h/db"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProxyListen != "127.0.0.1:1" || c.AdminListen != "127.0.0.1:2" || c.DatabaseURL != "postgres://u:pw@h/db" {
+		t.Fatalf("%+v", c)
+	}
+	if len(c.Admin.Auth.Providers) != 1 || c.Admin.Auth.Providers[0].TokenEnv != "MY_TOKEN" {
+		t.Fatalf("providers %+v", c.Admin.Auth.Providers)
+	}
+}
+
+// Validation reports every bad key at once, each with its path.
+func TestConfigReportsEveryError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("admin:\n  auth:\n    providers:\n      - type: oidc\n"), 0o600)
+	_, err := ParseConfig([]string{"--config", path, "--proxy-listen", "nope", "--database-url", "mysql://x", "--log-level", "loud", "--reconcile-interval", "1ms"}, env(nil), io.Discard)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"proxy_listen", "database_url", "log_level", "reconcile_interval", "admin.auth.providers[0].type", "admin.auth.providers[0].token_env"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+	os.WriteFile(path, []byte("proxy_listn: :1\n"), 0o600)
+	if _, err := ParseConfig([]string{"--config", path}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "proxy_listn") {
+		t.Fatalf("unknown key not refused: %v", err)
+	}
+	if _, err := ParseConfig([]string{"--proxy-listen", "127.0.0.1:5", "--admin-listen", "127.0.0.1:5"}, env(nil), io.Discard); err == nil {
+		t.Fatal("same address for both listeners accepted")
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	if got := redactURL("postgres://user:secret@host:5432/db"); strings.Contains(got, "secret") {
+		t.Fatalf("password shown: %s", got)
+	}
+	if _, _, err := ParseDatabaseURL("mysql://user:secret@h/db"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -1,0 +1,214 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+type xorOpener struct{}
+
+// Open "decrypts" by checking the associated data is embedded, standing in
+// for the AEAD binding.
+func (xorOpener) Open(ct, ad []byte) ([]byte, error) {
+	if len(ct) < len(ad) || string(ct[:len(ad)]) != string(ad) {
+		return nil, errors.New("bad binding")
+	}
+	return ct[len(ad):], nil
+}
+
+func sealed(id, pt string) []byte { return append(CredentialAD(id), pt...) }
+
+func strp(s string) *string { return &s }
+
+func baseConfig(gen int64) *store.Config {
+	h := sha256.Sum256([]byte("k1"))
+	return &store.Config{
+		Generation: gen,
+		Upstreams: []store.Upstream{
+			{ID: "up_key", Name: "key", Kind: store.KindVendorAPIKey, BaseURL: "http://a/", Enabled: true, Credential: sealed("up_key", "sk"), CredentialKind: "api_key"},
+			{ID: "up_oauth", Name: "oauth", Kind: store.KindVendorOAuth, BaseURL: "http://b", Enabled: true, Credential: sealed("up_oauth", `{"access_token":"at"}`), CredentialKind: "oauth"},
+			{ID: "up_off", Name: "off", Kind: store.KindVendorAPIKey, BaseURL: "http://c", Enabled: false, Credential: sealed("up_off", "sk"), CredentialKind: "api_key"},
+			{ID: "up_nocred", Name: "nocred", Kind: store.KindVendorOAuth, BaseURL: "http://d", Enabled: true},
+			{ID: "up_badcred", Name: "bad", Kind: store.KindVendorAPIKey, BaseURL: "http://e", Enabled: true, Credential: sealed("up_other", "sk"), CredentialKind: "api_key"},
+		},
+		Principals: []store.Principal{{ID: "pr_1", Name: "p", Kind: "machine", Enabled: true, AllowedModels: []string{"claude-3*", "exact-model"}}},
+		Keys:       []store.Key{{ID: "key_1", PrincipalID: "pr_1", Hash: h[:]}},
+		Chains: []store.ChainEntry{
+			{ID: "ce_1", PrincipalID: "pr_1", Slot: "router", Builtin: strp(store.BuiltinSubscriptionPreference), Position: 0, Enabled: true},
+		},
+	}
+}
+
+// P-PR-5 / routing: the built-in router prefers subscription upstreams, then
+// API-key ones, skipping disabled and credential-less upstreams.
+func TestBuildRoutesSubscriptionFirst(t *testing.T) {
+	t.Parallel()
+	s := Build(baseConfig(3), xorOpener{}, time.Unix(5, 0))
+	p := s.KeyByHash(sha256.Sum256([]byte("k1"))).Principal
+	var ids []string
+	for _, u := range p.Candidates {
+		ids = append(ids, u.ID)
+	}
+	if len(ids) != 2 || ids[0] != "up_oauth" || ids[1] != "up_key" {
+		t.Fatalf("candidates %v", ids)
+	}
+	if p.Candidates[0].Credential != "at" || p.Candidates[1].Credential != "sk" {
+		t.Fatal("credentials not opened")
+	}
+	if p.Candidates[1].MessagesURL != "http://a/v1/messages" {
+		t.Fatalf("url %q", p.Candidates[1].MessagesURL)
+	}
+	if s.Errors["up_badcred"] == "" {
+		t.Fatal("a credential bound to another upstream must not open")
+	}
+	if s.KeyByHash(sha256.Sum256([]byte("nope"))) != nil {
+		t.Fatal("unknown key found")
+	}
+	for model, want := range map[string]bool{"claude-3-opus": true, "exact-model": true, "exact-model-2": false, "gpt": false} {
+		if p.AllowsModel(model) != want {
+			t.Errorf("AllowsModel(%q) != %v", model, want)
+		}
+	}
+}
+
+func TestBuildPinnedAndRemovedRouter(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(1)
+	cfg.Chains[0].Config = []byte(`{"upstream_ids":["up_key"]}`)
+	p := Build(cfg, xorOpener{}, time.Now()).Principal("pr_1")
+	if len(p.Candidates) != 1 || p.Candidates[0].ID != "up_key" {
+		t.Fatalf("pinned candidates %v", p.Candidates)
+	}
+	// P-PR-5: the built-in entry can be removed; the principal still routes.
+	cfg.Chains = nil
+	p = Build(cfg, xorOpener{}, time.Now()).Principal("pr_1")
+	if len(p.Candidates) != 2 {
+		t.Fatalf("without router entries: %v", p.Candidates)
+	}
+	// Revoked keys never enter the snapshot.
+	now := time.Now()
+	cfg.Keys[0].RevokedAt = &now
+	if Build(cfg, xorOpener{}, now).KeyByHash(sha256.Sum256([]byte("k1"))) != nil {
+		t.Fatal("revoked key present")
+	}
+}
+
+type fakeLoader struct {
+	mu       sync.Mutex
+	cfg      *store.Config
+	loads    atomic.Int64
+	statuses map[string]store.UpstreamStatus
+	block    chan struct{}
+}
+
+func (f *fakeLoader) LoadConfig(ctx context.Context) (*store.Config, error) {
+	f.loads.Add(1)
+	if f.block != nil {
+		<-f.block
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := *f.cfg
+	return &c, nil
+}
+
+func (f *fakeLoader) ConfigGeneration(ctx context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cfg.Generation, nil
+}
+
+func (f *fakeLoader) SetUpstreamStatus(ctx context.Context, id string, st store.UpstreamStatus) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.statuses == nil {
+		f.statuses = map[string]store.UpstreamStatus{}
+	}
+	f.statuses[id] = st
+	return nil
+}
+
+func (f *fakeLoader) set(c *store.Config) {
+	f.mu.Lock()
+	f.cfg = c
+	f.mu.Unlock()
+}
+
+// P-RUNTIME-2 / P-RUNTIME-4: refresh swaps atomically; readers holding the old
+// snapshot keep a consistent view; the reconciler's poll only rebuilds on change.
+func TestRuntimeRefreshAndReconcile(t *testing.T) {
+	t.Parallel()
+	l := &fakeLoader{cfg: baseConfig(1)}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	if rt.Current().Generation != 0 {
+		t.Fatal("initial snapshot not empty")
+	}
+	if err := rt.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	old := rt.Current()
+	if old.Generation != 1 || old.Principal("pr_1") == nil {
+		t.Fatal("refresh did not install")
+	}
+	changed, err := rt.RefreshIfChanged(context.Background())
+	if err != nil || changed || l.loads.Load() != 1 {
+		t.Fatalf("unchanged generation rebuilt: %v %v loads=%d", changed, err, l.loads.Load())
+	}
+	next := baseConfig(2)
+	next.Principals[0].Enabled = false
+	l.set(next)
+	changed, err = rt.RefreshIfChanged(context.Background())
+	if err != nil || !changed || rt.Current().Principal("pr_1").Enabled {
+		t.Fatalf("change not applied: %v %v", changed, err)
+	}
+	if !old.Principal("pr_1").Enabled {
+		t.Fatal("the old snapshot was mutated")
+	}
+	// Apply outcomes are recorded as status: the undecryptable credential
+	// shows as an apply error, the others as applied.
+	l.mu.Lock()
+	bad, good := l.statuses["up_badcred"], l.statuses["up_key"]
+	l.mu.Unlock()
+	if bad.LastApplyError == nil || good.LastApplyError != nil || good.LastApplyAt == nil {
+		t.Fatalf("statuses bad=%+v good=%+v", bad, good)
+	}
+}
+
+// Readers never wait for a rebuild: Current returns while a refresh is
+// blocked inside the store.
+func TestReadersDoNotWaitForRefresh(t *testing.T) {
+	t.Parallel()
+	l := &fakeLoader{cfg: baseConfig(1), block: make(chan struct{})}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	done := make(chan error)
+	go func() { done <- rt.Refresh(context.Background()) }()
+	for l.loads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if rt.Current() == nil { // would deadlock if readers took the writer's lock
+		t.Fatal("nil snapshot")
+	}
+	close(l.block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefreshNeverGoesBackwards(t *testing.T) {
+	t.Parallel()
+	l := &fakeLoader{cfg: baseConfig(5)}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt.Refresh(context.Background())
+	l.set(baseConfig(4))
+	rt.Refresh(context.Background())
+	if rt.Current().Generation != 5 {
+		t.Fatalf("generation went back to %d", rt.Current().Generation)
+	}
+}

@@ -1,0 +1,142 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+type memWriter struct {
+	mu      sync.Mutex
+	batches [][]store.RequestEvent
+	block   chan struct{}
+	fail    bool
+}
+
+func (m *memWriter) InsertRequestEvents(ctx context.Context, evs []store.RequestEvent) error {
+	if m.block != nil {
+		<-m.block
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return errors.New("db down")
+	}
+	m.batches = append(m.batches, append([]store.RequestEvent(nil), evs...))
+	return nil
+}
+
+func (m *memWriter) total() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, b := range m.batches {
+		n += len(b)
+	}
+	return n
+}
+
+func TestRecorderBatchesAndFlushes(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{}
+	r := NewRecorder(w, Options{BatchSize: 10, FlushInterval: time.Hour})
+	defer r.Close()
+	released := 0
+	for i := 0; i < 25; i++ {
+		r.Record(Pending{Event: store.RequestEvent{Model: "m"}, Body: []byte(`{"usage":{"input_tokens":3,"output_tokens":4}}`), Release: func() { released++ }})
+	}
+	r.Flush(context.Background())
+	if w.total() != 25 || r.Written() != 25 {
+		t.Fatalf("written %d / %d", w.total(), r.Written())
+	}
+	w.mu.Lock()
+	if len(w.batches) != 3 || len(w.batches[0]) != 10 || w.batches[0][0].InputTokens != 3 || w.batches[0][0].OutputTokens != 4 {
+		t.Fatalf("batches %d first %+v", len(w.batches), w.batches[0][0])
+	}
+	w.mu.Unlock()
+	if released != 25 {
+		t.Fatalf("released %d", released)
+	}
+}
+
+// Record never blocks the request path: with the writer stuck and the queue
+// full, events are dropped and counted.
+func TestRecorderDropsWhenFull(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{block: make(chan struct{})}
+	r := NewRecorder(w, Options{QueueSize: 4, BatchSize: 1, FlushInterval: time.Hour})
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 100; i++ {
+			r.Record(Pending{})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Record blocked")
+	}
+	if r.Dropped() < 90 {
+		t.Fatalf("dropped %d", r.Dropped())
+	}
+	close(w.block)
+	r.Close()
+	if got := int64(w.total()) + r.Dropped(); got != 100 {
+		t.Fatalf("written+dropped = %d", got)
+	}
+}
+
+func TestRecorderCloseDrains(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{}
+	r := NewRecorder(w, Options{BatchSize: 1000, FlushInterval: time.Hour})
+	for i := 0; i < 7; i++ {
+		r.Record(Pending{})
+	}
+	r.Close()
+	if w.total() != 7 {
+		t.Fatalf("close wrote %d", w.total())
+	}
+}
+
+func TestExtractStreamUsage(t *testing.T) {
+	t.Parallel()
+	p := Pending{SSE: [][]byte{
+		[]byte(`data: {"type":"message_start","message":{"usage":{"input_tokens":10,"cache_creation_input_tokens":3,"cache_read_input_tokens":2,"output_tokens":1}}}`),
+		[]byte(`data: {"type":"message_delta","usage":{"output_tokens":42}}`),
+		[]byte(`data: not json`),
+	}}
+	Extract(&p)
+	e := p.Event
+	if e.InputTokens != 10 || e.OutputTokens != 42 || e.CacheCreationInputTokens != 3 || e.CacheReadInputTokens != 2 {
+		t.Fatalf("%+v", e)
+	}
+}
+
+// A failing database does not lose usage: the batch is retried on the next flush.
+func TestRecorderRetriesFailedBatch(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{fail: true}
+	r := NewRecorder(w, Options{BatchSize: 100, FlushInterval: time.Hour})
+	defer r.Close()
+	for i := 0; i < 5; i++ {
+		r.Record(Pending{})
+	}
+	r.Flush(context.Background())
+	if w.total() != 0 || r.Written() != 0 {
+		t.Fatal("written while failing")
+	}
+	w.mu.Lock()
+	w.fail = false
+	w.mu.Unlock()
+	r.Record(Pending{})
+	r.Flush(context.Background())
+	if w.total() != 6 || r.Dropped() != 0 {
+		t.Fatalf("after recovery written %d dropped %d", w.total(), r.Dropped())
+	}
+}
