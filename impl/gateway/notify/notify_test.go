@@ -1,0 +1,87 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func databaseURL(t *testing.T) string {
+	u := os.Getenv("TEST_DATABASE_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("TEST_DATABASE_URL is required in CI (scripts/postgres.sh starts one)")
+		}
+		t.Skip("TEST_DATABASE_URL not set")
+	}
+	return u
+}
+
+// P-RUNTIME-3: notifications arrive; a killed session is re-established and
+// announces itself with an empty-payload callback (missed changes).
+func TestListenerDeliversAndReconnects(t *testing.T) {
+	url := databaseURL(t)
+	old := PingInterval
+	PingInterval = 150 * time.Millisecond
+	t.Cleanup(func() { PingInterval = old })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	channel := fmt.Sprintf("pillar_test_%d", time.Now().UnixNano()%1e9)
+	got := make(chan string, 16)
+	conns := make(chan bool, 16)
+	l := New(url, channel, nil, func(_ context.Context, p string) { got <- p })
+	l.MinBackoff = 10 * time.Millisecond
+	l.Connected = func(up bool) { conns <- up }
+	go l.Run(ctx)
+
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case p := <-got:
+			if p != want {
+				t.Fatalf("payload %q, want %q", p, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no callback (want %q)", want)
+		}
+	}
+	if up := <-conns; !up {
+		t.Fatal("first state not connected")
+	}
+	expect("") // initial catch-up
+
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	notify := func(p string) {
+		if _, err := admin.Exec(ctx, "SELECT pg_notify($1, $2)", channel, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notify("7")
+	expect("7")
+	time.Sleep(3 * PingInterval) // idle past several pings: the session must survive them
+	notify("8")
+	expect("8")
+
+	// Kill the listening backend: the listener notices, reconnects, catches up.
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", ApplicationName); err != nil {
+		t.Fatal(err)
+	}
+	if up := <-conns; up {
+		t.Fatal("loss not reported")
+	}
+	if up := <-conns; !up {
+		t.Fatal("reconnect not reported")
+	}
+	expect("")
+	notify("9")
+	expect("9")
+}
