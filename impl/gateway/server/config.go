@@ -34,6 +34,11 @@ type Config struct {
 	Database struct {
 		// MainPool bounds the request/admin connection pool (PostgreSQL).
 		MainPool int `yaml:"main_pool"`
+		// SchedulerPool bounds the durable scheduler's pool (PostgreSQL).
+		SchedulerPool int `yaml:"scheduler_pool"`
+		// Replicas is how many proxy replicas share the database; with the
+		// pools it must fit the connection budget (see CheckBudget).
+		Replicas int `yaml:"replicas"`
 	} `yaml:"database"`
 	// MigrateContract applies contract-phase (column-dropping) migrations;
 	// only set it once every replica runs a version that no longer needs
@@ -58,6 +63,8 @@ func defaults() Config {
 	c.LogLevel = "info"
 	c.LogFormat = "text"
 	c.Database.MainPool = 10
+	c.Database.SchedulerPool = 5
+	c.Database.Replicas = 1
 	return c
 }
 
@@ -77,6 +84,8 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		logLevel   = fs.String("log-level", c.LogLevel, "debug, info, warn or error")
 		logFormat  = fs.String("log-format", c.LogFormat, "text or json")
 		mainPool   = fs.Int("main-pool", c.Database.MainPool, "PostgreSQL main connection pool size")
+		schedPool  = fs.Int("scheduler-pool", c.Database.SchedulerPool, "PostgreSQL scheduler connection pool size")
+		replicas   = fs.Int("replicas", c.Database.Replicas, "number of replicas sharing the database (connection budget check)")
 		contract   = fs.Bool("migrate-contract", false, "also apply contract-phase migrations (drops); see docs/operations.md")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +134,12 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if set["main-pool"] {
 		c.Database.MainPool = *mainPool
 	}
+	if set["scheduler-pool"] {
+		c.Database.SchedulerPool = *schedPool
+	}
+	if set["replicas"] {
+		c.Database.Replicas = *replicas
+	}
 	if *contract {
 		c.MigrateContract = true
 	}
@@ -167,6 +182,12 @@ func (c *Config) Validate() error {
 	if c.Database.MainPool < 1 {
 		bad("database.main_pool", "must be at least 1")
 	}
+	if c.Database.SchedulerPool < 1 {
+		bad("database.scheduler_pool", "must be at least 1")
+	}
+	if c.Database.Replicas < 1 {
+		bad("database.replicas", "must be at least 1")
+	}
 	for i, p := range c.Admin.Auth.Providers {
 		key := fmt.Sprintf("admin.auth.providers[%d]", i)
 		if p.Type != "static_token" {
@@ -208,4 +229,17 @@ func redactURL(u string) string {
 		return u[:scheme+3] + cred[:i] + ":***" + u[at:]
 	}
 	return u
+}
+
+// CheckBudget enforces the seed's connection budget:
+// (main_pool + scheduler_pool) * replicas <= 0.7 * max_connections.
+func CheckBudget(mainPool, schedulerPool, replicas, maxConnections int) error {
+	need := (mainPool + schedulerPool) * replicas
+	// Integer form of need <= 0.7*max, exact for whole numbers.
+	if need*10 > maxConnections*7 {
+		return fmt.Errorf("connection budget exceeded: (main_pool %d + scheduler_pool %d) * replicas %d = %d > 0.7 * max_connections %d = %.1f; "+
+			"reduce database.scheduler_pool, database.main_pool or the replica count, or raise the server's max_connections",
+			mainPool, schedulerPool, replicas, need, maxConnections, 0.7*float64(maxConnections))
+	}
+	return nil
 }

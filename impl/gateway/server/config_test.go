@@ -73,3 +73,28 @@ func TestRedactURL(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// P-LIM-1: (main_pool + scheduler_pool) * replicas <= 0.7 * max_connections.
+func TestCheckBudget(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		main, sched, replicas, max int
+		ok                         bool
+	}{
+		{10, 5, 1, 100, true},
+		{10, 4, 5, 100, true},   // 70 <= 70
+		{10, 5, 5, 100, false},  // 75 > 70
+		{20, 15, 2, 100, true},  // 70
+		{20, 16, 2, 100, false}, // 72
+		{1, 1, 1, 2, false},     // 2 > 1.4
+	}
+	for _, c := range cases {
+		err := CheckBudget(c.main, c.sched, c.replicas, c.max)
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: err=%v", c, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "scheduler_pool") {
+			t.Errorf("message does not say what to reduce: %v", err)
+		}
+	}
+}

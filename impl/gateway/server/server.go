@@ -15,14 +15,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -69,9 +73,9 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 type running struct {
-	log      *slog.Logger
-	st       store.Store
-	rec      *usage.Recorder
+	log     *slog.Logger
+	st      store.Store
+	rec     *usage.Recorder
 	servers []*http.Server
 	cancel  context.CancelFunc
 	errc    chan error
@@ -93,6 +97,11 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		return nil, err
 	}
 
+	if driver == "postgres" {
+		if err := checkServerBudget(ctx, cfg, dsn); err != nil {
+			return nil, err
+		}
+	}
 	st, err := openStore(ctx, cfg, driver, dsn, log)
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", driver, err)
@@ -123,6 +132,19 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	bg, cancel := context.WithCancel(context.Background())
 	go rt.Reconcile(bg, cfg.ReconcileInterval)
+	if driver == "postgres" {
+		// Other replicas announce committed changes on the channel; the
+		// reconciler above repairs any notification this session misses.
+		l := notify.New(dsn, notify.Channel, log.With("component", "notify"), func(ctx context.Context, payload string) {
+			if gen, err := strconv.ParseInt(payload, 10, 64); err == nil && gen <= rt.Current().Generation {
+				return // our own change, already applied
+			}
+			if _, err := rt.RefreshIfChanged(ctx); err != nil {
+				log.Warn("refresh after notification", "error", err)
+			}
+		})
+		go l.Run(bg)
+	}
 
 	r := &running{log: log, st: st, rec: rec, cancel: cancel, errc: make(chan error, 2)}
 	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
@@ -184,6 +206,23 @@ func openStore(ctx context.Context, cfg *Config, driver, dsn string, log *slog.L
 	default:
 		return postgres.Open(ctx, dsn, postgres.Options{Logger: log.With("component", "store"), MaxConns: cfg.Database.MainPool, AllowContract: cfg.MigrateContract})
 	}
+}
+
+// checkServerBudget refuses to start when the configured pools and replica
+// count do not fit the server's max_connections.
+func checkServerBudget(ctx context.Context, cfg *Config, dsn string) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var max int
+	if err := conn.QueryRow(cctx, "SELECT current_setting('max_connections')::int").Scan(&max); err != nil {
+		return fmt.Errorf("read max_connections: %w", err)
+	}
+	return CheckBudget(cfg.Database.MainPool, cfg.Database.SchedulerPool, cfg.Database.Replicas, max)
 }
 
 // masterKey returns the AEAD master key: PROXY_MASTER_KEY, or on the embedded
