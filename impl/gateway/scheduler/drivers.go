@@ -1,0 +1,64 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// NewPostgres returns a scheduler on PostgreSQL, migrating River's tables.
+func NewPostgres(ctx context.Context, pool *pgxpool.Pool, types []Type, o Options) (*Scheduler, error) {
+	s, err := newScheduler(types, o)
+	if err != nil {
+		return nil, err
+	}
+	drv := riverpgxv5.New(pool)
+	if err := migrate[pgx.Tx](ctx, drv); err != nil {
+		return nil, err
+	}
+	o.defaults()
+	c, err := river.NewClient(drv, s.riverConfig(o))
+	if err != nil {
+		return nil, err
+	}
+	s.client = c
+	return s, nil
+}
+
+// NewSQLite returns a scheduler on SQLite, migrating River's tables.
+func NewSQLite(ctx context.Context, db *sql.DB, types []Type, o Options) (*Scheduler, error) {
+	s, err := newScheduler(types, o)
+	if err != nil {
+		return nil, err
+	}
+	drv := riversqlite.New(db)
+	if err := migrate[*sql.Tx](ctx, drv); err != nil {
+		return nil, err
+	}
+	o.defaults()
+	c, err := river.NewClient(drv, s.riverConfig(o))
+	if err != nil {
+		return nil, err
+	}
+	s.client = c
+	return s, nil
+}
+
+func migrate[TTx any](ctx context.Context, drv riverdriver.Driver[TTx]) error {
+	m, err := rivermigrate.New[TTx](drv, nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	return nil
+}

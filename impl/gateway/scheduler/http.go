@@ -1,0 +1,148 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// RecurringJob is one periodic job type in the status response.
+type RecurringJob struct {
+	JobType           string    `json:"job_type"`
+	RetryClass        string    `json:"retry_class"`
+	EverySecs         int64     `json:"every_secs"`
+	NextRunAt         time.Time `json:"next_run_at"`
+	NextRunAtUnixSecs int64     `json:"next_run_at_unix_secs"`
+}
+
+// Status is the body of GET /admin/scheduler/status.
+type Status struct {
+	RecurringJobs []RecurringJob `json:"recurring_jobs"`
+	// JobTypes lists every registered job type with its retry class.
+	JobTypes []JobTypeInfo `json:"job_types"`
+	// States counts the most recent jobs (up to 1000) by seed state, so a
+	// stall shows as a growing Pending/Queued count.
+	States map[string]int `json:"states"`
+	// Oldest due job still waiting, when any: an operator sees a stall here.
+	OldestQueuedAt *time.Time `json:"oldest_queued_at"`
+}
+
+// JobTypeInfo describes a registered job type.
+type JobTypeInfo struct {
+	JobType     string `json:"job_type"`
+	RetryClass  string `json:"retry_class"`
+	MaxAttempts int    `json:"max_attempts"`
+}
+
+// Failure is one failure ticket: a job in state Failed or Killed.
+type Failure struct {
+	ID             int64     `json:"id"`
+	JobType        string    `json:"job_type"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	State          string    `json:"state"`
+	Attempt        int       `json:"attempt"`
+	MaxAttempts    int       `json:"max_attempts"`
+	LastError      string    `json:"last_error"`
+	FailedAt       time.Time `json:"failed_at"`
+}
+
+// listLimit bounds one listing; the newest rows are the interesting ones.
+const listLimit = 1000
+
+// StatusNow computes the scheduler status.
+func (s *Scheduler) StatusNow(r *http.Request) (*Status, error) {
+	st := &Status{States: map[string]int{}, RecurringJobs: []RecurringJob{}, JobTypes: []JobTypeInfo{}}
+	next := s.NextRunAt()
+	for _, t := range s.Types() {
+		st.JobTypes = append(st.JobTypes, JobTypeInfo{JobType: t.Name, RetryClass: t.Class.Name, MaxAttempts: t.Class.MaxAttempts})
+		if t.Every > 0 {
+			n := next[t.Name]
+			st.RecurringJobs = append(st.RecurringJobs, RecurringJob{JobType: t.Name, RetryClass: t.Class.Name,
+				EverySecs: int64(t.Every / time.Second), NextRunAt: n.UTC(), NextRunAtUnixSecs: n.Unix()})
+		}
+	}
+	res, err := s.client.JobList(r.Context(), river.NewJobListParams().Kinds(Kind).First(listLimit).
+		OrderBy(river.JobListOrderByTime, river.SortOrderDesc).
+		States(allStates...))
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	for _, j := range res.Jobs {
+		st.States[StateOf(j.State)]++
+		if (j.State == rivertype.JobStateAvailable || j.State == rivertype.JobStateRetryable) && !j.ScheduledAt.After(now) {
+			if st.OldestQueuedAt == nil || j.ScheduledAt.Before(*st.OldestQueuedAt) {
+				t := j.ScheduledAt.UTC()
+				st.OldestQueuedAt = &t
+			}
+		}
+	}
+	return st, nil
+}
+
+// Failures lists failure tickets, newest first, optionally for one job type.
+func (s *Scheduler) Failures(r *http.Request, jobType string) ([]Failure, error) {
+	res, err := s.client.JobList(r.Context(), river.NewJobListParams().Kinds(Kind).First(listLimit).
+		States(rivertype.JobStateDiscarded, rivertype.JobStateCancelled))
+	if err != nil {
+		return nil, err
+	}
+	out := []Failure{}
+	for _, j := range res.Jobs {
+		var a Args
+		_ = json.Unmarshal(j.EncodedArgs, &a)
+		if jobType != "" && a.JobType != jobType {
+			continue
+		}
+		f := Failure{ID: j.ID, JobType: a.JobType, IdempotencyKey: a.IdempotencyKey, State: StateOf(j.State),
+			Attempt: j.Attempt, MaxAttempts: j.MaxAttempts}
+		if n := len(j.Errors); n > 0 {
+			f.LastError = Redact(j.Errors[n-1].Error)
+			f.FailedAt = j.Errors[n-1].At.UTC()
+		}
+		if j.FinalizedAt != nil {
+			f.FailedAt = j.FinalizedAt.UTC()
+		}
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].FailedAt.After(out[k].FailedAt) })
+	return out, nil
+}
+
+// Handler serves GET /admin/scheduler/status and /admin/scheduler/failures.
+// Mount it behind the admin authentication.
+func (s *Scheduler) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/scheduler/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.StatusNow(r)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("GET /admin/scheduler/failures", func(w http.ResponseWriter, r *http.Request) {
+		fs, err := s.Failures(r, r.URL.Query().Get("job_type"))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"failures": fs})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+		"code": "storage_unavailable", "message": Redact(err.Error())}})
+}

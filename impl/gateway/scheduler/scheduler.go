@@ -1,0 +1,427 @@
+// Package scheduler is the durable background scheduler: jobs live in the
+// database (River, on PostgreSQL or SQLite), one row per (job_type,
+// idempotency_key), claimed by any worker on any replica, retried by the
+// job type's retry class. Every replica runs its own cron producer that
+// pushes each tick under an idempotency key derived from the tick, so the
+// unique constraint keeps exactly one job per tick.
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Kind is the River kind every gateway job is stored under; the job type
+// travels in the args, so one worker dispatches every type.
+const Kind = "pillar_job"
+
+// Args is the stored payload of a job. Payloads carry metadata only, never
+// prompts or credentials.
+type Args struct {
+	JobType        string          `json:"job_type" river:"unique"`
+	IdempotencyKey string          `json:"idempotency_key" river:"unique"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (Args) Kind() string { return Kind }
+
+// Outcome lets a handler report that it did nothing useful without failing.
+type Outcome string
+
+const (
+	OutcomeDone Outcome = "done"
+	// OutcomeSkip: the job's preconditions did not hold (e.g. a window is
+	// already active); nothing was done, by design.
+	OutcomeSkip Outcome = "skip"
+	// OutcomeNoop: the job found its work already done or stale.
+	OutcomeNoop Outcome = "noop"
+)
+
+// Job is what a handler receives.
+type Job struct {
+	ID             int64
+	Type           string
+	IdempotencyKey string
+	Payload        json.RawMessage
+	Attempt        int
+	MaxAttempts    int
+	ScheduledAt    time.Time
+}
+
+// Handler runs one job type.
+type Handler func(ctx context.Context, job Job) (Outcome, error)
+
+// ErrPermanent wraps an error that must not be retried: the job fails now.
+var ErrPermanent = errors.New("permanent failure")
+
+// Type registers one job type.
+type Type struct {
+	Name    string
+	Class   RetryClass
+	Handler Handler
+	// Timeout bounds one attempt; zero means one minute.
+	Timeout time.Duration
+	// Every, when non-zero, makes every replica's cron producer push a job
+	// of this type at each multiple of Every (unix time), keyed by the tick.
+	Every time.Duration
+	// Payload is the payload of cron-pushed jobs.
+	Payload json.RawMessage
+}
+
+// Enqueue requests one job.
+type Enqueue struct {
+	Type           string
+	IdempotencyKey string
+	Payload        json.RawMessage
+	// RunAt schedules the job; zero runs it as soon as a worker is free.
+	RunAt time.Time
+}
+
+// States as the seed names them. River's states map onto them: scheduled and
+// pending are Pending, available and retryable Queued (waiting for a worker),
+// running Running, completed Done, discarded (attempts exhausted) Failed,
+// cancelled Killed.
+const (
+	StatePending = "Pending"
+	StateQueued  = "Queued"
+	StateRunning = "Running"
+	StateDone    = "Done"
+	StateFailed  = "Failed"
+	StateKilled  = "Killed"
+)
+
+// StateOf maps a River job state to the seed's.
+func StateOf(s rivertype.JobState) string {
+	switch s {
+	case rivertype.JobStateScheduled, rivertype.JobStatePending:
+		return StatePending
+	case rivertype.JobStateAvailable, rivertype.JobStateRetryable:
+		return StateQueued
+	case rivertype.JobStateRunning:
+		return StateRunning
+	case rivertype.JobStateCompleted:
+		return StateDone
+	case rivertype.JobStateDiscarded:
+		return StateFailed
+	case rivertype.JobStateCancelled:
+		return StateKilled
+	}
+	return string(s)
+}
+
+// allStates makes uniqueness cover terminal rows too: a completed cycle key
+// can never be enqueued again, and new work needs a new key.
+var allStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted,
+	rivertype.JobStateDiscarded, rivertype.JobStatePending, rivertype.JobStateRetryable,
+	rivertype.JobStateRunning, rivertype.JobStateScheduled,
+}
+
+// client is the part of river.Client[TTx] the scheduler uses; it hides the
+// driver's transaction type.
+type client interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobCancel(ctx context.Context, jobID int64) (*rivertype.JobRow, error)
+}
+
+// Scheduler owns the River client, the handlers and the cron producer.
+type Scheduler struct {
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *Metrics
+	types   map[string]*Type
+	client  client
+
+	mu       sync.Mutex
+	cronNext map[string]time.Time
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+// Options configures a Scheduler.
+type Options struct {
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Metrics *Metrics
+	// Workers is how many jobs this replica runs at once.
+	Workers int
+	// ID names this replica's River client.
+	ID string
+	// PollInterval is how often idle workers look for due jobs.
+	PollInterval time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+}
+
+// riverConfig builds the River configuration shared by both drivers.
+func (s *Scheduler) riverConfig(o Options) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &worker{s: s})
+	return &river.Config{
+		ID:                   o.ID,
+		Logger:               o.Logger.With("component", "river"),
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
+		Workers:              workers,
+		RetryPolicy:          retryPolicy{s},
+		FetchPollInterval:    o.PollInterval,
+		FetchCooldown:        min(o.PollInterval, 100*time.Millisecond),
+		JobTimeout:           time.Minute,
+		MaxAttempts:          Entity.MaxAttempts,
+		RescueStuckJobsAfter: 5 * time.Minute,
+		// Terminal rows are the failure tickets and the uniqueness record;
+		// pruning them is the pruning job's business, not River's.
+		CompletedJobRetentionPeriod: 7 * 24 * time.Hour,
+		DiscardedJobRetentionPeriod: 30 * 24 * time.Hour,
+		CancelledJobRetentionPeriod: 30 * 24 * time.Hour,
+	}
+}
+
+func newScheduler(types []Type, o Options) (*Scheduler, error) {
+	o.defaults()
+	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}}
+	var names []string
+	for i := range types {
+		t := types[i]
+		if t.Name == "" || t.Handler == nil || t.Class.MaxAttempts < 1 {
+			return nil, fmt.Errorf("scheduler: job type %q needs a name, a handler and a retry class", t.Name)
+		}
+		if _, dup := s.types[t.Name]; dup {
+			return nil, fmt.Errorf("scheduler: job type %q registered twice", t.Name)
+		}
+		s.types[t.Name] = &t
+		names = append(names, t.Name)
+	}
+	sort.Strings(names)
+	if s.metrics != nil {
+		s.metrics.preRegister(names)
+	}
+	return s, nil
+}
+
+// Enqueue inserts a job unless a row with the same (type, key) exists.
+// inserted reports whether a new row was written.
+func (s *Scheduler) Enqueue(ctx context.Context, e Enqueue) (inserted bool, jobID int64, err error) {
+	t, ok := s.types[e.Type]
+	if !ok {
+		return false, 0, fmt.Errorf("scheduler: unknown job type %q", e.Type)
+	}
+	if e.IdempotencyKey == "" {
+		return false, 0, errors.New("scheduler: idempotency key required")
+	}
+	opts := &river.InsertOpts{
+		MaxAttempts: t.Class.MaxAttempts,
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: allStates},
+	}
+	if !e.RunAt.IsZero() {
+		opts.ScheduledAt = e.RunAt
+	}
+	res, err := s.client.Insert(ctx, Args{JobType: e.Type, IdempotencyKey: e.IdempotencyKey, Payload: e.Payload}, opts)
+	if err != nil {
+		return false, 0, fmt.Errorf("enqueue %s: %w", e.Type, err)
+	}
+	return !res.UniqueSkippedAsDuplicate, res.Job.ID, nil
+}
+
+// Start migrates nothing (drivers do) and starts workers and the cron producer.
+func (s *Scheduler) Start(ctx context.Context) error {
+	if err := s.client.Start(ctx); err != nil {
+		if s.metrics != nil {
+			s.metrics.InitFailure.Set(1)
+		}
+		return fmt.Errorf("start scheduler: %w", err)
+	}
+	if s.metrics != nil {
+		s.metrics.InitFailure.Set(0)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.done = make(chan struct{})
+	go s.cron(cctx)
+	return nil
+}
+
+// Stop stops the cron producer and waits for running jobs.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+	}
+	return s.client.Stop(ctx)
+}
+
+// TickKey is the idempotency key of the cron tick at t for a job type.
+func TickKey(jobType string, tick time.Time) string {
+	return fmt.Sprintf("%s:%d", jobType, tick.Unix())
+}
+
+// cron pushes each due tick of every periodic type. Every replica does the
+// same; the unique (type, key) constraint keeps one job per tick.
+func (s *Scheduler) cron(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s.PushDueTicks(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PushDueTicks enqueues the current tick of every periodic type not yet
+// pushed by this replica. Exported so tests drive the producer with their clock.
+func (s *Scheduler) PushDueTicks(ctx context.Context) {
+	now := s.now()
+	for name, t := range s.types {
+		if t.Every <= 0 {
+			continue
+		}
+		tick := now.Truncate(t.Every)
+		s.mu.Lock()
+		pushed := !s.cronNext[name].IsZero() && !tick.After(s.cronNext[name])
+		s.mu.Unlock()
+		if pushed {
+			continue
+		}
+		inserted, _, err := s.Enqueue(ctx, Enqueue{Type: name, IdempotencyKey: TickKey(name, tick), Payload: t.Payload, RunAt: tick})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("cron push", "job_type", name, "error", err)
+			}
+			continue
+		}
+		if !inserted {
+			// Another replica pushed this tick first: expected, not an error.
+			s.log.Debug("cron tick already pushed by another replica (unique violation expected)", "job_type", name, "tick", tick.Unix())
+		}
+		s.mu.Lock()
+		s.cronNext[name] = tick
+		s.mu.Unlock()
+	}
+}
+
+// NextRunAt reports when each periodic type's next tick is due.
+func (s *Scheduler) NextRunAt() map[string]time.Time {
+	now := s.now()
+	out := map[string]time.Time{}
+	for name, t := range s.types {
+		if t.Every > 0 {
+			out[name] = now.Truncate(t.Every).Add(t.Every)
+		}
+	}
+	return out
+}
+
+// Types returns the registered job types.
+func (s *Scheduler) Types() []Type {
+	var out []Type
+	for _, t := range s.types {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// worker is the single River worker; it dispatches on the job type.
+type worker struct {
+	river.WorkerDefaults[Args]
+	s *Scheduler
+}
+
+func (w *worker) Timeout(job *river.Job[Args]) time.Duration {
+	if t := w.s.types[job.Args.JobType]; t != nil && t.Timeout > 0 {
+		return t.Timeout
+	}
+	return time.Minute
+}
+
+func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
+	s := w.s
+	name := job.Args.JobType
+	t := s.types[name]
+	if t == nil {
+		// A job type this build does not know: fail without retry.
+		return river.JobCancel(fmt.Errorf("unknown job type %q", name))
+	}
+	start := s.now()
+	s.metrics.count(name, "started")
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.count(name, "panicked")
+			s.log.Error("job panicked", "job_type", name, "job_id", job.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", r)
+			if job.Attempt >= job.MaxAttempts {
+				s.metrics.failed(name)
+			}
+		}
+		s.metrics.duration(name, s.now().Sub(start))
+	}()
+	out, herr := t.Handler(ctx, Job{
+		ID: job.ID, Type: name, IdempotencyKey: job.Args.IdempotencyKey, Payload: job.Args.Payload,
+		Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, ScheduledAt: job.ScheduledAt,
+	})
+	if herr != nil {
+		if errors.Is(herr, ErrPermanent) || job.Attempt >= job.MaxAttempts {
+			s.metrics.failed(name)
+			s.log.Warn("job failed", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
+			if errors.Is(herr, ErrPermanent) {
+				return river.JobCancel(errors.New(Redact(herr.Error())))
+			}
+			return errors.New(Redact(herr.Error()))
+		}
+		s.metrics.count(name, "retry")
+		s.log.Info("job will retry", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
+		return errors.New(Redact(herr.Error()))
+	}
+	switch out {
+	case OutcomeSkip:
+		s.metrics.count(name, "skip")
+	case OutcomeNoop:
+		s.metrics.count(name, "noop")
+	default:
+		s.metrics.count(name, "done")
+	}
+	return nil
+}
+
+// retryPolicy applies each job type's retry class.
+type retryPolicy struct{ s *Scheduler }
+
+func (p retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	var a Args
+	_ = json.Unmarshal(job.EncodedArgs, &a)
+	class := Entity
+	if t := p.s.types[a.JobType]; t != nil {
+		class = t.Class
+	}
+	return p.s.now().Add(class.NextDelay(job.Attempt))
+}

@@ -1,0 +1,268 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	_ "modernc.org/sqlite"
+)
+
+// fast is a retry class for tests: the seed's shape with millisecond delays.
+var fast = RetryClass{Name: "fast", MaxAttempts: 3, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+func openSQLite(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+type bundle struct {
+	s       *Scheduler
+	metrics *Metrics
+	reg     *prometheus.Registry
+	flaky   atomic.Int64
+}
+
+func setup(t *testing.T, path string, now func() time.Time, extra ...Type) *bundle {
+	t.Helper()
+	b := &bundle{reg: prometheus.NewRegistry()}
+	b.metrics = NewMetrics(b.reg)
+	types := []Type{
+		{Name: "test:ok", Class: fast, Handler: func(context.Context, Job) (Outcome, error) { return OutcomeDone, nil }},
+		{Name: "test:skip", Class: fast, Handler: func(context.Context, Job) (Outcome, error) { return OutcomeSkip, nil }},
+		{Name: "test:flaky", Class: fast, Handler: func(_ context.Context, j Job) (Outcome, error) {
+			if b.flaky.Add(1) < 3 {
+				return "", errors.New("transient")
+			}
+			return OutcomeDone, nil
+		}},
+		{Name: "test:fail", Class: fast, Handler: func(context.Context, Job) (Outcome, error) {
+			return "", errors.New("upstream said 401 to Authorization: Bearer sk-ant-oat01-TOPSECRETTOKEN")
+		}},
+		{Name: "test:permanent", Class: fast, Handler: func(context.Context, Job) (Outcome, error) {
+			return "", fmt.Errorf("bad credential: %w", ErrPermanent)
+		}},
+		{Name: "test:panic", Class: RetryClass{Name: "once", MaxAttempts: 1, Base: time.Millisecond, Max: time.Millisecond},
+			Handler: func(context.Context, Job) (Outcome, error) { panic("boom") }},
+	}
+	types = append(types, extra...)
+	s, err := NewSQLite(context.Background(), openSQLite(t, path), types, Options{Metrics: b.metrics, Now: now, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.s = s
+	return b
+}
+
+func (b *bundle) start(t *testing.T) {
+	t.Helper()
+	if err := b.s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b.s.Stop(ctx)
+	})
+}
+
+// waitState polls the job until it reaches a terminal River state.
+func waitState(t *testing.T, s *Scheduler, id int64) *rivertype.JobRow {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := s.client.JobList(context.Background(), river.NewJobListParams().IDs(id).States(allStates...))
+		if err == nil && len(res.Jobs) == 1 {
+			switch res.Jobs[0].State {
+			case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
+				return res.Jobs[0]
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("job %d did not finish", id)
+	return nil
+}
+
+func enqueue(t *testing.T, s *Scheduler, typ, key string) (bool, int64) {
+	t.Helper()
+	ins, id, err := s.Enqueue(context.Background(), Enqueue{Type: typ, IdempotencyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins, id
+}
+
+// P-JOB-1, P-JOB-5, P-WARM-S6: one row per (job_type, idempotency_key), even
+// after the job completed; a new key makes new work and the old row stays.
+func TestUniquePerTypeAndKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, filepath.Join(t.TempDir(), "s.db"), nil)
+	b.start(t)
+	ins, id := enqueue(t, b.s, "test:ok", "k1")
+	ins2, id2 := enqueue(t, b.s, "test:ok", "k1")
+	if !ins || ins2 || id != id2 {
+		t.Fatalf("duplicate inserted: %v %v %d %d", ins, ins2, id, id2)
+	}
+	if ins, _ := enqueue(t, b.s, "test:skip", "k1"); !ins {
+		t.Fatal("same key under another job type refused")
+	}
+	if waitState(t, b.s, id).State != rivertype.JobStateCompleted {
+		t.Fatal("not completed")
+	}
+	if ins, _ := enqueue(t, b.s, "test:ok", "k1"); ins {
+		t.Fatal("a completed key was enqueued again")
+	}
+	ins3, id3 := enqueue(t, b.s, "test:ok", "k2")
+	if !ins3 || waitState(t, b.s, id3).State != rivertype.JobStateCompleted {
+		t.Fatal("new key did not run")
+	}
+	if _, _, err := b.s.Enqueue(context.Background(), Enqueue{Type: "nope", IdempotencyKey: "x"}); err == nil {
+		t.Fatal("unknown type accepted")
+	}
+}
+
+// P-JOB-4, P-JOB-3, P-MET-1, P-MET-3, P-API-4, P-API-6: retries within the
+// class, Failed when exhausted, visible (redacted) in the failure listing.
+func TestRetriesFailuresAndMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, filepath.Join(t.TempDir(), "s.db"), nil)
+	b.start(t)
+	_, flaky := enqueue(t, b.s, "test:flaky", "f")
+	_, fail := enqueue(t, b.s, "test:fail", "x")
+	_, perm := enqueue(t, b.s, "test:permanent", "p")
+	_, pan := enqueue(t, b.s, "test:panic", "q")
+	_, skip := enqueue(t, b.s, "test:skip", "s")
+
+	if j := waitState(t, b.s, flaky); j.State != rivertype.JobStateCompleted || j.Attempt != 3 {
+		t.Fatalf("flaky: %s after %d attempts", j.State, j.Attempt)
+	}
+	if j := waitState(t, b.s, fail); j.State != rivertype.JobStateDiscarded || j.Attempt != fast.MaxAttempts {
+		t.Fatalf("fail: %s after %d attempts", j.State, j.Attempt)
+	}
+	if j := waitState(t, b.s, perm); j.State != rivertype.JobStateCancelled || j.Attempt != 1 {
+		t.Fatalf("permanent: %s after %d attempts", j.State, j.Attempt)
+	}
+	waitState(t, b.s, pan)
+	waitState(t, b.s, skip)
+
+	m := b.metrics
+	for _, c := range []struct {
+		typ, status string
+		want        float64
+	}{
+		{"test:flaky", "started", 3}, {"test:flaky", "retry", 2}, {"test:flaky", "done", 1},
+		{"test:fail", "retry", 2}, {"test:skip", "skip", 1}, {"test:panic", "panicked", 1},
+		{"test:ok", "done", 0}, // pre-registered, never run
+	} {
+		if got := testutil.ToFloat64(m.Jobs.WithLabelValues(c.typ, c.status)); got != c.want {
+			t.Errorf("jobs_total{%s,%s} = %v, want %v", c.typ, c.status, got, c.want)
+		}
+	}
+	if got := testutil.ToFloat64(m.Failures.WithLabelValues("test:fail")); got != 1 {
+		t.Errorf("failures_total{test:fail} = %v", got)
+	}
+	// Cardinality: registered job types × 6 statuses exist from the start.
+	if n := testutil.CollectAndCount(m.Jobs); n != 6*6 {
+		t.Errorf("jobs_total series = %d, want %d", n, 36)
+	}
+
+	srv := httptest.NewServer(b.s.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/admin/scheduler/failures")
+	if !strings.Contains(body, `"job_type":"test:fail"`) || !strings.Contains(body, `"state":"Failed"`) ||
+		!strings.Contains(body, `"state":"Killed"`) || !strings.Contains(body, `"attempt":3`) {
+		t.Fatalf("failures: %s", body)
+	}
+	if strings.Contains(body, "TOPSECRETTOKEN") {
+		t.Fatalf("secret in failures: %s", body)
+	}
+	filtered := get(t, srv.URL+"/admin/scheduler/failures?job_type=test:permanent")
+	if strings.Contains(filtered, "test:fail") || !strings.Contains(filtered, "test:permanent") {
+		t.Fatalf("filter: %s", filtered)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// P-TOPO-1, P-TOPO-2: every replica pushes each tick; exactly one job per
+// tick results, and the duplicate push is not an error.
+func TestCronOneJobPerTickAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	clk := &clock{t: time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC)}
+	var runs atomic.Int64
+	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
+		runs.Add(1)
+		return OutcomeDone, nil
+	}}
+	a := setup(t, path, clk.Now, hourly)
+	b := setup(t, path, clk.Now, hourly)
+	for i := 0; i < 3; i++ {
+		a.s.PushDueTicks(context.Background())
+		b.s.PushDueTicks(context.Background())
+	}
+	clk.Set(clk.Now().Add(time.Hour))
+	a.s.PushDueTicks(context.Background())
+	b.s.PushDueTicks(context.Background())
+
+	res, err := a.s.client.JobList(context.Background(), river.NewJobListParams().Kinds(Kind).States(allStates...).First(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, j := range res.Jobs {
+		keys[string(j.EncodedArgs)]++
+	}
+	if len(res.Jobs) != 2 || len(keys) != 2 {
+		t.Fatalf("want one job per tick (2), got %d: %v", len(res.Jobs), keys)
+	}
+	// P-API-5: status lists the recurring job with its next run.
+	srv := httptest.NewServer(a.s.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/admin/scheduler/status")
+	want := fmt.Sprintf(`"next_run_at_unix_secs":%d`, time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).Unix())
+	if !strings.Contains(body, `"job_type":"test:hourly"`) || !strings.Contains(body, want) {
+		t.Fatalf("status: %s (want %s)", body, want)
+	}
+}
