@@ -249,6 +249,8 @@ type Store interface {
 	RevokeKey(ctx context.Context, principalID, keyID string) (*Key, error)
 
 	ListChain(ctx context.Context, principalID string) ([]ChainEntry, error)
+	// UpdateChainEntry replaces an entry's config and enabled flag.
+	UpdateChainEntry(ctx context.Context, id string, expectRevision int64, config json.RawMessage, enabled bool) (*ChainEntry, error)
 
 	// InsertRequestEvents appends usage events in one batch.
 	InsertRequestEvents(ctx context.Context, events []RequestEvent) error

@@ -1,0 +1,94 @@
+// Package sqlite opens the gateway's embedded default database: a single
+// SQLite file through the pure-Go modernc.org/sqlite driver.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Options configures Open.
+type Options struct {
+	Logger *slog.Logger
+	Now    func() time.Time
+	// AllowContract applies contract-phase migrations.
+	AllowContract bool
+}
+
+// Dialect is SQLite's: unix-second times, '?' placeholders.
+var Dialect = &sqlstore.Dialect{
+	Name:     "sqlite",
+	UnixTime: true,
+	IsUnique: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+	IsUnavailable: func(err error) bool {
+		m := err.Error()
+		return strings.Contains(m, "unable to open database") || strings.Contains(m, "disk I/O error") ||
+			strings.Contains(m, "no such table")
+	},
+}
+
+// DSN is the connection string for a database file: WAL so readers never
+// block the writer, a busy timeout so concurrent writers wait instead of
+// failing, immediate transactions so a reader never has to upgrade its lock,
+// and foreign keys on.
+func DSN(path string) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// OpenDB opens the database file without migrating.
+func OpenDB(path string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		return nil, err
+	}
+	// One writer at a time is SQLite's model; a few connections let reads
+	// proceed beside it under WAL.
+	db.SetMaxOpenConns(4)
+	return db, nil
+}
+
+// Open opens (creating if needed) and migrates the database at path.
+func Open(ctx context.Context, path string, o Options) (*sqlstore.Store, error) {
+	db, err := OpenDB(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	ms, err := Migrations()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := sqlstore.Migrate(ctx, db, Dialect, ms, sqlstore.MigrateOptions{AllowContract: o.AllowContract}); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return sqlstore.New(db, Dialect, o.Now, o.Logger), nil
+}
+
+// Migrations returns SQLite's numbered migrations.
+func Migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.LoadMigrations(migrationFS, "migrations")
+}

@@ -1,0 +1,46 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+)
+
+func TestExercise(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T, clk *storetest.Clock) store.Store {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+}
+
+// Data survives closing and reopening the file (a process restart).
+func TestReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "proxy.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.CreatePrincipal(ctx, store.Principal{Name: "keep", Kind: "machine", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.GetPrincipal(ctx, p.ID)
+	if err != nil || got.Name != "keep" {
+		t.Fatalf("after reopen: %+v %v", got, err)
+	}
+}

@@ -1,0 +1,148 @@
+// Package sqlstore implements store.Store once over database/sql. A small
+// Dialect carries what differs between SQLite and PostgreSQL: placeholders,
+// time columns (unix seconds versus timestamptz), error classification and
+// the change notification.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Dialect describes one database.
+type Dialect struct {
+	Name string
+	// Numbered turns '?' placeholders into $1, $2, ….
+	Numbered bool
+	// UnixTime stores times as integer unix seconds instead of timestamps.
+	UnixTime bool
+	// IsUnique reports a unique-constraint violation.
+	IsUnique func(error) bool
+	// IsUnavailable reports that the database cannot be reached.
+	IsUnavailable func(error) bool
+	// Notify, when set, runs inside every configuration-changing
+	// transaction after the generation bump (PostgreSQL NOTIFY).
+	Notify func(ctx context.Context, tx *sql.Tx, generation int64) error
+}
+
+func (d *Dialect) rebind(q string) string {
+	if !d.Numbered {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// t encodes a time for a query parameter.
+func (d *Dialect) t(v time.Time) any {
+	if d.UnixTime {
+		return v.Unix()
+	}
+	return v.UTC().Truncate(time.Microsecond)
+}
+
+// tp encodes an optional time.
+func (d *Dialect) tp(v *time.Time) any {
+	if v == nil {
+		return nil
+	}
+	return d.t(*v)
+}
+
+// timeCol scans either representation into a *time.Time (nil for NULL).
+type timeCol struct{ dst **time.Time }
+
+func (c timeCol) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*c.dst = nil
+	case int64:
+		t := time.Unix(v, 0).UTC()
+		*c.dst = &t
+	case time.Time:
+		t := v.UTC()
+		*c.dst = &t
+	case []byte:
+		return c.Scan(string(v))
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return c.Scan(n)
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return fmt.Errorf("time column: %w", err)
+		}
+		return c.Scan(t)
+	default:
+		return fmt.Errorf("time column: unsupported %T", src)
+	}
+	return nil
+}
+
+// reqTime scans a NOT NULL time.
+type reqTime struct{ dst *time.Time }
+
+func (c reqTime) Scan(src any) error {
+	var p *time.Time
+	if err := (timeCol{&p}).Scan(src); err != nil {
+		return err
+	}
+	if p != nil {
+		*c.dst = *p
+	}
+	return nil
+}
+
+// classify maps driver errors onto the store's sentinels.
+func (d *Dialect) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrStaleRevision),
+		errors.Is(err, store.ErrReferenced), errors.Is(err, store.ErrUnavailable):
+		return err
+	case d.IsUnique != nil && d.IsUnique(err):
+		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	case unavailable(err) || (d.IsUnavailable != nil && d.IsUnavailable(err)):
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+func unavailable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "sql: database is closed", "no such host", "broken pipe",
+		"connection reset", "unexpected EOF", "closed pool", "the database system is shutting down",
+		"the database system is starting up", "terminating connection"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,747 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Store implements store.Store over database/sql.
+type Store struct {
+	db   *sql.DB
+	d    *Dialect
+	now  func() time.Time
+	log  *slog.Logger
+	conn string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New wraps an open, migrated database.
+func New(db *sql.DB, d *Dialect, now func() time.Time, log *slog.Logger) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{db: db, d: d, now: now, log: log}
+}
+
+// DB exposes the handle (the scheduler shares the database).
+func (s *Store) DB() *sql.DB { return s.db }
+
+func (s *Store) Driver() string { return s.d.Name }
+
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var one int
+	if err := s.db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// tx runs fn in a transaction; configChange bumps the config generation (and
+// notifies) in the same transaction.
+func (s *Store) tx(ctx context.Context, configChange bool, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.d.classify(err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return s.d.classify(err)
+	}
+	if configChange {
+		var gen int64
+		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
+			return s.d.classify(err)
+		}
+		if s.d.Notify != nil {
+			if err := s.d.Notify(ctx, tx, gen); err != nil {
+				return s.d.classify(err)
+			}
+		}
+	}
+	return s.d.classify(tx.Commit())
+}
+
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s *Store) nowT() time.Time { return s.now().UTC().Truncate(time.Second) }
+
+// ---------------------------------------------------------------- config
+
+func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
+	var g int64
+	err := s.db.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
+	return g, s.d.classify(err)
+}
+
+func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
+	cfg := &store.Config{}
+	err := s.tx(ctx, false, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
+			return err
+		}
+		var err error
+		if cfg.Upstreams, err = s.queryUpstreams(ctx, tx, "WHERE deleted_at IS NULL"); err != nil {
+			return err
+		}
+		if cfg.Principals, err = s.queryPrincipals(ctx, tx, ""); err != nil {
+			return err
+		}
+		if cfg.Keys, err = s.queryKeys(ctx, tx, "WHERE revoked_at IS NULL"); err != nil {
+			return err
+		}
+		cfg.Chains, err = s.queryChain(ctx, tx, "")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ------------------------------------------------------------- upstreams
+
+const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
+	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at`
+
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func (s *Store) queryUpstreams(ctx context.Context, q querier, where string, args ...any) ([]store.Upstream, error) {
+	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT "+upstreamCols+" FROM upstreams "+where+" ORDER BY created_at, id"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Upstream{}
+	for rows.Next() {
+		var u store.Upstream
+		var dialect, applyErr sql.NullString
+		if err := rows.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
+			&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
+			timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}); err != nil {
+			return nil, err
+		}
+		if dialect.Valid {
+			u.WarmupDialectPlugin = &dialect.String
+		}
+		if applyErr.Valid {
+			u.Status.LastApplyError = &applyErr.String
+		}
+		if len(u.Credential) == 0 {
+			u.Credential = nil
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) getUpstream(ctx context.Context, q querier, id string) (*store.Upstream, error) {
+	us, err := s.queryUpstreams(ctx, q, "WHERE id = ? AND deleted_at IS NULL", id)
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	if len(us) == 0 {
+		return nil, store.ErrNotFound
+	}
+	return &us[0], nil
+}
+
+func (s *Store) GetUpstream(ctx context.Context, id string) (*store.Upstream, error) {
+	return s.getUpstream(ctx, s.db, id)
+}
+
+func (s *Store) ListUpstreams(ctx context.Context) ([]store.Upstream, error) {
+	us, err := s.queryUpstreams(ctx, s.db, "WHERE deleted_at IS NULL")
+	return us, s.d.classify(err)
+}
+
+func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*store.Upstream, error) {
+	id := spec.ID
+	if id == "" {
+		id = store.NewID("up")
+	}
+	now := s.nowT()
+	var out *store.Upstream
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		var cred any
+		if spec.Credential != nil {
+			cred = spec.Credential
+		}
+		version := 0
+		if spec.Credential != nil {
+			version = 1
+		}
+		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
+			credential_kind, credential_version, spec_revision, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
+			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now))
+		if err != nil {
+			return err
+		}
+		out, err = s.getUpstream(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// checkRevision distinguishes a missing row from a stale revision after an
+// optimistic update touched no row.
+func (s *Store) checkRevision(ctx context.Context, tx *sql.Tx, table, revCol, live, id string) error {
+	var rev int64
+	err := tx.QueryRowContext(ctx, s.d.rebind("SELECT "+revCol+" FROM "+table+" WHERE id = ?"+live), id).Scan(&rev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return store.ErrStaleRevision
+}
+
+func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
+	var out *store.Upstream
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
+		n, err := s.exec(ctx, tx, "UPDATE upstreams SET "+set+", spec_revision = spec_revision + 1, updated_at = ? "+
+			"WHERE id = ? AND deleted_at IS NULL AND (? = 0 OR spec_revision = ?)", all...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.checkRevision(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id)
+		}
+		out, err = s.getUpstream(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
+	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?"
+	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled}
+	if spec.Credential != nil {
+		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
+		args = append(args, spec.Credential, spec.CredentialKind)
+	}
+	return s.updateUpstream(ctx, id, expect, set, args...)
+}
+
+func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p store.UpstreamPatch) (*store.Upstream, error) {
+	set := "id = id"
+	var args []any
+	add := func(col string, v any) {
+		set += ", " + col + " = ?"
+		args = append(args, v)
+	}
+	if p.Name != nil {
+		add("name", *p.Name)
+	}
+	if p.BaseURL != nil {
+		add("base_url", *p.BaseURL)
+	}
+	if p.Enabled != nil {
+		add("enabled", *p.Enabled)
+	}
+	if p.WarmupEnabled != nil {
+		add("warmup_enabled", *p.WarmupEnabled)
+	}
+	if p.SetWarmupDialect {
+		var v any
+		if p.WarmupDialectPlugin != nil {
+			v = *p.WarmupDialectPlugin
+		}
+		add("warmup_dialect_plugin", v)
+	}
+	return s.updateUpstream(ctx, id, expect, set, args...)
+}
+
+func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
+	return s.tx(ctx, true, func(tx *sql.Tx) error {
+		u, err := s.getUpstream(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if expect != store.AnyRevision && u.SpecRevision != expect {
+			return store.ErrStaleRevision
+		}
+		chains, err := s.queryChain(ctx, tx, "")
+		if err != nil {
+			return err
+		}
+		var refs []store.Reference
+		for _, e := range chains {
+			if configNamesUpstream(e.Config, id) {
+				refs = append(refs, store.Reference{Kind: "plugin_chain_entry", ID: e.ID, Owner: e.PrincipalID})
+			}
+		}
+		if len(refs) > 0 {
+			return &store.ReferencedError{References: refs}
+		}
+		n, err := s.exec(ctx, tx, "UPDATE upstreams SET deleted_at = ?, updated_at = ? WHERE id = ? AND deleted_at IS NULL AND spec_revision = ?",
+			s.d.t(s.nowT()), s.d.t(s.nowT()), id, u.SpecRevision)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrStaleRevision
+		}
+		return nil
+	})
+}
+
+func configNamesUpstream(cfg json.RawMessage, id string) bool {
+	var c struct {
+		UpstreamID  string   `json:"upstream_id"`
+		UpstreamIDs []string `json:"upstream_ids"`
+	}
+	if json.Unmarshal(cfg, &c) != nil {
+		return false
+	}
+	if c.UpstreamID == id {
+		return true
+	}
+	for _, u := range c.UpstreamIDs {
+		if u == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.UpstreamStatus) error {
+	var applyErr any
+	if st.LastApplyError != nil {
+		applyErr = *st.LastApplyError
+	}
+	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ?, last_warmup_at = ? WHERE id = ? AND deleted_at IS NULL"),
+		applyErr, s.d.tp(st.LastApplyAt), s.d.tp(st.LastWarmupAt), id)
+	if err != nil {
+		return s.d.classify(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
+	var out *store.Upstream
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		var cred any
+		if ciphertext != nil {
+			cred = ciphertext
+		}
+		n, err := s.exec(ctx, tx, "UPDATE upstreams SET credential = ?, credential_kind = ?, credential_version = credential_version + 1 WHERE id = ? AND deleted_at IS NULL",
+			cred, kind, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		out, err = s.getUpstream(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		var err error
+		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
+			WHERE kind = ? AND deleted_at IS NULL AND warmup_enabled = ?`, false, s.d.t(s.nowT()), store.KindVendorOAuth, true)
+		return err
+	})
+	return n, err
+}
+
+// ------------------------------------------------------------ principals
+
+const principalCols = `id, name, kind, enabled, revision, allowed_models, default_limits, cache_keepalive, created_at, updated_at`
+
+func (s *Store) queryPrincipals(ctx context.Context, q querier, where string, args ...any) ([]store.Principal, error) {
+	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT "+principalCols+" FROM principals "+where+" ORDER BY created_at, id"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Principal{}
+	for rows.Next() {
+		var p store.Principal
+		var models, limits string
+		var ka sql.NullString
+		if err := rows.Scan(&p.ID, &p.Name, &p.Kind, &p.Enabled, &p.Revision, &models, &limits, &ka,
+			reqTime{&p.CreatedAt}, reqTime{&p.UpdatedAt}); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(models), &p.AllowedModels); err != nil {
+			return nil, fmt.Errorf("principal %s allowed_models: %w", p.ID, err)
+		}
+		if p.AllowedModels == nil {
+			p.AllowedModels = []string{}
+		}
+		p.DefaultLimits = json.RawMessage(limits)
+		if ka.Valid && ka.String != "" && ka.String != "null" {
+			p.CacheKeepalive = json.RawMessage(ka.String)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) getPrincipal(ctx context.Context, q querier, id string) (*store.Principal, error) {
+	ps, err := s.queryPrincipals(ctx, q, "WHERE id = ?", id)
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	if len(ps) == 0 {
+		return nil, store.ErrNotFound
+	}
+	return &ps[0], nil
+}
+
+func (s *Store) GetPrincipal(ctx context.Context, id string) (*store.Principal, error) {
+	return s.getPrincipal(ctx, s.db, id)
+}
+
+func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
+	ps, err := s.queryPrincipals(ctx, s.db, "")
+	return ps, s.d.classify(err)
+}
+
+func jsonModels(m []string) string {
+	if m == nil {
+		m = []string{}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func jsonLimits(l json.RawMessage) string {
+	if len(l) == 0 || string(l) == "null" {
+		return "[]"
+	}
+	return string(l)
+}
+
+func jsonOptional(v json.RawMessage) any {
+	if len(v) == 0 || string(v) == "null" {
+		return nil
+	}
+	return string(v)
+}
+
+func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.Principal, error) {
+	id := p.ID
+	if id == "" {
+		id = store.NewID("pr")
+	}
+	now := s.nowT()
+	var out *store.Principal
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
+			cache_keepalive, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
+			id, p.Name, p.Kind, p.Enabled, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits),
+			jsonOptional(p.CacheKeepalive), s.d.t(now), s.d.t(now)); err != nil {
+			return err
+		}
+		// Every principal starts with the built-in router at order 0.
+		if _, err := s.exec(ctx, tx, `INSERT INTO plugin_chain_entries (id, principal_id, slot, builtin, wasm_registry_id,
+			config, position, enabled, revision, created_at, updated_at) VALUES (?, ?, ?, ?, NULL, '{}', 0, ?, 1, ?, ?)`,
+			store.NewID("ce"), id, store.SlotRouter, store.BuiltinSubscriptionPreference, true, s.d.t(now), s.d.t(now)); err != nil {
+			return err
+		}
+		var err error
+		out, err = s.getPrincipal(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Principal, error) {
+	var out *store.Principal
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
+		n, err := s.exec(ctx, tx, "UPDATE principals SET "+set+", revision = revision + 1, updated_at = ? "+
+			"WHERE id = ? AND (? = 0 OR revision = ?)", all...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.checkRevision(ctx, tx, "principals", "revision", "", id)
+		}
+		out, err = s.getPrincipal(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) UpdatePrincipal(ctx context.Context, id string, expect int64, p store.Principal) (*store.Principal, error) {
+	return s.updatePrincipal(ctx, id, expect, "name = ?, kind = ?, allowed_models = ?, default_limits = ?, cache_keepalive = ?",
+		p.Name, p.Kind, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits), jsonOptional(p.CacheKeepalive))
+}
+
+func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p store.PrincipalPatch) (*store.Principal, error) {
+	set := "id = id"
+	var args []any
+	add := func(col string, v any) {
+		set += ", " + col + " = ?"
+		args = append(args, v)
+	}
+	if p.Name != nil {
+		add("name", *p.Name)
+	}
+	if p.Enabled != nil {
+		add("enabled", *p.Enabled)
+	}
+	if p.AllowedModels != nil {
+		add("allowed_models", jsonModels(*p.AllowedModels))
+	}
+	if p.DefaultLimits != nil {
+		add("default_limits", jsonLimits(*p.DefaultLimits))
+	}
+	if p.SetCacheKeepalive {
+		add("cache_keepalive", jsonOptional(p.CacheKeepalive))
+	}
+	return s.updatePrincipal(ctx, id, expect, set, args...)
+}
+
+func (s *Store) DeletePrincipal(ctx context.Context, id string, expect int64) error {
+	return s.tx(ctx, true, func(tx *sql.Tx) error {
+		// Children first: SQLite enforces ON DELETE CASCADE only with
+		// foreign keys on, and explicit deletes keep both drivers alike.
+		n, err := s.exec(ctx, tx, "DELETE FROM principals WHERE id = ? AND (? = 0 OR revision = ?)", id, expect, expect)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.checkRevision(ctx, tx, "principals", "revision", "", id)
+		}
+		if _, err := s.exec(ctx, tx, "DELETE FROM principal_keys WHERE principal_id = ?", id); err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, "DELETE FROM plugin_chain_entries WHERE principal_id = ?", id)
+		return err
+	})
+}
+
+// ------------------------------------------------------------------ keys
+
+func (s *Store) queryKeys(ctx context.Context, q querier, where string, args ...any) ([]store.Key, error) {
+	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT id, principal_id, name, prefix, hash, created_at, revoked_at FROM principal_keys "+where+" ORDER BY created_at, id"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Key{}
+	for rows.Next() {
+		var k store.Key
+		if err := rows.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt}); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
+	if k.ID == "" {
+		k.ID = store.NewID("key")
+	}
+	k.CreatedAt = s.nowT()
+	k.RevokedAt = nil
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		if _, err := s.getPrincipal(ctx, tx, k.PrincipalID); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+			k.ID, k.PrincipalID, k.Name, k.Prefix, k.Hash, s.d.t(k.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, error) {
+	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
+		return nil, err
+	}
+	ks, err := s.queryKeys(ctx, s.db, "WHERE principal_id = ?", principalID)
+	return ks, s.d.classify(err)
+}
+
+func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*store.Key, error) {
+	var out *store.Key
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
+			s.d.t(s.nowT()), keyID, principalID); err != nil {
+			return err
+		}
+		ks, err := s.queryKeys(ctx, tx, "WHERE id = ? AND principal_id = ?", keyID, principalID)
+		if err != nil {
+			return err
+		}
+		if len(ks) == 0 {
+			return store.ErrNotFound
+		}
+		out = &ks[0]
+		return nil
+	})
+	return out, err
+}
+
+// ----------------------------------------------------------------- chain
+
+func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
+	rows, err := q.QueryContext(ctx, s.d.rebind(`SELECT id, principal_id, slot, builtin, wasm_registry_id, config, position, enabled,
+		revision, created_at, updated_at FROM plugin_chain_entries `+where), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.ChainEntry{}
+	for rows.Next() {
+		var e store.ChainEntry
+		var builtin, wasm sql.NullString
+		var cfg string
+		if err := rows.Scan(&e.ID, &e.PrincipalID, &e.Slot, &builtin, &wasm, &cfg, &e.Position, &e.Enabled, &e.Revision,
+			reqTime{&e.CreatedAt}, reqTime{&e.UpdatedAt}); err != nil {
+			return nil, err
+		}
+		if builtin.Valid {
+			e.Builtin = &builtin.String
+		}
+		if wasm.Valid {
+			e.WasmRegistryID = &wasm.String
+		}
+		e.Config = json.RawMessage(cfg)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.PrincipalID != b.PrincipalID {
+			return a.PrincipalID < b.PrincipalID
+		}
+		if a.Slot != b.Slot {
+			return a.Slot < b.Slot
+		}
+		if a.Position != b.Position {
+			return a.Position < b.Position
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
+}
+
+func (s *Store) ListChain(ctx context.Context, principalID string) ([]store.ChainEntry, error) {
+	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
+		return nil, err
+	}
+	es, err := s.queryChain(ctx, s.db, "WHERE principal_id = ?", principalID)
+	return es, s.d.classify(err)
+}
+
+func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, config json.RawMessage, enabled bool) (*store.ChainEntry, error) {
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
+	}
+	var out *store.ChainEntry
+	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, "UPDATE plugin_chain_entries SET config = ?, enabled = ?, revision = revision + 1, updated_at = ? WHERE id = ? AND (? = 0 OR revision = ?)",
+			string(config), enabled, s.d.t(s.nowT()), id, expect, expect)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.checkRevision(ctx, tx, "plugin_chain_entries", "revision", "", id)
+		}
+		es, err := s.queryChain(ctx, tx, "WHERE id = ?", id)
+		if err != nil {
+			return err
+		}
+		out = &es[0]
+		return nil
+	})
+	return out, err
+}
+
+// ---------------------------------------------------------------- events
+
+func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return s.tx(ctx, false, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
+			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, e := range events {
+			if e.ID == "" {
+				e.ID = store.NewID("ev")
+			}
+			if _, err := stmt.ExecContext(ctx, e.ID, s.d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
+				e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
+				e.DurationMillis); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]store.RequestEvent, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms
+		FROM request_events WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?`), s.d.t(since), limit)
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	defer rows.Close()
+	out := []store.RequestEvent{}
+	for rows.Next() {
+		var e store.RequestEvent
+		if err := rows.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
+			&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
+			&e.DurationMillis); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, s.d.classify(rows.Err())
+}

@@ -1,0 +1,515 @@
+// Package storetest is the one behavioural suite every store driver passes.
+// Driver packages call Exercise with a function that opens a fresh, empty,
+// migrated store per call.
+package storetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Clock is a settable clock a driver's open function wires into the store.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock starts at a fixed instant.
+func NewClock() *Clock { return &Clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+// Now returns the current fake time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Advance moves the clock.
+func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Opener opens a fresh store driven by clk.
+type Opener func(t *testing.T, clk *Clock) store.Store
+
+type bundle struct {
+	st  store.Store
+	clk *Clock
+	ctx context.Context
+}
+
+func setup(t *testing.T, open Opener) *bundle {
+	t.Helper()
+	clk := NewClock()
+	st := open(t, clk)
+	t.Cleanup(func() { st.Close() })
+	return &bundle{st: st, clk: clk, ctx: context.Background()}
+}
+
+// must returns v, or aborts the running check with err. It panics with a
+// failure that run turns into t.Fatal, so calls nest inside expressions.
+func must[T any](v T, err error) T {
+	if err != nil {
+		_, file, line, _ := runtime.Caller(1)
+		panic(failure(fmt.Sprintf("%s:%d: unexpected error: %v", filepath.Base(file), line, err)))
+	}
+	return v
+}
+
+type failure string
+
+// run executes one check, turning a must failure into t.Fatal.
+func run(t *testing.T, open Opener, check func(*testing.T, Opener)) {
+	t.Parallel()
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(failure); ok {
+				t.Fatal(string(f))
+			}
+			panic(r)
+		}
+	}()
+	check(t, open)
+}
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error %v, want %v", err, target)
+	}
+}
+
+func apiKeySpec(name string) store.UpstreamSpec {
+	return store.UpstreamSpec{Name: name, Kind: store.KindVendorAPIKey, BaseURL: "https://api.example", Enabled: true,
+		Credential: []byte("ct-" + name), CredentialKind: "api_key"}
+}
+
+func principal(name string) store.Principal {
+	return store.Principal{Name: name, Kind: "machine", Enabled: true, AllowedModels: []string{"claude-*"}}
+}
+
+// Exercise runs the suite.
+func Exercise(t *testing.T, open Opener) {
+	t.Run("Upstreams", func(t *testing.T) { run(t, open, testUpstreams) })
+	t.Run("UpstreamConcurrency", func(t *testing.T) { run(t, open, testUpstreamConcurrency) })
+	t.Run("BackgroundWrites", func(t *testing.T) { run(t, open, testBackgroundWrites) })
+	t.Run("MassDisableWarmup", func(t *testing.T) { run(t, open, testMassDisable) })
+	t.Run("Principals", func(t *testing.T) { run(t, open, testPrincipals) })
+	t.Run("Keys", func(t *testing.T) { run(t, open, testKeys) })
+	t.Run("ReferencedDelete", func(t *testing.T) { run(t, open, testReferenced) })
+	t.Run("LoadConfig", func(t *testing.T) { run(t, open, testLoadConfig) })
+	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
+}
+
+// P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
+// soft delete, name reuse, optimistic locking.
+func testUpstreams(t *testing.T, open Opener) {
+	b := setup(t, open)
+	gen0 := must(b.st.ConfigGeneration(b.ctx))
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("main")))
+	if u.ID == "" || u.SpecRevision != 1 || !u.Enabled || u.CredentialVersion != 1 || string(u.Credential) != "ct-main" {
+		t.Fatalf("created %+v", u)
+	}
+	if !u.CreatedAt.Equal(b.clk.Now()) {
+		t.Fatalf("created_at %v, want %v", u.CreatedAt, b.clk.Now())
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen0+1 {
+		t.Fatalf("generation %d after create, want %d", g, gen0+1)
+	}
+	_, err := b.st.CreateUpstream(b.ctx, apiKeySpec("main"))
+	wantErr(t, err, store.ErrConflict)
+
+	given := apiKeySpec("given-id")
+	given.ID = "up_fixed"
+	if got := must(b.st.CreateUpstream(b.ctx, given)); got.ID != "up_fixed" {
+		t.Fatalf("id %s", got.ID)
+	}
+
+	got := must(b.st.GetUpstream(b.ctx, u.ID))
+	if got.Name != "main" || got.Kind != store.KindVendorAPIKey || got.BaseURL != "https://api.example" {
+		t.Fatalf("get %+v", got)
+	}
+	_, err = b.st.GetUpstream(b.ctx, "up_missing")
+	wantErr(t, err, store.ErrNotFound)
+
+	b.clk.Advance(time.Minute)
+	spec := apiKeySpec("renamed")
+	spec.Credential = nil
+	spec.BaseURL = "https://other.example"
+	up := must(b.st.UpdateUpstream(b.ctx, u.ID, 1, spec))
+	if up.SpecRevision != 2 || up.Name != "renamed" || up.BaseURL != "https://other.example" || string(up.Credential) != "ct-main" || !up.UpdatedAt.Equal(b.clk.Now()) {
+		t.Fatalf("updated %+v", up)
+	}
+	_, err = b.st.UpdateUpstream(b.ctx, u.ID, 1, spec)
+	wantErr(t, err, store.ErrStaleRevision)
+	_, err = b.st.UpdateUpstream(b.ctx, "up_missing", 1, spec)
+	wantErr(t, err, store.ErrNotFound)
+	// A failed update changed nothing.
+	if again := must(b.st.GetUpstream(b.ctx, u.ID)); again.SpecRevision != 2 || again.Name != "renamed" {
+		t.Fatalf("failed update changed the row: %+v", again)
+	}
+
+	off, on := false, true
+	p := must(b.st.PatchUpstream(b.ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Enabled: &off, WarmupEnabled: &on}))
+	if p.SpecRevision != 3 || p.Enabled || !p.WarmupEnabled {
+		t.Fatalf("patched %+v", p)
+	}
+	dialect := "reg_1"
+	p = must(b.st.PatchUpstream(b.ctx, u.ID, 3, store.UpstreamPatch{SetWarmupDialect: true, WarmupDialectPlugin: &dialect}))
+	if p.WarmupDialectPlugin == nil || *p.WarmupDialectPlugin != "reg_1" || p.SpecRevision != 4 {
+		t.Fatalf("dialect %+v", p)
+	}
+	p = must(b.st.PatchUpstream(b.ctx, u.ID, 4, store.UpstreamPatch{SetWarmupDialect: true}))
+	if p.WarmupDialectPlugin != nil {
+		t.Fatal("dialect not cleared")
+	}
+
+	wantErr(t, b.st.DeleteUpstream(b.ctx, u.ID, 1), store.ErrStaleRevision)
+	if err := b.st.DeleteUpstream(b.ctx, u.ID, p.SpecRevision); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.st.GetUpstream(b.ctx, u.ID)
+	wantErr(t, err, store.ErrNotFound)
+	wantErr(t, b.st.DeleteUpstream(b.ctx, u.ID, store.AnyRevision), store.ErrNotFound)
+	// The name of a deleted upstream is free again.
+	must(b.st.CreateUpstream(b.ctx, apiKeySpec("renamed")))
+	list := must(b.st.ListUpstreams(b.ctx))
+	if len(list) != 2 {
+		t.Fatalf("list %d", len(list))
+	}
+}
+
+// P-API-2: concurrent writers with the same expected revision: exactly one
+// wins, the others get stale_revision, nothing is lost or doubled.
+func testUpstreamConcurrency(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("race")))
+	const writers = 12
+	var ok, stale atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			name := fmt.Sprintf("w%d", i)
+			_, err := b.st.PatchUpstream(b.ctx, u.ID, u.SpecRevision, store.UpstreamPatch{Name: &name})
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, store.ErrStaleRevision):
+				stale.Add(1)
+			default:
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if ok.Load() != 1 || stale.Load() != writers-1 {
+		t.Fatalf("ok=%d stale=%d", ok.Load(), stale.Load())
+	}
+	if got := must(b.st.GetUpstream(b.ctx, u.ID)); got.SpecRevision != u.SpecRevision+1 {
+		t.Fatalf("revision %d", got.SpecRevision)
+	}
+	// Unconditional writers all apply, one revision each.
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			on := true
+			if _, err := b.st.PatchUpstream(b.ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Enabled: &on}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := must(b.st.GetUpstream(b.ctx, u.ID)); got.SpecRevision != u.SpecRevision+1+writers {
+		t.Fatalf("lost updates: revision %d", got.SpecRevision)
+	}
+	// Concurrent creates of one name: exactly one succeeds.
+	var created atomic.Int64
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.st.CreateUpstream(b.ctx, apiKeySpec("same-name"))
+			if err == nil {
+				created.Add(1)
+			} else if !errors.Is(err, store.ErrConflict) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if created.Load() != 1 {
+		t.Fatalf("created %d upstreams with one name", created.Load())
+	}
+}
+
+// P-UP-6, P-UP-7: background writes (status, credential) never bump
+// spec_revision; a status write does not bump the config generation.
+func testBackgroundWrites(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: "https://x", Enabled: true, WarmupEnabled: true}))
+	if u.Credential != nil || u.CredentialVersion != 0 {
+		t.Fatalf("credential on create: %+v", u)
+	}
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	now := b.clk.Now()
+	msg := "boom"
+	if err := b.st.SetUpstreamStatus(b.ctx, u.ID, store.UpstreamStatus{LastApplyError: &msg, LastApplyAt: &now, LastWarmupAt: &now}); err != nil {
+		t.Fatal(err)
+	}
+	got := must(b.st.GetUpstream(b.ctx, u.ID))
+	if got.SpecRevision != u.SpecRevision || got.Status.LastApplyError == nil || *got.Status.LastApplyError != "boom" ||
+		got.Status.LastWarmupAt == nil || !got.Status.LastWarmupAt.Equal(now) {
+		t.Fatalf("status write: %+v", got)
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen {
+		t.Fatal("status write bumped the config generation")
+	}
+	c := must(b.st.SetUpstreamCredential(b.ctx, u.ID, "oauth", []byte("sealed")))
+	if c.SpecRevision != u.SpecRevision || c.CredentialVersion != 1 || c.CredentialKind != "oauth" || string(c.Credential) != "sealed" {
+		t.Fatalf("credential write: %+v", c)
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen+1 {
+		t.Fatal("a credential change must reach the snapshots")
+	}
+	wantErr(t, b.st.SetUpstreamStatus(b.ctx, "up_missing", store.UpstreamStatus{}), store.ErrNotFound)
+	_, err := b.st.SetUpstreamCredential(b.ctx, "up_missing", "oauth", nil)
+	wantErr(t, err, store.ErrNotFound)
+}
+
+// P-WARM-R3: the storage-level mass disable turns warm-up off on every
+// non-deleted vendor_oauth upstream, bumping spec_revision and updated time.
+func testMassDisable(t *testing.T, open Opener) {
+	b := setup(t, open)
+	mk := func(name, kind string, warm bool) *store.Upstream {
+		return must(b.st.CreateUpstream(b.ctx, store.UpstreamSpec{Name: name, Kind: kind, BaseURL: "https://x", Enabled: true, WarmupEnabled: warm}))
+	}
+	a, c := mk("a", store.KindVendorOAuth, true), mk("c", store.KindVendorOAuth, false)
+	k := mk("k", store.KindVendorAPIKey, false)
+	gone := mk("gone", store.KindVendorOAuth, true)
+	if err := b.st.DeleteUpstream(b.ctx, gone.ID, store.AnyRevision); err != nil {
+		t.Fatal(err)
+	}
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	b.clk.Advance(time.Hour)
+	n := must(b.st.DisableWarmupForOAuthUpstreams(b.ctx))
+	if n != 1 {
+		t.Fatalf("disabled %d, want 1", n)
+	}
+	got := must(b.st.GetUpstream(b.ctx, a.ID))
+	if got.WarmupEnabled || got.SpecRevision != a.SpecRevision+1 || !got.UpdatedAt.Equal(b.clk.Now()) {
+		t.Fatalf("a after mass disable: %+v", got)
+	}
+	for _, u := range []*store.Upstream{c, k} {
+		if g := must(b.st.GetUpstream(b.ctx, u.ID)); g.SpecRevision != u.SpecRevision {
+			t.Fatalf("%s touched", u.Name)
+		}
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g <= gen {
+		t.Fatal("replicas would not notice the mass disable")
+	}
+}
+
+// P-PR-1, P-PR-4, P-PR-5, P-PR-6, P-PR-7.
+func testPrincipals(t *testing.T, open Opener) {
+	b := setup(t, open)
+	ka := json.RawMessage(`{"enabled":true,"max_refreshes_per_session":3}`)
+	in := principal("app")
+	in.DefaultLimits = json.RawMessage(`[{"kind":"requests","window_secs":60,"max":5}]`)
+	in.CacheKeepalive = ka
+	p := must(b.st.CreatePrincipal(b.ctx, in))
+	if p.ID == "" || p.Revision != 1 || !p.Enabled || len(p.AllowedModels) != 1 || string(p.CacheKeepalive) == "" {
+		t.Fatalf("created %+v", p)
+	}
+	var kav map[string]any
+	if json.Unmarshal(p.CacheKeepalive, &kav) != nil || kav["max_refreshes_per_session"] != float64(3) {
+		t.Fatalf("keepalive %s", p.CacheKeepalive)
+	}
+	_, err := b.st.CreatePrincipal(b.ctx, principal("app"))
+	wantErr(t, err, store.ErrConflict)
+
+	// The built-in router entry is seeded at position 0.
+	chain := must(b.st.ListChain(b.ctx, p.ID))
+	if len(chain) != 1 || chain[0].Slot != store.SlotRouter || chain[0].Builtin == nil ||
+		*chain[0].Builtin != store.BuiltinSubscriptionPreference || chain[0].Position != 0 || !chain[0].Enabled || chain[0].WasmRegistryID != nil {
+		t.Fatalf("chain %+v", chain)
+	}
+	_, err = b.st.ListChain(b.ctx, "pr_missing")
+	wantErr(t, err, store.ErrNotFound)
+
+	bare := must(b.st.CreatePrincipal(b.ctx, store.Principal{Name: "bare", Kind: "user", Enabled: true}))
+	if bare.AllowedModels == nil || len(bare.AllowedModels) != 0 || string(bare.DefaultLimits) != "[]" || bare.CacheKeepalive != nil {
+		t.Fatalf("bare %+v", bare)
+	}
+
+	upd := principal("app2")
+	upd.AllowedModels = []string{"*"}
+	u := must(b.st.UpdatePrincipal(b.ctx, p.ID, 1, upd))
+	if u.Revision != 2 || u.Name != "app2" || u.AllowedModels[0] != "*" || u.CacheKeepalive != nil {
+		t.Fatalf("updated %+v", u)
+	}
+	_, err = b.st.UpdatePrincipal(b.ctx, p.ID, 1, upd)
+	wantErr(t, err, store.ErrStaleRevision)
+	_, err = b.st.UpdatePrincipal(b.ctx, "pr_missing", 1, upd)
+	wantErr(t, err, store.ErrNotFound)
+	_, err = b.st.UpdatePrincipal(b.ctx, p.ID, 2, principal("bare"))
+	wantErr(t, err, store.ErrConflict)
+
+	off := false
+	models := []string{"a", "b"}
+	pp := must(b.st.PatchPrincipal(b.ctx, p.ID, 2, store.PrincipalPatch{Enabled: &off, AllowedModels: &models, SetCacheKeepalive: true, CacheKeepalive: ka}))
+	if pp.Enabled || len(pp.AllowedModels) != 2 || pp.CacheKeepalive == nil || pp.Revision != 3 || pp.Name != "app2" {
+		t.Fatalf("patched %+v", pp)
+	}
+	pp = must(b.st.PatchPrincipal(b.ctx, p.ID, store.AnyRevision, store.PrincipalPatch{SetCacheKeepalive: true}))
+	if pp.CacheKeepalive != nil {
+		t.Fatal("null did not clear cache_keepalive")
+	}
+	wantErr(t, b.st.DeletePrincipal(b.ctx, p.ID, 1), store.ErrStaleRevision)
+	must(b.st.CreateKey(b.ctx, store.Key{PrincipalID: p.ID, Name: "k", Prefix: "sk-px-x", Hash: hash("x")}))
+	if err := b.st.DeletePrincipal(b.ctx, p.ID, pp.Revision); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.st.GetPrincipal(b.ctx, p.ID)
+	wantErr(t, err, store.ErrNotFound)
+	cfg := must(b.st.LoadConfig(b.ctx))
+	for _, k := range cfg.Keys {
+		if k.PrincipalID == p.ID {
+			t.Fatal("keys survived their principal")
+		}
+	}
+	for _, e := range cfg.Chains {
+		if e.PrincipalID == p.ID {
+			t.Fatal("chain entries survived their principal")
+		}
+	}
+	wantErr(t, b.st.DeletePrincipal(b.ctx, p.ID, store.AnyRevision), store.ErrNotFound)
+	if n := len(must(b.st.ListPrincipals(b.ctx))); n != 1 {
+		t.Fatalf("list %d", n)
+	}
+}
+
+func hash(s string) []byte { h := sha256.Sum256([]byte(s)); return h[:] }
+
+// P-KEY-1 (storage side): only the hash is kept; revocation is idempotent.
+func testKeys(t *testing.T, open Opener) {
+	b := setup(t, open)
+	p := must(b.st.CreatePrincipal(b.ctx, principal("p")))
+	k := must(b.st.CreateKey(b.ctx, store.Key{PrincipalID: p.ID, Name: "ci", Prefix: "sk-px-abcd", Hash: hash("plain")}))
+	if k.ID == "" || k.RevokedAt != nil {
+		t.Fatalf("key %+v", k)
+	}
+	_, err := b.st.CreateKey(b.ctx, store.Key{PrincipalID: p.ID, Prefix: "x", Hash: hash("plain")})
+	wantErr(t, err, store.ErrConflict)
+	_, err = b.st.CreateKey(b.ctx, store.Key{PrincipalID: "pr_missing", Prefix: "x", Hash: hash("other")})
+	wantErr(t, err, store.ErrNotFound)
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	b.clk.Advance(time.Second)
+	r := must(b.st.RevokeKey(b.ctx, p.ID, k.ID))
+	if r.RevokedAt == nil || !r.RevokedAt.Equal(b.clk.Now()) {
+		t.Fatalf("revoked %+v", r)
+	}
+	b.clk.Advance(time.Second)
+	r2 := must(b.st.RevokeKey(b.ctx, p.ID, k.ID))
+	if !r2.RevokedAt.Equal(*r.RevokedAt) {
+		t.Fatal("second revoke moved revoked_at")
+	}
+	if must(b.st.ConfigGeneration(b.ctx)) <= gen {
+		t.Fatal("revocation must reach the snapshots")
+	}
+	_, err = b.st.RevokeKey(b.ctx, p.ID, "key_missing")
+	wantErr(t, err, store.ErrNotFound)
+	keys := must(b.st.ListKeys(b.ctx, p.ID))
+	if len(keys) != 1 || keys[0].RevokedAt == nil {
+		t.Fatalf("list %+v", keys)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	if len(cfg.Keys) != 0 {
+		t.Fatal("revoked key in live configuration")
+	}
+}
+
+// P-UP-11: an upstream named by a chain entry's config cannot be deleted.
+func testReferenced(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("pinned")))
+	p := must(b.st.CreatePrincipal(b.ctx, principal("p")))
+	chain := must(b.st.ListChain(b.ctx, p.ID))
+	setChainConfig(t, b, chain[0].ID, fmt.Sprintf(`{"upstream_ids":["%s"]}`, u.ID))
+	err := b.st.DeleteUpstream(b.ctx, u.ID, store.AnyRevision)
+	wantErr(t, err, store.ErrReferenced)
+	var re *store.ReferencedError
+	if !errors.As(err, &re) || len(re.References) != 1 || re.References[0].ID != chain[0].ID || re.References[0].Owner != p.ID {
+		t.Fatalf("references %+v", re)
+	}
+	if _, err := b.st.GetUpstream(b.ctx, u.ID); err != nil {
+		t.Fatal("refused delete removed the upstream")
+	}
+	setChainConfig(t, b, chain[0].ID, `{}`)
+	if err := b.st.DeleteUpstream(b.ctx, u.ID, store.AnyRevision); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setChainConfig(t *testing.T, b *bundle, id, cfg string) {
+	t.Helper()
+	e := must(b.st.UpdateChainEntry(b.ctx, id, store.AnyRevision, json.RawMessage(cfg), true))
+	if string(e.Config) == "" || e.Revision < 2 {
+		t.Fatalf("entry %+v", e)
+	}
+	_, err := b.st.UpdateChainEntry(b.ctx, id, 1, json.RawMessage(cfg), true)
+	wantErr(t, err, store.ErrStaleRevision)
+	_, err = b.st.UpdateChainEntry(b.ctx, "ce_missing", store.AnyRevision, json.RawMessage(cfg), true)
+	wantErr(t, err, store.ErrNotFound)
+}
+
+// P-RUNTIME-1: the live configuration, read consistently.
+func testLoadConfig(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("u1")))
+	gone := must(b.st.CreateUpstream(b.ctx, apiKeySpec("u2")))
+	if err := b.st.DeleteUpstream(b.ctx, gone.ID, store.AnyRevision); err != nil {
+		t.Fatal(err)
+	}
+	p := must(b.st.CreatePrincipal(b.ctx, principal("p")))
+	k := must(b.st.CreateKey(b.ctx, store.Key{PrincipalID: p.ID, Prefix: "x", Hash: hash("k")}))
+	cfg := must(b.st.LoadConfig(b.ctx))
+	if len(cfg.Upstreams) != 1 || cfg.Upstreams[0].ID != u.ID || len(cfg.Principals) != 1 || len(cfg.Keys) != 1 ||
+		cfg.Keys[0].ID != k.ID || string(cfg.Keys[0].Hash) != string(hash("k")) || len(cfg.Chains) != 1 {
+		t.Fatalf("config %+v", cfg)
+	}
+	if cfg.Generation != must(b.st.ConfigGeneration(b.ctx)) {
+		t.Fatal("generation mismatch")
+	}
+	if err := b.st.Ping(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testEvents(t *testing.T, open Opener) {
+	b := setup(t, open)
+	base := b.clk.Now()
+	var evs []store.RequestEvent
+	for i := 0; i < 5; i++ {
+		evs = append(evs, store.RequestEvent{At: base.Add(time.Duration(i) * time.Minute), PrincipalID: "pr_1", KeyID: "key_1",
+			UpstreamID: "up_1", Model: "m", Stream: i%2 == 0, Status: 200, InputTokens: int64(i), OutputTokens: 2,
+			CacheCreationInputTokens: 3, CacheReadInputTokens: 4, DurationMillis: 5})
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got := must(b.st.ListRequestEvents(b.ctx, base.Add(2*time.Minute), 10))
+	if len(got) != 3 || got[0].InputTokens != 4 || !got[0].At.Equal(base.Add(4*time.Minute)) || !got[0].Stream || got[0].CacheReadInputTokens != 4 {
+		t.Fatalf("events %+v", got)
+	}
+	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
+		t.Fatal("limit ignored")
+	}
+}
