@@ -1,0 +1,361 @@
+package admin
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// UpstreamResponse is the wire form of an upstream. It never carries the
+// credential.
+type UpstreamResponse struct {
+	ID                  string         `json:"id"`
+	Name                string         `json:"name"`
+	Kind                string         `json:"kind"`
+	BaseURL             string         `json:"base_url"`
+	Enabled             bool           `json:"enabled"`
+	WarmupEnabled       bool           `json:"warmup_enabled"`
+	WarmupDialectPlugin *string        `json:"warmup_dialect_plugin"`
+	SpecRevision        int64          `json:"spec_revision"`
+	CredentialMode      *string        `json:"credential_mode"`
+	HasCredential       bool           `json:"has_credential"`
+	Status              UpstreamStatus `json:"status"`
+	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
+	UpdatedAtUnixSecs   int64          `json:"updated_at_unix_secs"`
+}
+
+// UpstreamStatus is system-managed state.
+type UpstreamStatus struct {
+	LastApplyError       *string `json:"last_apply_error"`
+	LastApplyAtUnixSecs  *int64  `json:"last_apply_at_unix_secs"`
+	LastWarmupAtUnixSecs *int64  `json:"last_warmup_at_unix_secs"`
+}
+
+func upstreamResponse(u *store.Upstream) UpstreamResponse {
+	r := UpstreamResponse{
+		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
+		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0,
+		Status: UpstreamStatus{
+			LastApplyError: u.Status.LastApplyError, LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
+			LastWarmupAtUnixSecs: unixp(u.Status.LastWarmupAt),
+		},
+		CreatedAtUnixSecs: unix(u.CreatedAt), UpdatedAtUnixSecs: unix(u.UpdatedAt),
+	}
+	if r.HasCredential && u.CredentialKind != "" {
+		m := u.CredentialKind
+		r.CredentialMode = &m
+	}
+	return r
+}
+
+// UpstreamCreateBody is the body of POST /admin/v1/upstreams.
+type UpstreamCreateBody struct {
+	Name          string  `json:"name"`
+	Kind          string  `json:"kind"`
+	BaseURL       string  `json:"base_url"`
+	APIKeyEnv     *string `json:"api_key_env"`
+	APIKeyValue   *string `json:"api_key_value"`
+	Enabled       *bool   `json:"enabled"`
+	WarmupEnabled *bool   `json:"warmup_enabled"`
+}
+
+// UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
+// user-managed fields, replaced. The credential is kept unless one is given.
+type UpstreamUpdateBody struct {
+	Name          string  `json:"name"`
+	Kind          *string `json:"kind"`
+	BaseURL       string  `json:"base_url"`
+	APIKeyEnv     *string `json:"api_key_env"`
+	APIKeyValue   *string `json:"api_key_value"`
+	Enabled       *bool   `json:"enabled"`
+	WarmupEnabled *bool   `json:"warmup_enabled"`
+}
+
+// UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
+type UpstreamPatchBody struct {
+	WarmupEnabled *bool   `json:"warmup_enabled"`
+	Enabled       *bool   `json:"enabled"`
+	Name          *string `json:"name"`
+	BaseURL       *string `json:"base_url"`
+}
+
+func validName(name string) error {
+	if n := len(strings.TrimSpace(name)); n == 0 || len(name) > 128 || n != len(name) {
+		return invalid("name: required, 1 to 128 characters without leading or trailing spaces")
+	}
+	return nil
+}
+
+// validLocation checks base_url: an absolute http(s) URL with a host and no
+// user info, query or fragment.
+func validLocation(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.RawQuery != "" || u.Fragment != "" || strings.Contains(raw, "#") {
+		return apiErr(http.StatusBadRequest, "invalid_location", "base_url must be an absolute http or https URL with a host and without user info, query or fragment; got %q", raw)
+	}
+	return nil
+}
+
+// credential resolves api_key_env / api_key_value into the sealed credential.
+func (a *api) credential(id, kind string, env, value *string, required bool) ([]byte, error) {
+	if env != nil && value != nil {
+		return nil, apiErr(http.StatusBadRequest, "conflicting_api_key", "give either api_key_env or api_key_value, not both")
+	}
+	if kind == store.KindVendorOAuth {
+		if env != nil || value != nil {
+			return nil, invalid("vendor_oauth upstreams get their credential from the OAuth flow; api_key_env and api_key_value are not accepted")
+		}
+		return nil, nil
+	}
+	var plain string
+	switch {
+	case env != nil:
+		if *env == "" {
+			return nil, invalid("api_key_env: name an environment variable")
+		}
+		plain = a.Getenv(*env)
+		if plain == "" {
+			return nil, invalid("api_key_env: the variable %s is not set or empty in the server's environment", *env)
+		}
+	case value != nil:
+		if *value == "" {
+			return nil, invalid("api_key_value: must not be empty")
+		}
+		plain = *value
+	default:
+		if required {
+			return nil, invalid("vendor_api_key upstreams need api_key_env or api_key_value")
+		}
+		return nil, nil
+	}
+	return a.Sealer.Seal([]byte(plain), []byte("upstream-credential:"+id))
+}
+
+func validKind(kind string) error {
+	if kind != store.KindVendorAPIKey && kind != store.KindVendorOAuth {
+		return invalid("kind: must be vendor_api_key or vendor_oauth, got %q", kind)
+	}
+	return nil
+}
+
+func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
+	var b UpstreamCreateBody
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if err := validName(b.Name); err != nil {
+		return err
+	}
+	if err := validKind(b.Kind); err != nil {
+		return err
+	}
+	if err := validLocation(b.BaseURL); err != nil {
+		return err
+	}
+	id := store.NewID("up")
+	cred, err := a.credential(id, b.Kind, b.APIKeyEnv, b.APIKeyValue, true)
+	if err != nil {
+		return err
+	}
+	spec := store.UpstreamSpec{ID: id, Name: b.Name, Kind: b.Kind, BaseURL: b.BaseURL, Enabled: true,
+		WarmupEnabled: b.Kind == store.KindVendorOAuth}
+	if b.Enabled != nil {
+		spec.Enabled = *b.Enabled
+	}
+	if b.WarmupEnabled != nil {
+		// Only the vendor_oauth default may be on before credentials exist
+		// (it takes effect once OAuth completes); asking for warm-up on any
+		// other upstream is refused like the PATCH.
+		if *b.WarmupEnabled && b.Kind != store.KindVendorOAuth {
+			return warmupNeedsOAuth()
+		}
+		spec.WarmupEnabled = *b.WarmupEnabled
+	}
+	if cred != nil {
+		spec.Credential, spec.CredentialKind = cred, "api_key"
+	}
+	u, err := a.Store.CreateUpstream(r.Context(), spec)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	a.changed(r.Context())
+	w.Header().Set("Location", "/admin/v1/upstreams/"+u.ID)
+	etag(w, u.SpecRevision)
+	writeJSON(w, http.StatusCreated, upstreamResponse(u))
+	return nil
+}
+
+func warmupNeedsOAuth() error {
+	return apiErr(http.StatusBadRequest, "warmup_requires_oauth_credentials", "warm-up needs a vendor_oauth upstream holding OAuth credentials; complete the OAuth flow first")
+}
+
+func (a *api) listUpstreams(w http.ResponseWriter, r *http.Request) error {
+	us, err := a.Store.ListUpstreams(r.Context())
+	if err != nil {
+		return fromStore(err, resUpstream, "")
+	}
+	out := make([]UpstreamResponse, 0, len(us))
+	for i := range us {
+		out = append(out, upstreamResponse(&us[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) getUpstream(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	u, err := a.Store.GetUpstream(r.Context(), id)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	etag(w, u.SpecRevision)
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, upstreamResponse(u))
+	return nil
+}
+
+func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	expect, err := ifMatch(r, false)
+	if err != nil {
+		return err
+	}
+	var b UpstreamUpdateBody
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	cur, err := a.Store.GetUpstream(r.Context(), id)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	if b.Kind != nil && *b.Kind != cur.Kind {
+		return invalid("kind: an upstream's kind cannot change (%s); create a new upstream", cur.Kind)
+	}
+	if err := validName(b.Name); err != nil {
+		return err
+	}
+	if err := validLocation(b.BaseURL); err != nil {
+		return err
+	}
+	cred, err := a.credential(id, cur.Kind, b.APIKeyEnv, b.APIKeyValue, false)
+	if err != nil {
+		return err
+	}
+	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled}
+	if b.Enabled != nil {
+		spec.Enabled = *b.Enabled
+	}
+	if b.WarmupEnabled != nil {
+		if *b.WarmupEnabled && !cur.WarmupEnabled && !hasOAuth(cur) {
+			return warmupNeedsOAuth()
+		}
+		spec.WarmupEnabled = *b.WarmupEnabled
+	}
+	if cred != nil {
+		spec.Credential, spec.CredentialKind = cred, "api_key"
+	}
+	u, err := a.Store.UpdateUpstream(r.Context(), id, expect, spec)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	a.changed(r.Context())
+	etag(w, u.SpecRevision)
+	writeJSON(w, http.StatusOK, upstreamResponse(u))
+	return nil
+}
+
+func hasOAuth(u *store.Upstream) bool {
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == "oauth" && len(u.Credential) > 0
+}
+
+func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	expect, err := ifMatch(r, true)
+	if err != nil {
+		return err
+	}
+	var b UpstreamPatchBody
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	if b.Name != nil {
+		if err := validName(*b.Name); err != nil {
+			return err
+		}
+	}
+	if b.BaseURL != nil {
+		if err := validLocation(*b.BaseURL); err != nil {
+			return err
+		}
+	}
+	if b.WarmupEnabled != nil && *b.WarmupEnabled {
+		cur, err := a.Store.GetUpstream(r.Context(), id)
+		if err != nil {
+			return fromStore(err, resUpstream, id)
+		}
+		if !hasOAuth(cur) {
+			return warmupNeedsOAuth()
+		}
+	}
+	u, err := a.Store.PatchUpstream(r.Context(), id, expect, store.UpstreamPatch{
+		Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled,
+	})
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	a.changed(r.Context())
+	etag(w, u.SpecRevision)
+	writeJSON(w, http.StatusOK, upstreamResponse(u))
+	return nil
+}
+
+func (a *api) deleteUpstream(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	expect, err := ifMatch(r, false)
+	if err != nil {
+		return err
+	}
+	if err := a.Store.DeleteUpstream(r.Context(), id, expect); err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	a.changed(r.Context())
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *api) setUpstreamEnabled(on bool) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := r.PathValue("id")
+		expect, err := ifMatch(r, false)
+		if err != nil {
+			return err
+		}
+		u, err := a.Store.PatchUpstream(r.Context(), id, expect, store.UpstreamPatch{Enabled: &on})
+		if err != nil {
+			return fromStore(err, resUpstream, id)
+		}
+		a.changed(r.Context())
+		etag(w, u.SpecRevision)
+		writeJSON(w, http.StatusOK, upstreamResponse(u))
+		return nil
+	}
+}
+
+// limitResets returns the stored limit-reset observation; it never contacts
+// the provider. Observations are written by the usage poll of OAuth
+// upstreams; until one exists the observation is null.
+func (a *api) limitResets(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := a.Store.GetUpstream(r.Context(), id); err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"upstream_id": id, "observation": nil})
+	return nil
+}
