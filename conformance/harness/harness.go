@@ -1,0 +1,409 @@
+// Package harness starts the project's real binaries for conformance suites:
+// each spec gets fresh processes on free loopback ports, with their output
+// captured and printed (secrets redacted) only when the spec fails.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var binDir = flag.String("bin-dir", "", "directory holding the built binaries (default: <module root>/bin)")
+
+// Bin returns the path of a built binary, failing the spec when it is missing.
+func Bin(name string) string {
+	dir := *binDir
+	if dir == "" {
+		dir = filepath.Join(ModuleRoot(), "bin")
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		Fail(fmt.Sprintf("binary %s not found (run make build, or pass -bin-dir): %v", p, err))
+	}
+	return p
+}
+
+// ModuleRoot finds the directory holding go.mod.
+func ModuleRoot() string {
+	dir, _ := os.Getwd()
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	return dir
+}
+
+// FreeAddr returns a loopback address with a port free right now.
+func FreeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// RandomHex returns n random bytes as hex.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Proc is a running binary.
+type Proc struct {
+	Name    string
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	done    chan struct{}
+	secrets []string
+}
+
+// Start runs bin with args and env; output is kept for failure reports.
+func Start(name, bin string, args []string, env map[string]string, secrets ...string) *Proc {
+	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{}), secrets: secrets}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	Expect(cmd.Start()).To(Succeed())
+	p.cmd = cmd
+	go func() { cmd.Wait(); close(p.done) }()
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() {
+			GinkgoWriter.Printf("\n----- output of %s -----\n%s\n", p.Name, p.Output())
+		}
+		p.Stop()
+	})
+	return p
+}
+
+// Output is the process's output so far, secrets redacted.
+func (p *Proc) Output() string {
+	s := p.out.String()
+	for _, sec := range p.secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[REDACTED]")
+		}
+	}
+	return s
+}
+
+// Stop sends SIGTERM and waits, then SIGKILL after a grace period.
+func (p *Proc) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Kill stops the process at once, as a crash would.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ---------------------------------------------------------------- sim
+
+// Sim is a running bin/sim.
+type Sim struct {
+	*Proc
+	Addr string
+	URL  string
+}
+
+// StartSim starts the provider simulator accepting the given API keys.
+func StartSim(keys ...string) *Sim {
+	addr := FreeAddr()
+	args := []string{"--listen", addr}
+	for _, k := range keys {
+		args = append(args, "--api-key", k)
+	}
+	s := &Sim{Proc: Start("sim", Bin("sim"), args, nil, keys...), Addr: addr, URL: "http://" + addr}
+	Eventually(func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}, 20*time.Second, 20*time.Millisecond).Should(Succeed(), "sim did not start:\n%s", s.Output())
+	return s
+}
+
+// Recorded is one request the sim saw.
+type Recorded struct {
+	Path     string      `json:"path"`
+	RawQuery string      `json:"raw_query"`
+	Header   http.Header `json:"header"`
+	Body     string      `json:"body"`
+}
+
+// Requests lists what the sim received.
+func (s *Sim) Requests() []Recorded {
+	var out []Recorded
+	res, err := http.Get(s.URL + "/_sim/requests")
+	Expect(err).NotTo(HaveOccurred())
+	defer res.Body.Close()
+	Expect(json.NewDecoder(res.Body).Decode(&out)).To(Succeed())
+	return out
+}
+
+// Fault queues a fault (see docs/sim.md).
+func (s *Sim) Fault(f map[string]any) {
+	b, _ := json.Marshal(f)
+	res, err := http.Post(s.URL+"/_sim/faults", "application/json", bytes.NewReader(b))
+	Expect(err).NotTo(HaveOccurred())
+	res.Body.Close()
+	Expect(res.StatusCode).To(Equal(http.StatusNoContent))
+}
+
+// -------------------------------------------------------------- proxy
+
+// ProxyOptions configures StartProxy.
+type ProxyOptions struct {
+	// DatabaseURL defaults to a fresh SQLite file in a temp directory.
+	DatabaseURL string
+	// Dir holds the SQLite file (reuse it to restart on the same data).
+	Dir  string
+	Env  map[string]string
+	Args []string
+	// Token and MasterKey default to fresh random values.
+	Token, MasterKey string
+}
+
+// Proxy is a running bin/proxy.
+type Proxy struct {
+	*Proc
+	Opts      ProxyOptions
+	ProxyAddr string
+	AdminAddr string
+	ProxyURL  string
+	AdminURL  string
+	Token     string
+}
+
+// StartProxy starts bin/proxy and waits until its admin API answers.
+func StartProxy(o ProxyOptions) *Proxy {
+	if o.Dir == "" {
+		o.Dir = GinkgoT().TempDir()
+	}
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = "sqlite://" + filepath.Join(o.Dir, "proxy.db")
+	}
+	if o.Token == "" {
+		o.Token = "adm-" + RandomHex(16)
+	}
+	if o.MasterKey == "" && !strings.HasPrefix(o.DatabaseURL, "sqlite://") {
+		o.MasterKey = RandomHex(32)
+	}
+	p := &Proxy{Opts: o, ProxyAddr: FreeAddr(), AdminAddr: FreeAddr(), Token: o.Token}
+	p.ProxyURL, p.AdminURL = "http://"+p.ProxyAddr, "http://"+p.AdminAddr
+	env := map[string]string{"PROXY_ADMIN_TOKEN": o.Token}
+	if o.MasterKey != "" {
+		env["PROXY_MASTER_KEY"] = o.MasterKey
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	args := append([]string{"--proxy-listen", p.ProxyAddr, "--admin-listen", p.AdminAddr, "--database-url", o.DatabaseURL, "--log-format", "json"}, o.Args...)
+	p.Proc = Start("proxy", Bin("proxy"), args, env, o.Token, o.MasterKey)
+	Eventually(func() int {
+		if p.Exited() {
+			StopTrying("proxy exited:\n" + p.Output()).Now()
+		}
+		st, _, _ := p.Admin().Do("GET", "/admin/v1/status", nil)
+		return st
+	}, 30*time.Second, 50*time.Millisecond).Should(Equal(200), "proxy did not become ready")
+	return p
+}
+
+// Restart stops the proxy and starts it again on the same data and ports.
+func (p *Proxy) Restart() {
+	p.Stop()
+	o := p.Opts
+	np := &Proxy{Opts: o, ProxyAddr: p.ProxyAddr, AdminAddr: p.AdminAddr, Token: p.Token, ProxyURL: p.ProxyURL, AdminURL: p.AdminURL}
+	env := map[string]string{"PROXY_ADMIN_TOKEN": o.Token}
+	if o.MasterKey != "" {
+		env["PROXY_MASTER_KEY"] = o.MasterKey
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	args := append([]string{"--proxy-listen", p.ProxyAddr, "--admin-listen", p.AdminAddr, "--database-url", o.DatabaseURL, "--log-format", "json"}, o.Args...)
+	np.Proc = Start("proxy", Bin("proxy"), args, env, o.Token, o.MasterKey)
+	Eventually(func() int {
+		st, _, _ := np.Admin().Do("GET", "/admin/v1/status", nil)
+		return st
+	}, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
+	*p = *np
+}
+
+// Admin returns a client for the proxy's admin API.
+func (p *Proxy) Admin() *Admin { return &Admin{Base: p.AdminURL, Token: p.Token} }
+
+// Admin is a small admin API client.
+type Admin struct {
+	Base, Token string
+}
+
+// Do sends a request; body may be nil, a string or a value to encode.
+// hdr holds header name/value pairs.
+func (a *Admin) Do(method, path string, body any, hdr ...string) (int, http.Header, []byte) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		Expect(err).NotTo(HaveOccurred())
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, a.Base+path, rd)
+	Expect(err).NotTo(HaveOccurred())
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, []byte(err.Error())
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, b
+}
+
+// JSON sends a request expecting status and decodes the answer.
+func (a *Admin) JSON(method, path string, body any, status int, hdr ...string) map[string]any {
+	st, _, b := a.Do(method, path, body, hdr...)
+	ExpectWithOffset(1, st).To(Equal(status), "%s %s: %s", method, path, b)
+	var m map[string]any
+	if len(b) > 0 {
+		ExpectWithOffset(1, json.Unmarshal(b, &m)).To(Succeed(), string(b))
+	}
+	return m
+}
+
+// ExpectError checks the admin error shape, status and code.
+func (a *Admin) ExpectError(method, path string, body any, status int, code string, hdr ...string) {
+	st, _, b := a.Do(method, path, body, hdr...)
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	ExpectWithOffset(1, json.Unmarshal(b, &e)).To(Succeed(), string(b))
+	ExpectWithOffset(1, st).To(Equal(status), string(b))
+	ExpectWithOffset(1, e.Error.Code).To(Equal(code), string(b))
+	ExpectWithOffset(1, e.Error.Message).NotTo(BeEmpty())
+}
+
+// CreateUpstream creates a vendor_api_key upstream pointing at base.
+func (a *Admin) CreateUpstream(name, base, key string) string {
+	m := a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": name, "kind": "vendor_api_key", "base_url": base, "api_key_value": key}, 201)
+	return m["id"].(string)
+}
+
+// CreatePrincipal creates a machine principal allowed the given models.
+func (a *Admin) CreatePrincipal(name string, models ...string) string {
+	if models == nil {
+		models = []string{}
+	}
+	m := a.JSON("POST", "/admin/v1/principals", map[string]any{"name": name, "kind": "machine", "allowed_models": models}, 201)
+	return m["id"].(string)
+}
+
+// IssueKey issues a key and returns (key id, plaintext).
+func (a *Admin) IssueKey(principalID string) (string, string) {
+	m := a.JSON("POST", "/admin/v1/principals/"+principalID+"/keys", map[string]any{"name": "conformance"}, 201)
+	return m["id"].(string), m["key"].(string)
+}
+
+// Messages posts a Messages request to the proxy with the given headers.
+func Messages(proxyURL, body string, hdr ...string) (int, http.Header, []byte) {
+	req, err := http.NewRequest("POST", proxyURL+"/v1/messages", strings.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, []byte(err.Error())
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, b
+}
+
+// AnthropicErrorType decodes an Anthropic error body's type.
+func AnthropicErrorType(body []byte) string {
+	var e struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	if json.Unmarshal(body, &e) != nil || e.Type != "error" || e.Error.Message == "" {
+		return "not an Anthropic error: " + string(body)
+	}
+	return e.Error.Type
+}
