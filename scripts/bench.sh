@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# make bench: the gateway against a bare reverse proxy on the same provider
+# simulator, plus Go micro-benchmarks of the relay. Writes docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+step "building the baseline and the load generator"
+go build -o "$tmp/bareproxy" ./conformance/bench/cmd/bareproxy
+go build -o "$tmp/loadgen" ./conformance/bench/cmd/loadgen
+
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+sim=127.0.0.1:$(port); px=127.0.0.1:$(port); adm=127.0.0.1:$(port); bare=127.0.0.1:$(port)
+key=sk-sim-bench; token=bench-$(date +%s)
+
+bin/sim --listen "$sim" --api-key "$key" 2>"$tmp/sim.log" & pids+=($!)
+PROXY_ADMIN_TOKEN=$token bin/proxy --proxy-listen "$px" --admin-listen "$adm" --database-url "sqlite://$tmp/bench.db" --log-level warn 2>"$tmp/proxy.log" & pids+=($!)
+"$tmp/bareproxy" --listen "$bare" --target "http://$sim" --api-key "$key" 2>"$tmp/bare.log" & pids+=($!)
+for _ in $(seq 1 100); do curl -fsS -H "Authorization: Bearer $token" "http://$adm/admin/v1/status" >/dev/null 2>&1 && break; sleep 0.1; done
+
+api() { curl -fsS -X POST -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data "$2" "http://$adm/admin/v1$1"; }
+api /upstreams "{\"name\":\"sim\",\"kind\":\"vendor_api_key\",\"base_url\":\"http://$sim\",\"api_key_value\":\"$key\"}" >/dev/null
+pid=$(api /principals '{"name":"bench","kind":"machine","allowed_models":["*"]}' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)
+pkey=$(api "/principals/$pid/keys" '{}' | sed -n 's/.*"key":"\([^"]*\)".*/\1/p' | head -1)
+[ -n "$pkey" ] || die "could not issue a key: $(cat "$tmp/proxy.log")"
+
+step "load: gateway vs bare reverse proxy (alternating)"
+"$tmp/loadgen" --proxy "http://$px" --proxy-key "$pkey" --bare "http://$bare" --n "${BENCH_N:-5000}" \
+  --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "$tmp/overhead.md"
+
+step "micro-benchmarks of the relay"
+go test -run '^$' -bench . -benchmem -count 1 ./impl/gateway/relay/ | tee "$tmp/micro.txt"
+
+{
+  cat "$tmp/overhead.md"
+  echo
+  echo "## Relay micro-benchmarks (in-process, no network)"
+  echo
+  echo '```'
+  grep -E '^(Benchmark|cpu:)' "$tmp/micro.txt"
+  echo '```'
+  echo
+  echo '`BenchmarkRelay` is one full proxied request through `relay.Handler` with an in-memory upstream;'
+  echo '`BenchmarkScanRequest1MB` is the top-level scan for `model` and `stream` in a 1 MB prompt.'
+} > docs/benchmarks.md
+step "wrote docs/benchmarks.md"
