@@ -351,4 +351,3 @@ func hijackClose(w http.ResponseWriter) {
 	}
 	panic(http.ErrAbortHandler)
 }
-
