@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -363,6 +364,40 @@ var _ = Describe("Official Anthropic SDK", func() {
 		var apiErr *anthropic.Error
 		Expect(errors.As(err, &apiErr)).To(BeTrue())
 		Expect(apiErr.StatusCode).To(Equal(401))
+	})
+})
+
+var _ = Describe("Usage", func() {
+	It("records every proxied request with its token usage, streaming and not", func() {
+		w := newWorld()
+		h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
+		h.Messages(w.px.ProxyURL, streamBody, "x-api-key", w.key)
+		h.Messages(w.px.ProxyURL, `{"model":"gpt-4o","max_tokens":1,"messages":[]}`, "x-api-key", w.key)
+		type event struct {
+			PrincipalID  string `json:"principal_id"`
+			KeyID        string `json:"key_id"`
+			UpstreamID   string `json:"upstream_id"`
+			Stream       bool
+			Status       int
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		}
+		var evs []event
+		Eventually(func() int {
+			_, _, b := w.admin.Do("GET", "/admin/v1/request-events?limit=10", nil)
+			evs = nil
+			json.Unmarshal(b, &evs)
+			return len(evs)
+		}, 10*time.Second, 50*time.Millisecond).Should(Equal(2))
+		for _, e := range evs {
+			Expect(e.Status).To(Equal(200))
+			Expect(e.PrincipalID).To(Equal(w.principal))
+			Expect(e.KeyID).To(Equal(w.keyID))
+			Expect(e.UpstreamID).To(Equal(w.upstream))
+			Expect(e.InputTokens).To(Equal(3))
+			Expect(e.OutputTokens).To(Equal(3))
+		}
+		Expect(evs[0].Stream).NotTo(Equal(evs[1].Stream))
 	})
 })
 

@@ -297,7 +297,7 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, body []byte,
 		if n == 1 && f != nil && f.FirstEventDelayMS > 0 {
 			time.Sleep(time.Duration(f.FirstEventDelayMS) * time.Millisecond)
 		}
-		b, _ := json.Marshal(data)
+		b := typeFirst(data)
 		var buf bytes.Buffer
 		buf.WriteString("event: " + event + "\ndata: ")
 		buf.Write(b)
@@ -339,6 +339,32 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, body []byte,
 		return
 	}
 	send("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// typeFirst encodes an event object with "type" as its first key, as the
+// real API does (clients and proxies may rely on it to classify events cheaply).
+func typeFirst(v any) []byte {
+	m, ok := v.(map[string]any)
+	if !ok {
+		b, _ := json.Marshal(v)
+		return b
+	}
+	rest := make(map[string]any, len(m))
+	for k, val := range m {
+		if k != "type" {
+			rest[k] = val
+		}
+	}
+	t, _ := json.Marshal(m["type"])
+	b, _ := json.Marshal(rest)
+	out := append([]byte(`{"type":`), t...)
+	if len(b) > 2 {
+		out = append(out, ',')
+		out = append(out, b[1:]...)
+	} else {
+		out = append(out, '}')
+	}
+	return out
 }
 
 // hijackClose drops the connection without a proper end of response.

@@ -3,6 +3,8 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -99,6 +101,57 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		out.Principals = append(out.Principals, ep)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// RequestEventResponse is one recorded proxied request.
+type RequestEventResponse struct {
+	ID                       string `json:"id"`
+	AtUnixSecs               int64  `json:"at_unix_secs"`
+	PrincipalID              string `json:"principal_id"`
+	KeyID                    string `json:"key_id"`
+	UpstreamID               string `json:"upstream_id"`
+	Model                    string `json:"model"`
+	Stream                   bool   `json:"stream"`
+	Status                   int    `json:"status"`
+	ErrorType                string `json:"error_type"`
+	InputTokens              int64  `json:"input_tokens"`
+	OutputTokens             int64  `json:"output_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	DurationMillis           int64  `json:"duration_ms"`
+}
+
+// requestEvents lists recent proxied requests, newest first (?limit=N, at
+// most 1000; ?since_unix_secs=T).
+func (a *api) requestEvents(w http.ResponseWriter, r *http.Request) error {
+	limit, since := 100, int64(0)
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return invalid("limit: must be 1 to 1000")
+		}
+		limit = n
+	}
+	if v := r.URL.Query().Get("since_unix_secs"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("since_unix_secs: must be a unix time in seconds")
+		}
+		since = n
+	}
+	evs, err := a.Store.ListRequestEvents(r.Context(), time.Unix(since, 0), limit)
+	if err != nil {
+		return fromStore(err, resPrincipal, "")
+	}
+	out := make([]RequestEventResponse, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
+			UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
+			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
+			CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -84,7 +84,7 @@ func TestSSETapKeepsOnlyUsageLines(t *testing.T) {
 	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":11}}}\n\n" +
 		"event: ping\ndata: {\"type\":\"ping\"}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"" + strings.Repeat("x", 500) + "\"}}\n\n" +
-		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\r\n\r\n"
+		"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7},\"type\":\"message_delta\"}\r\n\r\n"
 	// Feed in every chunk size to prove lines split across reads are joined.
 	for size := 1; size <= len(stream); size += 7 {
 		var tap sseTap

@@ -10,6 +10,9 @@ type sseTap struct {
 	decided bool
 	keep    bool
 	lines   [][]byte
+	// usageEvent is set after an "event: message_start|message_delta" line,
+	// so the data line that follows is kept whatever its key order.
+	usageEvent bool
 }
 
 // A data line's event type sits in its first bytes; this many are enough to
@@ -41,8 +44,14 @@ func (t *sseTap) feed(p []byte) {
 			if len(head) > tapDecideBytes {
 				head = head[:tapDecideBytes]
 			}
-			t.keep = bytes.HasPrefix(head, []byte("data:")) &&
-				(bytes.Contains(head, []byte(`"message_start"`)) || bytes.Contains(head, []byte(`"message_delta"`)))
+			isData := bytes.HasPrefix(head, []byte("data:"))
+			t.keep = isData && (t.usageEvent ||
+				bytes.Contains(head, []byte(`"message_start"`)) || bytes.Contains(head, []byte(`"message_delta"`)))
+			if bytes.HasPrefix(head, []byte("event:")) {
+				t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta"))
+			} else if isData {
+				t.usageEvent = false
+			}
 		}
 		if i >= 0 {
 			if t.keep && len(t.line) > 0 {
