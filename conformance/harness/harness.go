@@ -407,3 +407,29 @@ func AnthropicErrorType(body []byte) string {
 	}
 	return e.Error.Type
 }
+
+// RunTool runs a binary to completion, expecting success, and returns its output.
+func RunTool(bin string, args []string, env map[string]string) string {
+	out, err := runTool(bin, args, env)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred(), out)
+	return out
+}
+
+// RunToolFail runs a binary expecting it to fail, and returns its output.
+func RunToolFail(bin string, args []string, env map[string]string) string {
+	out, err := runTool(bin, args, env)
+	ExpectWithOffset(1, err).To(HaveOccurred(), out)
+	return out
+}
+
+func runTool(bin string, args []string, env map[string]string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

@@ -41,6 +41,9 @@ var Version = "dev"
 
 // Main runs the proxy until ctx ends. env is the process environment lookup.
 func Main(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "storage" {
+		return storageCommand(ctx, args[1:], getenv, stderr)
+	}
 	cfg, err := ParseConfig(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,131 @@
+package replicas_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	h "github.com/pillarhq/pillar/conformance/harness"
+)
+
+func TestReplicas(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Multi-replica conformance (PostgreSQL)")
+}
+
+const simKey = "sk-sim-replicas"
+const body = `{"model":"claude-x","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+
+type cluster struct {
+	db       string
+	sim      *h.Sim
+	replicas []*h.Proxy
+}
+
+// newCluster starts n replicas sharing one fresh schema, one admin token and
+// one master key.
+func newCluster(n int, args ...string) *cluster {
+	c := &cluster{db: h.FreshSchema(), sim: h.StartSim(simKey)}
+	token, master := "adm-"+h.RandomHex(12), h.RandomHex(32)
+	for i := 0; i < n; i++ {
+		c.replicas = append(c.replicas, h.StartProxy(h.ProxyOptions{DatabaseURL: c.db, Token: token, MasterKey: master,
+			Args: append([]string{"--replica-id", fmt.Sprintf("r%d", i), "--replicas", "3"}, args...)}))
+	}
+	return c
+}
+
+func status(p *h.Proxy, key string) int {
+	st, _, _ := h.Messages(p.ProxyURL, body, "x-api-key", key)
+	return st
+}
+
+var _ = Describe("Replicas on PostgreSQL", Label("P-RUNTIME-3"), func() {
+	It("enforces a change made through any replica on every replica within a second", func() {
+		c := newCluster(3)
+		a := c.replicas[0].Admin()
+		a.CreateUpstream("sim", c.sim.URL, simKey)
+		pr := a.CreatePrincipal("app", "*")
+		keyID, key := a.IssueKey(pr)
+		for _, r := range c.replicas {
+			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(200), r.Opts.Args[1])
+		}
+		// Disable through replica 2; every replica refuses within a second.
+		c.replicas[2].Admin().JSON("POST", "/admin/v1/principals/"+pr+"/disable", nil, 200)
+		for _, r := range c.replicas {
+			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(403))
+		}
+		c.replicas[1].Admin().JSON("POST", "/admin/v1/principals/"+pr+"/enable", nil, 200)
+		c.replicas[1].Admin().JSON("DELETE", "/admin/v1/principals/"+pr+"/keys/"+keyID, nil, 200)
+		for _, r := range c.replicas {
+			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(401))
+		}
+	})
+
+	It("lets exactly one of concurrent conflicting writes through different replicas win", Label("P-API-2"), func() {
+		c := newCluster(3)
+		up := c.replicas[0].Admin().CreateUpstream("sim", c.sim.URL, simKey)
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		for i := 0; i < 9; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer GinkgoRecover()
+				defer wg.Done()
+				st, _, _ := c.replicas[i%3].Admin().Do("PATCH", "/admin/v1/upstreams/"+up, map[string]any{"name": fmt.Sprintf("n%d", i)}, "If-Match", `"1"`)
+				mu.Lock()
+				codes[st]++
+				mu.Unlock()
+			}(i)
+		}
+		wg.Wait()
+		Expect(codes).To(Equal(map[int]int{200: 1, 409: 8}))
+		got := c.replicas[1].Admin().JSON("GET", "/admin/v1/upstreams/"+up, nil, 200)
+		Expect(got["spec_revision"]).To(BeEquivalentTo(2))
+	})
+
+	It("repairs a missed notification with the reconciler", Label("P-RUNTIME-4"), func() {
+		c := newCluster(2, "--reconcile-interval", "1s")
+		a := c.replicas[0].Admin()
+		a.CreateUpstream("sim", c.sim.URL, simKey)
+		pr := a.CreatePrincipal("app", "*")
+		_, key := a.IssueKey(pr)
+		for _, r := range c.replicas {
+			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(200))
+		}
+		// A change written behind the replicas' backs: no NOTIFY is sent,
+		// only the generation moves. The reconciler must find it.
+		h.ExecSQL(c.db,
+			"UPDATE principals SET enabled = false, revision = revision + 1 WHERE id = '"+pr+"'",
+			"UPDATE config_generation SET generation = generation + 1 WHERE id = 1")
+		for _, r := range c.replicas {
+			Eventually(func() int { return status(r, key) }, 5*time.Second, 50*time.Millisecond).Should(Equal(403))
+		}
+	})
+
+	It("disables warm-up for every OAuth upstream with a storage-level operation that replicas pick up", Label("P-WARM-R3"), func() {
+		c := newCluster(2)
+		a := c.replicas[0].Admin()
+		o := a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "sub", "kind": "vendor_oauth", "base_url": c.sim.URL}, 201)
+		Expect(o["warmup_enabled"]).To(BeTrue())
+		c.replicas[1].Stop()
+		out := h.RunTool(h.Bin("proxy"), []string{"storage", "disable-oauth-warmup", "--database-url", c.db}, nil)
+		Expect(out).To(ContainSubstring("disabled warm-up on 1 vendor_oauth upstream"))
+		got := a.JSON("GET", "/admin/v1/upstreams/"+o["id"].(string), nil, 200)
+		Expect(got["warmup_enabled"]).To(BeFalse())
+		Expect(got["spec_revision"]).To(BeEquivalentTo(2))
+	})
+
+	It("refuses to start when the pools do not fit the connection budget", Label("P-LIM-1"), func() {
+		db := h.FreshSchema()
+		out := h.RunToolFail(h.Bin("proxy"), []string{"--database-url", db, "--proxy-listen", h.FreeAddr(), "--admin-listen", h.FreeAddr(),
+			"--main-pool", "60", "--scheduler-pool", "40", "--replicas", "3"},
+			map[string]string{"PROXY_ADMIN_TOKEN": "t", "PROXY_MASTER_KEY": h.RandomHex(32)})
+		Expect(out).To(ContainSubstring("connection budget exceeded"))
+		Expect(out).To(ContainSubstring("max_connections"))
+	})
+})

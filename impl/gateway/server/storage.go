@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+)
+
+// storageCommand runs offline storage operations: `proxy storage <op>`.
+// They write the database directly, as an operator's maintenance step, and
+// bump what replicas watch so running replicas pick the change up.
+func storageCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	usage := "usage: proxy storage disable-oauth-warmup [--database-url URL]"
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	op, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("proxy storage "+op, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database-url", "", "database (default: $PROXY_DATABASE_URL or sqlite://proxy.db)")
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	u := *dbURL
+	if u == "" {
+		u = getenv("PROXY_DATABASE_URL")
+	}
+	if u == "" {
+		u = "sqlite://proxy.db"
+	}
+	driver, dsn, err := ParseDatabaseURL(u)
+	if err != nil {
+		return err
+	}
+	cfg := defaults()
+	st, err := openStore(ctx, &cfg, driver, dsn, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return fmt.Errorf("open %s database: %w", driver, err)
+	}
+	defer st.Close()
+	switch op {
+	case "disable-oauth-warmup":
+		// P-WARM-R3: every non-deleted vendor_oauth upstream, spec_revision
+		// and updated time bumped in one statement.
+		n, err := st.DisableWarmupForOAuthUpstreams(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "disabled warm-up on %d vendor_oauth upstream(s)\n", n)
+		return nil
+	}
+	return fmt.Errorf("unknown storage operation %q; %s", op, usage)
+}
