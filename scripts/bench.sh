@@ -33,6 +33,23 @@ step "load: gateway vs bare reverse proxy (alternating)"
 "$tmp/loadgen" --proxy "http://$px" --proxy-key "$pkey" --bare "http://$bare" --n "${BENCH_N:-5000}" \
   --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" --out "$tmp/overhead.md"
 
+step "replica propagation on PostgreSQL"
+pgurl=$(bash scripts/postgres.sh)
+schema=bench_$(date +%s)
+psql -q "$pgurl" -c "CREATE SCHEMA $schema" >/dev/null
+dburl="${pgurl}&search_path=$schema"
+master=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+pa=127.0.0.1:$(port); aa=127.0.0.1:$(port); pb=127.0.0.1:$(port); ab=127.0.0.1:$(port)
+for r in "$pa $aa" "$pb $ab"; do
+  set -- $r
+  PROXY_ADMIN_TOKEN=$token PROXY_MASTER_KEY=$master bin/proxy --proxy-listen "$1" --admin-listen "$2" --database-url "$dburl" --log-level warn 2>>"$tmp/replicas.log" & pids+=($!)
+done
+for a in $aa $ab; do for _ in $(seq 1 100); do curl -fsS -H "Authorization: Bearer $token" "http://$a/admin/v1/status" >/dev/null 2>&1 && break; sleep 0.1; done; done
+go build -o "$tmp/propagation" ./conformance/bench/cmd/propagation
+PROXY_ADMIN_TOKEN=$token "$tmp/propagation" --admin-a "http://$aa" --proxy-b "http://$pb" --sim "http://$sim" --sim-key "$key" \
+  --n "${BENCH_PROPAGATION_N:-200}" --out "$tmp/overhead.md"
+PGOPTIONS=--client-min-messages=warning psql -q "$pgurl" -c "DROP SCHEMA $schema CASCADE" >/dev/null
+
 step "micro-benchmarks of the relay"
 go test -run '^$' -bench . -benchmem -count 1 ./impl/gateway/relay/ | tee "$tmp/micro.txt"
 
