@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/pillarhq/pillar/impl/gateway/jobs"
 )
 
 // Config is everything the proxy binary is told at start-up. Flags and the
@@ -40,6 +42,10 @@ type Config struct {
 		// pools it must fit the connection budget (see CheckBudget).
 		Replicas int `yaml:"replicas"`
 	} `yaml:"database"`
+	// Retention bounds how long the pruning job keeps rows.
+	Retention jobs.Retention `yaml:"retention"`
+	// SchedulerWorkers is how many jobs this replica runs at once.
+	SchedulerWorkers int `yaml:"scheduler_workers"`
 	// MigrateContract applies contract-phase (column-dropping) migrations;
 	// only set it once every replica runs a version that no longer needs
 	// what they drop.
@@ -65,6 +71,8 @@ func defaults() Config {
 	c.Database.MainPool = 10
 	c.Database.SchedulerPool = 5
 	c.Database.Replicas = 1
+	c.Retention = jobs.DefaultRetention
+	c.SchedulerWorkers = 4
 	return c
 }
 
@@ -184,6 +192,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Database.SchedulerPool < 1 {
 		bad("database.scheduler_pool", "must be at least 1")
+	}
+	for key, d := range map[string]time.Duration{"retention.request_events": c.Retention.RequestEvents,
+		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity} {
+		if d < time.Hour {
+			bad(key, "must be at least 1h, got %s", d)
+		}
+	}
+	if c.SchedulerWorkers < 1 {
+		bad("scheduler_workers", "must be at least 1")
 	}
 	if c.Database.Replicas < 1 {
 		bad("database.replicas", "must be at least 1")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,7 +28,9 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
+	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -79,9 +82,11 @@ type running struct {
 	log     *slog.Logger
 	st      store.Store
 	rec     *usage.Recorder
-	servers []*http.Server
-	cancel  context.CancelFunc
-	errc    chan error
+	servers    []*http.Server
+	cancel     context.CancelFunc
+	errc       chan error
+	sched      *scheduler.Scheduler
+	closeSched func()
 }
 
 func start(ctx context.Context, cfg *Config, getenv func(string) string, log *slog.Logger, stderr io.Writer) (*running, error) {
@@ -120,6 +125,21 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	}
 	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage")})
 
+	schedMetrics := scheduler.NewMetrics(reg)
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, log)
+	if err != nil {
+		schedMetrics.InitFailure.Set(1)
+		rec.Close()
+		st.Close()
+		return nil, err
+	}
+	if err := sched.Start(ctx); err != nil {
+		closeSched()
+		rec.Close()
+		st.Close()
+		return nil, err
+	}
+
 	startedAt := time.Now()
 	relayH := relay.New(relay.Options{
 		Source: rt, Recorder: rec, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
@@ -129,7 +149,8 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt,
 		Extra: map[string]http.Handler{
-			"/metrics": promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			"/admin/scheduler/": schedulerHandler{sched},
 		},
 	})
 
@@ -149,7 +170,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		go l.Run(bg)
 	}
 
-	r := &running{log: log, st: st, rec: rec, cancel: cancel, errc: make(chan error, 2)}
+	r := &running{log: log, st: st, rec: rec, cancel: cancel, errc: make(chan error, 2), sched: sched, closeSched: closeSched}
 	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
 	if err != nil {
 		r.close()
@@ -185,6 +206,12 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 func (r *running) close() {
 	r.cancel()
+	if r.sched != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_ = r.sched.Stop(ctx)
+		cancel()
+		r.closeSched()
+	}
 	if r.rec != nil {
 		r.rec.Close()
 	}
@@ -305,3 +332,43 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 	u, p, k := s.Counts()
 	return admin.SnapshotInfo{Generation: s.Generation, BuiltAt: s.BuiltAt, Upstreams: u, Principals: p, Keys: k}
 }
+
+// newScheduler opens the scheduler's own connection pool on the gateway's
+// database and registers the durable job types.
+func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, log *slog.Logger) (*scheduler.Scheduler, func(), error) {
+	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention})
+	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID}
+	if driver == "sqlite" {
+		db, err := sqlite.OpenDB(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		db.SetMaxOpenConns(1) // River on SQLite: one connection avoids SQLITE_BUSY between its own goroutines
+		s, err := scheduler.NewSQLite(ctx, db, types, o)
+		if err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("scheduler: %w", err)
+		}
+		return s, func() { db.Close() }, nil
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	pcfg.MaxConns = int32(cfg.Database.SchedulerPool)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := scheduler.NewPostgres(ctx, pool, types, o)
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return s, pool.Close, nil
+}
+
+// schedulerHandler serves /admin/scheduler/* behind the admin authentication.
+type schedulerHandler struct{ s *scheduler.Scheduler }
+
+func (h schedulerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.Handler().ServeHTTP(w, r) }

@@ -256,4 +256,30 @@ type Store interface {
 	InsertRequestEvents(ctx context.Context, events []RequestEvent) error
 	// ListRequestEvents returns events at or after since, newest first, at most limit.
 	ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]RequestEvent, error)
+
+	// RollupUsage recomputes the hourly usage rollups of every hour that
+	// overlaps [from, to) from request events. Recomputing is idempotent, so
+	// a rollup job may run more than once.
+	RollupUsage(ctx context.Context, from, to time.Time) (buckets int64, err error)
+	// ListUsageRollups returns rollups of buckets at or after since, oldest first.
+	ListUsageRollups(ctx context.Context, since time.Time) ([]UsageRollup, error)
+	// Prune deletes rows of a prunable table older than before; see PrunableTables.
+	Prune(ctx context.Context, table string, before time.Time) (int64, error)
+}
+
+// PrunableTables are the tables Prune accepts.
+var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity"}
+
+// UsageRollup is one hour of usage for a principal, upstream and model.
+type UsageRollup struct {
+	BucketStart              time.Time
+	PrincipalID              string
+	UpstreamID               string
+	Model                    string
+	Requests                 int64
+	Errors                   int64
+	InputTokens              int64
+	OutputTokens             int64
+	CacheCreationInputTokens int64
+	CacheReadInputTokens     int64
 }

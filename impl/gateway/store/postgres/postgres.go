@@ -37,8 +37,9 @@ const migrationLock = "SELECT pg_advisory_xact_lock(7428190412)"
 // Dialect is PostgreSQL's: timestamptz, numbered placeholders, and a NOTIFY
 // on the configuration channel in every configuration transaction.
 var Dialect = &sqlstore.Dialect{
-	Name:     "postgres",
-	Numbered: true,
+	Name:       "postgres",
+	Numbered:   true,
+	HourBucket: "date_trunc('hour', at)",
 	IsUnique: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"

@@ -30,8 +30,9 @@ type Options struct {
 
 // Dialect is SQLite's: unix-second times, '?' placeholders.
 var Dialect = &sqlstore.Dialect{
-	Name:     "sqlite",
-	UnixTime: true,
+	Name:       "sqlite",
+	UnixTime:   true,
+	HourBucket: "(at / 3600) * 3600",
 	IsUnique: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
 	IsUnavailable: func(err error) bool {
 		m := err.Error()

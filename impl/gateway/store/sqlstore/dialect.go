@@ -29,6 +29,8 @@ type Dialect struct {
 	IsUnique func(error) bool
 	// IsUnavailable reports that the database cannot be reached.
 	IsUnavailable func(error) bool
+	// HourBucket is the SQL expression truncating request_events.at to its hour.
+	HourBucket string
 	// Notify, when set, runs inside every configuration-changing
 	// transaction after the generation bump (PostgreSQL NOTIFY).
 	Notify func(ctx context.Context, tx *sql.Tx, generation int64) error

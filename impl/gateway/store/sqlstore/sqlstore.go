@@ -745,3 +745,62 @@ func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit in
 	}
 	return out, s.d.classify(rows.Err())
 }
+
+// ---------------------------------------------------------- maintenance
+
+func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, error) {
+	from = from.UTC().Truncate(time.Hour)
+	to = to.UTC().Truncate(time.Hour)
+	if !to.After(from) {
+		to = from.Add(time.Hour)
+	}
+	var n int64
+	err := s.tx(ctx, false, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "DELETE FROM usage_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
+			return err
+		}
+		var err error
+		n, err = s.exec(ctx, tx, `INSERT INTO usage_rollups (bucket_start, principal_id, upstream_id, model, requests, errors,
+			input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens)
+			SELECT `+s.d.HourBucket+`, principal_id, upstream_id, model, COUNT(*), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END),
+			SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_input_tokens), SUM(cache_read_input_tokens)
+			FROM request_events WHERE at >= ? AND at < ?
+			GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
+		return err
+	})
+	return n, err
+}
+
+func (s *Store) ListUsageRollups(ctx context.Context, since time.Time) ([]store.UsageRollup, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT bucket_start, principal_id, upstream_id, model, requests, errors, input_tokens,
+		output_tokens, cache_creation_input_tokens, cache_read_input_tokens FROM usage_rollups WHERE bucket_start >= ?
+		ORDER BY bucket_start, principal_id, upstream_id, model`), s.d.t(since.UTC().Truncate(time.Hour)))
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	defer rows.Close()
+	out := []store.UsageRollup{}
+	for rows.Next() {
+		var r store.UsageRollup
+		if err := rows.Scan(reqTime{&r.BucketStart}, &r.PrincipalID, &r.UpstreamID, &r.Model, &r.Requests, &r.Errors,
+			&r.InputTokens, &r.OutputTokens, &r.CacheCreationInputTokens, &r.CacheReadInputTokens); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, s.d.classify(rows.Err())
+}
+
+var pruneColumn = map[string]string{"request_events": "at", "audit_log": "at", "upstream_affinity": "last_used_at"}
+
+func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int64, error) {
+	col, ok := pruneColumn[table]
+	if !ok {
+		return 0, fmt.Errorf("prune: %q is not prunable", table)
+	}
+	res, err := s.db.ExecContext(ctx, s.d.rebind("DELETE FROM "+table+" WHERE "+col+" < ?"), s.d.t(before))
+	if err != nil {
+		return 0, s.d.classify(err)
+	}
+	return res.RowsAffected()
+}

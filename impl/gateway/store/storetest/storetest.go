@@ -104,6 +104,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("ReferencedDelete", func(t *testing.T) { run(t, open, testReferenced) })
 	t.Run("LoadConfig", func(t *testing.T) { run(t, open, testLoadConfig) })
 	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
+	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
@@ -511,5 +512,51 @@ func testEvents(t *testing.T, open Opener) {
 	}
 	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
 		t.Fatal("limit ignored")
+	}
+}
+
+// P-JOB-2 (singletons' storage side): hourly rollups recomputed idempotently;
+// pruning removes only rows older than the cut-off.
+func testRollupAndPrune(t *testing.T, open Opener) {
+	b := setup(t, open)
+	hour := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	ev := func(at time.Time, principal string, status int, in int64) store.RequestEvent {
+		return store.RequestEvent{At: at, PrincipalID: principal, KeyID: "k", UpstreamID: "u", Model: "m", Status: status, InputTokens: in, OutputTokens: 1}
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, []store.RequestEvent{
+		ev(hour.Add(5*time.Minute), "p1", 200, 10), ev(hour.Add(50*time.Minute), "p1", 500, 5),
+		ev(hour.Add(70*time.Minute), "p1", 200, 7), ev(hour.Add(10*time.Minute), "p2", 200, 1),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // twice: idempotent
+		n := must(b.st.RollupUsage(b.ctx, hour, hour.Add(2*time.Hour)))
+		if n != 3 {
+			t.Fatalf("run %d: %d buckets, want 3", i, n)
+		}
+	}
+	rs := must(b.st.ListUsageRollups(b.ctx, hour))
+	if len(rs) != 3 {
+		t.Fatalf("rollups %+v", rs)
+	}
+	r := rs[0]
+	if !r.BucketStart.Equal(hour) || r.PrincipalID != "p1" || r.Requests != 2 || r.Errors != 1 || r.InputTokens != 15 || r.OutputTokens != 2 {
+		t.Fatalf("first rollup %+v", r)
+	}
+	if !rs[2].BucketStart.Equal(hour.Add(time.Hour)) || rs[2].InputTokens != 7 {
+		t.Fatalf("second hour %+v", rs[2])
+	}
+	n := must(b.st.Prune(b.ctx, "request_events", hour.Add(30*time.Minute)))
+	if n != 2 {
+		t.Fatalf("pruned %d, want 2", n)
+	}
+	if left := must(b.st.ListRequestEvents(b.ctx, time.Time{}, 10)); len(left) != 2 {
+		t.Fatalf("left %d", len(left))
+	}
+	for _, table := range store.PrunableTables {
+		must(b.st.Prune(b.ctx, table, hour))
+	}
+	if _, err := b.st.Prune(b.ctx, "principals", hour); err == nil {
+		t.Fatal("pruned a configuration table")
 	}
 }

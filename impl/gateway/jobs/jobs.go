@@ -1,0 +1,89 @@
+// Package jobs defines the gateway's durable singleton jobs: usage rollups
+// and pruning. Each is idempotent, so the scheduler's at-least-once
+// delivery never double-counts.
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/scheduler"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Job type names.
+const (
+	UsageRollup = "usage_rollup"
+	Prune       = "prune"
+)
+
+// Retention is how long each prunable table keeps rows.
+type Retention struct {
+	RequestEvents    time.Duration `yaml:"request_events"`
+	AuditLog         time.Duration `yaml:"audit_log"`
+	UpstreamAffinity time.Duration `yaml:"upstream_affinity"`
+}
+
+// DefaultRetention keeps a month of request events, a quarter of audit log
+// and a week of affinity.
+var DefaultRetention = Retention{RequestEvents: 30 * 24 * time.Hour, AuditLog: 90 * 24 * time.Hour, UpstreamAffinity: 7 * 24 * time.Hour}
+
+// Deps are what the jobs need.
+type Deps struct {
+	Store     store.Store
+	Metrics   *scheduler.Metrics
+	Now       func() time.Time
+	Retention Retention
+	// RollupEvery and PruneEvery override the cron intervals (tests).
+	RollupEvery, PruneEvery time.Duration
+}
+
+// Types returns the singleton job types for the scheduler.
+func Types(d Deps) []scheduler.Type {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.RollupEvery == 0 {
+		d.RollupEvery = 5 * time.Minute
+	}
+	if d.PruneEvery == 0 {
+		d.PruneEvery = time.Hour
+	}
+	return []scheduler.Type{
+		{Name: UsageRollup, Class: scheduler.Maintenance, Every: d.RollupEvery, Timeout: 5 * time.Minute,
+			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
+				// Recompute the last two hours: late events land in closed
+				// buckets, and recomputation is idempotent.
+				now := d.Now()
+				n, err := d.Store.RollupUsage(ctx, now.Add(-2*time.Hour), now.Add(time.Hour))
+				if err != nil {
+					return "", fmt.Errorf("rollup: %w", err)
+				}
+				if n == 0 {
+					return scheduler.OutcomeNoop, nil
+				}
+				return scheduler.OutcomeDone, nil
+			}},
+		{Name: Prune, Class: scheduler.Maintenance, Every: d.PruneEvery, Timeout: 10 * time.Minute,
+			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
+				now := d.Now()
+				keep := map[string]time.Duration{"request_events": d.Retention.RequestEvents, "audit_log": d.Retention.AuditLog, "upstream_affinity": d.Retention.UpstreamAffinity}
+				total := int64(0)
+				for _, table := range store.PrunableTables {
+					n, err := d.Store.Prune(ctx, table, now.Add(-keep[table]))
+					if err != nil {
+						return "", fmt.Errorf("prune %s: %w", table, err)
+					}
+					if d.Metrics != nil {
+						d.Metrics.PruneRowsRemoved.WithLabelValues(table).Add(float64(n))
+					}
+					total += n
+				}
+				if total == 0 {
+					return scheduler.OutcomeNoop, nil
+				}
+				return scheduler.OutcomeDone, nil
+			}},
+	}
+}
