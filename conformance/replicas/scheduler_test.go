@@ -1,0 +1,97 @@
+package replicas_test
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	h "github.com/pillarhq/pillar/conformance/harness"
+)
+
+// jobCounts counts River rows per (job_type, idempotency_key).
+func jobCounts(db string) map[string]int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	Expect(err).NotTo(HaveOccurred())
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT args->>'job_type', args->>'idempotency_key', count(*) FROM river_job GROUP BY 1, 2")
+	Expect(err).NotTo(HaveOccurred())
+	out := map[string]int{}
+	for rows.Next() {
+		var typ, key string
+		var n int
+		Expect(rows.Scan(&typ, &key, &n)).To(Succeed())
+		out[typ+" "+key] = n
+	}
+	return out
+}
+
+var _ = Describe("Durable scheduler across replicas", func() {
+	It("pushes every tick from every replica but keeps exactly one job per tick", Label("P-TOPO-1", "P-TOPO-2", "P-JOB-1", "P-JOB-2"), func() {
+		c := newCluster(3)
+		var counts map[string]int
+		Eventually(func() int { counts = jobCounts(c.db); return len(counts) }, 15*time.Second, 100*time.Millisecond).Should(BeNumerically(">=", 2))
+		Consistently(func() map[string]int { return jobCounts(c.db) }, 2*time.Second, 200*time.Millisecond).Should(Equal(counts))
+		types := map[string]bool{}
+		for k, n := range counts {
+			Expect(n).To(Equal(1), k)
+			types[strings.Fields(k)[0]] = true
+		}
+		Expect(types).To(HaveKey("usage_rollup"))
+		Expect(types).To(HaveKey("prune"))
+	})
+
+	It("shows recurring jobs with their next run and the failure tickets, behind the admin token", Label("P-API-4", "P-API-5", "P-VER-1", "P-OPS-1"), func() {
+		c := newCluster(1)
+		a := c.replicas[0].Admin()
+		st := a.JSON("GET", "/admin/scheduler/status", nil, 200)
+		jobs := st["recurring_jobs"].([]any)
+		Expect(jobs).NotTo(BeEmpty())
+		for _, j := range jobs {
+			m := j.(map[string]any)
+			next := time.Unix(int64(m["next_run_at_unix_secs"].(float64)), 0)
+			Expect(next).To(BeTemporally(">", time.Now().Add(-time.Second)))
+			Expect(m["next_run_at"]).NotTo(BeEmpty())
+		}
+		f := a.JSON("GET", "/admin/scheduler/failures?job_type=prune", nil, 200)
+		Expect(f).To(HaveKey("failures"))
+		(&h.Admin{Base: c.replicas[0].AdminURL}).ExpectError("GET", "/admin/scheduler/status", nil, 401, "unauthorized")
+		(&h.Admin{Base: c.replicas[0].AdminURL}).ExpectError("GET", "/admin/scheduler/failures", nil, 401, "unauthorized")
+	})
+
+	It("exports every scheduler metric of the seed with its label sets registered up front",
+		Label("P-MET-1", "P-MET-2", "P-MET-3", "P-MET-4", "P-MET-5", "P-MET-6", "P-MET-7", "P-MET-8"), func() {
+			c := newCluster(1)
+			_, _, b := c.replicas[0].Admin().Do("GET", "/metrics", nil)
+			parser := expfmt.NewTextParser(model.UTF8Validation)
+			fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
+			Expect(err).NotTo(HaveOccurred())
+			for _, name := range []string{"svc_scheduler_jobs_total", "svc_scheduler_job_duration_seconds", "svc_scheduler_failures_total",
+				"svc_scheduler_init_failure", "svc_scheduler_lazy_refresh_timeout_total", "svc_scheduler_prune_rows_removed_total",
+				"svc_scheduler_price_catalog_status_total", "svc_scheduler_prompt_cache_purge_rows_removed_total"} {
+				Expect(fams).To(HaveKey(name))
+			}
+			statuses := map[string]bool{}
+			for _, m := range fams["svc_scheduler_jobs_total"].Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "status" {
+						statuses[l.GetValue()] = true
+					}
+				}
+			}
+			Expect(statuses).To(HaveLen(6))
+			tables := map[string]bool{}
+			for _, m := range fams["svc_scheduler_prune_rows_removed_total"].Metric {
+				tables[m.Label[0].GetValue()] = true
+			}
+			Expect(tables).To(Equal(map[string]bool{"request_events": true, "audit_log": true, "upstream_affinity": true}))
+			Expect(fams["svc_scheduler_init_failure"].Metric[0].Gauge.GetValue()).To(Equal(0.0))
+		})
+})
