@@ -3,8 +3,11 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -55,4 +58,58 @@ func ExecSQL(u string, stmts ...string) {
 		_, err := conn.Exec(ctx, s)
 		Expect(err).NotTo(HaveOccurred(), s)
 	}
+}
+
+// PG is a private PostgreSQL server for specs that stop and restart the
+// database. It runs as the postgres OS user from the distribution's
+// binaries (scripts/setup.sh installs them).
+type PG struct {
+	Dir, Port, URL string
+	bin            string
+}
+
+func pgBin() string {
+	m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	if len(m) == 0 {
+		Fail("PostgreSQL server binaries not found under /usr/lib/postgresql (run scripts/setup.sh)")
+	}
+	return filepath.Dir(m[len(m)-1])
+}
+
+func asPostgres(args ...string) string {
+	cmd := exec.Command(args[0], args[1:]...)
+	if os.Geteuid() == 0 {
+		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...)
+	}
+	out, err := cmd.CombinedOutput()
+	ExpectWithOffset(2, err).NotTo(HaveOccurred(), "%v: %s", args, out)
+	return string(out)
+}
+
+// StartPG initialises and starts a private server; it is removed after the spec.
+func StartPG() *PG {
+	base, err := os.MkdirTemp("", "pillar-pg-")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.Chmod(base, 0o777)).To(Succeed())
+	_, port, _ := net.SplitHostPort(FreeAddr())
+	pg := &PG{Dir: filepath.Join(base, "data"), Port: port, bin: pgBin(),
+		URL: "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable"}
+	asPostgres(pg.bin+"/initdb", "-D", pg.Dir, "-U", "postgres", "-A", "trust", "--no-sync")
+	pg.Start()
+	DeferCleanup(func() {
+		exec.Command("runuser", "-u", "postgres", "--", pg.bin+"/pg_ctl", "-D", pg.Dir, "-m", "immediate", "stop").Run()
+		os.RemoveAll(base)
+	})
+	return pg
+}
+
+// Start starts (or restarts) the server and waits until it accepts connections.
+func (pg *PG) Start() {
+	asPostgres(pg.bin+"/pg_ctl", "-D", pg.Dir, "-l", pg.Dir+"/../log", "-w", "-t", "60",
+		"-o", "-p "+pg.Port+" -c listen_addresses=127.0.0.1 -k "+filepath.Dir(pg.Dir)+" -c fsync=off -c max_connections=100", "start")
+}
+
+// Stop stops the server at once, as a crash or an outage would.
+func (pg *PG) Stop() {
+	asPostgres(pg.bin+"/pg_ctl", "-D", pg.Dir, "-m", "immediate", "-w", "stop")
 }
