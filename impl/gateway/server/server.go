@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
-	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
+	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
@@ -79,9 +79,9 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 type running struct {
-	log     *slog.Logger
-	st      store.Store
-	rec     *usage.Recorder
+	log        *slog.Logger
+	st         store.Store
+	rec        *usage.Recorder
 	servers    []*http.Server
 	cancel     context.CancelFunc
 	errc       chan error
@@ -371,4 +371,6 @@ func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store
 // schedulerHandler serves /admin/scheduler/* behind the admin authentication.
 type schedulerHandler struct{ s *scheduler.Scheduler }
 
-func (h schedulerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.Handler().ServeHTTP(w, r) }
+func (h schedulerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.s.Handler().ServeHTTP(w, r)
+}

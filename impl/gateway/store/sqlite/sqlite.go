@@ -33,7 +33,7 @@ var Dialect = &sqlstore.Dialect{
 	Name:       "sqlite",
 	UnixTime:   true,
 	HourBucket: "(at / 3600) * 3600",
-	IsUnique: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+	IsUnique:   func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
 	IsUnavailable: func(err error) bool {
 		m := err.Error()
 		return strings.Contains(m, "unable to open database") || strings.Contains(m, "disk I/O error") ||
