@@ -339,6 +339,17 @@ var _ = Describe("Admin API over the wire", func() {
 	})
 })
 
+var _ = Describe("Limit resets", Label("P-UP-10"), func() {
+	It("returns the stored observation without contacting the provider", func() {
+		w := newWorld()
+		m := w.admin.JSON("GET", "/admin/v1/upstreams/"+w.upstream+"/limit-resets", nil, 200)
+		Expect(m["upstream_id"]).To(Equal(w.upstream))
+		Expect(m).To(HaveKeyWithValue("observation", BeNil()))
+		Expect(w.sim.Requests()).To(BeEmpty())
+		w.admin.ExpectError("GET", "/admin/v1/upstreams/up_missing/limit-resets", nil, 404, "upstream_not_found")
+	})
+})
+
 var _ = Describe("Official Anthropic SDK", func() {
 	It("works unchanged against the proxy, streaming and not", func() {
 		w := newWorld()

@@ -176,7 +176,7 @@ func TestAuthOnEveryRoute(t *testing.T) {
 	}
 }
 
-// P-UP-1..P-UP-5, P-UP-12, P-UP-2: create validation and defaults.
+// P-UP-1, P-UP-2, P-UP-3, P-UP-4, P-UP-5, P-UP-12: create validation, response fields and defaults.
 func TestUpstreamCreate(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -348,7 +348,7 @@ func TestUpstreamReferencedBy(t *testing.T) {
 	}
 }
 
-// P-PR-1..P-PR-7, P-PR-3: principals.
+// P-PR-1, P-PR-2, P-PR-3, P-PR-4, P-PR-5, P-PR-6, P-PR-7: principals, their fields and keep-alive normalisation.
 func TestPrincipals(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

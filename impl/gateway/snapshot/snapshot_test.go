@@ -171,7 +171,7 @@ func TestRuntimeRefreshAndReconcile(t *testing.T) {
 	if !old.Principal("pr_1").Enabled {
 		t.Fatal("the old snapshot was mutated")
 	}
-	// Apply outcomes are recorded as status: the undecryptable credential
+	// P-UP-7: the apply step (this rebuild) writes status; an undecryptable credential
 	// shows as an apply error, the others as applied.
 	l.mu.Lock()
 	bad, good := l.statuses["up_badcred"], l.statuses["up_key"]
