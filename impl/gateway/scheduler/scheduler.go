@@ -186,7 +186,7 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 	river.AddWorker(workers, &worker{s: s})
 	return &river.Config{
 		ID:                   o.ID,
-		Logger:               o.Logger.With("component", "river"),
+		Logger:               slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		RetryPolicy:          retryPolicy{s},
@@ -425,3 +425,20 @@ func (p retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	}
 	return p.s.now().Add(class.NextDelay(job.Attempt))
 }
+
+// minLevel drops records below a level: River reports routine progress at
+// info level, which would drown the gateway's own logs.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(as), m.min}
+}
+
+func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.WithGroup(n), m.min} }

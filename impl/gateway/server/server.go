@@ -190,6 +190,10 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	go func() { r.errc <- adminSrv.Serve(adminLn) }()
 
 	pa, aa := proxyLn.Addr().String(), adminLn.Addr().String()
+	client := pa
+	if host, port, err := net.SplitHostPort(pa); err == nil && (host == "::" || host == "0.0.0.0" || host == "") {
+		client = "localhost:" + port // a wildcard listener: clients on this host use localhost
+	}
 	log.Info("listening", "listener", "proxy", "addr", pa)
 	log.Info("listening", "listener", "admin", "addr", aa)
 	fmt.Fprintf(stderr, `
@@ -200,7 +204,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
   master key:  %s
   database:    %s (%s)
 
-`, pa, pa, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
+`, pa, client, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
 	return r, nil
 }
 

@@ -6,9 +6,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -76,6 +78,14 @@ func Open(ctx context.Context, path string, o Options) (*sqlstore.Store, error) 
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// The file holds sealed credentials and key hashes: owner-only, like
+	// the key file beside it.
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			db.Close()
+			return nil, fmt.Errorf("restrict %s: %w", f, err)
+		}
 	}
 	ms, err := Migrations()
 	if err != nil {

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -39,6 +40,9 @@ func TestReopenKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("database file mode %v, %v; it holds sealed credentials", info.Mode().Perm(), err)
+	}
 	got, err := st.GetPrincipal(ctx, p.ID)
 	if err != nil || got.Name != "keep" {
 		t.Fatalf("after reopen: %+v %v", got, err)
