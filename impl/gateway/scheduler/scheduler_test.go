@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
@@ -51,7 +55,77 @@ type bundle struct {
 	flaky   atomic.Int64
 }
 
-func setup(t *testing.T, path string, now func() time.Time, extra ...Type) *bundle {
+// driver opens schedulers on one database kind; shared names one database
+// (a file or a schema URL) several schedulers use, like replicas.
+type driver struct {
+	name   string
+	shared func(t *testing.T) string
+	open   func(t *testing.T, shared string, types []Type, o Options) (*Scheduler, error)
+}
+
+var sqliteDriver = driver{
+	name:   "sqlite",
+	shared: func(t *testing.T) string { return filepath.Join(t.TempDir(), "s.db") },
+	open: func(t *testing.T, path string, types []Type, o Options) (*Scheduler, error) {
+		return NewSQLite(context.Background(), openSQLite(t, path), types, o)
+	},
+}
+
+var postgresDriver = driver{
+	name: "postgres",
+	shared: func(t *testing.T) string {
+		base := os.Getenv("TEST_DATABASE_URL")
+		if base == "" {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("TEST_DATABASE_URL is required in CI")
+			}
+			t.Skip("TEST_DATABASE_URL not set")
+		}
+		ctx := context.Background()
+		name := fmt.Sprintf("s_%d_%d", time.Now().UnixNano()%1e12, schemaSeq.Add(1))
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if c, err := pgx.Connect(ctx, base); err == nil {
+				c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
+				c.Close(ctx)
+			}
+		})
+		u, _ := url.Parse(base)
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	},
+	open: func(t *testing.T, dsn string, types []Type, o Options) (*Scheduler, error) {
+		pool, err := pgxpool.New(context.Background(), dsn)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(pool.Close)
+		return NewPostgres(context.Background(), pool, types, o)
+	},
+}
+
+var schemaSeq atomic.Int64
+
+// eachDriver runs one test body against every driver.
+func eachDriver(t *testing.T, body func(t *testing.T, d driver)) {
+	for _, d := range []driver{sqliteDriver, postgresDriver} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			body(t, d)
+		})
+	}
+}
+
+func setup(t *testing.T, d driver, shared string, now func() time.Time, extra ...Type) *bundle {
 	t.Helper()
 	b := &bundle{reg: prometheus.NewRegistry()}
 	b.metrics = NewMetrics(b.reg)
@@ -74,7 +148,7 @@ func setup(t *testing.T, path string, now func() time.Time, extra ...Type) *bund
 			Handler: func(context.Context, Job) (Outcome, error) { panic("boom") }},
 	}
 	types = append(types, extra...)
-	s, err := NewSQLite(context.Background(), openSQLite(t, path), types, Options{Metrics: b.metrics, Now: now, PollInterval: 20 * time.Millisecond})
+	s, err := d.open(t, shared, types, Options{Metrics: b.metrics, Now: now, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +197,10 @@ func enqueue(t *testing.T, s *Scheduler, typ, key string) (bool, int64) {
 
 // P-JOB-1, P-JOB-5, P-WARM-S6: one row per (job_type, idempotency_key), even
 // after the job completed; a new key makes new work and the old row stays.
-func TestUniquePerTypeAndKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t, filepath.Join(t.TempDir(), "s.db"), nil)
+func TestUniquePerTypeAndKey(t *testing.T) { eachDriver(t, testUniquePerTypeAndKey) }
+
+func testUniquePerTypeAndKey(t *testing.T, d driver) {
+	b := setup(t, d, d.shared(t), nil)
 	b.start(t)
 	ins, id := enqueue(t, b.s, "test:ok", "k1")
 	ins2, id2 := enqueue(t, b.s, "test:ok", "k1")
@@ -152,9 +227,10 @@ func TestUniquePerTypeAndKey(t *testing.T) {
 
 // P-JOB-4, P-JOB-3, P-MET-1, P-MET-3, P-API-4, P-API-6: retries within the
 // class, Failed when exhausted, visible (redacted) in the failure listing.
-func TestRetriesFailuresAndMetrics(t *testing.T) {
-	t.Parallel()
-	b := setup(t, filepath.Join(t.TempDir(), "s.db"), nil)
+func TestRetriesFailuresAndMetrics(t *testing.T) { eachDriver(t, testRetriesFailuresAndMetrics) }
+
+func testRetriesFailuresAndMetrics(t *testing.T, d driver) {
+	b := setup(t, d, d.shared(t), nil)
 	b.start(t)
 	_, flaky := enqueue(t, b.s, "test:flaky", "f")
 	_, fail := enqueue(t, b.s, "test:fail", "x")
@@ -227,17 +303,18 @@ func get(t *testing.T, url string) string {
 
 // P-TOPO-1, P-TOPO-2: every replica pushes each tick; exactly one job per
 // tick results, and the duplicate push is not an error.
-func TestCronOneJobPerTickAcrossReplicas(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "s.db")
+func TestCronOneJobPerTickAcrossReplicas(t *testing.T) { eachDriver(t, testCronOneJobPerTick) }
+
+func testCronOneJobPerTick(t *testing.T, d driver) {
+	path := d.shared(t)
 	clk := &clock{t: time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC)}
 	var runs atomic.Int64
 	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
 		runs.Add(1)
 		return OutcomeDone, nil
 	}}
-	a := setup(t, path, clk.Now, hourly)
-	b := setup(t, path, clk.Now, hourly)
+	a := setup(t, d, path, clk.Now, hourly)
+	b := setup(t, d, path, clk.Now, hourly)
 	for i := 0; i < 3; i++ {
 		a.s.PushDueTicks(context.Background())
 		b.s.PushDueTicks(context.Background())
