@@ -37,7 +37,7 @@ type clock struct {
 func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
-func openSQLite(t *testing.T, path string) *sql.DB {
+func openSQLite(t testing.TB, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
@@ -59,21 +59,21 @@ type bundle struct {
 // (a file or a schema URL) several schedulers use, like replicas.
 type driver struct {
 	name   string
-	shared func(t *testing.T) string
-	open   func(t *testing.T, shared string, types []Type, o Options) (*Scheduler, error)
+	shared func(t testing.TB) string
+	open   func(t testing.TB, shared string, types []Type, o Options) (*Scheduler, error)
 }
 
 var sqliteDriver = driver{
 	name:   "sqlite",
-	shared: func(t *testing.T) string { return filepath.Join(t.TempDir(), "s.db") },
-	open: func(t *testing.T, path string, types []Type, o Options) (*Scheduler, error) {
+	shared: func(t testing.TB) string { return filepath.Join(t.TempDir(), "s.db") },
+	open: func(t testing.TB, path string, types []Type, o Options) (*Scheduler, error) {
 		return NewSQLite(context.Background(), openSQLite(t, path), types, o)
 	},
 }
 
 var postgresDriver = driver{
 	name: "postgres",
-	shared: func(t *testing.T) string {
+	shared: func(t testing.TB) string {
 		base := os.Getenv("TEST_DATABASE_URL")
 		if base == "" {
 			if os.Getenv("CI") == "true" {
@@ -103,7 +103,7 @@ var postgresDriver = driver{
 		u.RawQuery = q.Encode()
 		return u.String()
 	},
-	open: func(t *testing.T, dsn string, types []Type, o Options) (*Scheduler, error) {
+	open: func(t testing.TB, dsn string, types []Type, o Options) (*Scheduler, error) {
 		pool, err := pgxpool.New(context.Background(), dsn)
 		if err != nil {
 			return nil, err
