@@ -2,6 +2,8 @@ package replicas_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"time"
 
@@ -94,4 +96,70 @@ var _ = Describe("Durable scheduler across replicas", func() {
 			Expect(tables).To(Equal(map[string]bool{"request_events": true, "audit_log": true, "upstream_affinity": true}))
 			Expect(fams["svc_scheduler_init_failure"].Metric[0].Gauge.GetValue()).To(Equal(0.0))
 		})
+})
+
+var _ = Describe("Metadata jobs", func() {
+	It("refreshes upstream models and installs the fetched price catalog on every replica", Label("P-TOPO-3", "P-MET-7", "P-MET-9"), func() {
+		sim := h.StartSim(simKey)
+		db := h.FreshSchema()
+		token, master := "adm-"+h.RandomHex(12), h.RandomHex(32)
+		var reps []*h.Proxy
+		for i := 0; i < 2; i++ {
+			reps = append(reps, h.StartProxy(h.ProxyOptions{DatabaseURL: db, Token: token, MasterKey: master, Args: []string{
+				"--reconcile-interval", "1s", "--price-catalog-url", sim.URL + "/catalog/prices.json",
+				"--job-interval", "metadata_refresh=1s", "--job-interval", "price_catalog_fetch=1s"}}))
+		}
+		a := reps[0].Admin()
+		up := a.CreateUpstream("sim", sim.URL, simKey)
+		Eventually(func() int {
+			_, _, b := a.Do("GET", "/admin/v1/upstreams/"+up+"/models", nil)
+			var ms []map[string]any
+			json.Unmarshal(b, &ms)
+			return len(ms)
+		}, 20*time.Second, 200*time.Millisecond).Should(Equal(3))
+		for _, r := range reps {
+			Eventually(func() any {
+				return r.Admin().JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
+			}, 20*time.Second, 200*time.Millisecond).Should(Equal("v1"))
+		}
+		res, err := http.Post(sim.URL+"/_sim/catalog", "application/json", strings.NewReader(`{"version":2}`))
+		Expect(err).NotTo(HaveOccurred())
+		res.Body.Close()
+		for _, r := range reps {
+			Eventually(func() any {
+				return r.Admin().JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
+			}, 20*time.Second, 200*time.Millisecond).Should(Equal("v2"))
+		}
+		// Across both replicas: two applied fetches, and unchanged ones counted as noop.
+		counts := map[string]float64{}
+		Eventually(func() float64 {
+			counts = map[string]float64{}
+			for _, r := range reps {
+				_, _, b := r.Admin().Do("GET", "/metrics", nil)
+				parser := expfmt.NewTextParser(model.UTF8Validation)
+				fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
+				Expect(err).NotTo(HaveOccurred())
+				for _, m := range fams["svc_scheduler_price_catalog_status_total"].Metric {
+					counts[m.Label[0].GetValue()] += m.Counter.GetValue()
+				}
+				if f := fams["svc_scheduler_metadata_refresh_status_total"]; f != nil {
+					for _, m := range f.Metric {
+						counts["metadata_"+m.Label[0].GetValue()] += m.Counter.GetValue()
+					}
+				}
+			}
+			return counts["noop"]
+		}, 20*time.Second, 200*time.Millisecond).Should(BeNumerically(">=", 1))
+		Expect(counts["applied"]).To(Equal(2.0))
+		Expect(counts["metadata_ok"]).To(BeNumerically(">=", 1))
+		// The provider saw model listings with the upstream's key.
+		var listed bool
+		for _, rq := range sim.Requests() {
+			if rq.Path == "/v1/models" {
+				listed = true
+				Expect(rq.Header.Get("X-Api-Key")).To(Equal(simKey))
+			}
+		}
+		Expect(listed).To(BeTrue())
+	})
 })

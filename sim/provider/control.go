@@ -208,6 +208,16 @@ func (p *Provider) control(w http.ResponseWriter, r *http.Request) {
 		p.faults = nil
 		p.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
+	case "POST /_sim/catalog":
+		var b struct {
+			Version int `json:"version"`
+		}
+		if json.NewDecoder(r.Body).Decode(&b) != nil || b.Version < 1 {
+			http.Error(w, `want {"version":N} with N >= 1`, http.StatusBadRequest)
+			return
+		}
+		p.SetCatalogVersion(b.Version)
+		w.WriteHeader(http.StatusNoContent)
 	case "POST /_sim/reset":
 		p.Reset()
 		w.WriteHeader(http.StatusNoContent)

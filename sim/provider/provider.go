@@ -44,6 +44,8 @@ type Provider struct {
 	maxRec   int
 	faults   []*Fault
 	seq      atomic.Int64
+	// catalogVersion is the served price catalog's version (0 means 1).
+	catalogVersion int
 }
 
 // Recorded is one request as the provider saw it.
@@ -125,6 +127,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.messages(w, r, body, f)
 	case "/v1/messages/count_tokens":
 		p.countTokens(w, r, body)
+	case "/v1/models":
+		p.models(w, r)
+	case CatalogPath:
+		p.catalog(w, r)
 	default:
 		apiError(w, http.StatusNotFound, "not_found_error", "Not found: "+r.URL.Path)
 	}

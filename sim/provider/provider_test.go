@@ -227,3 +227,47 @@ func TestFaultsRecordingAndClock(t *testing.T) {
 		t.Fatal("reset did not restore the wall clock")
 	}
 }
+
+func TestModelsAndCatalog(t *testing.T) {
+	t.Parallel()
+	p, srv := newServer(t, Options{})
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/models", nil)
+	req.Header.Set("x-api-key", DefaultAPIKey)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct{ ID, Type string }
+	}
+	json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(list.Data) != len(Models) || list.Data[0].Type != "model" {
+		t.Fatalf("models: %d %+v", res.StatusCode, list)
+	}
+	get := func(etag string) (*http.Response, string) {
+		req, _ := http.NewRequest("GET", srv.URL+CatalogPath, nil)
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, string(b)
+	}
+	res, body := get("")
+	if res.StatusCode != 200 || !strings.Contains(body, `"version":"v1"`) || res.Header.Get("ETag") != `"v1"` {
+		t.Fatalf("catalog: %d %s", res.StatusCode, body)
+	}
+	if res, _ := get(`"v1"`); res.StatusCode != 304 {
+		t.Fatalf("conditional: %d", res.StatusCode)
+	}
+	p.SetCatalogVersion(2)
+	if res, body := get(`"v1"`); res.StatusCode != 200 || !strings.Contains(body, `"version":"v2"`) {
+		t.Fatalf("new version: %d %s", res.StatusCode, body)
+	}
+}

@@ -41,6 +41,13 @@ type SnapshotInfo struct {
 	Keys       int
 }
 
+// PriceCatalog is the locally installed price catalog.
+type PriceCatalog interface {
+	// Installed returns the version, when it was installed and the catalog
+	// document; ok is false before the first installation.
+	Installed() (version string, at time.Time, body json.RawMessage, ok bool)
+}
+
 // Authenticator verifies a request's credentials.
 type Authenticator interface {
 	Authenticate(r *http.Request) (subject string, ok bool)
@@ -75,6 +82,8 @@ type Deps struct {
 	// ReplicaID names this replica in status.
 	ReplicaID string
 	StartedAt time.Time
+	// PriceCatalog reports this replica's installed price catalog (optional).
+	PriceCatalog PriceCatalog
 	// Extra mounts more handlers behind the same authentication, by path
 	// prefix ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler

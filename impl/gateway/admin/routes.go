@@ -57,6 +57,8 @@ func (a *api) routes() []route {
 		{method: "GET", pattern: "/admin/v1/principals/{principal_id}/plugin-chain", h: a.listChain, summary: "List a principal's plugin chain", resp: ChainListResponse{}, status: 200, errors: []string{"unknown_principal"}},
 
 		{method: "GET", pattern: "/admin/v1/status", h: a.status, summary: "Replica and storage status", resp: StatusResponse{}, status: 200, errors: []string{"storage_unavailable"}},
+		{method: "GET", pattern: "/admin/v1/upstreams/{id}/models", h: a.upstreamModels, summary: "Models the upstream offers, as last refreshed by the metadata job", resp: []UpstreamModel{}, status: 200, errors: []string{"upstream_not_found"}},
+		{method: "GET", pattern: "/admin/v1/price-catalog", h: a.priceCatalog, summary: "The price catalog installed on this replica", resp: PriceCatalogResponse{}, status: 200},
 		{method: "GET", pattern: "/admin/v1/request-events", h: a.requestEvents, summary: "Recent proxied requests with token usage, newest first (?limit, ?since_unix_secs)", resp: []RequestEventResponse{}, status: 200, errors: []string{"invalid_request", "storage_unavailable"}},
 		{method: "GET", pattern: "/admin/v1/export", h: a.export, summary: "Whole configuration without secrets", resp: ExportResponse{}, status: 200, errors: []string{"storage_unavailable"}},
 	}

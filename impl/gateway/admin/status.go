@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -152,6 +153,26 @@ func (a *api) requestEvents(w http.ResponseWriter, r *http.Request) error {
 			UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
 			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
 			CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// PriceCatalogResponse is this replica's installed price catalog.
+type PriceCatalogResponse struct {
+	ReplicaID           string          `json:"replica_id"`
+	InstalledVersion    *string         `json:"installed_version"`
+	InstalledAtUnixSecs *int64          `json:"installed_at_unix_secs"`
+	Catalog             json.RawMessage `json:"catalog"`
+}
+
+func (a *api) priceCatalog(w http.ResponseWriter, r *http.Request) error {
+	out := PriceCatalogResponse{ReplicaID: a.ReplicaID, Catalog: json.RawMessage("null")}
+	if a.PriceCatalog != nil {
+		if v, at, body, ok := a.PriceCatalog.Installed(); ok {
+			ts := at.Unix()
+			out.InstalledVersion, out.InstalledAtUnixSecs, out.Catalog = &v, &ts, body
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -359,3 +359,28 @@ func (a *api) limitResets(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"upstream_id": id, "observation": nil})
 	return nil
 }
+
+// UpstreamModel is one model an upstream offers, as last refreshed.
+type UpstreamModel struct {
+	ID                  string `json:"id"`
+	DisplayName         string `json:"display_name"`
+	RefreshedAtUnixSecs int64  `json:"refreshed_at_unix_secs"`
+}
+
+// upstreamModels lists the models the metadata refresh job stored.
+func (a *api) upstreamModels(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := a.Store.GetUpstream(r.Context(), id); err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	ms, err := a.Store.ListUpstreamModels(r.Context(), id)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	out := make([]UpstreamModel, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, UpstreamModel{ID: m.ModelID, DisplayName: m.DisplayName, RefreshedAtUnixSecs: m.RefreshedAt.Unix()})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

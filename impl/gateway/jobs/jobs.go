@@ -1,14 +1,16 @@
-// Package jobs defines the gateway's durable singleton jobs: usage rollups
-// and pruning. Each is idempotent, so the scheduler's at-least-once
+// Package jobs defines the gateway's durable singleton jobs: usage rollups,
+// pruning, upstream metadata refresh and price catalog fetching. Each is idempotent, so the scheduler's at-least-once
 // delivery never double-counts.
 package jobs
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -35,8 +37,19 @@ type Deps struct {
 	Metrics   *scheduler.Metrics
 	Now       func() time.Time
 	Retention Retention
-	// RollupEvery and PruneEvery override the cron intervals (tests).
-	RollupEvery, PruneEvery time.Duration
+	// Upstreams yields the current upstreams with opened credentials.
+	Upstreams func() []*snapshot.Upstream
+	// HTTP is the client for provider and catalog requests.
+	HTTP *http.Client
+	// CatalogURL is the price catalog's location; empty disables fetching.
+	CatalogURL string
+	// Every overrides a job type's cron interval by name.
+	Every map[string]time.Duration
+}
+
+// DefaultEvery are the cron intervals.
+var DefaultEvery = map[string]time.Duration{
+	UsageRollup: 5 * time.Minute, Prune: time.Hour, MetadataRefresh: 30 * time.Minute, PriceCatalogFetch: time.Hour,
 }
 
 // Types returns the singleton job types for the scheduler.
@@ -44,14 +57,21 @@ func Types(d Deps) []scheduler.Type {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	if d.RollupEvery == 0 {
-		d.RollupEvery = 5 * time.Minute
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{Timeout: time.Minute}
 	}
-	if d.PruneEvery == 0 {
-		d.PruneEvery = time.Hour
+	every := func(name string) time.Duration {
+		if v, ok := d.Every[name]; ok && v > 0 {
+			return v
+		}
+		return DefaultEvery[name]
 	}
 	return []scheduler.Type{
-		{Name: UsageRollup, Class: scheduler.Maintenance, Every: d.RollupEvery, Timeout: 5 * time.Minute,
+		{Name: MetadataRefresh, Class: scheduler.Probe, Every: every(MetadataRefresh), Timeout: 2 * time.Minute,
+			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) { return refreshModels(ctx, d) }},
+		{Name: PriceCatalogFetch, Class: scheduler.Entity, Every: every(PriceCatalogFetch), Timeout: time.Minute,
+			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) { return fetchCatalog(ctx, d) }},
+		{Name: UsageRollup, Class: scheduler.Maintenance, Every: every(UsageRollup), Timeout: 5 * time.Minute,
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
 				// Recompute the last two hours: late events land in closed
 				// buckets, and recomputation is idempotent.
@@ -65,7 +85,7 @@ func Types(d Deps) []scheduler.Type {
 				}
 				return scheduler.OutcomeDone, nil
 			}},
-		{Name: Prune, Class: scheduler.Maintenance, Every: d.PruneEvery, Timeout: 10 * time.Minute,
+		{Name: Prune, Class: scheduler.Maintenance, Every: every(Prune), Timeout: 10 * time.Minute,
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
 				now := d.Now()
 				keep := map[string]time.Duration{"request_events": d.Retention.RequestEvents, "audit_log": d.Retention.AuditLog, "upstream_affinity": d.Retention.UpstreamAffinity}

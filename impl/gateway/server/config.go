@@ -44,6 +44,10 @@ type Config struct {
 	} `yaml:"database"`
 	// Retention bounds how long the pruning job keeps rows.
 	Retention jobs.Retention `yaml:"retention"`
+	// PriceCatalogURL is fetched by the price catalog job; empty disables it.
+	PriceCatalogURL string `yaml:"price_catalog_url"`
+	// JobIntervals overrides cron intervals by job type.
+	JobIntervals map[string]time.Duration `yaml:"job_intervals"`
 	// SchedulerWorkers is how many jobs this replica runs at once.
 	SchedulerWorkers int `yaml:"scheduler_workers"`
 	// MigrateContract applies contract-phase (column-dropping) migrations;
@@ -95,7 +99,18 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		schedPool  = fs.Int("scheduler-pool", c.Database.SchedulerPool, "PostgreSQL scheduler connection pool size")
 		replicas   = fs.Int("replicas", c.Database.Replicas, "number of replicas sharing the database (connection budget check)")
 		contract   = fs.Bool("migrate-contract", false, "also apply contract-phase migrations (drops); see docs/operations.md")
+		catalogURL = fs.String("price-catalog-url", "", "price catalog to fetch (empty: none)")
+		intervals  = map[string]time.Duration{}
 	)
+	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
+		name, d, ok := strings.Cut(v, "=")
+		dur, err := time.ParseDuration(d)
+		if !ok || err != nil {
+			return fmt.Errorf("want name=duration, got %q", v)
+		}
+		intervals[name] = dur
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -151,6 +166,15 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if *contract {
 		c.MigrateContract = true
 	}
+	if *catalogURL != "" {
+		c.PriceCatalogURL = *catalogURL
+	}
+	for k, v := range intervals {
+		if c.JobIntervals == nil {
+			c.JobIntervals = map[string]time.Duration{}
+		}
+		c.JobIntervals[k] = v
+	}
 	if c.ReplicaID == "" {
 		c.ReplicaID, _ = os.Hostname()
 	}
@@ -197,6 +221,13 @@ func (c *Config) Validate() error {
 		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity} {
 		if d < time.Hour {
 			bad(key, "must be at least 1h, got %s", d)
+		}
+	}
+	for name, d := range c.JobIntervals {
+		if _, ok := jobs.DefaultEvery[name]; !ok {
+			bad("job_intervals."+name, "unknown job type")
+		} else if d < time.Second {
+			bad("job_intervals."+name, "must be at least 1s")
 		}
 	}
 	if c.SchedulerWorkers < 1 {

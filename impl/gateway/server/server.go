@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
+	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
@@ -126,7 +128,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage")})
 
 	schedMetrics := scheduler.NewMetrics(reg)
-	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, log)
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log)
 	if err != nil {
 		schedMetrics.InitFailure.Set(1)
 		rec.Close()
@@ -140,6 +142,8 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		return nil, err
 	}
 
+	prices := pricing.NewInstaller(st, log.With("component", "pricing"), time.Now)
+
 	startedAt := time.Now()
 	relayH := relay.New(relay.Options{
 		Source: rt, Recorder: rec, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
@@ -147,7 +151,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
-		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt,
+		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
 		Extra: map[string]http.Handler{
 			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			"/admin/scheduler/": schedulerHandler{sched},
@@ -156,6 +160,8 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	bg, cancel := context.WithCancel(context.Background())
 	go rt.Reconcile(bg, cfg.ReconcileInterval)
+	// Local price catalog installation runs in-process on every replica.
+	go prices.Run(bg, cfg.ReconcileInterval)
 	if driver == "postgres" {
 		// Other replicas announce committed changes on the channel; the
 		// reconciler above repairs any notification this session misses.
@@ -339,8 +345,9 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 
 // newScheduler opens the scheduler's own connection pool on the gateway's
 // database and registers the durable job types.
-func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, log *slog.Logger) (*scheduler.Scheduler, func(), error) {
-	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention})
+func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger) (*scheduler.Scheduler, func(), error) {
+	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
+		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
 	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID}
 	if driver == "sqlite" {
 		db, err := sqlite.OpenDB(dsn)
@@ -377,4 +384,15 @@ type schedulerHandler struct{ s *scheduler.Scheduler }
 
 func (h schedulerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.s.Handler().ServeHTTP(w, r)
+}
+
+// installedCatalog adapts the price installer to the admin API.
+type installedCatalog struct{ i *pricing.Installer }
+
+func (c installedCatalog) Installed() (string, time.Time, json.RawMessage, bool) {
+	cur := c.i.Current()
+	if cur == nil {
+		return "", time.Time{}, nil, false
+	}
+	return cur.Version, cur.InstalledAt, cur.Body, true
 }

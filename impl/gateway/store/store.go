@@ -265,6 +265,30 @@ type Store interface {
 	ListUsageRollups(ctx context.Context, since time.Time) ([]UsageRollup, error)
 	// Prune deletes rows of a prunable table older than before; see PrunableTables.
 	Prune(ctx context.Context, table string, before time.Time) (int64, error)
+
+	// SetUpstreamModels replaces the model list of an upstream.
+	SetUpstreamModels(ctx context.Context, upstreamID string, models []UpstreamModel) error
+	ListUpstreamModels(ctx context.Context, upstreamID string) ([]UpstreamModel, error)
+	// GetPriceCatalog returns the stored catalog, or ErrNotFound before the first fetch.
+	GetPriceCatalog(ctx context.Context) (*PriceCatalog, error)
+	// PutPriceCatalog stores a catalog; changed is false when the stored
+	// version was already this one.
+	PutPriceCatalog(ctx context.Context, c PriceCatalog) (changed bool, err error)
+}
+
+// UpstreamModel is one model an upstream offers.
+type UpstreamModel struct {
+	ModelID     string
+	DisplayName string
+	RefreshedAt time.Time
+}
+
+// PriceCatalog is the fetched price list.
+type PriceCatalog struct {
+	Version   string
+	ETag      string
+	Body      json.RawMessage
+	FetchedAt time.Time
 }
 
 // PrunableTables are the tables Prune accepts.

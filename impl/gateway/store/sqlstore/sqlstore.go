@@ -804,3 +804,73 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 	}
 	return res.RowsAffected()
 }
+
+// ------------------------------------------------------------- metadata
+
+func (s *Store) SetUpstreamModels(ctx context.Context, upstreamID string, models []store.UpstreamModel) error {
+	return s.tx(ctx, false, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "DELETE FROM upstream_models WHERE upstream_id = ?", upstreamID); err != nil {
+			return err
+		}
+		for _, m := range models {
+			if _, err := s.exec(ctx, tx, "INSERT INTO upstream_models (upstream_id, model_id, display_name, refreshed_at) VALUES (?, ?, ?, ?)",
+				upstreamID, m.ModelID, m.DisplayName, s.d.t(m.RefreshedAt)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) ListUpstreamModels(ctx context.Context, upstreamID string) ([]store.UpstreamModel, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.rebind("SELECT model_id, display_name, refreshed_at FROM upstream_models WHERE upstream_id = ? ORDER BY model_id"), upstreamID)
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	defer rows.Close()
+	out := []store.UpstreamModel{}
+	for rows.Next() {
+		var m store.UpstreamModel
+		if err := rows.Scan(&m.ModelID, &m.DisplayName, reqTime{&m.RefreshedAt}); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, s.d.classify(rows.Err())
+}
+
+func (s *Store) GetPriceCatalog(ctx context.Context) (*store.PriceCatalog, error) {
+	var c store.PriceCatalog
+	var body string
+	err := s.db.QueryRowContext(ctx, "SELECT version, etag, body, fetched_at FROM price_catalog WHERE id = 1").Scan(&c.Version, &c.ETag, &body, reqTime{&c.FetchedAt})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	c.Body = json.RawMessage(body)
+	return &c, nil
+}
+
+func (s *Store) PutPriceCatalog(ctx context.Context, c store.PriceCatalog) (bool, error) {
+	changed := false
+	err := s.tx(ctx, false, func(tx *sql.Tx) error {
+		var cur string
+		err := tx.QueryRowContext(ctx, "SELECT version FROM price_catalog WHERE id = 1").Scan(&cur)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			changed = true
+			_, err = s.exec(ctx, tx, "INSERT INTO price_catalog (id, version, etag, body, fetched_at) VALUES (1, ?, ?, ?, ?)",
+				c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
+			return err
+		case err != nil:
+			return err
+		}
+		changed = cur != c.Version
+		_, err = s.exec(ctx, tx, "UPDATE price_catalog SET version = ?, etag = ?, body = ?, fetched_at = ? WHERE id = 1",
+			c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
+		return err
+	})
+	return changed, err
+}

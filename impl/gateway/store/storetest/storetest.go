@@ -105,6 +105,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("LoadConfig", func(t *testing.T) { run(t, open, testLoadConfig) })
 	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
 	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
+	t.Run("Metadata", func(t *testing.T) { run(t, open, testMetadata) })
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
@@ -558,5 +559,37 @@ func testRollupAndPrune(t *testing.T, open Opener) {
 	}
 	if _, err := b.st.Prune(b.ctx, "principals", hour); err == nil {
 		t.Fatal("pruned a configuration table")
+	}
+}
+
+func testMetadata(t *testing.T, open Opener) {
+	b := setup(t, open)
+	now := b.clk.Now()
+	if err := b.st.SetUpstreamModels(b.ctx, "up_1", []store.UpstreamModel{{ModelID: "b", DisplayName: "B", RefreshedAt: now}, {ModelID: "a", DisplayName: "A", RefreshedAt: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.SetUpstreamModels(b.ctx, "up_1", []store.UpstreamModel{{ModelID: "c", DisplayName: "C", RefreshedAt: now}, {ModelID: "a", DisplayName: "A", RefreshedAt: now}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := must(b.st.ListUpstreamModels(b.ctx, "up_1"))
+	if len(ms) != 2 || ms[0].ModelID != "a" || ms[1].ModelID != "c" || !ms[0].RefreshedAt.Equal(now) {
+		t.Fatalf("models %+v", ms)
+	}
+	_, err := b.st.GetPriceCatalog(b.ctx)
+	wantErr(t, err, store.ErrNotFound)
+	c := store.PriceCatalog{Version: "v1", ETag: `"v1"`, Body: json.RawMessage(`{"models":{}}`), FetchedAt: now}
+	if changed := must(b.st.PutPriceCatalog(b.ctx, c)); !changed {
+		t.Fatal("first catalog not a change")
+	}
+	if changed := must(b.st.PutPriceCatalog(b.ctx, c)); changed {
+		t.Fatal("same version reported as a change")
+	}
+	c.Version = "v2"
+	if changed := must(b.st.PutPriceCatalog(b.ctx, c)); !changed {
+		t.Fatal("new version not a change")
+	}
+	got := must(b.st.GetPriceCatalog(b.ctx))
+	if got.Version != "v2" || got.ETag != `"v1"` {
+		t.Fatalf("catalog %+v", got)
 	}
 }
