@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -808,17 +809,27 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 // ------------------------------------------------------------- metadata
 
 func (s *Store) SetUpstreamModels(ctx context.Context, upstreamID string, models []store.UpstreamModel) error {
+	// Upserts, not delete-then-insert: two refreshes running at once (a late
+	// tick overlapping the next) must both succeed and converge.
 	return s.tx(ctx, false, func(tx *sql.Tx) error {
-		if _, err := s.exec(ctx, tx, "DELETE FROM upstream_models WHERE upstream_id = ?", upstreamID); err != nil {
-			return err
-		}
+		keep := make([]any, 0, len(models)+1)
+		keep = append(keep, upstreamID)
+		marks := make([]string, 0, len(models))
 		for _, m := range models {
-			if _, err := s.exec(ctx, tx, "INSERT INTO upstream_models (upstream_id, model_id, display_name, refreshed_at) VALUES (?, ?, ?, ?)",
+			if _, err := s.exec(ctx, tx, `INSERT INTO upstream_models (upstream_id, model_id, display_name, refreshed_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (upstream_id, model_id) DO UPDATE SET display_name = excluded.display_name, refreshed_at = excluded.refreshed_at`,
 				upstreamID, m.ModelID, m.DisplayName, s.d.t(m.RefreshedAt)); err != nil {
 				return err
 			}
+			keep = append(keep, m.ModelID)
+			marks = append(marks, "?")
 		}
-		return nil
+		q := "DELETE FROM upstream_models WHERE upstream_id = ?"
+		if len(marks) > 0 {
+			q += " AND model_id NOT IN (" + strings.Join(marks, ", ") + ")"
+		}
+		_, err := s.exec(ctx, tx, q, keep...)
+		return err
 	})
 }
 
@@ -854,23 +865,14 @@ func (s *Store) GetPriceCatalog(ctx context.Context) (*store.PriceCatalog, error
 }
 
 func (s *Store) PutPriceCatalog(ctx context.Context, c store.PriceCatalog) (bool, error) {
-	changed := false
-	err := s.tx(ctx, false, func(tx *sql.Tx) error {
-		var cur string
-		err := tx.QueryRowContext(ctx, "SELECT version FROM price_catalog WHERE id = 1").Scan(&cur)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			changed = true
-			_, err = s.exec(ctx, tx, "INSERT INTO price_catalog (id, version, etag, body, fetched_at) VALUES (1, ?, ?, ?, ?)",
-				c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
-			return err
-		case err != nil:
-			return err
-		}
-		changed = cur != c.Version
-		_, err = s.exec(ctx, tx, "UPDATE price_catalog SET version = ?, etag = ?, body = ?, fetched_at = ? WHERE id = 1",
-			c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
-		return err
-	})
-	return changed, err
+	// One atomic upsert that only writes a different version: of several
+	// concurrent fetches of one version exactly one reports the change.
+	res, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO price_catalog (id, version, etag, body, fetched_at) VALUES (1, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET version = excluded.version, etag = excluded.etag, body = excluded.body, fetched_at = excluded.fetched_at
+		WHERE price_catalog.version <> excluded.version`), c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
+	if err != nil {
+		return false, s.d.classify(err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }

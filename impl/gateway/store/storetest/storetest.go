@@ -592,4 +592,32 @@ func testMetadata(t *testing.T, open Opener) {
 	if got.Version != "v2" || got.ETag != `"v1"` {
 		t.Fatalf("catalog %+v", got)
 	}
+	// Concurrent writers of one new version: exactly one sees a change;
+	// concurrent model refreshes both succeed.
+	c.Version = "v3"
+	var changes atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch, err := b.st.PutPriceCatalog(b.ctx, c)
+			if err != nil {
+				t.Error(err)
+			}
+			if ch {
+				changes.Add(1)
+			}
+			if err := b.st.SetUpstreamModels(b.ctx, "up_2", []store.UpstreamModel{{ModelID: "x", DisplayName: "X", RefreshedAt: now}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if changes.Load() != 1 {
+		t.Fatalf("%d writers saw the change", changes.Load())
+	}
+	if ms := must(b.st.ListUpstreamModels(b.ctx, "up_2")); len(ms) != 1 {
+		t.Fatalf("models %+v", ms)
+	}
 }
