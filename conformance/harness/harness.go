@@ -253,6 +253,14 @@ func StartProxy(o ProxyOptions) *Proxy {
 	}
 	p := &Proxy{Opts: o, ProxyAddr: FreeAddr(), AdminAddr: FreeAddr(), Token: o.Token}
 	p.ProxyURL, p.AdminURL = "http://"+p.ProxyAddr, "http://"+p.AdminAddr
+	p.launch()
+	return p
+}
+
+// launch starts the process on the proxy's addresses and data and waits
+// until its admin API answers.
+func (p *Proxy) launch() {
+	o := p.Opts
 	env := map[string]string{"PROXY_ADMIN_TOKEN": o.Token}
 	if o.MasterKey != "" {
 		env["PROXY_MASTER_KEY"] = o.MasterKey
@@ -269,28 +277,12 @@ func StartProxy(o ProxyOptions) *Proxy {
 		st, _, _ := p.Admin().Do("GET", "/admin/v1/status", nil)
 		return st
 	}, 30*time.Second, 50*time.Millisecond).Should(Equal(200), "proxy did not become ready")
-	return p
 }
 
 // Restart stops the proxy and starts it again on the same data and ports.
 func (p *Proxy) Restart() {
 	p.Stop()
-	o := p.Opts
-	np := &Proxy{Opts: o, ProxyAddr: p.ProxyAddr, AdminAddr: p.AdminAddr, Token: p.Token, ProxyURL: p.ProxyURL, AdminURL: p.AdminURL}
-	env := map[string]string{"PROXY_ADMIN_TOKEN": o.Token}
-	if o.MasterKey != "" {
-		env["PROXY_MASTER_KEY"] = o.MasterKey
-	}
-	for k, v := range o.Env {
-		env[k] = v
-	}
-	args := append([]string{"--proxy-listen", p.ProxyAddr, "--admin-listen", p.AdminAddr, "--database-url", o.DatabaseURL, "--log-format", "json"}, o.Args...)
-	np.Proc = Start("proxy", Bin("proxy"), args, env, o.Token, o.MasterKey)
-	Eventually(func() int {
-		st, _, _ := np.Admin().Do("GET", "/admin/v1/status", nil)
-		return st
-	}, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
-	*p = *np
+	p.launch()
 }
 
 // Admin returns a client for the proxy's admin API.

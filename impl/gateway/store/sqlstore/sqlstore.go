@@ -222,18 +222,29 @@ func (s *Store) checkRevision(ctx context.Context, tx *sql.Tx, table, revCol, li
 	return store.ErrStaleRevision
 }
 
+// optimistic applies set to one row when its revision matches expect (or
+// expect is AnyRevision), incrementing the revision and the updated time in
+// the same statement; a miss is told apart as not found or stale.
+func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live, id string, expect int64, set string, args []any) error {
+	all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
+	n, err := s.exec(ctx, tx, "UPDATE "+table+" SET "+set+", "+revCol+" = "+revCol+" + 1, updated_at = ? "+
+		"WHERE id = ?"+live+" AND (? = 0 OR "+revCol+" = ?)", all...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return s.checkRevision(ctx, tx, table, revCol, live, id)
+	}
+	return nil
+}
+
 func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
 	err := s.tx(ctx, true, func(tx *sql.Tx) error {
-		all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
-		n, err := s.exec(ctx, tx, "UPDATE upstreams SET "+set+", spec_revision = spec_revision + 1, updated_at = ? "+
-			"WHERE id = ? AND deleted_at IS NULL AND (? = 0 OR spec_revision = ?)", all...)
-		if err != nil {
+		if err := s.optimistic(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id, expect, set, args); err != nil {
 			return err
 		}
-		if n == 0 {
-			return s.checkRevision(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id)
-		}
+		var err error
 		out, err = s.getUpstream(ctx, tx, id)
 		return err
 	})
@@ -486,15 +497,10 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Principal, error) {
 	var out *store.Principal
 	err := s.tx(ctx, true, func(tx *sql.Tx) error {
-		all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
-		n, err := s.exec(ctx, tx, "UPDATE principals SET "+set+", revision = revision + 1, updated_at = ? "+
-			"WHERE id = ? AND (? = 0 OR revision = ?)", all...)
-		if err != nil {
+		if err := s.optimistic(ctx, tx, "principals", "revision", "", id, expect, set, args); err != nil {
 			return err
 		}
-		if n == 0 {
-			return s.checkRevision(ctx, tx, "principals", "revision", "", id)
-		}
+		var err error
 		out, err = s.getPrincipal(ctx, tx, id)
 		return err
 	})
@@ -677,13 +683,8 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 	}
 	var out *store.ChainEntry
 	err := s.tx(ctx, true, func(tx *sql.Tx) error {
-		n, err := s.exec(ctx, tx, "UPDATE plugin_chain_entries SET config = ?, enabled = ?, revision = revision + 1, updated_at = ? WHERE id = ? AND (? = 0 OR revision = ?)",
-			string(config), enabled, s.d.t(s.nowT()), id, expect, expect)
-		if err != nil {
+		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
 			return err
-		}
-		if n == 0 {
-			return s.checkRevision(ctx, tx, "plugin_chain_entries", "revision", "", id)
 		}
 		es, err := s.queryChain(ctx, tx, "WHERE id = ?", id)
 		if err != nil {
