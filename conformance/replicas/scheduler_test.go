@@ -163,3 +163,63 @@ var _ = Describe("Metadata jobs", func() {
 		Expect(listed).To(BeTrue())
 	})
 })
+
+var _ = Describe("A worker dying mid-job", func() {
+	It("has its job retried by another replica within the job's retry class", Label("P-JOB-4"), func() {
+		c := newCluster(2, "--scheduler-rescue-after", "3s", "--job-interval", "metadata_refresh=5s")
+		// The first model listing hangs, pinning its job on one replica.
+		c.sim.Fault(map[string]any{"path": "/v1/models", "count": 1, "latency_ms": 120000})
+		c.replicas[0].Admin().CreateUpstream("sim", c.sim.URL, simKey)
+
+		type row struct {
+			ID          int64
+			State       string
+			Attempt     int
+			AttemptedBy []string
+		}
+		query := func(where string, args ...any) []row {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, c.db)
+			Expect(err).NotTo(HaveOccurred())
+			defer conn.Close(context.Background())
+			rows, err := conn.Query(ctx, "SELECT id, state::text, attempt, coalesce(attempted_by, '{}') FROM river_job WHERE args->>'job_type' = 'metadata_refresh' AND "+where, args...)
+			Expect(err).NotTo(HaveOccurred())
+			var out []row
+			for rows.Next() {
+				var r row
+				Expect(rows.Scan(&r.ID, &r.State, &r.Attempt, &r.AttemptedBy)).To(Succeed())
+				out = append(out, r)
+			}
+			return out
+		}
+		var stuck row
+		Eventually(func() int {
+			rs := query("state = 'running'")
+			if len(rs) > 0 {
+				stuck = rs[0]
+			}
+			return len(rs)
+		}, 30*time.Second, 100*time.Millisecond).Should(Equal(1))
+		Expect(stuck.AttemptedBy).To(HaveLen(1))
+		victim := stuck.AttemptedBy[0]
+		for _, r := range c.replicas {
+			if strings.Contains(strings.Join(r.Opts.Args, " "), "--replica-id "+victim) {
+				r.Kill()
+			}
+		}
+		// The rescuer of the surviving replica takes the job for dead and
+		// another attempt completes it there.
+		Eventually(func() row {
+			rs := query("id = $1", stuck.ID)
+			Expect(rs).To(HaveLen(1))
+			return rs[0]
+		}, 120*time.Second, 500*time.Millisecond).Should(And(
+			HaveField("State", "completed"),
+			HaveField("Attempt", 2),
+		))
+		final := query("id = $1", stuck.ID)[0]
+		Expect(final.AttemptedBy).To(HaveLen(2))
+		Expect(final.AttemptedBy[1]).NotTo(Equal(victim))
+	})
+})

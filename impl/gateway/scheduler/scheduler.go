@@ -145,6 +145,8 @@ type Scheduler struct {
 	metrics *Metrics
 	types   map[string]*Type
 	client  client
+	// rescueAfter is how long a running job may go before it is rescued.
+	rescueAfter time.Duration
 
 	mu       sync.Mutex
 	cronNext map[string]time.Time
@@ -163,6 +165,9 @@ type Options struct {
 	ID string
 	// PollInterval is how often idle workers look for due jobs.
 	PollInterval time.Duration
+	// RescueAfter is how long a job may stay running before it is taken for
+	// dead (its worker crashed) and retried by any replica, within its class.
+	RescueAfter time.Duration
 }
 
 func (o *Options) defaults() {
@@ -178,6 +183,9 @@ func (o *Options) defaults() {
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}
+	if o.RescueAfter <= 0 {
+		o.RescueAfter = 5 * time.Minute
+	}
 }
 
 // riverConfig builds the River configuration shared by both drivers.
@@ -192,9 +200,9 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 		RetryPolicy:          retryPolicy{s},
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(o.PollInterval, 100*time.Millisecond),
-		JobTimeout:           time.Minute,
+		JobTimeout:           min(time.Minute, o.RescueAfter),
 		MaxAttempts:          Entity.MaxAttempts,
-		RescueStuckJobsAfter: 5 * time.Minute,
+		RescueStuckJobsAfter: o.RescueAfter,
 		// Terminal rows are the failure tickets and the uniqueness record;
 		// pruning them is the pruning job's business, not River's.
 		CompletedJobRetentionPeriod: 7 * 24 * time.Hour,
@@ -205,7 +213,7 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 
 func newScheduler(types []Type, o Options) (*Scheduler, error) {
 	o.defaults()
-	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}}
+	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}, rescueAfter: o.RescueAfter}
 	var names []string
 	for i := range types {
 		t := types[i]
@@ -357,11 +365,14 @@ type worker struct {
 	s *Scheduler
 }
 
+// Timeout bounds one attempt. It never exceeds the rescue delay: a job
+// still running past it would be rescued and run twice.
 func (w *worker) Timeout(job *river.Job[Args]) time.Duration {
+	d := time.Minute
 	if t := w.s.types[job.Args.JobType]; t != nil && t.Timeout > 0 {
-		return t.Timeout
+		d = t.Timeout
 	}
-	return time.Minute
+	return min(d, w.s.rescueAfter)
 }
 
 func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {

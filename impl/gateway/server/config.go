@@ -50,6 +50,9 @@ type Config struct {
 	JobIntervals map[string]time.Duration `yaml:"job_intervals"`
 	// SchedulerWorkers is how many jobs this replica runs at once.
 	SchedulerWorkers int `yaml:"scheduler_workers"`
+	// SchedulerRescueAfter is how long a running job may go before it is
+	// presumed dead with its worker and retried elsewhere.
+	SchedulerRescueAfter time.Duration `yaml:"scheduler_rescue_after"`
 	// MigrateContract applies contract-phase (column-dropping) migrations;
 	// only set it once every replica runs a version that no longer needs
 	// what they drop.
@@ -77,6 +80,7 @@ func defaults() Config {
 	c.Database.Replicas = 1
 	c.Retention = jobs.DefaultRetention
 	c.SchedulerWorkers = 4
+	c.SchedulerRescueAfter = 5 * time.Minute
 	return c
 }
 
@@ -100,6 +104,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		replicas   = fs.Int("replicas", c.Database.Replicas, "number of replicas sharing the database (connection budget check)")
 		contract   = fs.Bool("migrate-contract", false, "also apply contract-phase migrations (drops); see docs/operations.md")
 		catalogURL = fs.String("price-catalog-url", "", "price catalog to fetch (empty: none)")
+		rescue     = fs.Duration("scheduler-rescue-after", c.SchedulerRescueAfter, "retry a job elsewhere when it has been running this long (its worker presumed dead)")
 		intervals  = map[string]time.Duration{}
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
@@ -166,6 +171,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if *contract {
 		c.MigrateContract = true
 	}
+	if set["scheduler-rescue-after"] {
+		c.SchedulerRescueAfter = *rescue
+	}
 	if *catalogURL != "" {
 		c.PriceCatalogURL = *catalogURL
 	}
@@ -229,6 +237,9 @@ func (c *Config) Validate() error {
 		} else if d < time.Second {
 			bad("job_intervals."+name, "must be at least 1s")
 		}
+	}
+	if c.SchedulerRescueAfter < time.Second {
+		bad("scheduler_rescue_after", "must be at least 1s")
 	}
 	if c.SchedulerWorkers < 1 {
 		bad("scheduler_workers", "must be at least 1")

@@ -348,7 +348,8 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger) (*scheduler.Scheduler, func(), error) {
 	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
-	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID}
+	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
+		RescueAfter: cfg.SchedulerRescueAfter}
 	if driver == "sqlite" {
 		db, err := sqlite.OpenDB(dsn)
 		if err != nil {
