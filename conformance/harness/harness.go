@@ -126,6 +126,10 @@ func (p *Proc) Output() string {
 	return s
 }
 
+// RawOutput is the process's output with nothing redacted, for specs that
+// check secrets never reach the logs.
+func (p *Proc) RawOutput() string { return p.out.String() }
+
 // Stop sends SIGTERM and waits, then SIGKILL after a grace period.
 func (p *Proc) Stop() {
 	select {

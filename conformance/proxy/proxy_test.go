@@ -412,6 +412,30 @@ var _ = Describe("Usage", func() {
 	})
 })
 
+var _ = Describe("Secrets", func() {
+	It("never writes a credential to the logs, even at debug level", func() {
+		sim := h.StartSim(simKey)
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--log-level", "debug"}, Env: map[string]string{"UPSTREAM_KEY": "sk-env-secret-value"}})
+		a := px.Admin()
+		a.CreateUpstream("literal", sim.URL, simKey)
+		a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": "http://127.0.0.1:1", "api_key_env": "UPSTREAM_KEY"}, 201)
+		pr := a.CreatePrincipal("p", "*")
+		_, key := a.IssueKey(pr)
+		h.Messages(px.ProxyURL, body, "x-api-key", key)
+		h.Messages(px.ProxyURL, streamBody, "Authorization", "Bearer "+key)
+		h.Messages(px.ProxyURL, body, "x-api-key", key+"x")
+		sim.Fault(map[string]any{"status": 500})
+		h.Messages(px.ProxyURL, body, "x-api-key", key)
+		(&h.Admin{Base: px.AdminURL, Token: px.Token + "x"}).Do("GET", "/admin/v1/status", nil)
+		px.Stop()
+		out := px.RawOutput()
+		Expect(out).To(ContainSubstring(`"msg":"listening"`))
+		for _, secret := range []string{simKey, "sk-env-secret-value", key, px.Token} {
+			Expect(out).NotTo(ContainSubstring(secret))
+		}
+	})
+})
+
 var _ = Describe("Metrics", func() {
 	It("exposes the proxy's request counters in Prometheus text format", func() {
 		w := newWorld()
