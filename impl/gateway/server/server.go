@@ -190,7 +190,11 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := &http.Server{Handler: relayH, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
-	adminSrv := &http.Server{Handler: adminH, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
+	// Changes through the admin listener are audited as the admin API's.
+	audited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		adminH.ServeHTTP(w, r.WithContext(store.WithActor(r.Context(), "admin-api")))
+	})
+	adminSrv := &http.Server{Handler: audited, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
 	r.servers = []*http.Server{proxySrv, adminSrv}
 	go func() { r.errc <- proxySrv.Serve(proxyLn) }()
 	go func() { r.errc <- adminSrv.Serve(adminLn) }()

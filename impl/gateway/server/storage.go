@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // storageCommand runs offline storage operations: `proxy storage <op>`.
@@ -45,7 +47,7 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 	case "disable-oauth-warmup":
 		// P-WARM-R3: every non-deleted vendor_oauth upstream, spec_revision
 		// and updated time bumped in one statement.
-		n, err := st.DisableWarmupForOAuthUpstreams(ctx)
+		n, err := st.DisableWarmupForOAuthUpstreams(store.WithActor(ctx, "storage-cli"))
 		if err != nil {
 			return err
 		}

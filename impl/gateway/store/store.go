@@ -266,6 +266,9 @@ type Store interface {
 	// Prune deletes rows of a prunable table older than before; see PrunableTables.
 	Prune(ctx context.Context, table string, before time.Time) (int64, error)
 
+	// ListAudit returns audit entries at or after since, newest first, at most limit.
+	ListAudit(ctx context.Context, since time.Time, limit int) ([]AuditEntry, error)
+
 	// SetUpstreamModels replaces the model list of an upstream.
 	SetUpstreamModels(ctx context.Context, upstreamID string, models []UpstreamModel) error
 	ListUpstreamModels(ctx context.Context, upstreamID string) ([]UpstreamModel, error)
@@ -306,4 +309,30 @@ type UsageRollup struct {
 	OutputTokens             int64
 	CacheCreationInputTokens int64
 	CacheReadInputTokens     int64
+}
+
+type actorKey struct{}
+
+// WithActor names who makes the changes done with ctx; they are recorded in
+// the audit log.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// ActorFrom returns the actor of ctx, "system" when none was set.
+func ActorFrom(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok && a != "" {
+		return a
+	}
+	return "system"
+}
+
+// AuditEntry is one recorded configuration change.
+type AuditEntry struct {
+	ID           string
+	At           time.Time
+	Actor        string
+	Action       string
+	ResourceKind string
+	ResourceID   string
 }

@@ -53,9 +53,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// tx runs fn in a transaction; configChange bumps the config generation (and
-// notifies) in the same transaction.
-func (s *Store) tx(ctx context.Context, configChange bool, fn func(*sql.Tx) error) error {
+// change describes a configuration change for the audit log.
+type change struct{ action, kind, id string }
+
+func audit(action, kind, id string) *change { return &change{action, kind, id} }
+
+// tx runs fn in a transaction. A configuration change (ch != nil) also
+// bumps the config generation, appends an audit row and notifies, all in
+// the same transaction: no change is visible without its audit entry.
+func (s *Store) tx(ctx context.Context, ch *change, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.d.classify(err)
@@ -64,7 +70,11 @@ func (s *Store) tx(ctx context.Context, configChange bool, fn func(*sql.Tx) erro
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
 	}
-	if configChange {
+	if ch != nil {
+		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id) VALUES (?, ?, ?, ?, ?, ?)",
+			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id); err != nil {
+			return s.d.classify(err)
+		}
 		var gen int64
 		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
 			return s.d.classify(err)
@@ -98,7 +108,7 @@ func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 
 func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	cfg := &store.Config{}
-	err := s.tx(ctx, false, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
@@ -186,7 +196,7 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 	}
 	now := s.nowT()
 	var out *store.Upstream
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("create", "upstream", id), func(tx *sql.Tx) error {
 		var cred any
 		if spec.Credential != nil {
 			cred = spec.Credential
@@ -240,7 +250,7 @@ func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live,
 
 func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("update", "upstream", id), func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id, expect, set, args); err != nil {
 			return err
 		}
@@ -291,7 +301,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 }
 
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
-	return s.tx(ctx, true, func(tx *sql.Tx) error {
+	return s.tx(ctx, audit("delete", "upstream", id), func(tx *sql.Tx) error {
 		u, err := s.getUpstream(ctx, tx, id)
 		if err != nil {
 			return err
@@ -361,7 +371,7 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 
 func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
 	var out *store.Upstream
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("set_credential", "upstream", id), func(tx *sql.Tx) error {
 		var cred any
 		if ciphertext != nil {
 			cred = ciphertext
@@ -382,7 +392,7 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 
 func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("disable_oauth_warmup", "upstream", "*"), func(tx *sql.Tx) error {
 		var err error
 		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
 			WHERE kind = ? AND deleted_at IS NULL AND warmup_enabled = ?`, false, s.d.t(s.nowT()), store.KindVendorOAuth, true)
@@ -474,7 +484,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 	}
 	now := s.nowT()
 	var out *store.Principal
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("create", "principal", id), func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
 			cache_keepalive, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 			id, p.Name, p.Kind, p.Enabled, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits),
@@ -496,7 +506,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 
 func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Principal, error) {
 	var out *store.Principal
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("update", "principal", id), func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "principals", "revision", "", id, expect, set, args); err != nil {
 			return err
 		}
@@ -538,7 +548,7 @@ func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p s
 }
 
 func (s *Store) DeletePrincipal(ctx context.Context, id string, expect int64) error {
-	return s.tx(ctx, true, func(tx *sql.Tx) error {
+	return s.tx(ctx, audit("delete", "principal", id), func(tx *sql.Tx) error {
 		// Children first: SQLite enforces ON DELETE CASCADE only with
 		// foreign keys on, and explicit deletes keep both drivers alike.
 		n, err := s.exec(ctx, tx, "DELETE FROM principals WHERE id = ? AND (? = 0 OR revision = ?)", id, expect, expect)
@@ -581,7 +591,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) 
 	}
 	k.CreatedAt = s.nowT()
 	k.RevokedAt = nil
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("issue", "key", k.ID), func(tx *sql.Tx) error {
 		if _, err := s.getPrincipal(ctx, tx, k.PrincipalID); err != nil {
 			return err
 		}
@@ -605,7 +615,7 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, 
 
 func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*store.Key, error) {
 	var out *store.Key
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("revoke", "key", keyID), func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
 			s.d.t(s.nowT()), keyID, principalID); err != nil {
 			return err
@@ -682,7 +692,7 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 		config = json.RawMessage("{}")
 	}
 	var out *store.ChainEntry
-	err := s.tx(ctx, true, func(tx *sql.Tx) error {
+	err := s.tx(ctx, audit("update", "plugin_chain_entry", id), func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
 			return err
 		}
@@ -702,7 +712,7 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	if len(events) == 0 {
 		return nil
 	}
-	return s.tx(ctx, false, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
 			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
@@ -710,6 +720,24 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 			return err
 		}
 		defer stmt.Close()
+		// The newest use of each (principal, upstream) pair feeds
+		// upstream_affinity, upserted in the same transaction.
+		latest := map[[2]string]time.Time{}
+		for _, e := range events {
+			if e.UpstreamID != "" && e.PrincipalID != "" {
+				k := [2]string{e.PrincipalID, e.UpstreamID}
+				if e.At.After(latest[k]) {
+					latest[k] = e.At
+				}
+			}
+		}
+		for k, at := range latest {
+			if _, err := s.exec(ctx, tx, `INSERT INTO upstream_affinity (principal_id, upstream_id, last_used_at) VALUES (?, ?, ?)
+				ON CONFLICT (principal_id, upstream_id) DO UPDATE SET last_used_at = excluded.last_used_at
+				WHERE upstream_affinity.last_used_at < excluded.last_used_at`, k[0], k[1], s.d.t(at)); err != nil {
+				return err
+			}
+		}
 		for _, e := range events {
 			if e.ID == "" {
 				e.ID = store.NewID("ev")
@@ -757,7 +785,7 @@ func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, err
 		to = from.Add(time.Hour)
 	}
 	var n int64
-	err := s.tx(ctx, false, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, "DELETE FROM usage_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
 			return err
 		}
@@ -812,7 +840,7 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 func (s *Store) SetUpstreamModels(ctx context.Context, upstreamID string, models []store.UpstreamModel) error {
 	// Upserts, not delete-then-insert: two refreshes running at once (a late
 	// tick overlapping the next) must both succeed and converge.
-	return s.tx(ctx, false, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *sql.Tx) error {
 		keep := make([]any, 0, len(models)+1)
 		keep = append(keep, upstreamID)
 		marks := make([]string, 0, len(models))
@@ -876,4 +904,24 @@ func (s *Store) PutPriceCatalog(ctx context.Context, c store.PriceCatalog) (bool
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+func (s *Store) ListAudit(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, s.d.rebind("SELECT id, at, actor, action, resource_kind, resource_id FROM audit_log WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?"), s.d.t(since), limit)
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	defer rows.Close()
+	out := []store.AuditEntry{}
+	for rows.Next() {
+		var e store.AuditEntry
+		if err := rows.Scan(&e.ID, reqTime{&e.At}, &e.Actor, &e.Action, &e.ResourceKind, &e.ResourceID); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, s.d.classify(rows.Err())
 }

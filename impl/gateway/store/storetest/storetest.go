@@ -106,6 +106,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
 	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
 	t.Run("Metadata", func(t *testing.T) { run(t, open, testMetadata) })
+	t.Run("AuditAndAffinity", func(t *testing.T) { run(t, open, testAuditAndAffinity) })
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
@@ -619,5 +620,49 @@ func testMetadata(t *testing.T, open Opener) {
 	}
 	if ms := must(b.st.ListUpstreamModels(b.ctx, "up_2")); len(ms) != 1 {
 		t.Fatalf("models %+v", ms)
+	}
+}
+
+// Every configuration change leaves an audit row with its actor; request
+// events keep upstream affinity current. Both are what pruning trims.
+func testAuditAndAffinity(t *testing.T, open Opener) {
+	b := setup(t, open)
+	ctx := store.WithActor(b.ctx, "alice")
+	u := must(b.st.CreateUpstream(ctx, apiKeySpec("a")))
+	on := true
+	must(b.st.PatchUpstream(ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Enabled: &on}))
+	p := must(b.st.CreatePrincipal(b.ctx, principal("p")))
+	_, err := b.st.PatchUpstream(ctx, u.ID, 1, store.UpstreamPatch{Enabled: &on}) // stale: no audit row
+	wantErr(t, err, store.ErrStaleRevision)
+	es := must(b.st.ListAudit(b.ctx, time.Time{}, 10))
+	if len(es) != 3 {
+		t.Fatalf("audit %+v", es)
+	}
+	seen := map[string]string{}
+	for _, e := range es {
+		seen[e.ResourceKind+" "+e.Action+" "+e.ResourceID] = e.Actor
+	}
+	if seen["upstream create "+u.ID] != "alice" || seen["upstream update "+u.ID] != "alice" || seen["principal create "+p.ID] != "system" {
+		t.Fatalf("audit %v", seen)
+	}
+	t0 := b.clk.Now()
+	evs := []store.RequestEvent{
+		{At: t0, PrincipalID: p.ID, UpstreamID: u.ID, Model: "m", Status: 200},
+		{At: t0.Add(time.Minute), PrincipalID: p.ID, UpstreamID: u.ID, Model: "m", Status: 200},
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs[:1]); err != nil { // an older event never moves it back
+		t.Fatal(err)
+	}
+	if n := must(b.st.Prune(b.ctx, "upstream_affinity", t0.Add(30*time.Second))); n != 0 {
+		t.Fatalf("affinity at %v pruned: last use was not the newest event", t0)
+	}
+	if n := must(b.st.Prune(b.ctx, "upstream_affinity", t0.Add(2*time.Minute))); n != 1 {
+		t.Fatalf("affinity rows pruned %d, want 1", n)
+	}
+	if n := must(b.st.Prune(b.ctx, "audit_log", b.clk.Now().Add(time.Second))); n != 3 {
+		t.Fatalf("audit rows pruned %d, want 3", n)
 	}
 }
