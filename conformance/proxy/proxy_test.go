@@ -378,6 +378,29 @@ var _ = Describe("Official Anthropic SDK", func() {
 	})
 })
 
+var _ = Describe("Models and health", func() {
+	It("lists only the models the principal may use, through the official SDK", func() {
+		w := newWorld("claude-haiku-*")
+		c := anthropic.NewClient(option.WithBaseURL(w.px.ProxyURL), option.WithAPIKey(w.key), option.WithMaxRetries(0))
+		page, err := c.Models.List(context.Background(), anthropic.ModelListParams{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(page.Data).To(HaveLen(1))
+		Expect(page.Data[0].ID).To(Equal("claude-haiku-4-5"))
+		_, err = c.Models.Get(context.Background(), "claude-opus-4-1", anthropic.ModelGetParams{})
+		var apiErr *anthropic.Error
+		Expect(errors.As(err, &apiErr)).To(BeTrue())
+		Expect(apiErr.StatusCode).To(Equal(404))
+		// The provider saw the upstream's key, never the principal's.
+		for _, r := range w.sim.Requests() {
+			Expect(r.Header.Get("X-Api-Key")).To(Equal(simKey))
+		}
+		res, err := http.Get(w.px.ProxyURL + "/healthz")
+		Expect(err).NotTo(HaveOccurred())
+		res.Body.Close()
+		Expect(res.StatusCode).To(Equal(200))
+	})
+})
+
 var _ = Describe("Usage", func() {
 	It("records every proxied request with its token usage, streaming and not", func() {
 		w := newWorld()

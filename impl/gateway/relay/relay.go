@@ -113,7 +113,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ep = epMessages
 	case "/v1/messages/count_tokens":
 		ep = epCountTokens
+	case "/healthz":
+		// Liveness for load balancers and probes; reveals nothing.
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+		return
 	default:
+		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
+			h.models(w, r)
+			return
+		}
 		writeError(w, http.StatusNotFound, "not_found_error", "no such endpoint: "+r.URL.Path)
 		return
 	}
@@ -123,23 +132,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := h.now()
-	snap := h.src.Current()
-
-	key := clientKey(r)
-	if key == "" {
-		h.fail(w, http.StatusUnauthorized, "authentication_error", "missing API key: send x-api-key or Authorization: Bearer")
-		return
-	}
-	k := snap.KeyByHash(sha256.Sum256([]byte(key)))
-	if k == nil {
-		h.fail(w, http.StatusUnauthorized, "authentication_error", "invalid API key")
+	k, ok := h.principalOf(w, r)
+	if !ok {
 		return
 	}
 	p := k.Principal
-	if !p.Enabled {
-		h.fail(w, http.StatusForbidden, "permission_error", "principal is disabled")
-		return
-	}
 
 	body, err := readBody(r)
 	if err != nil {
@@ -183,6 +180,123 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	h.relayResponse(w, resp, &ev, start)
+}
+
+// principalOf authenticates the request's key against the snapshot and
+// answers the refusal itself; ok is false when it did.
+func (h *Handler) principalOf(w http.ResponseWriter, r *http.Request) (*snapshot.Key, bool) {
+	key := clientKey(r)
+	if key == "" {
+		h.fail(w, http.StatusUnauthorized, "authentication_error", "missing API key: send x-api-key or Authorization: Bearer")
+		return nil, false
+	}
+	k := h.src.Current().KeyByHash(sha256.Sum256([]byte(key)))
+	if k == nil {
+		h.fail(w, http.StatusUnauthorized, "authentication_error", "invalid API key")
+		return nil, false
+	}
+	if !k.Principal.Enabled {
+		h.fail(w, http.StatusForbidden, "permission_error", "principal is disabled")
+		return nil, false
+	}
+	return k, true
+}
+
+// models serves GET /v1/models[/{id}] from the principal's first upstream,
+// keeping only the models the principal may use, so clients that list
+// models before choosing one see exactly what they can call.
+func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed; use GET")
+		return
+	}
+	k, ok := h.principalOf(w, r)
+	if !ok {
+		return
+	}
+	p := k.Principal
+	if id, one := strings.CutPrefix(r.URL.Path, "/v1/models/"); one && !p.AllowsModel(id) {
+		h.fail(w, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" not found")
+		return
+	}
+	if len(p.Candidates) == 0 {
+		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
+		return
+	}
+	up := p.Candidates[0]
+	target := up.BaseURL + r.URL.Path
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	out, err := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
+	if err != nil {
+		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		return
+	}
+	copyRequestHeaders(out.Header, r.Header)
+	setCredential(out.Header, up)
+	resp, err := h.client.Do(out)
+	if err != nil {
+		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		h.fail(w, http.StatusBadGateway, "api_error", "upstream response truncated")
+		return
+	}
+	if resp.StatusCode == http.StatusOK && r.URL.Path == "/v1/models" {
+		body = filterModels(body, p)
+	}
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	if v := resp.Header.Get("Request-Id"); v != "" {
+		w.Header().Set("Request-Id", v)
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(body)
+	if h.metrics != nil {
+		h.metrics.observe(resp.StatusCode, 0)
+	}
+}
+
+// filterModels keeps the models of a list response the principal may use.
+func filterModels(body []byte, p *snapshot.Principal) []byte {
+	var list map[string]json.RawMessage
+	if json.Unmarshal(body, &list) != nil {
+		return body
+	}
+	var data []json.RawMessage
+	if json.Unmarshal(list["data"], &data) != nil {
+		return body
+	}
+	kept := make([]json.RawMessage, 0, len(data))
+	for _, m := range data {
+		var id struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &id) == nil && p.AllowsModel(id.ID) {
+			kept = append(kept, m)
+		}
+	}
+	list["data"], _ = json.Marshal(kept)
+	if len(kept) > 0 {
+		var first, last struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal(kept[0], &first)
+		json.Unmarshal(kept[len(kept)-1], &last)
+		list["first_id"], _ = json.Marshal(first.ID)
+		list["last_id"], _ = json.Marshal(last.ID)
+	} else {
+		list["first_id"], list["last_id"] = json.RawMessage("null"), json.RawMessage("null")
+	}
+	out, err := json.Marshal(list)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 // dispatch sends the request to the first candidate that answers. It falls
