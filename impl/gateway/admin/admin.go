@@ -1,10 +1,12 @@
 // Package admin is the admin REST API under /admin/v1: upstreams,
-// principals, keys, plugin chains, status and export. Every route requires
-// a Bearer token; every mutation takes If-Match for optimistic concurrency;
-// every refusal is one *APIError rendered in one place.
+// principals, keys, plugin chains, status and export (docs/admin-api.md,
+// openapi.json). Every route requires a Bearer token; every mutation takes
+// If-Match for optimistic concurrency; every refusal is one *APIError
+// rendered in one place.
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -53,8 +55,11 @@ type Authenticator interface {
 	Authenticate(r *http.Request) (subject string, ok bool)
 }
 
-// StaticToken accepts one Bearer token, compared in constant time.
+// StaticToken accepts one Bearer token, compared in constant time. An empty
+// token accepts nothing.
 type StaticToken struct{ Token string }
+
+var _ Authenticator = StaticToken{}
 
 // Authenticate implements Authenticator.
 func (s StaticToken) Authenticate(r *http.Request) (string, bool) {
@@ -74,9 +79,12 @@ type Deps struct {
 	Store   store.Store
 	Sealer  Sealer
 	Runtime Runtime
-	Auth    []Authenticator
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Auth are the providers of admin.auth.providers; a request passes when
+	// any of them accepts it. None accepts nothing.
+	Auth   []Authenticator
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Getenv reads the server's environment (api_key_env).
 	Getenv  func(string) string
 	Version string
 	// ReplicaID names this replica in status.
@@ -84,8 +92,8 @@ type Deps struct {
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog
-	// Extra mounts more handlers behind the same authentication, by path
-	// prefix ("/metrics", "/admin/scheduler/").
+	// Extra mounts more handlers behind the same authentication, by
+	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
 }
 
@@ -117,17 +125,18 @@ func New(d Deps) http.Handler {
 			}
 		})
 	}
-	a.mux.HandleFunc("GET /admin/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(openAPIDocument(a.routes()))
-	})
-	for prefix, h := range d.Extra {
-		a.mux.Handle(prefix, h)
+	for pattern, h := range d.Extra {
+		a.mux.Handle(pattern, h)
 	}
 	return a
 }
 
+// ServeHTTP authenticates before anything else, then routes; requests the
+// mux cannot route get the API's own 404 and 405 bodies.
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Responses carry credentials (an issued key) and revisions; no cache
+	// may keep them.
+	w.Header().Set("Cache-Control", "no-store")
 	ok := false
 	for _, p := range a.Auth {
 		if _, ok = p.Authenticate(r); ok {
@@ -135,29 +144,27 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok {
-		render(w, r, a.Logger, apiErr(http.StatusUnauthorized, "unauthorized", "missing or invalid admin token: send Authorization: Bearer <token>"))
+		render(w, r, a.Logger, newErr("unauthorized", "missing or invalid admin token: send Authorization: Bearer <token>"))
 		return
 	}
 	// mux.Handler only looks the route up; mux.ServeHTTP below also sets
 	// the path values the handlers read.
 	if _, pattern := a.mux.Handler(r); pattern == "" {
-		// The mux found no route: tell 404 from 405 in the API's own shape.
-		if allowed := a.allowedMethods(r.URL.Path); len(allowed) > 0 {
+		if allowed := a.allowedMethods(r); len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			render(w, r, a.Logger, apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", r.Method, r.URL.Path))
+			render(w, r, a.Logger, newErr("method_not_allowed", "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
 			return
 		}
-		render(w, r, a.Logger, apiErr(http.StatusNotFound, "not_found", "no such endpoint: %s", r.URL.Path))
+		render(w, r, a.Logger, newErr("not_found", "no such endpoint: %s", r.URL.Path))
 		return
 	}
-	w.Header().Set("Cache-Control", "no-store")
 	a.mux.ServeHTTP(w, r)
 }
 
-func (a *api) allowedMethods(path string) []string {
+func (a *api) allowedMethods(r *http.Request) []string {
 	var out []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-		probe, _ := http.NewRequest(m, path, nil)
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
 		if _, p := a.mux.Handler(probe); p != "" {
 			out = append(out, m)
 		}
@@ -165,67 +172,121 @@ func (a *api) allowedMethods(path string) []string {
 	return out
 }
 
-// decode reads a JSON body strictly into v.
-func decode(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		// curl -d sends application/x-www-form-urlencoded by default; the
-		// body must still be JSON, so accepting the label costs nothing.
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
-			return apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "send the body as application/json")
-		}
+// hasBody reports whether the request carries a body (a known non-zero
+// length, or chunked).
+func hasBody(r *http.Request) bool {
+	return r.ContentLength > 0 || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+// readBody enforces the media type and size rules and returns the body.
+func readBody(r *http.Request) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return nil, newErr("unsupported_media_type", "send the body as application/json (got Content-Type %q)", r.Header.Get("Content-Type"))
+	}
+	if r.ContentLength > maxBody {
+		return nil, newErr("request_too_large", "the body exceeds %d bytes", maxBody)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		return invalid("cannot read the body: %v", err)
+		return nil, invalid("cannot read the body: %v", err)
 	}
 	if len(body) > maxBody {
-		return apiErr(http.StatusRequestEntityTooLarge, "request_too_large", "the body exceeds %d bytes", maxBody)
+		return nil, newErr("request_too_large", "the body exceeds %d bytes", maxBody)
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	return body, nil
+}
+
+// decode reads a required JSON body strictly into v: unknown fields and
+// trailing data are refused, and the message names the offending field.
+func decode(r *http.Request, v any) error {
+	if !hasBody(r) {
 		return invalid("a JSON body is required")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(body, v, "")
+}
+
+// decodeOptional decodes a body when one was sent.
+func decodeOptional(r *http.Request, v any) error {
+	if !hasBody(r) {
+		return nil
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return decodeStrict(body, v, "")
+}
+
+// decodeStrict decodes one JSON value into v; path prefixes field names in
+// messages ("cache_keepalive.").
+func decodeStrict(body []byte, v any, path string) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return invalid("a JSON body is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return invalid("%s", jsonProblem(err))
+		return invalid("%s", jsonProblem(err, path))
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return invalid("the body holds more than one JSON value")
 	}
 	return nil
 }
 
-// decodeOptional decodes a body when one was sent.
-func decodeOptional(r *http.Request, v any) error {
-	if r.ContentLength == 0 && r.Header.Get("Transfer-Encoding") == "" {
-		return nil
-	}
-	return decode(r, v)
-}
-
-// jsonProblem names the field path of a decoding error.
-func jsonProblem(err error) string {
+// jsonProblem describes a decoding error, naming the field path.
+func jsonProblem(err error, path string) string {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		return fmt.Sprintf("%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		field := strings.TrimSuffix(path+te.Field, ".")
+		if field == "" {
+			return fmt.Sprintf("the body must be %s, got JSON %s", jsonType(te.Type.String()), te.Value)
+		}
+		return fmt.Sprintf("%s: expected %s, got JSON %s", field, jsonType(te.Type.String()), te.Value)
 	case errors.As(err, &se):
 		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return "malformed JSON: the body ends early"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return fmt.Sprintf("%s%s: unknown field", path, name)
 	}
 	return err.Error()
 }
 
-// ifMatch reads the expected revision. Absent means AnyRevision unless
-// required.
+// jsonType names a Go type the way a JSON client thinks of it.
+func jsonType(goType string) string {
+	switch {
+	case goType == "string" || goType == "*string":
+		return "a string"
+	case goType == "bool" || goType == "*bool":
+		return "a boolean"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.HasPrefix(goType, "[]") || strings.HasPrefix(goType, "*[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// ifMatch reads the expected revision: "7", 7, W/"7" or * (any revision).
+// Absent means AnyRevision unless required.
 func ifMatch(r *http.Request, required bool) (int64, error) {
-	v := strings.TrimSpace(r.Header.Get("If-Match"))
+	raw := r.Header.Get("If-Match")
+	v := strings.TrimSpace(raw)
 	if v == "" {
 		if required {
-			return 0, apiErr(http.StatusPreconditionRequired, "precondition_required", "this operation needs If-Match with the revision from the resource's ETag")
+			return 0, newErr("precondition_required", "this operation needs If-Match with the revision from the resource's ETag")
 		}
 		return store.AnyRevision, nil
 	}
@@ -233,10 +294,12 @@ func ifMatch(r *http.Request, required bool) (int64, error) {
 		return store.AnyRevision, nil
 	}
 	v = strings.TrimPrefix(v, "W/")
-	v = strings.Trim(v, `"`)
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 {
-		return 0, invalid("If-Match must be a revision such as \"3\", got %q", r.Header.Get("If-Match"))
+	if err != nil || n < 1 || strings.HasPrefix(v, "+") {
+		return 0, invalid("If-Match: must be a revision such as \"3\" (or *), got %q", raw)
 	}
 	return n, nil
 }
@@ -247,14 +310,15 @@ func etag(w http.ResponseWriter, rev int64) {
 
 // changed runs after a committed change: the snapshot is rebuilt before the
 // response, so the caller's next proxy request sees the change. A failed
-// rebuild does not fail the request: the change is committed and the
-// reconciler applies it at its next poll.
+// rebuild does not fail the request: the change is committed, and the
+// reconciler applies it at its next poll. The rebuild outlives a client
+// that hangs up, since the change is already in the database.
 func (a *api) changed(ctx context.Context) {
 	if a.Runtime == nil {
 		return
 	}
-	if err := a.Runtime.Refresh(ctx); err != nil {
-		a.Logger.Warn("snapshot refresh after admin change failed; the reconciler will retry", "error", err)
+	if err := a.Runtime.Refresh(context.WithoutCancel(ctx)); err != nil {
+		a.Logger.WarnContext(ctx, "snapshot refresh after an admin change failed; the reconciler will apply the change", "error", err)
 	}
 }
 

@@ -6,16 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
-	"github.com/pillarhq/pillar/impl/gateway/apikey"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -24,15 +26,33 @@ import (
 
 const token = "test-admin-token"
 
+// now is the clock every test server runs on.
+var now = time.Unix(1763800000, 0)
+
+// env is one admin API on a fresh SQLite database.
 type env struct {
-	t     *testing.T
-	srv   *httptest.Server
-	st    store.Store
-	rt    *snapshot.Runtime
-	box   *secret.Box
-	calls int
+	t      *testing.T
+	srv    *httptest.Server
+	st     store.Store
+	dbPath string
+	rt     *snapshot.Runtime
+	box    *secret.Box
+	logs   *lockedBuffer
+	// getenvCalls counts reads of the server environment.
+	getenvMu    sync.Mutex
+	getenvCalls map[string]int
 }
 
+type options struct {
+	// wrap replaces the store the API sees (failure injection).
+	wrap func(store.Store) store.Store
+	// runtime replaces the snapshot runtime adapter.
+	runtime admin.Runtime
+	auth    []admin.Authenticator
+	catalog admin.PriceCatalog
+}
+
+// runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
 type runtimeAdapter struct{ rt *snapshot.Runtime }
 
 func (r runtimeAdapter) Refresh(ctx context.Context) error { return r.rt.Refresh(ctx) }
@@ -42,32 +62,72 @@ func (r runtimeAdapter) Info() admin.SnapshotInfo {
 	return admin.SnapshotInfo{Generation: s.Generation, BuiltAt: s.BuiltAt, Upstreams: u, Principals: p, Keys: k}
 }
 
-// failingStore makes every call fail as if the database were gone.
-type failingStore struct{ store.Store }
-
-func (failingStore) Ping(context.Context) error { return store.ErrUnavailable }
-func (failingStore) LoadConfig(context.Context) (*store.Config, error) {
-	return nil, fmt.Errorf("dial: %w", store.ErrUnavailable)
-}
-func (failingStore) ListUpstreams(context.Context) ([]store.Upstream, error) {
-	return nil, store.ErrUnavailable
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-func setup(t *testing.T) *env {
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serverEnv is the environment api_key_env reads from.
+var serverEnv = map[string]string{"ANTHROPIC_KEY": "sk-ant-from-env-0123456789", "OTHER_KEY": "sk-ant-other-9876543210"}
+
+func setup(t *testing.T, opts ...func(*options)) *env {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	dbPath := filepath.Join(t.TempDir(), "proxy.db")
+	st, err := sqlite.Open(context.Background(), dbPath, sqlite.Options{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	box, _ := secret.New(bytes.Repeat([]byte{3}, 32))
-	rt := snapshot.NewRuntime(st, box, nil, nil)
-	e := &env{t: t, st: st, rt: rt, box: box}
+	box, err := secret.New(bytes.Repeat([]byte{3}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := snapshot.NewRuntime(st, box, nil, func() time.Time { return now })
+	e := &env{t: t, st: st, dbPath: dbPath, rt: rt, box: box, logs: &lockedBuffer{}, getenvCalls: map[string]int{}}
+	var apiStore store.Store = st
+	if o.wrap != nil {
+		apiStore = o.wrap(st)
+	}
+	var runtime admin.Runtime = runtimeAdapter{rt}
+	if o.runtime != nil {
+		runtime = o.runtime
+	}
+	auth := []admin.Authenticator{admin.StaticToken{Token: token}}
+	if o.auth != nil {
+		auth = o.auth
+	}
 	h := admin.New(admin.Deps{
-		Store: st, Sealer: box, Runtime: runtimeAdapter{rt}, Auth: []admin.Authenticator{admin.StaticToken{Token: token}},
-		Getenv:  func(k string) string { return map[string]string{"ANTHROPIC_KEY": "sk-ant-from-env"}[k] },
-		Version: "test", ReplicaID: "r1", StartedAt: time.Unix(100, 0),
-		Extra: map[string]http.Handler{"/metrics": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") })},
+		Store: apiStore, Sealer: box, Runtime: runtime, Auth: auth,
+		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:    func() time.Time { return now },
+		Getenv: func(k string) string {
+			e.getenvMu.Lock()
+			defer e.getenvMu.Unlock()
+			e.getenvCalls[k]++
+			return serverEnv[k]
+		},
+		Version: "test-version", ReplicaID: "replica-1", StartedAt: time.Unix(1763700000, 0),
+		PriceCatalog: o.catalog,
+		Extra: map[string]http.Handler{
+			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
+			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),
+		},
 	})
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
@@ -89,18 +149,46 @@ func (r resp) json(t *testing.T) map[string]any {
 	return m
 }
 
+func (r resp) list(t *testing.T) []any {
+	t.Helper()
+	var l []any
+	if err := json.Unmarshal(r.body, &l); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+	return l
+}
+
+// do sends an authenticated request. body may be nil, a string (sent as
+// is) or a value to encode; hdr holds header name/value pairs, where an
+// empty value removes the header. Every answer is checked against
+// openapi.json: the status must be documented for the operation, a success
+// body must match its schema and an error code must be one the operation
+// lists.
 func (e *env) do(method, path string, body any, hdr ...string) resp {
 	e.t.Helper()
+	r := send(e.t, e.srv.URL, method, path, body, hdr...)
+	checkAgainstOpenAPI(e.t, method, path, r)
+	return r
+}
+
+func send(t *testing.T, base, method, path string, body any, hdr ...string) resp {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
 	case string:
 		rd = strings.NewReader(b)
 	default:
-		j, _ := json.Marshal(b)
+		j, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rd = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -114,10 +202,13 @@ func (e *env) do(method, path string, body any, hdr ...string) resp {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return resp{res.StatusCode, res.Header, b}
 }
 
@@ -125,16 +216,49 @@ func (e *env) do(method, path string, body any, hdr ...string) resp {
 func wantErr(t *testing.T, r resp, status int, code string) {
 	t.Helper()
 	var b struct {
-		Error struct{ Code, Message string }
+		Error struct {
+			Code, Message string
+			Details       any
+		}
 	}
 	if r.status != status || json.Unmarshal(r.body, &b) != nil || b.Error.Code != code || b.Error.Message == "" {
 		t.Fatalf("got %d %s, want %d %s", r.status, r.body, status, code)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error Content-Type %q", ct)
+	}
+}
+
+// js is the JSON encoding of v, for comparing decoded values.
+func js(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// wantMessage checks an error message mentions every part.
+func wantMessage(t *testing.T, r resp, parts ...string) {
+	t.Helper()
+	var b struct{ Error struct{ Message string } }
+	json.Unmarshal(r.body, &b)
+	for _, p := range parts {
+		if !strings.Contains(b.Error.Message, p) {
+			t.Fatalf("message %q does not mention %q", b.Error.Message, p)
+		}
 	}
 }
 
 func (e *env) upstream(name string) map[string]any {
 	e.t.Helper()
-	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": name, "kind": "vendor_api_key", "base_url": "https://api.example", "api_key_value": "sk-ant-" + name})
+	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": name, "kind": "vendor_api_key", "base_url": "https://api.example", "api_key_value": "sk-ant-value-" + name})
+	if r.status != 201 {
+		e.t.Fatalf("create upstream: %d %s", r.status, r.body)
+	}
+	return r.json(e.t)
+}
+
+func (e *env) oauthUpstream(name string) map[string]any {
+	e.t.Helper()
+	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": name, "kind": "vendor_oauth", "base_url": "https://api.example"})
 	if r.status != 201 {
 		e.t.Fatalf("create upstream: %d %s", r.status, r.body)
 	}
@@ -150,403 +274,267 @@ func (e *env) principal(name string) map[string]any {
 	return r.json(e.t)
 }
 
-// P-API-1, P-LISTEN-2, P-VER-1: every route needs the Bearer token.
-func TestAuthOnEveryRoute(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	paths := []string{"/admin/v1/upstreams", "/admin/v1/principals", "/admin/v1/status", "/admin/v1/export",
-		"/admin/v1/openapi.json", "/metrics", "/admin/v1/nope", "/"}
-	for _, p := range paths {
-		for _, auth := range []string{"", "Bearer wrong", "Basic " + token, token} {
-			r := e.do("GET", p, nil, "Authorization", auth)
-			wantErr(t, r, 401, "unauthorized")
-			if r.header.Get("WWW-Authenticate") == "" {
-				t.Fatalf("%s: no WWW-Authenticate", p)
-			}
-		}
-	}
-	if r := e.do("GET", "/metrics", nil); r.status != 200 || string(r.body) != "m 1\n" {
-		t.Fatalf("extra route: %d %s", r.status, r.body)
-	}
-	wantErr(t, e.do("GET", "/admin/v1/nope", nil), 404, "not_found")
-	r := e.do("DELETE", "/admin/v1/upstreams", nil)
-	wantErr(t, r, 405, "method_not_allowed")
-	if !strings.Contains(r.header.Get("Allow"), "POST") {
-		t.Fatalf("Allow %q", r.header.Get("Allow"))
-	}
-}
-
-// P-UP-1, P-UP-2, P-UP-3, P-UP-4, P-UP-5, P-UP-12: create validation, response fields and defaults.
-func TestUpstreamCreate(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	u := e.upstream("main")
-	for _, k := range []string{"id", "name", "kind", "enabled", "warmup_enabled", "warmup_dialect_plugin", "spec_revision", "status"} {
-		if _, ok := u[k]; !ok {
-			t.Fatalf("UpstreamResponse lacks %s: %v", k, u)
-		}
-	}
-	st := u["status"].(map[string]any)
-	for _, k := range []string{"last_apply_error", "last_apply_at_unix_secs", "last_warmup_at_unix_secs"} {
-		if _, ok := st[k]; !ok {
-			t.Fatalf("status lacks %s", k)
-		}
-	}
-	if u["warmup_enabled"] != false || u["warmup_dialect_plugin"] != nil || u["spec_revision"] != float64(1) || u["credential_mode"] != "api_key" {
-		t.Fatalf("defaults %v", u)
-	}
-	if strings.Contains(fmt.Sprint(u), "sk-ant-main") {
-		t.Fatal("credential returned")
-	}
-	// P-UP-5: vendor_oauth defaults warm-up on.
-	o := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "sub", "kind": "vendor_oauth", "base_url": "https://api.example"})
-	if o.status != 201 || o.json(t)["warmup_enabled"] != true || o.json(t)["credential_mode"] != nil {
-		t.Fatalf("oauth: %d %s", o.status, o.body)
-	}
-	// P-UP-2: api_key_env is read from the server environment and sealed.
-	env := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": "https://api.example", "api_key_env": "ANTHROPIC_KEY"})
-	if env.status != 201 {
-		t.Fatalf("env: %d %s", env.status, env.body)
-	}
-	stored, _ := e.st.GetUpstream(context.Background(), env.json(t)["id"].(string))
-	pt, err := e.box.Open(stored.Credential, snapshot.CredentialAD(stored.ID))
-	if err != nil || string(pt) != "sk-ant-from-env" || bytes.Contains(stored.Credential, []byte("sk-ant-from-env")) {
-		t.Fatalf("stored credential: %q %v", pt, err)
-	}
-
-	cases := []struct {
-		body   map[string]any
-		status int
-		code   string
-	}{
-		{map[string]any{"name": "main", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"}, 409, "conflict"},
-		{map[string]any{"name": "b", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_env": "ANTHROPIC_KEY", "api_key_value": "k"}, 400, "conflicting_api_key"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "ftp://a.example", "api_key_value": "k"}, 400, "invalid_location"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://u:p@a.example", "api_key_value": "k"}, 400, "invalid_location"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "/relative", "api_key_value": "k"}, 400, "invalid_location"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://a.example?x=1", "api_key_value": "k"}, 400, "invalid_location"},
-		{map[string]any{"name": "c", "kind": "vendor_magic", "base_url": "https://a.example"}, 400, "invalid_request"},
-		{map[string]any{"name": "", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"}, 400, "invalid_request"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://a.example"}, 400, "invalid_request"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_env": "UNSET"}, 400, "invalid_request"},
-		{map[string]any{"name": "c", "kind": "vendor_oauth", "base_url": "https://a.example", "api_key_value": "k"}, 400, "invalid_request"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k", "warmup_enabled": true}, 400, "warmup_requires_oauth_credentials"},
-		{map[string]any{"name": "c", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k", "colour": "red"}, 400, "invalid_request"},
-	}
-	for _, c := range cases {
-		wantErr(t, e.do("POST", "/admin/v1/upstreams", c.body), c.status, c.code)
-	}
-	wantErr(t, e.do("POST", "/admin/v1/upstreams", `{"name":`), 400, "invalid_request")
-	wantErr(t, e.do("POST", "/admin/v1/upstreams", `{}`, "Content-Type", "text/plain"), 415, "unsupported_media_type")
-	wantErr(t, e.do("POST", "/admin/v1/upstreams", `{"name":"`+strings.Repeat("x", 2<<20)+`"}`), 413, "request_too_large")
-	// Nothing was created by the refused requests.
-	if n := len(e.list(t, "/admin/v1/upstreams")); n != 3 {
-		t.Fatalf("%d upstreams after refusals", n)
-	}
-}
-
-func (e *env) list(t *testing.T, path string) []any {
-	t.Helper()
-	r := e.do("GET", path, nil)
-	var out []any
-	if r.status != 200 || json.Unmarshal(r.body, &out) != nil {
-		t.Fatalf("list %s: %d %s", path, r.status, r.body)
-	}
-	return out
-}
-
-// P-UP-6, P-UP-8, P-UP-9, P-API-2, P-WARM-R2, P-UP-11: ETag/If-Match flows.
-func TestUpstreamConcurrencyControl(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	id := e.upstream("u")["id"].(string)
-	p := "/admin/v1/upstreams/" + id
-	g := e.do("GET", p, nil)
-	if g.status != 200 || g.header.Get("ETag") != `"1"` {
-		t.Fatalf("GET etag %q", g.header.Get("ETag"))
-	}
-	h := e.do("HEAD", p, nil)
-	if h.status != 200 || h.header.Get("ETag") != `"1"` || len(h.body) != 0 {
-		t.Fatalf("HEAD %d %q", h.status, h.header.Get("ETag"))
-	}
-	wantErr(t, e.do("GET", "/admin/v1/upstreams/up_nope", nil), 404, "upstream_not_found")
-	wantErr(t, e.do("PATCH", p, map[string]any{"enabled": false}), 428, "precondition_required")
-	wantErr(t, e.do("PATCH", p, map[string]any{"enabled": false}, "If-Match", "abc"), 400, "invalid_request")
-	// P-WARM-R2: warm-up on an upstream without OAuth credentials.
-	wantErr(t, e.do("PATCH", p, map[string]any{"warmup_enabled": true}, "If-Match", `"1"`), 400, "warmup_requires_oauth_credentials")
-	r := e.do("PATCH", p, map[string]any{"enabled": false}, "If-Match", `"1"`)
-	if r.status != 200 || r.header.Get("ETag") != `"2"` || r.json(t)["enabled"] != false {
-		t.Fatalf("patch: %d %s", r.status, r.body)
-	}
-	wantErr(t, e.do("PATCH", p, map[string]any{"enabled": true}, "If-Match", `"1"`), 409, "stale_revision")
-	wantErr(t, e.do("POST", p+"/enable", nil, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("POST", p+"/enable", nil, "If-Match", `W/"2"`); r.status != 200 || r.json(t)["enabled"] != true || r.json(t)["spec_revision"] != float64(3) {
-		t.Fatalf("enable: %d %s", r.status, r.body)
-	}
-	if r := e.do("POST", p+"/disable", nil); r.status != 200 || r.json(t)["enabled"] != false {
-		t.Fatalf("disable: %s", r.body)
-	}
-	wantErr(t, e.do("POST", "/admin/v1/upstreams/up_nope/disable", nil), 404, "upstream_not_found")
-	put := map[string]any{"name": "renamed", "base_url": "https://b.example"}
-	wantErr(t, e.do("PUT", p, put, "If-Match", `"2"`), 409, "stale_revision")
-	wantErr(t, e.do("PUT", "/admin/v1/upstreams/up_nope", put), 404, "upstream_not_found")
-	wantErr(t, e.do("PUT", p, map[string]any{"name": "renamed", "base_url": "https://b.example", "kind": "vendor_oauth"}), 400, "invalid_request")
-	if r := e.do("PUT", p, put, "If-Match", "4"); r.status != 200 || r.json(t)["name"] != "renamed" || r.json(t)["credential_mode"] != "api_key" {
-		t.Fatalf("put: %d %s", r.status, r.body)
-	}
-	// A refused request changed nothing.
-	before := e.do("GET", p, nil).body
-	wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "nope"}), 400, "invalid_location")
-	if after := e.do("GET", p, nil).body; !bytes.Equal(before, after) {
-		t.Fatalf("refused PUT changed the upstream:\n%s\n%s", before, after)
-	}
-	// Concurrent PATCHes with one If-Match: exactly one wins.
-	rev := e.do("GET", p, nil).header.Get("ETag")
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			r := e.do("PATCH", p, map[string]any{"name": fmt.Sprintf("n%d", i)}, "If-Match", rev)
-			mu.Lock()
-			codes[r.status]++
-			mu.Unlock()
-		}(i)
-	}
-	wg.Wait()
-	if codes[200] != 1 || codes[409] != 7 {
-		t.Fatalf("concurrent PATCH outcomes %v", codes)
-	}
-	wantErr(t, e.do("DELETE", p, nil, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("DELETE", p, nil); r.status != 204 {
-		t.Fatalf("delete: %d %s", r.status, r.body)
-	}
-	wantErr(t, e.do("DELETE", p, nil), 404, "upstream_not_found")
-	if r := e.do("GET", "/admin/v1/upstreams/"+e.upstream("x")["id"].(string)+"/limit-resets", nil); r.status != 200 || r.json(t)["observation"] != nil {
-		t.Fatalf("limit-resets: %d %s", r.status, r.body)
-	}
-	wantErr(t, e.do("GET", "/admin/v1/upstreams/up_nope/limit-resets", nil), 404, "upstream_not_found")
-}
-
-// P-UP-11: an upstream named by a chain entry cannot be deleted.
-func TestUpstreamReferencedBy(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	uid := e.upstream("pinned")["id"].(string)
-	pid := e.principal("p")["id"].(string)
-	chain := e.do("GET", "/admin/v1/principals/"+pid+"/plugin-chain", nil).json(t)
-	entry := chain["entries"].([]any)[0].(map[string]any)
-	if _, err := e.st.UpdateChainEntry(context.Background(), entry["id"].(string), store.AnyRevision, json.RawMessage(`{"upstream_id":"`+uid+`"}`), true); err != nil {
-		t.Fatal(err)
-	}
-	r := e.do("DELETE", "/admin/v1/upstreams/"+uid, nil)
-	wantErr(t, r, 409, "referenced_by")
-	if !strings.Contains(string(r.body), entry["id"].(string)) {
-		t.Fatalf("references not listed: %s", r.body)
-	}
-}
-
-// P-PR-1, P-PR-2, P-PR-3, P-PR-4, P-PR-5, P-PR-6, P-PR-7: principals, their fields and keep-alive normalisation.
-func TestPrincipals(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	r := e.do("POST", "/admin/v1/principals", map[string]any{"name": "app", "kind": "machine", "allowed_models": []string{"claude-*"},
-		"default_limits":  []any{map[string]any{"kind": "requests", "window_secs": 60, "max": 10}},
-		"cache_keepalive": map[string]any{"enabled": true, "max_refreshes_per_session": 3, "classifier": map[string]any{"treat_end_turn_as_ambiguous": true}}})
-	if r.status != 201 || r.header.Get("ETag") != `"1"` {
-		t.Fatalf("create: %d %s", r.status, r.body)
-	}
-	p := r.json(t)
-	for _, k := range []string{"id", "name", "kind", "enabled", "revision", "allowed_models", "default_limits", "cache_keepalive"} {
-		if _, ok := p[k]; !ok {
-			t.Fatalf("PrincipalResponse lacks %s", k)
-		}
-	}
-	ka := p["cache_keepalive"].(map[string]any)
-	if ka["max_refreshes_per_session"] != float64(3) || ka["refresh_lead_time_5m_secs"] != float64(30) || ka["classifier"].(map[string]any)["treat_end_turn_as_ambiguous"] != true {
-		t.Fatalf("keep-alive not normalised: %v", ka)
-	}
-	id := p["id"].(string)
-	path := "/admin/v1/principals/" + id
-	// P-PR-5: the built-in router entry at order 0.
-	chainResp := e.do("GET", path+"/plugin-chain", nil)
-	chain := chainResp.json(t)
-	entries, _ := chain["entries"].([]any)
-	if len(entries) == 0 {
-		t.Fatalf("chain: %d %s", chainResp.status, chainResp.body)
-	}
-	first := entries[0].(map[string]any)
-	if len(entries) != 1 || first["slot"] != "router" || first["builtin"] != "subscription_preference" || first["position"] != float64(0) || first["wasm_registry_id"] != nil {
-		t.Fatalf("chain %v", chain)
-	}
-	wantErr(t, e.do("GET", "/admin/v1/principals/pr_nope/plugin-chain", nil), 404, "unknown_principal")
-
-	for _, c := range []struct {
-		body   map[string]any
-		status int
-		code   string
-	}{
-		{map[string]any{"name": "app", "kind": "machine"}, 409, "conflict"},
-		{map[string]any{"name": "x", "kind": "robot"}, 400, "invalid_request"},
-		{map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": map[string]any{"model": "m"}}}}, 400, "unsupported_cache_keepalive_llm_judge"},
-		{map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"max_refreshes_per_session": 3}}, 400, "invalid_request"},
-		{map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "refresh_lead_time_5m_secs": 9999}}, 400, "invalid_request"},
-		{map[string]any{"name": "x", "kind": "machine", "default_limits": []any{map[string]any{"kind": "bytes", "window_secs": 1, "max": 1}}}, 400, "invalid_request"},
-		{map[string]any{"name": "x", "kind": "machine", "allowed_models": []string{""}}, 400, "invalid_request"},
-	} {
-		wantErr(t, e.do("POST", "/admin/v1/principals", c.body), c.status, c.code)
-	}
-	if n := len(e.list(t, "/admin/v1/principals")); n != 1 {
-		t.Fatalf("refusals created principals: %d", n)
-	}
-	wantErr(t, e.do("GET", "/admin/v1/principals/pr_nope", nil), 404, "unknown_principal")
-	if g := e.do("GET", path, nil); g.header.Get("ETag") != `"1"` {
-		t.Fatal("no ETag")
-	}
-	// P-PR-3 on update; P-PR-6: PATCH cache_keepalive null clears it.
-	wantErr(t, e.do("PUT", path, map[string]any{"name": "app", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": true}}}), 400, "unsupported_cache_keepalive_llm_judge")
-	wantErr(t, e.do("PATCH", path, map[string]any{"cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": "x"}}}), 400, "unsupported_cache_keepalive_llm_judge")
-	if r := e.do("PATCH", path, map[string]any{"cache_keepalive": nil}, "If-Match", `"1"`); r.status != 200 || r.json(t)["cache_keepalive"] != nil || r.json(t)["revision"] != float64(2) {
-		t.Fatalf("patch null: %d %s", r.status, r.body)
-	}
-	wantErr(t, e.do("PUT", path, map[string]any{"name": "app", "kind": "machine"}, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("PUT", path, map[string]any{"name": "app2", "kind": "user", "allowed_models": []string{"*"}}); r.status != 200 || r.json(t)["kind"] != "user" {
-		t.Fatalf("put: %s", r.body)
-	}
-	wantErr(t, e.do("PUT", path+"/allowed_models", map[string]any{"allowed_models": []string{"a"}}, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("PUT", path+"/allowed_models", map[string]any{"allowed_models": []string{"a", "b*"}}); r.status != 200 || len(r.json(t)["allowed_models"].([]any)) != 2 {
-		t.Fatalf("allowed_models: %s", r.body)
-	}
-	wantErr(t, e.do("PUT", "/admin/v1/principals/pr_nope/allowed_models", map[string]any{"allowed_models": []string{}}), 404, "unknown_principal")
-	wantErr(t, e.do("POST", path+"/disable", nil, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("POST", path+"/disable", nil); r.status != 200 || r.json(t)["enabled"] != false {
-		t.Fatalf("disable: %s", r.body)
-	}
-	if r := e.do("POST", path+"/enable", nil); r.status != 200 || r.json(t)["enabled"] != true {
-		t.Fatalf("enable: %s", r.body)
-	}
-	wantErr(t, e.do("DELETE", path, nil, "If-Match", `"1"`), 409, "stale_revision")
-	if r := e.do("DELETE", path, nil); r.status != 204 {
-		t.Fatalf("delete: %d", r.status)
-	}
-	wantErr(t, e.do("DELETE", path, nil), 404, "unknown_principal")
-}
-
-// P-KEY-1: the plaintext is returned once; listings and export never show it.
-func TestKeysAndExport(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.upstream("u")
-	pid := e.principal("p")["id"].(string)
-	r := e.do("POST", "/admin/v1/principals/"+pid+"/keys", map[string]any{"name": "ci"})
+func (e *env) key(principalID string) map[string]any {
+	e.t.Helper()
+	r := e.do("POST", "/admin/v1/principals/"+principalID+"/keys", map[string]any{"name": "k"})
 	if r.status != 201 {
-		t.Fatalf("issue: %d %s", r.status, r.body)
+		e.t.Fatalf("issue key: %d %s", r.status, r.body)
 	}
-	k := r.json(t)
-	plain := k["key"].(string)
-	if !strings.HasPrefix(plain, "sk-px-") || k["prefix"] != plain[:12] || k["revoked_at_unix_secs"] != nil {
-		t.Fatalf("key %v", k)
+	return r.json(e.t)
+}
+
+// state is everything a request could change: the configuration
+// generation and the full export (timestamps come from the fixed clock).
+func (e *env) state() string {
+	e.t.Helper()
+	gen, err := e.st.ConfigGeneration(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	if r := e.do("POST", "/admin/v1/principals/"+pid+"/keys", nil); r.status != 201 {
-		t.Fatalf("issue without body: %d %s", r.status, r.body)
+	ex := send(e.t, e.srv.URL, "GET", "/admin/v1/export", nil)
+	if ex.status != 200 {
+		e.t.Fatalf("export: %d %s", ex.status, ex.body)
 	}
-	// The snapshot knows the key at once.
-	if e.rt.Current().KeyByHash(sha(plain)) == nil {
-		t.Fatal("snapshot not refreshed after issuing")
+	return fmt.Sprintf("generation %d\n%s", gen, ex.body)
+}
+
+// unchanged fails when fn changed anything.
+func (e *env) unchanged(what string, fn func()) {
+	e.t.Helper()
+	before := e.state()
+	fn()
+	if after := e.state(); after != before {
+		e.t.Fatalf("%s changed the configuration:\nbefore %s\nafter  %s", what, before, after)
 	}
-	listing := e.do("GET", "/admin/v1/principals/"+pid+"/keys", nil)
-	export := e.do("GET", "/admin/v1/export", nil)
-	h := sha(plain)
-	for name, body := range map[string][]byte{"list": listing.body, "export": export.body} {
-		if bytes.Contains(body, []byte(plain)) || bytes.Contains(body, []byte(fmt.Sprintf("%x", h))) || bytes.Contains(body, []byte("sk-ant-u")) {
-			t.Fatalf("%s leaks a secret: %s", name, body)
+}
+
+// dbBytes is everything SQLite wrote to disk for this test.
+func (e *env) dbBytes() []byte {
+	e.t.Helper()
+	var all []byte
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		b, err := os.ReadFile(e.dbPath + suffix)
+		if err != nil && !os.IsNotExist(err) {
+			e.t.Fatal(err)
 		}
+		all = append(all, b...)
 	}
-	if !bytes.Contains(export.body, []byte(k["id"].(string))) || !bytes.Contains(export.body, []byte("subscription_preference")) {
-		t.Fatalf("export incomplete: %s", export.body)
-	}
-	wantErr(t, e.do("POST", "/admin/v1/principals/pr_nope/keys", nil), 404, "unknown_principal")
-	wantErr(t, e.do("GET", "/admin/v1/principals/pr_nope/keys", nil), 404, "unknown_principal")
-	wantErr(t, e.do("DELETE", "/admin/v1/principals/"+pid+"/keys/key_nope", nil), 404, "key_not_found")
-	rv := e.do("DELETE", "/admin/v1/principals/"+pid+"/keys/"+k["id"].(string), nil)
-	if rv.status != 200 || rv.json(t)["revoked_at_unix_secs"] == nil || rv.json(t)["key"] != nil {
-		t.Fatalf("revoke: %s", rv.body)
-	}
-	if e.rt.Current().KeyByHash(sha(plain)) != nil {
-		t.Fatal("revoked key still in the snapshot")
-	}
+	return all
 }
 
-func sha(s string) [32]byte {
-	var out [32]byte
-	copy(out[:], hashOf(s))
-	return out
-}
+// ------------------------------------------------- OpenAPI conformance
 
-// P-API-3: status and export answer storage_unavailable when storage fails.
-func TestStatusAndStorageUnavailable(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	s := e.do("GET", "/admin/v1/status", nil)
-	if s.status != 200 || s.json(t)["driver"] != "sqlite" || s.json(t)["replica_id"] != "r1" {
-		t.Fatalf("status: %s", s.body)
-	}
-	box, _ := secret.New(bytes.Repeat([]byte{3}, 32))
-	h := admin.New(admin.Deps{Store: failingStore{e.st}, Sealer: box, Auth: []admin.Authenticator{admin.StaticToken{Token: token}}})
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	for _, p := range []string{"/admin/v1/status", "/admin/v1/export", "/admin/v1/upstreams"} {
-		req, _ := http.NewRequest("GET", srv.URL+p, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		res, err := http.DefaultClient.Do(req)
+var (
+	oaOnce sync.Once
+	oaDoc  map[string]any
+	oaMux  *http.ServeMux
+)
+
+func openAPI(t *testing.T) map[string]any {
+	t.Helper()
+	oaOnce.Do(func() {
+		b, err := os.ReadFile("openapi.json")
 		if err != nil {
-			t.Fatal(err)
+			panic(err)
 		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		wantErr(t, resp{res.StatusCode, res.Header, b}, 503, "storage_unavailable")
-	}
-}
-
-// The OpenAPI document parses and lists every route.
-func TestOpenAPI(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	r := e.do("GET", "/admin/v1/openapi.json", nil)
-	var doc struct {
-		OpenAPI string                    `json:"openapi"`
-		Paths   map[string]map[string]any `json:"paths"`
-	}
-	if r.status != 200 || json.Unmarshal(r.body, &doc) != nil || doc.OpenAPI != "3.1.0" {
-		t.Fatalf("openapi: %d", r.status)
-	}
-	want := map[string][]string{
-		"/admin/v1/upstreams":                              {"get", "post"},
-		"/admin/v1/upstreams/{id}":                         {"get", "head", "put", "patch", "delete"},
-		"/admin/v1/upstreams/{id}/enable":                  {"post"},
-		"/admin/v1/upstreams/{id}/disable":                 {"post"},
-		"/admin/v1/upstreams/{id}/limit-resets":            {"get"},
-		"/admin/v1/principals":                             {"get", "post"},
-		"/admin/v1/principals/{id}":                        {"get", "head", "put", "patch", "delete"},
-		"/admin/v1/principals/{id}/allowed_models":         {"put"},
-		"/admin/v1/principals/{id}/keys":                   {"get", "post"},
-		"/admin/v1/principals/{id}/keys/{key_id}":          {"delete"},
-		"/admin/v1/principals/{principal_id}/plugin-chain": {"get"},
-		"/admin/v1/status":                                 {"get"},
-		"/admin/v1/export":                                 {"get"},
-	}
-	for p, ms := range want {
-		for _, m := range ms {
-			if _, ok := doc.Paths[p][m]; !ok {
-				t.Errorf("openapi lacks %s %s", m, p)
+		if err := json.Unmarshal(b, &oaDoc); err != nil {
+			panic(err)
+		}
+		// A mux of the documented operations finds the operation a
+		// request addresses, the same way the server routes it.
+		oaMux = http.NewServeMux()
+		for p, ops := range oaDoc["paths"].(map[string]any) {
+			for m := range ops.(map[string]any) {
+				oaMux.HandleFunc(strings.ToUpper(m)+" "+p, func(http.ResponseWriter, *http.Request) {})
 			}
 		}
+	})
+	return oaDoc
+}
+
+// operation returns the documented operation a request addresses, or nil.
+func operation(t *testing.T, method, path string) map[string]any {
+	t.Helper()
+	doc := openAPI(t)
+	req := httptest.NewRequest(method, path, nil)
+	_, pattern := oaMux.Handler(req)
+	if pattern == "" {
+		return nil
 	}
-	if !strings.Contains(string(r.body), "warmup_requires_oauth_credentials") || !strings.Contains(string(r.body), `"UpstreamResponse"`) {
-		t.Fatal("openapi lacks error codes or schemas")
+	m, p, _ := strings.Cut(pattern, " ")
+	return doc["paths"].(map[string]any)[p].(map[string]any)[strings.ToLower(m)].(map[string]any)
+}
+
+func checkAgainstOpenAPI(t *testing.T, method, path string, r resp) {
+	t.Helper()
+	if r.status == http.StatusUnauthorized {
+		return // checked for every route by TestAuthOnEveryRoute
+	}
+	op := operation(t, method, path)
+	if op == nil {
+		return // not an API operation: 404/405 bodies, Extra routes
+	}
+	doc := openAPI(t)
+	responses := op["responses"].(map[string]any)
+	entry, ok := responses[fmt.Sprint(r.status)].(map[string]any)
+	if !ok {
+		t.Fatalf("%s %s answered %d, which openapi.json does not document for %s: %s", method, path, r.status, op["operationId"], r.body)
+	}
+	if method == http.MethodHead {
+		if len(r.body) != 0 {
+			t.Fatalf("HEAD %s returned a body", path)
+		}
+		return
+	}
+	if r.status >= 400 {
+		var b struct{ Error struct{ Code string } }
+		json.Unmarshal(r.body, &b)
+		listed := false
+		for _, c := range op["x-error-codes"].([]any) {
+			listed = listed || c == b.Error.Code
+		}
+		ref, _ := entry["$ref"].(string)
+		desc, _ := entry["description"].(string)
+		if !listed || !(strings.HasSuffix(ref, "/"+b.Error.Code) || strings.Contains(desc, b.Error.Code)) {
+			t.Fatalf("%s %s: error code %q with status %d is not documented for %s", method, path, b.Error.Code, r.status, op["operationId"])
+		}
+		validate(t, doc, map[string]any{"$ref": "#/components/schemas/Error"}, r.body, method+" "+path)
+		return
+	}
+	content, _ := entry["content"].(map[string]any)
+	if content == nil {
+		if len(r.body) != 0 {
+			t.Fatalf("%s %s: undocumented body %s", method, path, r.body)
+		}
+		return
+	}
+	schema := content["application/json"].(map[string]any)["schema"].(map[string]any)
+	validate(t, doc, schema, r.body, method+" "+path)
+}
+
+func validate(t *testing.T, doc map[string]any, schema map[string]any, body []byte, where string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("%s: body is not JSON: %v: %s", where, err, body)
+	}
+	if err := conforms(doc, schema, v, "$"); err != nil {
+		t.Fatalf("%s: body does not match openapi.json: %v\n%s", where, err, body)
 	}
 }
 
-func hashOf(s string) []byte { h := apikey.Hash(s); return h[:] }
+// conforms checks v against the subset of JSON Schema openapi.json uses.
+func conforms(doc, s map[string]any, v any, at string) error {
+	if ref, ok := s["$ref"].(string); ok {
+		var cur any = doc
+		for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+			cur = cur.(map[string]any)[part]
+		}
+		return conforms(doc, cur.(map[string]any), v, at)
+	}
+	if one, ok := s["oneOf"].([]any); ok {
+		n := 0
+		var last error
+		for _, sub := range one {
+			if err := conforms(doc, sub.(map[string]any), v, at); err == nil {
+				n++
+			} else {
+				last = err
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("%s: matches %d of oneOf (%v)", at, n, last)
+		}
+	}
+	if typ, ok := s["type"]; ok {
+		types := []any{typ}
+		if l, ok := typ.([]any); ok {
+			types = l
+		}
+		match := false
+		for _, ty := range types {
+			match = match || jsonKind(v, ty.(string))
+		}
+		if !match {
+			return fmt.Errorf("%s: %v is not of type %v", at, v, typ)
+		}
+	}
+	if enum, ok := s["enum"].([]any); ok {
+		found := false
+		for _, x := range enum {
+			found = found || x == v
+		}
+		if !found {
+			return fmt.Errorf("%s: %v is not one of %v", at, v, enum)
+		}
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		props, _ := s["properties"].(map[string]any)
+		for _, req := range asList(s["required"]) {
+			if _, ok := x[req.(string)]; !ok {
+				return fmt.Errorf("%s: required property %s missing", at, req)
+			}
+		}
+		for k, val := range x {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				if s["additionalProperties"] == false {
+					return fmt.Errorf("%s.%s: undocumented property", at, k)
+				}
+				continue
+			}
+			if err := conforms(doc, ps, val, at+"."+k); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if items, ok := s["items"].(map[string]any); ok {
+			for i, it := range x {
+				if err := conforms(doc, items, it, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+					return err
+				}
+			}
+		}
+	case string:
+		if p, ok := s["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(x) {
+			return fmt.Errorf("%s: %q does not match %s", at, x, p)
+		}
+	case float64:
+		if m, ok := s["minimum"].(float64); ok && x < m {
+			return fmt.Errorf("%s: %v below minimum %v", at, x, m)
+		}
+		if m, ok := s["maximum"].(float64); ok && x > m {
+			return fmt.Errorf("%s: %v above maximum %v", at, x, m)
+		}
+	}
+	return nil
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+func jsonKind(v any, typ string) bool {
+	switch typ {
+	case "null":
+		return v == nil
+	case "boolean":
+		_, ok := v.(bool)
+		return ok
+	case "string":
+		_, ok := v.(string)
+		return ok
+	case "integer":
+		f, ok := v.(float64)
+		return ok && f == float64(int64(f))
+	case "number":
+		_, ok := v.(float64)
+		return ok
+	case "array":
+		_, ok := v.([]any)
+		return ok
+	case "object":
+		_, ok := v.(map[string]any)
+		return ok
+	}
+	return false
+}

@@ -12,68 +12,108 @@ import (
 
 // APIError is every refusal of the admin API: an HTTP status, one of the
 // stable codes of docs/admin-api.md, a message and optional details. It is
-// rendered in one place (render).
+// rendered and logged in one place (render). Messages never carry secrets:
+// they may be logged and are shown to whoever sent the request.
 type APIError struct {
 	Status  int
 	Code    string
 	Message string
 	Details any
+	// cause is the underlying failure of a 5xx, logged but never sent.
+	cause error
 }
 
 func (e *APIError) Error() string { return e.Code + ": " + e.Message }
 
-func apiErr(status int, code, format string, a ...any) *APIError {
+func (e *APIError) Unwrap() error { return e.cause }
+
+// codeStatus is the registry of error codes and their HTTP statuses; the
+// OpenAPI document's ErrorCode enum must list exactly these (openapi_test).
+var codeStatus = map[string]int{
+	"invalid_request":                       http.StatusBadRequest,
+	"invalid_location":                      http.StatusBadRequest,
+	"conflicting_api_key":                   http.StatusBadRequest,
+	"warmup_requires_oauth_credentials":     http.StatusBadRequest,
+	"unsupported_cache_keepalive_llm_judge": http.StatusBadRequest,
+	"unauthorized":                          http.StatusUnauthorized,
+	"not_found":                             http.StatusNotFound,
+	"upstream_not_found":                    http.StatusNotFound,
+	"unknown_principal":                     http.StatusNotFound,
+	"key_not_found":                         http.StatusNotFound,
+	"unknown_registry_entry":                http.StatusNotFound, // plugin registry endpoints (not served yet)
+	"method_not_allowed":                    http.StatusMethodNotAllowed,
+	"conflict":                              http.StatusConflict,
+	"stale_revision":                        http.StatusConflict,
+	"referenced_by":                         http.StatusConflict,
+	"references_changed":                    http.StatusConflict, // plugin registry cascade delete (not served yet)
+	"request_too_large":                     http.StatusRequestEntityTooLarge,
+	"unsupported_media_type":                http.StatusUnsupportedMediaType,
+	"precondition_required":                 http.StatusPreconditionRequired,
+	"internal":                              http.StatusInternalServerError,
+	"storage_unavailable":                   http.StatusServiceUnavailable,
+}
+
+// newErr builds an APIError; its status comes from codeStatus so a code
+// always travels with the same status.
+func newErr(code, format string, a ...any) *APIError {
+	status, ok := codeStatus[code]
+	if !ok {
+		panic("admin: unregistered error code " + code)
+	}
 	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-// Codes and their statuses.
-func invalid(format string, a ...any) *APIError {
-	return apiErr(http.StatusBadRequest, "invalid_request", format, a...)
+func invalid(format string, a ...any) *APIError { return newErr("invalid_request", format, a...) }
+
+func storageUnavailable(cause error) *APIError {
+	e := newErr("storage_unavailable", "the database cannot be reached; retry later")
+	e.cause = cause
+	return e
 }
 
-var errStorageUnavailable = &APIError{Status: http.StatusServiceUnavailable, Code: "storage_unavailable", Message: "the database cannot be reached; retry later"}
-
-// notFoundCode names the not-found code per resource, as the seed does.
+// resource names what a handler addresses, for the per-resource codes.
 type resource string
 
 const (
 	resUpstream  resource = "upstream"
 	resPrincipal resource = "principal"
 	resKey       resource = "key"
-	resChain     resource = "plugin_chain_entry"
 )
 
 func notFound(r resource, id string) *APIError {
 	switch r {
 	case resUpstream:
-		return apiErr(http.StatusNotFound, "upstream_not_found", "no upstream with id %q", id)
-	case resPrincipal:
-		return apiErr(http.StatusNotFound, "unknown_principal", "no principal with id %q", id)
+		return newErr("upstream_not_found", "no upstream with id %q", id)
 	case resKey:
-		return apiErr(http.StatusNotFound, "key_not_found", "no key with id %q for this principal", id)
+		return newErr("key_not_found", "no key with id %q for this principal", id)
 	default:
-		return apiErr(http.StatusNotFound, "plugin_chain_entry_not_found", "no plugin chain entry with id %q", id)
+		return newErr("unknown_principal", "no principal with id %q", id)
 	}
 }
 
-// fromStore maps storage errors onto API errors at the edge.
+// fromStore maps storage errors onto API errors at the edge; anything it
+// does not recognise stays as it is and is rendered as 500 internal.
 func fromStore(err error, r resource, id string) error {
 	var re *store.ReferencedError
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, store.ErrUnavailable):
+		return storageUnavailable(err)
 	case errors.Is(err, store.ErrNotFound):
 		return notFound(r, id)
 	case errors.Is(err, store.ErrStaleRevision):
-		return apiErr(http.StatusConflict, "stale_revision", "the %s changed since you read it; read the latest revision and re-decide", r)
+		return newErr("stale_revision", "the %s changed since you read it; read the latest revision and re-decide", r)
 	case errors.Is(err, store.ErrConflict):
-		return apiErr(http.StatusConflict, "conflict", "a %s with that name already exists", r)
+		return newErr("conflict", "a %s with that name already exists", r)
 	case errors.As(err, &re):
-		e := apiErr(http.StatusConflict, "referenced_by", "the %s is still referenced; remove the references first", r)
-		e.Details = map[string]any{"references": re.References}
+		e := newErr("referenced_by", "the %s is still referenced; remove the references first", r)
+		refs := re.References
+		if refs == nil {
+			refs = []store.Reference{}
+		}
+		e.Details = map[string]any{"references": refs}
 		return e
-	case errors.Is(err, store.ErrUnavailable):
-		return errStorageUnavailable
 	}
 	return err
 }
@@ -86,15 +126,26 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// render writes err as the admin error shape; unknown errors become 500
-// internal and are logged (they are bugs or infrastructure faults).
+// render writes err in the admin error shape and logs it: refusals of the
+// caller's request at debug, server-side failures at warn (known codes such
+// as storage_unavailable) or error (anything unexpected, sent as 500
+// internal without its text).
 func render(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var ae *APIError
-	if !errors.As(err, &ae) {
-		log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		ae = &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
-	} else if ae.Status >= 500 {
-		log.Warn("admin request failed", "method", r.Method, "path", r.URL.Path, "code", ae.Code)
+	ctx := r.Context()
+	switch {
+	case !errors.As(err, &ae):
+		log.ErrorContext(ctx, "admin request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		ae = newErr("internal", "internal error; the server log has the details")
+	case ae.Status >= 500:
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "code", ae.Code}
+		if ae.cause != nil {
+			attrs = append(attrs, "error", ae.cause)
+		}
+		log.WarnContext(ctx, "admin request failed", attrs...)
+	default:
+		log.DebugContext(ctx, "admin request refused", "method", r.Method, "path", r.URL.Path,
+			"status", ae.Status, "code", ae.Code, "message", ae.Message)
 	}
 	var body errorBody
 	body.Error.Code, body.Error.Message, body.Error.Details = ae.Code, ae.Message, ae.Details
@@ -107,7 +158,7 @@ func render(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error)
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encoding failed"}}`)
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

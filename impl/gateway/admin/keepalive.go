@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
 )
 
 // CacheKeepalive is the normalised prompt-cache keep-alive configuration of
@@ -39,32 +38,44 @@ var kaBounds = []kaBound{
 	{"snapshot_max_bytes", 2 << 20, 1024, 32 << 20},
 }
 
+// cacheKeepaliveBody is cache_keepalive as a client sends it: every field
+// optional so that defaults can be told from explicit values.
+type cacheKeepaliveBody struct {
+	Enabled                *bool  `json:"enabled"`
+	RefreshLeadTime5mSecs  *int64 `json:"refresh_lead_time_5m_secs"`
+	RefreshLeadTime1hSecs  *int64 `json:"refresh_lead_time_1h_secs"`
+	MaxRefreshesPerSession *int64 `json:"max_refreshes_per_session"`
+	MaxTotalDurationSecs   *int64 `json:"max_total_duration_secs"`
+	SnapshotMaxBytes       *int64 `json:"snapshot_max_bytes"`
+	// Classifier is decoded on its own so errors name its full path.
+	Classifier json.RawMessage `json:"classifier"`
+}
+
+type keepaliveClassifierBody struct {
+	ExtraWaitForUserTools   []string        `json:"extra_wait_for_user_tools"`
+	TreatEndTurnAsAmbiguous *bool           `json:"treat_end_turn_as_ambiguous"`
+	LLMJudge                json.RawMessage `json:"llm_judge"`
+}
+
 // NormalizeCacheKeepalive validates a cache_keepalive value and returns it
 // with defaults filled in; null or absent returns nil (keep-alive off).
 func NormalizeCacheKeepalive(raw json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return nil, nil
 	}
-	var in struct {
-		Enabled                *bool  `json:"enabled"`
-		RefreshLeadTime5mSecs  *int64 `json:"refresh_lead_time_5m_secs"`
-		RefreshLeadTime1hSecs  *int64 `json:"refresh_lead_time_1h_secs"`
-		MaxRefreshesPerSession *int64 `json:"max_refreshes_per_session"`
-		MaxTotalDurationSecs   *int64 `json:"max_total_duration_secs"`
-		SnapshotMaxBytes       *int64 `json:"snapshot_max_bytes"`
-		Classifier             *struct {
-			ExtraWaitForUserTools   []string        `json:"extra_wait_for_user_tools"`
-			TreatEndTurnAsAmbiguous *bool           `json:"treat_end_turn_as_ambiguous"`
-			LLMJudge                json.RawMessage `json:"llm_judge"`
-		} `json:"classifier"`
+	var in cacheKeepaliveBody
+	if err := decodeStrict(raw, &in, "cache_keepalive."); err != nil {
+		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return nil, invalid("cache_keepalive: %s", jsonProblem(err))
+	var cl *keepaliveClassifierBody
+	if len(in.Classifier) > 0 && string(in.Classifier) != "null" {
+		cl = new(keepaliveClassifierBody)
+		if err := decodeStrict(in.Classifier, cl, "cache_keepalive.classifier."); err != nil {
+			return nil, err
+		}
 	}
-	if in.Classifier != nil && len(in.Classifier.LLMJudge) > 0 && string(in.Classifier.LLMJudge) != "null" {
-		return nil, apiErr(http.StatusBadRequest, "unsupported_cache_keepalive_llm_judge", "cache_keepalive.classifier.llm_judge is reserved and not supported")
+	if cl != nil && len(cl.LLMJudge) > 0 && string(cl.LLMJudge) != "null" {
+		return nil, newErr("unsupported_cache_keepalive_llm_judge", "cache_keepalive.classifier.llm_judge: reserved and not supported; leave it out")
 	}
 	if in.Enabled == nil {
 		return nil, invalid("cache_keepalive.enabled: required when cache_keepalive is present")
@@ -82,7 +93,7 @@ func NormalizeCacheKeepalive(raw json.RawMessage) (json.RawMessage, error) {
 		}
 		*dst[i] = v
 	}
-	if c := in.Classifier; c != nil {
+	if c := cl; c != nil {
 		if len(c.ExtraWaitForUserTools) > 64 {
 			return nil, invalid("cache_keepalive.classifier.extra_wait_for_user_tools: at most 64 tool names")
 		}

@@ -1,8 +1,8 @@
 package admin
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/pillarhq/pillar/impl/gateway/apikey"
@@ -95,10 +95,12 @@ func normLimits(raw json.RawMessage) (json.RawMessage, error) {
 		return json.RawMessage("[]"), nil
 	}
 	var ls []limit
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ls); err != nil {
-		return nil, invalid("default_limits: %s (elements are {\"kind\":\"requests\"|\"tokens\",\"window_secs\":N,\"max\":N})", jsonProblem(err))
+	if err := decodeStrict(raw, &ls, "default_limits."); err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			ae.Message += ` (elements are {"kind":"requests"|"tokens","window_secs":N,"max":N})`
+		}
+		return nil, err
 	}
 	for i, l := range ls {
 		if l.Kind != "requests" && l.Kind != "tokens" {
@@ -229,6 +231,9 @@ func (a *api) patchPrincipal(w http.ResponseWriter, r *http.Request) error {
 	var b PatchPrincipalBody
 	if err := decode(r, &b); err != nil {
 		return err
+	}
+	if b.Name == nil && b.Enabled == nil && b.AllowedModels == nil && b.DefaultLimits == nil && b.CacheKeepalive == nil {
+		return invalid("the body names no field to change (name, enabled, allowed_models, default_limits, cache_keepalive)")
 	}
 	patch := store.PrincipalPatch{Name: b.Name, Enabled: b.Enabled, AllowedModels: b.AllowedModels}
 	if b.Name != nil {

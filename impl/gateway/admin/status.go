@@ -30,25 +30,15 @@ type SnapshotStatus struct {
 	Keys            int   `json:"keys"`
 }
 
-// storageErr turns any storage failure of status/export into
-// storage_unavailable: both exist to tell an operator whether the database
-// answers.
-func storageErr(err error) error {
-	if errors.Is(err, store.ErrUnavailable) {
-		return errStorageUnavailable
-	}
-	e := *errStorageUnavailable
-	e.Message = "the database did not answer the query; retry later"
-	return &e
-}
-
+// status and export exist to tell an operator whether the database answers,
+// so any failed query there is storage_unavailable, whatever its cause.
 func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Store.Ping(r.Context()); err != nil {
-		return storageErr(err)
+		return storageUnavailable(err)
 	}
 	gen, err := a.Store.ConfigGeneration(r.Context())
 	if err != nil {
-		return storageErr(err)
+		return storageUnavailable(err)
 	}
 	out := StatusResponse{Status: "ok", Version: a.Version, Driver: a.Store.Driver(), ReplicaID: a.ReplicaID,
 		ConfigGeneration: gen, StartedAtUnixSecs: unix(a.StartedAt)}
@@ -79,7 +69,7 @@ type ExportResponse struct {
 func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 	cfg, err := a.Store.LoadConfig(r.Context())
 	if err != nil {
-		return storageErr(err)
+		return storageUnavailable(err)
 	}
 	out := ExportResponse{ExportedAtUnixSecs: unix(a.Now()), ConfigGeneration: cfg.Generation,
 		Upstreams: []UpstreamResponse{}, Principals: []ExportPrincipal{}}
@@ -91,7 +81,7 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 		ep := ExportPrincipal{PrincipalResponse: principalResponse(p), Keys: []KeyResponse{}, PluginChain: []PluginChainEntry{}}
 		keys, err := a.Store.ListKeys(r.Context(), p.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return storageErr(err)
+			return storageUnavailable(err)
 		}
 		for j := range keys {
 			ep.Keys = append(ep.Keys, keyResponse(&keys[j]))

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -81,20 +83,25 @@ type UpstreamPatchBody struct {
 	BaseURL       *string `json:"base_url"`
 }
 
+// validName checks a resource name: 1 to 128 characters of valid UTF-8,
+// no control characters, no leading or trailing space.
 func validName(name string) error {
-	if n := len(strings.TrimSpace(name)); n == 0 || len(name) > 128 || n != len(name) {
-		return invalid("name: required, 1 to 128 characters without leading or trailing spaces")
+	ok := utf8.ValidString(name) && strings.TrimSpace(name) == name && name != "" && utf8.RuneCountInString(name) <= 128 &&
+		!strings.ContainsFunc(name, unicode.IsControl)
+	if !ok {
+		return invalid("name: required, 1 to 128 characters without control characters or leading and trailing spaces")
 	}
 	return nil
 }
 
 // validLocation checks base_url: an absolute http(s) URL with a host and no
-// user info, query or fragment.
+// user info, query or fragment. The message does not repeat the value: user
+// info may hold a password, and refusals are logged.
 func validLocation(raw string) error {
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
-		u.RawQuery != "" || u.Fragment != "" || strings.Contains(raw, "#") {
-		return apiErr(http.StatusBadRequest, "invalid_location", "base_url must be an absolute http or https URL with a host and without user info, query or fragment; got %q", raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil ||
+		strings.ContainsAny(raw, "?#") || u.Opaque != "" {
+		return newErr("invalid_location", "base_url: must be an absolute http or https URL with a host and without user info, query or fragment")
 	}
 	return nil
 }
@@ -102,7 +109,7 @@ func validLocation(raw string) error {
 // credential resolves api_key_env / api_key_value into the sealed credential.
 func (a *api) credential(id, kind string, env, value *string, required bool) ([]byte, error) {
 	if env != nil && value != nil {
-		return nil, apiErr(http.StatusBadRequest, "conflicting_api_key", "give either api_key_env or api_key_value, not both")
+		return nil, newErr("conflicting_api_key", "give either api_key_env or api_key_value, not both")
 	}
 	if kind == store.KindVendorOAuth {
 		if env != nil || value != nil {
@@ -189,7 +196,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 }
 
 func warmupNeedsOAuth() error {
-	return apiErr(http.StatusBadRequest, "warmup_requires_oauth_credentials", "warm-up needs a vendor_oauth upstream holding OAuth credentials; complete the OAuth flow first")
+	return newErr("warmup_requires_oauth_credentials", "warm-up needs a vendor_oauth upstream holding OAuth credentials; complete the OAuth flow first")
 }
 
 func (a *api) listUpstreams(w http.ResponseWriter, r *http.Request) error {
@@ -231,18 +238,23 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	cur, err := a.Store.GetUpstream(r.Context(), id)
-	if err != nil {
-		return fromStore(err, resUpstream, id)
-	}
-	if b.Kind != nil && *b.Kind != cur.Kind {
-		return invalid("kind: an upstream's kind cannot change (%s); create a new upstream", cur.Kind)
-	}
 	if err := validName(b.Name); err != nil {
 		return err
 	}
 	if err := validLocation(b.BaseURL); err != nil {
 		return err
+	}
+	if b.Kind != nil {
+		if err := validKind(*b.Kind); err != nil {
+			return err
+		}
+	}
+	cur, err := a.Store.GetUpstream(r.Context(), id)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	if b.Kind != nil && *b.Kind != cur.Kind {
+		return invalid("kind: an upstream's kind cannot change (it is %s); create a new upstream instead", cur.Kind)
 	}
 	cred, err := a.credential(id, cur.Kind, b.APIKeyEnv, b.APIKeyValue, false)
 	if err != nil {
@@ -284,6 +296,9 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	var b UpstreamPatchBody
 	if err := decode(r, &b); err != nil {
 		return err
+	}
+	if b == (UpstreamPatchBody{}) {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url)")
 	}
 	if b.Name != nil {
 		if err := validName(*b.Name); err != nil {
