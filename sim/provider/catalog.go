@@ -14,11 +14,7 @@ var Models = []struct{ ID, DisplayName string }{
 }
 
 func (p *Provider) models(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		apiError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use GET")
-		return
-	}
-	if !p.authenticate(w, r) {
+	if _, ok := p.authenticate(w, r); !ok {
 		return
 	}
 	var data []map[string]any
