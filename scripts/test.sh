@@ -21,6 +21,9 @@ go test -count=1 ./impl/... ./sim/...
 step "build"
 make --no-print-directory build
 
+step "container images (Docker engine, debootstrap base, PostgreSQL, proxy, sim; cached by content)"
+bash scripts/images.sh
+
 step "conformance suites against bin/"
 go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
 

@@ -429,3 +429,11 @@ func runTool(bin string, args []string, env map[string]string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// RunCommand runs a command (looked up in PATH) and returns its output.
+func RunCommand(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
