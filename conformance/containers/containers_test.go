@@ -4,10 +4,12 @@
 package containers_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -249,3 +251,57 @@ func containerName(ctx context.Context, c testcontainers.Container) string {
 func runDocker(args ...string) (string, error) {
 	return h.RunCommand("docker", args...)
 }
+
+var _ = Describe("Replicas in containers, under stress", func() {
+	It("lets exactly one of concurrent conflicting writes through different replicas win", Label("P-API-2"), func() {
+		d := newDeployment(3)
+		up := d.admin(0).CreateUpstream("sim", "http://sim:8089", simKey)
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		for i := 0; i < 9; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer GinkgoRecover()
+				defer wg.Done()
+				st, _, _ := d.admin(i%3).Do("PATCH", "/admin/v1/upstreams/"+up, map[string]any{"name": fmt.Sprintf("n%d", i)}, "If-Match", `"1"`)
+				mu.Lock()
+				codes[st]++
+				mu.Unlock()
+			}(i)
+		}
+		wg.Wait()
+		Expect(codes).To(Equal(map[int]int{200: 1, 409: 8}))
+		Expect(d.admin(2).JSON("GET", "/admin/v1/upstreams/"+up, nil, 200)["spec_revision"]).To(BeEquivalentTo(2))
+	})
+
+	It("fails only the stream of a replica killed mid-stream", func() {
+		d := newDeployment(2)
+		_, key := d.seed()
+		slow := `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"one two three four five"}]}`
+		open := func(i int) *bufio.Reader {
+			req, _ := http.NewRequest("POST", d.proxyURL(i)+"/v1/messages", strings.NewReader(slow))
+			req.Header.Set("x-api-key", key)
+			req.Header.Set("anthropic-version", "2023-06-01")
+			req.Header.Set("x-sim-fault", "first_event_delay_ms=1500")
+			res, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.StatusCode).To(Equal(200))
+			DeferCleanup(res.Body.Close)
+			rd := bufio.NewReader(res.Body)
+			line, err := rd.ReadString('\n')
+			Expect(err).NotTo(HaveOccurred())
+			Expect(line).To(HavePrefix("event: message_start"))
+			return rd
+		}
+		doomed, survivor := open(0), open(1)
+		_, err := runDocker("kill", containerName(d.ctx, d.replicas[0]))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = io.ReadAll(doomed)
+		Expect(err).To(HaveOccurred(), "the killed replica's stream must end in an error")
+		rest, err := io.ReadAll(survivor)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(rest)).To(ContainSubstring("event: message_stop"))
+		Expect(d.status(1, key)).To(Equal(200))
+	})
+})

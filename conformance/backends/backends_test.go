@@ -1,0 +1,240 @@
+package backends_test
+
+// The backends' shared suite runs here against the simulated storage tools,
+// in process and through the fakestorage binary. It lives in conformance/
+// because it joins impl/ and sim/, which never import each other.
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/backend/backendtest"
+	"github.com/pillarhq/pillar/impl/pillar/backend/lvm"
+	"github.com/pillarhq/pillar/impl/pillar/backend/zfs"
+	"github.com/pillarhq/pillar/sim/storagetools"
+)
+
+const mib = int64(1) << 20
+
+// runnerFor gives the runner that reaches a simulated host.
+type runnerFor func(h *storagetools.Host) backend.Runner
+
+// simRunner runs the simulated tools in process, failing the way
+// ExecRunner does for a tool that exits non-zero.
+type simRunner struct{ host *storagetools.Host }
+
+func (r simRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &backend.CommandError{Name: name, Args: args, ExitCode: -1, Err: err}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := r.host.Run(name, args, &stdout, &stderr); code != 0 {
+		return stdout.Bytes(), &backend.CommandError{Name: name, Args: args, ExitCode: code, Stderr: stderr.String()}
+	}
+	return stdout.Bytes(), nil
+}
+
+func inProcess(h *storagetools.Host) backend.Runner { return simRunner{h} }
+
+func newHost(t *testing.T) *storagetools.Host {
+	t.Helper()
+	h, err := storagetools.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// zfsHost is a host with a 1 GiB pool "tank" and, when parent is set, the
+// dataset tank/<parent>.
+func zfsHost(t *testing.T, parent string) *storagetools.Host {
+	h := newHost(t)
+	check(t, h.CreatePool("tank", 1<<30))
+	if parent != "" {
+		check(t, h.CreateDataset("tank/"+parent))
+	}
+	return h
+}
+
+func zfsTarget(name, parent string, params map[string]string, granule int64, run runnerFor) backendtest.Target {
+	newBackend := func(h *storagetools.Host, pool, parent string) *zfs.Backend {
+		return zfs.New(zfs.Config{Pool: pool, ParentDataset: parent, DeviceRoot: h.DeviceRoot()}, run(h))
+	}
+	return backendtest.Target{
+		Name: name,
+		New: func(t *testing.T) backendtest.Fixture {
+			h := zfsHost(t, parent)
+			return backendtest.Fixture{
+				Backend: newBackend(h, "tank", parent),
+				Params:  params,
+				Granule: granule,
+				Layout:  backend.Layout{ParentDataset: parent},
+			}
+		},
+		Missing: func(t *testing.T) backend.Backend {
+			return newBackend(zfsHost(t, ""), "absent", parent)
+		},
+		BadLayout: func(t *testing.T) backend.Backend {
+			return newBackend(zfsHost(t, ""), "tank", "k8s/missing")
+		},
+		DenyDevices: func(t *testing.T) backend.Backend {
+			h := zfsHost(t, parent)
+			check(t, h.SetDevicesDenied(true))
+			return newBackend(h, "tank", parent)
+		},
+		BadParams: map[string]string{"volsize": "1G"},
+	}
+}
+
+// lvmHost is a host with a 1 GiB volume group "vg0" (4 MiB extents) and a
+// 512 MiB thin pool "thin0".
+func lvmHost(t *testing.T) *storagetools.Host {
+	h := newHost(t)
+	check(t, h.CreateVolumeGroup("vg0", 1<<30, 4*mib))
+	check(t, h.CreateThinPool("vg0", "thin0", 512*mib))
+	return h
+}
+
+func lvmTarget(name string, cfg lvm.Config, params map[string]string, thin bool, run runnerFor) backendtest.Target {
+	newBackend := func(h *storagetools.Host, c lvm.Config) *lvm.Backend {
+		c.DeviceRoot = h.DeviceRoot()
+		return lvm.New(c, run(h))
+	}
+	tg := backendtest.Target{
+		Name: name,
+		Thin: thin,
+		New: func(t *testing.T) backendtest.Fixture {
+			return backendtest.Fixture{
+				Backend: newBackend(lvmHost(t), cfg),
+				Params:  params,
+				Granule: 4 * mib,
+				Layout:  backend.Layout{ThinPool: cfg.ThinPool},
+			}
+		},
+		Missing: func(t *testing.T) backend.Backend {
+			c := cfg
+			c.VolumeGroup = "absent"
+			return newBackend(lvmHost(t), c)
+		},
+		DenyDevices: func(t *testing.T) backend.Backend {
+			h := lvmHost(t)
+			check(t, h.SetDevicesDenied(true))
+			return newBackend(h, cfg)
+		},
+		BadParams: map[string]string{"stripes": "2"},
+	}
+	if cfg.ThinPool != "" {
+		tg.BadLayout = func(t *testing.T) backend.Backend {
+			c := cfg
+			c.ThinPool, c.ProvisioningMode = "missing", backend.ModeThin
+			return newBackend(lvmHost(t), c)
+		}
+	}
+	return tg
+}
+
+func TestBackends(t *testing.T) {
+	backendtest.Exercise(t,
+		zfsTarget("zfs/pool-root", "", nil, 16<<10, inProcess),
+		zfsTarget("zfs/parent-dataset", "k8s/volumes", nil, 16<<10, inProcess),
+		zfsTarget("zfs/volblocksize-64K", "", map[string]string{"volblocksize": "64K", "compression": "lz4"}, 64<<10, inProcess),
+		lvmTarget("lvm/linear", lvm.Config{VolumeGroup: "vg0"}, nil, false, inProcess),
+		lvmTarget("lvm/linear-with-thinpool", lvm.Config{VolumeGroup: "vg0", ThinPool: "thin0"}, map[string]string{lvm.ParamProvisioningMode: "linear"}, false, inProcess),
+		lvmTarget("lvm/thin-default", lvm.Config{VolumeGroup: "vg0", ThinPool: "thin0", ProvisioningMode: "thin"}, nil, true, inProcess),
+		lvmTarget("lvm/thin-by-param", lvm.Config{VolumeGroup: "vg0", ThinPool: "thin0"}, map[string]string{lvm.ParamProvisioningMode: "thin"}, true, inProcess),
+	)
+}
+
+// TestBackendsThroughBinary runs the suite once more with the production
+// ExecRunner against the fakestorage binary behind tool-named symlinks, as
+// an agent on simulated storage does: every tool run is a separate process
+// sharing the state directory.
+func TestBackendsThroughBinary(t *testing.T) {
+	bin := buildFakestorage(t)
+	viaBinary := func(h *storagetools.Host) backend.Runner {
+		return &backend.ExecRunner{Dir: bin, Env: []string{storagetools.StateEnv + "=" + h.Dir()}}
+	}
+	backendtest.Exercise(t,
+		zfsTarget("zfs/exec", "k8s", nil, 16<<10, viaBinary),
+		lvmTarget("lvm/exec-thin", lvm.Config{VolumeGroup: "vg0", ThinPool: "thin0", ProvisioningMode: "thin"}, nil, true, viaBinary),
+	)
+}
+
+// buildFakestorage builds sim/cmd/fakestorage and returns a directory of
+// tool-named symlinks to it.
+func buildFakestorage(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "fakestorage")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/pillarhq/pillar/sim/cmd/fakestorage")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build fakestorage: %v\n%s", err, out)
+	}
+	links := filepath.Join(dir, "bin")
+	if out, err := exec.Command(exe, "links", links).CombinedOutput(); err != nil {
+		t.Fatalf("fakestorage links: %v\n%s", err, out)
+	}
+	return links
+}
+
+// S-AG-9: the parentDataset and thinPool an agent reports for a pool are the
+// configured ones, verified to exist; a configured layout that is missing
+// leaves the pool undiscovered rather than placing volumes elsewhere.
+func TestDiscoverReportsLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	zh := zfsHost(t, "k8s/volumes")
+	lh := lvmHost(t)
+	cases := []struct {
+		b          backend.Backend
+		layout     backend.Layout
+		discovered bool
+	}{
+		{zfs.New(zfs.Config{Pool: "tank", ParentDataset: "k8s/volumes", DeviceRoot: zh.DeviceRoot()}, inProcess(zh)), backend.Layout{ParentDataset: "k8s/volumes"}, true},
+		{zfs.New(zfs.Config{Pool: "tank", DeviceRoot: zh.DeviceRoot()}, inProcess(zh)), backend.Layout{}, true},
+		{zfs.New(zfs.Config{Pool: "tank", ParentDataset: "k8s/other", DeviceRoot: zh.DeviceRoot()}, inProcess(zh)), backend.Layout{ParentDataset: "k8s/other"}, false},
+		{lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thin0", DeviceRoot: lh.DeviceRoot()}, inProcess(lh)), backend.Layout{ThinPool: "thin0"}, true},
+		{lvm.New(lvm.Config{VolumeGroup: "vg0", DeviceRoot: lh.DeviceRoot()}, inProcess(lh)), backend.Layout{}, true},
+		{lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thin1", DeviceRoot: lh.DeviceRoot()}, inProcess(lh)), backend.Layout{ThinPool: "thin1"}, false},
+	}
+	for _, c := range cases {
+		p := c.b.Discover(ctx)
+		if p.Layout != c.layout || p.Discovered != c.discovered || p.Healthy != c.discovered {
+			t.Errorf("%s %+v: Discover = %+v, want layout %+v discovered %v", c.b.Kind(), c.b.Layout(), p, c.layout, c.discovered)
+		}
+	}
+}
+
+// S-AG-12: when the agent may not open host devices, pools are not
+// discovered and the reason points at the missing privilege.
+func TestUnprivilegedAgentIsDegraded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	zh, lh := zfsHost(t, ""), lvmHost(t)
+	check(t, zh.SetDevicesDenied(true))
+	check(t, lh.SetDevicesDenied(true))
+	for _, b := range []backend.Backend{
+		zfs.New(zfs.Config{Pool: "tank", DeviceRoot: zh.DeviceRoot()}, inProcess(zh)),
+		lvm.New(lvm.Config{VolumeGroup: "vg0", DeviceRoot: lh.DeviceRoot()}, inProcess(lh)),
+	} {
+		p := b.Discover(ctx)
+		if p.Discovered || p.Healthy || !strings.Contains(p.Reason, "is the agent privileged?") {
+			t.Errorf("%s: Discover = %+v", b.Kind(), p)
+		}
+	}
+}

@@ -1,0 +1,555 @@
+// Package lvm places volumes as logical volumes in an LVM volume group:
+// linear volumes (lvcreate -L) or thin volumes in a thin pool
+// (lvcreate -V --thinpool), through the LVM tools.
+//
+// Sizes: LVM allocates whole physical extents (4 MiB unless the volume
+// group was created otherwise), for thin volumes too, so sizes are rounded
+// up to the extent size before the tools see them; the reported size is
+// what lvs reports afterwards.
+package lvm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/pillarhq/pillar/impl/pillar/backend"
+)
+
+// ParamProvisioningMode is the CreateVolume/Capacity parameter naming the
+// mode, backend.ModeLinear or backend.ModeThin; without it the configured
+// default applies.
+const ParamProvisioningMode = "provisioningMode"
+
+// Config places a backend.
+type Config struct {
+	VolumeGroup string
+	// ThinPool is the thin pool thin volumes are created in; empty allows
+	// linear volumes only.
+	ThinPool string
+	// ProvisioningMode is the mode for requests naming none ("linear" when
+	// empty).
+	ProvisioningMode string
+	// DeviceRoot stands for /dev when computing device paths ("/dev" when
+	// empty).
+	DeviceRoot string
+}
+
+// Backend is the LVM implementation of backend.Backend.
+type Backend struct {
+	cfg Config
+	run backend.Runner
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a backend for one volume group.
+func New(cfg Config, run backend.Runner) *Backend {
+	if cfg.DeviceRoot == "" {
+		cfg.DeviceRoot = "/dev"
+	}
+	if cfg.ProvisioningMode == "" {
+		cfg.ProvisioningMode = backend.ModeLinear
+	}
+	return &Backend{cfg: cfg, run: run}
+}
+
+func (b *Backend) Kind() backend.Kind { return backend.KindLVM }
+func (b *Backend) Name() string       { return b.cfg.VolumeGroup }
+
+func (b *Backend) Layout() backend.Layout { return backend.Layout{ThinPool: b.cfg.ThinPool} }
+
+// DevicePath is /dev/<vg>/<lv>, the link udev makes for an active LV.
+func (b *Backend) DevicePath(name string) string {
+	return filepath.Join(b.cfg.DeviceRoot, b.cfg.VolumeGroup, name)
+}
+
+// reportArgs asks lvs/vgs for exact byte sizes in JSON.
+var reportArgs = []string{"--reportformat", "json", "--units", "b", "--nosuffix"}
+
+type report struct {
+	Report []struct {
+		LV []map[string]string `json:"lv"`
+		VG []map[string]string `json:"vg"`
+	} `json:"report"`
+}
+
+func parseReport(out []byte, kind string) ([]map[string]string, error) {
+	var r report
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("lvm: unreadable %ss report: %w", kind, err)
+	}
+	var rows []map[string]string
+	for _, part := range r.Report {
+		if kind == "lv" {
+			rows = append(rows, part.LV...)
+		} else {
+			rows = append(rows, part.VG...)
+		}
+	}
+	return rows, nil
+}
+
+// parseBytes reads a --units b value, with or without its "B" suffix.
+func parseBytes(field, v string) (int64, error) {
+	n, err := strconv.ParseInt(strings.TrimSuffix(v, "B"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("lvm: %s %q is not a byte count", field, v)
+	}
+	return n, nil
+}
+
+// lv is one logical volume as lvs reports it.
+type lv struct {
+	name string
+	size int64
+	attr string
+	pool string
+}
+
+// mode is the volume's provisioning mode, "" for LVs that are not volumes
+// (thin pools, snapshots, …).
+func (l lv) mode() string {
+	if l.attr == "" {
+		return ""
+	}
+	switch l.attr[0] {
+	case '-':
+		return backend.ModeLinear
+	case 'V':
+		return backend.ModeThin
+	}
+	return ""
+}
+
+const lvColumns = "lv_name,lv_size,lv_attr,pool_lv"
+
+func parseLVs(out []byte) ([]lv, error) {
+	rows, err := parseReport(out, "lv")
+	if err != nil {
+		return nil, err
+	}
+	lvs := make([]lv, 0, len(rows))
+	for _, r := range rows {
+		size, err := parseBytes("lv_size", r["lv_size"])
+		if err != nil {
+			return nil, err
+		}
+		lvs = append(lvs, lv{name: r["lv_name"], size: size, attr: r["lv_attr"], pool: r["pool_lv"]})
+	}
+	return lvs, nil
+}
+
+// classify gives a failed LVM run its meaning.
+func classify(err error) error {
+	var ce *backend.CommandError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if ce.DidNotRun() {
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	s := ce.Stderr
+	switch {
+	case strings.Contains(s, "insufficient free space"), strings.Contains(s, "Insufficient free space"):
+		return fmt.Errorf("%w: %w", backend.ErrResourceExhausted, err)
+	case strings.Contains(s, "already exists in volume group"):
+		return fmt.Errorf("%w: %w", backend.ErrAlreadyExists, err)
+	case strings.Contains(s, "Failed to find logical volume"):
+		return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
+	case strings.Contains(s, " in use"):
+		return fmt.Errorf("%w: %w", backend.ErrInUse, err)
+	case deviceProblem(s), strings.Contains(s, "Volume group \""), strings.Contains(s, "not found in Volume group"),
+		strings.Contains(s, "is not a thin pool"):
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	case strings.Contains(s, "is invalid"), strings.Contains(s, "are reserved"), strings.Contains(s, "Invalid argument"):
+		return fmt.Errorf("%w: %w", backend.ErrInvalid, err)
+	}
+	return err
+}
+
+// deviceProblem recognises LVM failing to open device-mapper or the disks,
+// as in a container whose device allowlist denies them.
+func deviceProblem(stderr string) bool {
+	return strings.Contains(stderr, "Operation not permitted") || strings.Contains(stderr, "Permission denied") ||
+		strings.Contains(stderr, "Failure to communicate with kernel device-mapper")
+}
+
+// vgMissing recognises "Volume group "x" not found".
+func vgMissing(stderr string) bool {
+	return strings.Contains(stderr, "Volume group \"") && strings.Contains(stderr, "not found")
+}
+
+// get reads one LV; found is false when lvs cannot find it in an existing VG.
+func (b *Backend) get(ctx context.Context, name string) (lv, bool, error) {
+	args := append(append([]string{}, reportArgs...), "-o", lvColumns, b.cfg.VolumeGroup+"/"+name)
+	out, err := b.run.Run(ctx, "lvs", args...)
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, backend.ErrNotFound) {
+			return lv{}, false, nil
+		}
+		return lv{}, false, fmt.Errorf("lvm: %s/%s: %w", b.cfg.VolumeGroup, name, err)
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return lv{}, false, err
+	}
+	if len(lvs) != 1 || lvs[0].name != name {
+		return lv{}, false, fmt.Errorf("lvm: lvs %s/%s: unexpected output %q", b.cfg.VolumeGroup, name, out)
+	}
+	return lvs[0], true, nil
+}
+
+type vgInfo struct {
+	size, free, extentSize int64
+}
+
+func (b *Backend) vg(ctx context.Context) (vgInfo, error) {
+	args := append(append([]string{}, reportArgs...), "-o", "vg_name,vg_size,vg_free,vg_extent_size", b.cfg.VolumeGroup)
+	out, err := b.run.Run(ctx, "vgs", args...)
+	if err != nil {
+		return vgInfo{}, fmt.Errorf("lvm: volume group %s: %w", b.cfg.VolumeGroup, classify(err))
+	}
+	rows, err := parseReport(out, "vg")
+	if err != nil {
+		return vgInfo{}, err
+	}
+	if len(rows) != 1 || rows[0]["vg_name"] != b.cfg.VolumeGroup {
+		return vgInfo{}, fmt.Errorf("lvm: vgs %s: unexpected output %q", b.cfg.VolumeGroup, out)
+	}
+	var v vgInfo
+	var errs [3]error
+	v.size, errs[0] = parseBytes("vg_size", rows[0]["vg_size"])
+	v.free, errs[1] = parseBytes("vg_free", rows[0]["vg_free"])
+	v.extentSize, errs[2] = parseBytes("vg_extent_size", rows[0]["vg_extent_size"])
+	if err := errors.Join(errs[:]...); err != nil {
+		return vgInfo{}, err
+	}
+	if v.extentSize <= 0 {
+		return vgInfo{}, fmt.Errorf("lvm: vgs %s: extent size %d", b.cfg.VolumeGroup, v.extentSize)
+	}
+	return v, nil
+}
+
+// resolveMode picks the provisioning mode of a request and checks the
+// backend can serve it.
+func (b *Backend) resolveMode(params map[string]string) (string, error) {
+	mode := b.cfg.ProvisioningMode
+	for k, v := range params {
+		if k != ParamProvisioningMode {
+			return "", fmt.Errorf("lvm: unknown volume parameter %q (only %s): %w", k, ParamProvisioningMode, backend.ErrInvalid)
+		}
+		mode = v
+	}
+	switch mode {
+	case backend.ModeLinear:
+	case backend.ModeThin:
+		if b.cfg.ThinPool == "" {
+			return "", fmt.Errorf("lvm: thin volumes need a thinPool, and volume group %s has none configured: %w", b.cfg.VolumeGroup, backend.ErrInvalid)
+		}
+	default:
+		return "", fmt.Errorf("lvm: provisioning mode %q is not %q or %q: %w", mode, backend.ModeLinear, backend.ModeThin, backend.ErrInvalid)
+	}
+	return mode, nil
+}
+
+func (b *Backend) volume(l lv) backend.Volume {
+	return backend.Volume{Name: l.name, SizeBytes: l.size, DevicePath: b.DevicePath(l.name), Mode: l.mode(), Native: b.cfg.VolumeGroup + "/" + l.name}
+}
+
+// checkLVName adds LVM's reserved names to the common volume name rules,
+// so they fail as invalid requests before reaching lvcreate.
+func checkLVName(name string) error {
+	if err := backend.ValidateVolumeName(name); err != nil {
+		return err
+	}
+	for _, p := range []string{"snapshot", "pvmove"} {
+		if strings.HasPrefix(name, p) {
+			return fmt.Errorf("lvm: volume names starting %q are reserved: %w", p, backend.ErrInvalid)
+		}
+	}
+	if i := strings.IndexByte(name, '_'); i >= 0 {
+		for _, f := range []string{"_cdata", "_cmeta", "_corig", "_cpool", "_cvol", "_wcorig", "_mimage", "_mlog", "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_imeta", "_iorig", "_pmspare", "_vorigin"} {
+			if strings.Contains(name[i:], f) {
+				return fmt.Errorf("lvm: volume names including %q are reserved: %w", f, backend.ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+// CreateVolume creates a linear or thin LV, by the provisioningMode
+// parameter or the configured default.
+func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64, params map[string]string) (backend.Volume, error) {
+	if err := errors.Join(checkLVName(name), backend.ValidateSize(sizeBytes)); err != nil {
+		return backend.Volume{}, err
+	}
+	mode, err := b.resolveMode(params)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	vg, err := b.vg(ctx)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	size := backend.RoundUp(sizeBytes, vg.extentSize)
+	existing, found, err := b.get(ctx, name)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	if found {
+		return b.compatible(existing, size, mode)
+	}
+	var args []string
+	if mode == backend.ModeThin {
+		args = []string{"-y", "-n", name, "-V", strconv.FormatInt(size, 10) + "b", "--thinpool", b.cfg.ThinPool, b.cfg.VolumeGroup}
+	} else {
+		args = []string{"-y", "-n", name, "-L", strconv.FormatInt(size, 10) + "b", b.cfg.VolumeGroup}
+	}
+	if _, err := b.run.Run(ctx, "lvcreate", args...); err != nil {
+		err = classify(err)
+		if !errors.Is(err, backend.ErrAlreadyExists) {
+			return backend.Volume{}, fmt.Errorf("lvm: create %s/%s: %w", b.cfg.VolumeGroup, name, err)
+		}
+		// Lost a race with a concurrent create of the same name.
+	}
+	created, found, err := b.get(ctx, name)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	if !found {
+		return backend.Volume{}, fmt.Errorf("lvm: %s/%s vanished after create", b.cfg.VolumeGroup, name)
+	}
+	return b.compatible(created, size, mode)
+}
+
+func (b *Backend) compatible(l lv, size int64, mode string) (backend.Volume, error) {
+	native := b.cfg.VolumeGroup + "/" + l.name
+	switch got := l.mode(); {
+	case got == "":
+		return backend.Volume{}, fmt.Errorf("lvm: %s exists and is not a volume (attributes %s): %w", native, l.attr, backend.ErrAlreadyExists)
+	case got != mode:
+		return backend.Volume{}, fmt.Errorf("lvm: volume %s exists as %s, request is %s: %w", native, got, mode, backend.ErrAlreadyExists)
+	case mode == backend.ModeThin && l.pool != b.cfg.ThinPool:
+		return backend.Volume{}, fmt.Errorf("lvm: volume %s exists in thin pool %q, not %q: %w", native, l.pool, b.cfg.ThinPool, backend.ErrAlreadyExists)
+	case l.size != size:
+		return backend.Volume{}, fmt.Errorf("lvm: volume %s exists with %d bytes, request needs %d: %w", native, l.size, size, backend.ErrAlreadyExists)
+	}
+	return b.volume(l), nil
+}
+
+// missing tells a missing volume from a missing volume group.
+func (b *Backend) missing(ctx context.Context, name string) error {
+	if _, err := b.vg(ctx); err != nil {
+		return err
+	}
+	return fmt.Errorf("lvm: volume %s/%s: %w", b.cfg.VolumeGroup, name, backend.ErrNotFound)
+}
+
+func (b *Backend) GetVolume(ctx context.Context, name string) (backend.Volume, error) {
+	if err := backend.ValidateVolumeName(name); err != nil {
+		return backend.Volume{}, err
+	}
+	l, found, err := b.get(ctx, name)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	if !found || l.mode() == "" {
+		return backend.Volume{}, b.missing(ctx, name)
+	}
+	return b.volume(l), nil
+}
+
+func (b *Backend) ListVolumes(ctx context.Context) ([]backend.Volume, error) {
+	args := append(append([]string{}, reportArgs...), "-o", lvColumns, b.cfg.VolumeGroup)
+	out, err := b.run.Run(ctx, "lvs", args...)
+	if err != nil {
+		return nil, fmt.Errorf("lvm: list %s: %w", b.cfg.VolumeGroup, classify(err))
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, err
+	}
+	list := []backend.Volume{}
+	for _, l := range lvs {
+		if l.mode() != "" {
+			list = append(list, b.volume(l))
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return list, nil
+}
+
+func (b *Backend) ExpandVolume(ctx context.Context, name string, sizeBytes int64) (backend.Volume, error) {
+	if err := errors.Join(backend.ValidateVolumeName(name), backend.ValidateSize(sizeBytes)); err != nil {
+		return backend.Volume{}, err
+	}
+	l, found, err := b.get(ctx, name)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	if !found || l.mode() == "" {
+		return backend.Volume{}, b.missing(ctx, name)
+	}
+	vg, err := b.vg(ctx)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	target := backend.RoundUp(sizeBytes, vg.extentSize)
+	if target <= l.size {
+		return b.volume(l), nil
+	}
+	lvPath := b.cfg.VolumeGroup + "/" + name
+	if _, err := b.run.Run(ctx, "lvextend", "-L", strconv.FormatInt(target, 10)+"b", lvPath); err != nil {
+		return backend.Volume{}, fmt.Errorf("lvm: expand %s: %w", lvPath, classify(err))
+	}
+	l, found, err = b.get(ctx, name)
+	if err != nil {
+		return backend.Volume{}, err
+	}
+	if !found {
+		return backend.Volume{}, fmt.Errorf("lvm: %s vanished after resize", lvPath)
+	}
+	return b.volume(l), nil
+}
+
+func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
+	if err := backend.ValidateVolumeName(name); err != nil {
+		return err
+	}
+	l, found, err := b.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return nil
+	}
+	lvPath := b.cfg.VolumeGroup + "/" + name
+	if l.mode() == "" {
+		// Never remove the thin pool (and with it every thin volume).
+		return fmt.Errorf("lvm: %s is not a volume (attributes %s); refusing to remove it: %w", lvPath, l.attr, backend.ErrInvalid)
+	}
+	if _, err := b.run.Run(ctx, "lvremove", "-y", lvPath); err != nil {
+		err = classify(err)
+		if errors.Is(err, backend.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("lvm: remove %s: %w", lvPath, err)
+	}
+	return nil
+}
+
+// Capacity is the volume group's size and free space for linear volumes,
+// and the thin pool's size and unwritten space for thin volumes (thin
+// volumes may promise more than that: thin pools overcommit).
+func (b *Backend) Capacity(ctx context.Context, params map[string]string) (backend.Capacity, error) {
+	mode, err := b.resolveMode(params)
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	if mode == backend.ModeLinear {
+		vg, err := b.vg(ctx)
+		if err != nil {
+			return backend.Capacity{}, err
+		}
+		return backend.Capacity{TotalBytes: vg.size, FreeBytes: vg.free}, nil
+	}
+	pool, err := b.thinPool(ctx)
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	return pool, nil
+}
+
+// thinPool reads the configured thin pool's size and data usage.
+func (b *Backend) thinPool(ctx context.Context) (backend.Capacity, error) {
+	tp := b.cfg.VolumeGroup + "/" + b.cfg.ThinPool
+	args := append(append([]string{}, reportArgs...), "-o", "lv_name,lv_size,lv_attr,data_percent", tp)
+	out, err := b.run.Run(ctx, "lvs", args...)
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, backend.ErrNotFound) {
+			return backend.Capacity{}, &layoutError{fmt.Sprintf("thin pool %s does not exist", tp)}
+		}
+		return backend.Capacity{}, fmt.Errorf("lvm: %w", err)
+	}
+	rows, err := parseReport(out, "lv")
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	if len(rows) != 1 {
+		return backend.Capacity{}, fmt.Errorf("lvm: lvs %s: unexpected output %q", tp, out)
+	}
+	if attr := rows[0]["lv_attr"]; !strings.HasPrefix(attr, "t") {
+		return backend.Capacity{}, &layoutError{fmt.Sprintf("%s is not a thin pool (attributes %s)", tp, attr)}
+	}
+	size, err := parseBytes("lv_size", rows[0]["lv_size"])
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	pct := 0.0
+	if v := rows[0]["data_percent"]; v != "" {
+		if pct, err = strconv.ParseFloat(v, 64); err != nil {
+			return backend.Capacity{}, fmt.Errorf("lvm: data_percent %q of %s: %w", v, tp, err)
+		}
+	}
+	used := int64(float64(size) * pct / 100)
+	return backend.Capacity{TotalBytes: size, FreeBytes: max(0, size-used)}, nil
+}
+
+// Discover checks the volume group and, when configured, the thin pool,
+// and reads the capacity of the default mode.
+func (b *Backend) Discover(ctx context.Context) backend.Pool {
+	p := backend.Pool{Name: b.cfg.VolumeGroup, Kind: backend.KindLVM, Layout: b.Layout()}
+	if _, err := b.vg(ctx); err != nil {
+		p.Reason = b.reason(err)
+		return p
+	}
+	if b.cfg.ThinPool != "" {
+		if _, err := b.thinPool(ctx); err != nil {
+			p.Reason = b.reason(err)
+			return p
+		}
+	}
+	p.Discovered = true
+	c, err := b.Capacity(ctx, nil)
+	if err != nil {
+		p.Reason = b.reason(err)
+		return p
+	}
+	p.Capacity, p.Healthy = c, true
+	return p
+}
+
+// layoutError is a configured thin pool that is missing or is not a thin
+// pool; its message is the discovery reason as is.
+type layoutError struct{ msg string }
+
+func (e *layoutError) Error() string { return "lvm: " + e.msg + ": " + backend.ErrUnavailable.Error() }
+func (e *layoutError) Unwrap() error { return backend.ErrUnavailable }
+
+func (b *Backend) reason(err error) string {
+	var le *layoutError
+	if errors.As(err, &le) {
+		return le.msg
+	}
+	var ce *backend.CommandError
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	switch {
+	case ce.DidNotRun():
+		return fmt.Sprintf("cannot run %s: %v", ce.Name, ce.Err)
+	case deviceProblem(ce.Stderr):
+		return fmt.Sprintf("cannot open device-mapper or the disks (is the agent privileged?): %s", backend.FirstLine(ce.Stderr))
+	case vgMissing(ce.Stderr):
+		return fmt.Sprintf("volume group %s not found: %s", b.cfg.VolumeGroup, backend.FirstLine(ce.Stderr))
+	}
+	return ce.Error()
+}

@@ -1,0 +1,183 @@
+package lvm
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/backend/backendtest"
+)
+
+type call = backendtest.Call
+
+const (
+	vgsCmd  = "vgs --reportformat json --units b --nosuffix -o vg_name,vg_size,vg_free,vg_extent_size vg0"
+	lvsPVC  = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv vg0/pvc-1"
+	lvsPool = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,data_percent vg0/thin0"
+	// A vgs report as LVM prints it; sizes carry the B suffix here to check
+	// the parser does not depend on --nosuffix.
+	vgsOut = `  {
+      "report": [
+          {
+              "vg": [
+                  {"vg_name":"vg0", "vg_size":"10733223936B", "vg_free":"5364514816B", "vg_extent_size":"4194304B"}
+              ]
+          }
+      ]
+  }
+`
+	notFound = "  Failed to find logical volume \"vg0/pvc-1\"\n"
+)
+
+func lvsOut(rows string) string {
+	return "  {\n      \"report\": [\n          {\n              \"lv\": [\n" + rows + "\n              ]\n          }\n      ]\n  }\n"
+}
+
+func newScripted(t *testing.T, cfg Config, calls ...call) *Backend {
+	cfg.VolumeGroup = "vg0"
+	return New(cfg, backendtest.NewScript(t, calls...))
+}
+
+// The command lines and output parsing match the real LVM tools.
+func TestCreateLinearCommands(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
+		// 1 GiB + 1 byte is rounded up to whole 4 MiB extents before lvcreate
+		// sees it (and -L in bytes must be a multiple of 512).
+		call{Cmd: "lvcreate -y -n pvc-1 -L 1077936128b vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"1077936128", "lv_attr":"-wi-a-----", "pool_lv":""}`)},
+	)
+	v, err := b.CreateVolume(context.Background(), "pvc-1", 1<<30+1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := backend.Volume{Name: "pvc-1", SizeBytes: 1077936128, DevicePath: "/dev/vg0/pvc-1", Mode: "linear", Native: "vg0/pvc-1"}
+	if v != want {
+		t.Fatalf("volume %+v, want %+v", v, want)
+	}
+}
+
+func TestCreateThinCommands(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0"},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
+		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0"}`)},
+	)
+	v, err := b.CreateVolume(context.Background(), "pvc-1", 1, map[string]string{ParamProvisioningMode: "thin"})
+	if err != nil || v.Mode != "thin" || v.SizeBytes != 4194304 {
+		t.Fatalf("create = %+v, %v", v, err)
+	}
+}
+
+func TestCreateExistingOtherModeIsAlreadyExists(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0"},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0"}`)},
+	)
+	_, err := b.CreateVolume(context.Background(), "pvc-1", 4194304, nil)
+	if !errors.Is(err, backend.ErrAlreadyExists) {
+		t.Fatalf("linear create over a thin volume: %v", err)
+	}
+}
+
+func TestModes(t *testing.T) {
+	t.Parallel()
+	linearOnly := New(Config{VolumeGroup: "vg0"}, nil)
+	for _, params := range []map[string]string{
+		{ParamProvisioningMode: "thin"},  // no thin pool configured
+		{ParamProvisioningMode: "thick"}, // not a mode
+		{"stripes": "2"},                 // not a parameter
+	} {
+		if _, err := linearOnly.CreateVolume(context.Background(), "pvc-1", 1, params); !errors.Is(err, backend.ErrInvalid) {
+			t.Errorf("params %v: %v", params, err)
+		}
+	}
+	for _, name := range []string{"snapshot1", "pvmove0", "x_tdata", "a_pmspare"} {
+		if _, err := linearOnly.CreateVolume(context.Background(), name, 1, nil); !errors.Is(err, backend.ErrInvalid) {
+			t.Errorf("reserved name %q: %v", name, err)
+		}
+	}
+}
+
+func TestDeleteRefusesThinPool(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0"},
+		call{Cmd: "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv vg0/thin0",
+			Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"536870912", "lv_attr":"twi-aotz--", "pool_lv":""}`)},
+	)
+	if err := b.DeleteVolume(context.Background(), "thin0"); !errors.Is(err, backend.ErrInvalid) {
+		t.Fatalf("delete of the thin pool: %v", err)
+	}
+}
+
+func TestDeleteCommands(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-ao----", "pool_lv":""}`)},
+		call{Cmd: "lvremove -y vg0/pvc-1", Stderr: "  Logical volume vg0/pvc-1 in use.\n", Exit: 5},
+	)
+	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrInUse) {
+		t.Fatalf("delete of an open volume: %v", err)
+	}
+}
+
+func TestThinCapacity(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0", ProvisioningMode: "thin"},
+		call{Cmd: lvsPool, Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "lv_attr":"twi-aotz--", "data_percent":"25.00"}`)},
+	)
+	c, err := b.Capacity(context.Background(), nil)
+	if err != nil || c != (backend.Capacity{TotalBytes: 1 << 30, FreeBytes: 3 << 28}) {
+		t.Fatalf("Capacity = %+v, %v", c, err)
+	}
+}
+
+func TestDiscoverNotAThinPool(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0"},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPool, Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "lv_attr":"-wi-a-----", "data_percent":""}`)},
+	)
+	p := b.Discover(context.Background())
+	if p.Discovered || p.Healthy || p.Layout.ThinPool != "thin0" || p.Reason == "" {
+		t.Fatalf("Discover = %+v", p)
+	}
+}
+
+// The real tools' failure messages map to the errors the API edge needs.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		stderr string
+		exit   int
+		want   error
+	}{
+		{"  Volume group \"vg0\" has insufficient free space (10 extents): 256 required.\n", 5, backend.ErrResourceExhausted},
+		{"  Insufficient free space: 256 extents needed, but only 10 available\n", 5, backend.ErrResourceExhausted},
+		{"  Logical Volume \"pvc-1\" already exists in volume group \"vg0\"\n", 5, backend.ErrAlreadyExists},
+		{notFound, 5, backend.ErrNotFound},
+		{"  Volume group \"vg0\" not found\n  Cannot process volume group vg0\n", 5, backend.ErrUnavailable},
+		{"  Pool thin0 not found in Volume group vg0.\n", 5, backend.ErrUnavailable},
+		{"  Logical volume vg0/lv is not a thin pool.\n", 5, backend.ErrUnavailable},
+		{"  /dev/mapper/control: open failed: Operation not permitted\n  Failure to communicate with kernel device-mapper driver.\n", 5, backend.ErrUnavailable},
+		{"  Logical volume vg0/pvc-1 contains a filesystem in use.\n", 5, backend.ErrInUse},
+		{"  Names starting \"snapshot\" are reserved. Please choose a different LV name.\n", 3, backend.ErrInvalid},
+		{"", -1, backend.ErrUnavailable},
+		{"  something new\n", 5, nil},
+	}
+	for _, c := range cases {
+		ce := &backend.CommandError{Name: "lvcreate", ExitCode: c.exit, Stderr: c.stderr}
+		if c.exit < 0 {
+			ce.Err = errors.New("not found")
+		}
+		if got := backend.Classify(classify(ce)); got != c.want {
+			t.Errorf("classify(%q) = %v, want %v", c.stderr, got, c.want)
+		}
+	}
+}
