@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/pillarhq/pillar/impl/gateway/server.Version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: help build run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -17,6 +17,7 @@ build: ## Build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/proxy ./impl/cmd/proxy
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/fakestorage ./sim/cmd/fakestorage
 
 run: build ## Run the proxy on the embedded SQLite default (proxy :8080, admin [::1]:9090)
 	$(BIN)/proxy $(ARGS)
@@ -32,6 +33,9 @@ test: setup ## Run every test (unit, store on SQLite and PostgreSQL, conformance
 
 test-unit: ## Unit and package tests only (PostgreSQL half needs TEST_DATABASE_URL)
 	$(GO) test -race -count=1 ./impl/... ./sim/...
+
+images: ## Build the container images offline (Docker engine started if needed)
+	bash scripts/images.sh
 
 test-conformance: build ## Conformance suites against the real binaries
 	$(GO) test -count=1 -timeout 20m ./conformance/... -args -bin-dir=$(BIN)
