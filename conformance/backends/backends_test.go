@@ -7,6 +7,7 @@ package backends_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,16 +175,26 @@ func TestBackendsThroughBinary(t *testing.T) {
 	)
 }
 
-// buildFakestorage builds sim/cmd/fakestorage and returns a directory of
-// tool-named symlinks to it.
+// binDir is the conformance suites' shared flag: the built binaries.
+var binDir = flag.String("bin-dir", "", "directory holding the built binaries (default: build fakestorage here)")
+
+// buildFakestorage finds bin/fakestorage (or builds sim/cmd/fakestorage) and
+// returns a directory of tool-named symlinks to it.
 func buildFakestorage(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "fakestorage")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/pillarhq/pillar/sim/cmd/fakestorage")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build fakestorage: %v\n%s", err, out)
+	if *binDir != "" {
+		exe = filepath.Join(*binDir, "fakestorage")
+		if _, err := os.Stat(exe); err != nil {
+			t.Fatalf("%s missing (run make build): %v", exe, err)
+		}
+	} else {
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/pillarhq/pillar/sim/cmd/fakestorage")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build fakestorage: %v\n%s", err, out)
+		}
 	}
 	links := filepath.Join(dir, "bin")
 	if out, err := exec.Command(exe, "links", links).CombinedOutput(); err != nil {

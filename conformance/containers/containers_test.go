@@ -256,23 +256,7 @@ var _ = Describe("Replicas in containers, under stress", func() {
 	It("lets exactly one of concurrent conflicting writes through different replicas win", Label("P-API-2"), func() {
 		d := newDeployment(3)
 		up := d.admin(0).CreateUpstream("sim", "http://sim:8089", simKey)
-		var mu sync.Mutex
-		codes := map[int]int{}
-		var wg sync.WaitGroup
-		for i := 0; i < 9; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer GinkgoRecover()
-				defer wg.Done()
-				st, _, _ := d.admin(i%3).Do("PATCH", "/admin/v1/upstreams/"+up, map[string]any{"name": fmt.Sprintf("n%d", i)}, "If-Match", `"1"`)
-				mu.Lock()
-				codes[st]++
-				mu.Unlock()
-			}(i)
-		}
-		wg.Wait()
-		Expect(codes).To(Equal(map[int]int{200: 1, 409: 8}))
-		Expect(d.admin(2).JSON("GET", "/admin/v1/upstreams/"+up, nil, 200)["spec_revision"]).To(BeEquivalentTo(2))
+		h.ExpectOneWinner([]*h.Admin{d.admin(0), d.admin(1), d.admin(2)}, up, 9)
 	})
 
 	It("fails only the stream of a replica killed mid-stream", func() {

@@ -2,7 +2,6 @@ package replicas_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,24 +67,7 @@ var _ = Describe("Replicas on PostgreSQL", Label("P-RUNTIME-3"), func() {
 	It("lets exactly one of concurrent conflicting writes through different replicas win", Label("P-API-2"), func() {
 		c := newCluster(3)
 		up := c.replicas[0].Admin().CreateUpstream("sim", c.sim.URL, simKey)
-		var mu sync.Mutex
-		codes := map[int]int{}
-		var wg sync.WaitGroup
-		for i := 0; i < 9; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer GinkgoRecover()
-				defer wg.Done()
-				st, _, _ := c.replicas[i%3].Admin().Do("PATCH", "/admin/v1/upstreams/"+up, map[string]any{"name": fmt.Sprintf("n%d", i)}, "If-Match", `"1"`)
-				mu.Lock()
-				codes[st]++
-				mu.Unlock()
-			}(i)
-		}
-		wg.Wait()
-		Expect(codes).To(Equal(map[int]int{200: 1, 409: 8}))
-		got := c.replicas[1].Admin().JSON("GET", "/admin/v1/upstreams/"+up, nil, 200)
-		Expect(got["spec_revision"]).To(BeEquivalentTo(2))
+		h.ExpectOneWinner([]*h.Admin{c.replicas[0].Admin(), c.replicas[1].Admin(), c.replicas[2].Admin()}, up, 9)
 	})
 
 	It("repairs a missed notification with the reconciler", Label("P-RUNTIME-4"), func() {
