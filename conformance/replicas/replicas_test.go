@@ -2,6 +2,7 @@ package replicas_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +110,27 @@ var _ = Describe("Replicas on PostgreSQL", Label("P-RUNTIME-3"), func() {
 			map[string]string{"PROXY_ADMIN_TOKEN": "t", "PROXY_MASTER_KEY": h.RandomHex(32)})
 		Expect(out).To(ContainSubstring("connection budget exceeded"))
 		Expect(out).To(ContainSubstring("max_connections"))
+	})
+})
+
+var _ = Describe("Replicas starting together", func() {
+	It("all come up on a fresh database: migrations are serialised", func() {
+		db := h.FreshSchema()
+		token, master := "adm-"+h.RandomHex(12), h.RandomHex(32)
+		var wg sync.WaitGroup
+		ready := make([]*h.Proxy, 3)
+		for i := range ready {
+			wg.Add(1)
+			go func(i int) {
+				defer GinkgoRecover()
+				defer wg.Done()
+				ready[i] = h.StartProxy(h.ProxyOptions{DatabaseURL: db, Token: token, MasterKey: master})
+			}(i)
+		}
+		wg.Wait()
+		for _, p := range ready {
+			Expect(p.Admin().JSON("GET", "/admin/v1/status", nil, 200)["driver"]).To(Equal("postgres"))
+			Expect(p.Admin().JSON("GET", "/admin/scheduler/status", nil, 200)).To(HaveKey("recurring_jobs"))
+		}
 	})
 })

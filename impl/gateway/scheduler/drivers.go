@@ -14,6 +14,9 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
+// migrationLockKey names the advisory lock around River's migrations.
+const migrationLockKey int64 = 7428190413
+
 // NewPostgres returns a scheduler on PostgreSQL, migrating River's tables.
 func NewPostgres(ctx context.Context, pool *pgxpool.Pool, types []Type, o Options) (*Scheduler, error) {
 	s, err := newScheduler(types, o)
@@ -21,7 +24,19 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, types []Type, o Option
 		return nil, err
 	}
 	drv := riverpgxv5.New(pool)
-	if err := migrate[pgx.Tx](ctx, drv); err != nil {
+	// Replicas starting together would race on River's migrations (two
+	// CREATE TYPE of one name); a session advisory lock serialises them.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+		return nil, fmt.Errorf("river migration lock: %w", err)
+	}
+	err = migrate[pgx.Tx](ctx, drv)
+	conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrationLockKey)
+	if err != nil {
 		return nil, err
 	}
 	o.defaults()
