@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -135,13 +136,16 @@ func (d *Dialect) classify(err error) error {
 func unavailable(err error) bool {
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, context.DeadlineExceeded) {
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return true
 	}
 	msg := err.Error()
+	// Messages of a connection lost mid-statement; pgx reports a connection
+	// the server closed under it as "conn closed".
 	for _, s := range []string{"connection refused", "sql: database is closed", "no such host", "broken pipe",
 		"connection reset", "unexpected EOF", "closed pool", "the database system is shutting down",
-		"the database system is starting up", "terminating connection"} {
+		"the database system is starting up", "the database system is in recovery mode", "terminating connection",
+		"conn closed", "server closed the connection", "i/o timeout"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

@@ -2,12 +2,14 @@ package sqlstore_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/fstest"
 
+	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 )
@@ -83,5 +85,18 @@ func TestSQLiteTimesAreUnixSeconds(t *testing.T) {
 	var typ string
 	if err := st.DB().QueryRow("SELECT typeof(at) FROM audit_log").Scan(&typ); err != nil || typ != "integer" {
 		t.Fatalf("typeof(at) = %q, %v", typ, err)
+	}
+}
+
+// A connection lost mid-statement is storage_unavailable, not an internal error.
+func TestLostConnectionIsUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, msg := range []string{"conn closed", "unexpected EOF", "FATAL: the database system is in recovery mode (SQLSTATE 57P03)", "dial tcp 10.0.0.1:5432: connect: connection refused"} {
+		if err := sqlstore.ClassifyForTest(errors.New(msg)); !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%q classified as %v", msg, err)
+		}
+	}
+	if err := sqlstore.ClassifyForTest(errors.New("syntax error at or near")); errors.Is(err, store.ErrUnavailable) {
+		t.Error("a syntax error classified as unavailable")
 	}
 }
