@@ -1,34 +1,45 @@
-// Command bareproxy is the benchmark's baseline: a plain
-// httputil.ReverseProxy to one upstream with the relay's transport settings,
-// so the comparison isolates what the gateway adds.
+// Command bareproxy is the benchmark's baseline: a stock
+// httputil.ReverseProxy to one upstream (bench.NewBareProxy), run as its own
+// process like bin/proxy so both paths have the same process model.
 package main
 
 import (
 	"flag"
-	"log"
-	"net/http"
-	"net/http/httputil"
+	"fmt"
+	"net"
 	"net/url"
+	"os"
 
-	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/conformance/bench"
 )
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:0", "listen address")
-	target := flag.String("target", "", "upstream base URL")
-	key := flag.String("api-key", "", "x-api-key to send upstream")
-	flag.Parse()
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bareproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("bareproxy", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "listen address")
+	target := fs.String("target", "", "upstream base URL, e.g. http://127.0.0.1:8089")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// The upstream key comes from the environment, not argv, so it does not
+	// show in the process list.
+	key := os.Getenv("BAREPROXY_API_KEY")
 	u, err := url.Parse(*target)
-	if err != nil || *target == "" {
-		log.Fatal("--target URL required")
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return fmt.Errorf("--target: need an absolute URL, got %q", *target)
 	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			pr.Out.Header.Set("X-Api-Key", *key)
-		},
-		Transport:     relay.NewTransport(),
-		FlushInterval: -1, // flush every write, as the relay does for streams
+	if key == "" {
+		return fmt.Errorf("BAREPROXY_API_KEY is not set")
 	}
-	log.Fatal(http.ListenAndServe(*listen, rp))
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	return bench.NewServer(bench.NewBareProxy(u, key, nil)).Serve(ln)
 }

@@ -1,0 +1,97 @@
+package bench_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"flag"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/usage"
+)
+
+// make test-conformance passes -bin-dir to every conformance package; this
+// one needs no binaries but must accept the flag.
+var _ = flag.String("bin-dir", "", "unused here")
+
+const (
+	gatewayKey  = "sk-bench-gateway-key"
+	upstreamKey = "sk-bench-upstream-key"
+)
+
+type staticSource struct{ s *snapshot.Snapshot }
+
+func (s staticSource) Current() *snapshot.Snapshot { return s.s }
+
+type plainOpener struct{}
+
+func (plainOpener) Open(ct, _ []byte) ([]byte, error) { return ct, nil }
+
+// discardEvents stands in for the database: the recorder still extracts
+// usage and batches events, only the INSERT is skipped.
+type discardEvents struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (d *discardEvents) InsertRequestEvents(_ context.Context, evs []store.RequestEvent) error {
+	d.mu.Lock()
+	d.n += len(evs)
+	d.mu.Unlock()
+	return nil
+}
+
+// gatewaySnapshot is the configuration make bench seeds through the admin
+// API: one vendor_api_key upstream, one principal allowed every model with
+// the built-in router, one key.
+func gatewaySnapshot(upstreamURL string) *snapshot.Snapshot {
+	builtin := store.BuiltinSubscriptionPreference
+	h := sha256.Sum256([]byte(gatewayKey))
+	cfg := &store.Config{
+		Generation: 1,
+		Upstreams: []store.Upstream{{
+			ID: "up_sim", Name: "sim", Kind: store.KindVendorAPIKey, BaseURL: upstreamURL, Enabled: true,
+			Credential: []byte(upstreamKey), CredentialKind: "api_key",
+		}},
+		Principals: []store.Principal{{ID: "pr_bench", Name: "bench", Kind: "machine", Enabled: true, AllowedModels: []string{"*"}}},
+		Keys:       []store.Key{{ID: "key_bench", PrincipalID: "pr_bench", Hash: h[:]}},
+		Chains:     []store.ChainEntry{{ID: "ce_bench", PrincipalID: "pr_bench", Slot: store.SlotRouter, Builtin: &builtin, Enabled: true}},
+	}
+	return snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))
+}
+
+// gateway is relay.Handler wired the way bin/proxy wires it (metrics, a
+// usage recorder), minus the database.
+type gateway struct {
+	*relay.Handler
+	rec    *usage.Recorder
+	events *discardEvents
+}
+
+func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) gateway {
+	ev := &discardEvents{}
+	rec := usage.NewRecorder(ev, usage.Options{})
+	tb.Cleanup(rec.Close)
+	h := relay.New(relay.Options{
+		Source:    staticSource{gatewaySnapshot(upstreamURL)},
+		Recorder:  rec,
+		Transport: transport,
+		Metrics:   relay.NewMetrics(prometheus.NewRegistry()),
+	})
+	return gateway{Handler: h, rec: rec, events: ev}
+}
+
+// recorded flushes the usage recorder and returns how many events it wrote.
+func (g gateway) recorded() int {
+	g.rec.Flush(context.Background())
+	g.events.mu.Lock()
+	defer g.events.mu.Unlock()
+	return g.events.n
+}

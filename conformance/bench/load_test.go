@@ -1,0 +1,305 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/sim/provider"
+)
+
+// fakeClock is the load generator's clock in tests: it moves only when a
+// test server says so, and announces every reading so a server can wait
+// until the client has taken its measurement.
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	reads chan struct{}
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Unix(1_000_000, 0), reads: make(chan struct{}, 1024)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	t := c.now
+	c.mu.Unlock()
+	select {
+	case c.reads <- struct{}{}:
+	default:
+	}
+	return t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// awaitRead blocks until the client reads the clock; the bound only turns a
+// broken measurement into a failure instead of a hung test.
+func (c *fakeClock) awaitRead(t *testing.T) {
+	select {
+	case <-c.reads:
+	case <-time.After(10 * time.Second):
+		t.Error("the client never read the clock")
+	}
+}
+
+func event(typ string) string {
+	return fmt.Sprintf("event: %s\ndata: {\"type\":%q}\n\n", typ, typ)
+}
+
+const messageJSON = `{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1}}`
+
+func TestOnceMeasuresToLastByteAndToFirstEvent(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		clock := newFakeClock()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			clock.awaitRead(t) // the client's start reading
+			clock.Advance(2 * time.Millisecond)
+			if !stream {
+				io.WriteString(w, messageJSON)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, event("message_start"))
+			w.(http.Flusher).Flush()
+			clock.awaitRead(t) // the client has the first event and reads the clock now
+			clock.Advance(5 * time.Millisecond)
+			io.WriteString(w, event("content_block_delta")+event("message_stop"))
+		}))
+		c := bench.NewClient(clock.Now)
+		// For a stream, the 5ms the rest of it took are not counted.
+		d, err := c.Once(context.Background(), bench.Target{Name: "t", BaseURL: srv.URL, Key: "k"}, stream)
+		if err != nil || d != 2*time.Millisecond {
+			t.Errorf("stream=%v: latency %v, %v; want 2ms", stream, d, err)
+		}
+		c.Close()
+		srv.Close()
+	}
+}
+
+func TestOnceSendsAnAnthropicRequest(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
+			t.Errorf("request %s %s", r.Method, r.URL.Path)
+		}
+		got = r.Header.Clone()
+		json.NewDecoder(r.Body).Decode(&body)
+		io.WriteString(w, messageJSON)
+	}))
+	defer srv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	if _, err := c.Once(context.Background(), bench.Target{Name: "t", BaseURL: srv.URL, Key: "sk-x"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("X-Api-Key") != "sk-x" || got.Get("Anthropic-Version") == "" || got.Get("Content-Type") != "application/json" {
+		t.Errorf("headers %v", got)
+	}
+	if body["model"] == nil || body["max_tokens"] == nil || body["messages"] == nil {
+		t.Errorf("body %v", body)
+	}
+}
+
+func TestOnceReportsBrokenAnswers(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		stream bool
+		answer func(w http.ResponseWriter)
+		want   string
+	}{
+		"error status": {false, func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"type":"error","error":{"type":"authentication_error"}}`)
+		}, "status 401: {\"type\":\"error\""},
+		"not a message":     {false, func(w http.ResponseWriter) { io.WriteString(w, `{}`) }, "not a message"},
+		"stream, no events": {true, func(w http.ResponseWriter) { io.WriteString(w, "\n\n") }, "before its first event"},
+		"stream cut short":  {true, func(w http.ResponseWriter) { io.WriteString(w, event("message_start")) }, "without message_stop"},
+		// A data line that fills the reader's 4 KB buffer exactly leaves a bare
+		// newline as its last piece; that is not the blank line ending an event.
+		"stream, one long unfinished event": {true, func(w http.ResponseWriter) {
+			io.WriteString(w, "event: message_start\ndata: "+strings.Repeat("x", 4096-len("data: "))+"\n")
+		}, "before its first event"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.answer(w) }))
+			defer srv.Close()
+			c := bench.NewClient(nil)
+			defer c.Close()
+			_, err := c.Once(context.Background(), bench.Target{Name: "t", BaseURL: srv.URL, Key: "k"}, tc.stream)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSeriesAlternatesTheOrderOfTargets(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	var targets []bench.Target
+	for _, name := range []string{"A", "B", "C"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			io.WriteString(w, messageJSON)
+		}))
+		defer srv.Close()
+		targets = append(targets, bench.Target{Name: name, BaseURL: srv.URL, Key: "k"})
+	}
+	c := bench.NewClient(nil)
+	defer c.Close()
+	got, err := c.Series(context.Background(), targets, false, 5, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range got {
+		if len(s) != 5 {
+			t.Errorf("target %d: %d samples, want 5", i, len(s))
+		}
+	}
+	want := "AABBCC" + "CCBBAA" + "ABC"
+	if s := strings.Join(order, ""); s != want {
+		t.Errorf("order %s, want %s", s, want)
+	}
+}
+
+func TestThroughputSendsExactlyTheRequestCount(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	var mu sync.Mutex
+	served := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served++
+		mu.Unlock()
+		clock.Advance(time.Millisecond) // every request costs 1ms of the run
+		io.WriteString(w, messageJSON)
+	}))
+	defer srv.Close()
+	c := bench.NewClient(clock.Now)
+	defer c.Close()
+	rps, err := c.Throughput(context.Background(), bench.Target{Name: "t", BaseURL: srv.URL, Key: "k"}, 4, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if served != 50 {
+		t.Errorf("served %d, want 50", served)
+	}
+	if rps != 1000 {
+		t.Errorf("rate %v req/s, want 1000 (50 requests in 50ms)", rps)
+	}
+}
+
+func TestThroughputStopsAtTheFirstFailure(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	served := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served++
+		n := served
+		mu.Unlock()
+		if n > 10 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, messageJSON)
+	}))
+	defer srv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	_, err := c.Throughput(context.Background(), bench.Target{Name: "t", BaseURL: srv.URL, Key: "k"}, 4, 1000)
+	if err == nil || !strings.Contains(err.Error(), "status 500") {
+		t.Fatalf("err = %v, want the 500", err)
+	}
+	if served > 14 {
+		t.Errorf("%d requests after the failure; the run should stop (at most one in flight per client)", served-10)
+	}
+}
+
+// TestRunAgainstTheSimulator runs the whole measurement in-process with
+// small counts: the real sim, the real relay, the baseline and a control,
+// proving every path answers correctly and the baselines swap in the
+// upstream key.
+func TestRunAgainstTheSimulator(t *testing.T) {
+	t.Parallel()
+	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
+	var mu sync.Mutex
+	seen := map[string]int{} // x-api-key the provider received -> requests
+	simSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("X-Api-Key")]++
+		mu.Unlock()
+		sim.ServeHTTP(w, r)
+	}))
+	defer simSrv.Close()
+	simURL, _ := url.Parse(simSrv.URL)
+
+	gw := newGateway(t, simSrv.URL, nil)
+	gwSrv := httptest.NewServer(gw)
+	defer gwSrv.Close()
+	bareSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
+	defer bareSrv.Close()
+	controlSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
+	defer controlSrv.Close()
+
+	dummy := strings.Repeat("x", len(gatewayKey))
+	targets := []bench.Target{
+		{Name: "gateway", BaseURL: gwSrv.URL, Key: gatewayKey},
+		{Name: "bare", BaseURL: bareSrv.URL, Key: dummy},
+		{Name: "control", BaseURL: controlSrv.URL, Key: dummy},
+	}
+	p := bench.Params{Warmup: 3, Latency: 20, Stream: 20, Block: 7, Clients: 4, ThroughputN: 30, ThroughputRun: 2}
+	c := bench.NewClient(nil)
+	defer c.Close()
+	rep, err := bench.Run(context.Background(), c, targets, p, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 5 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Rows {
+		if len(r.Values) != 3 {
+			t.Fatalf("%s: values %v, want gateway, bare and control", r.Metric, r.Values)
+		}
+		for i, v := range r.Values {
+			if !(v > 0) {
+				t.Errorf("%s: %s = %v", r.Metric, targets[i].Name, v)
+			}
+		}
+	}
+
+	perTarget := 2*p.Warmup + 20*p.Clients + p.Latency + p.Stream + p.ThroughputRun*p.ThroughputN
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[upstreamKey] != 3*perTarget {
+		t.Errorf("provider saw keys %v, want %d requests all with the upstream key", seen, 3*perTarget)
+	}
+	// The gateway did its usage work for every one of its requests.
+	if n := gw.recorded(); n != perTarget {
+		t.Errorf("gateway recorded %d request events, want %d", n, perTarget)
+	}
+}
