@@ -3,6 +3,9 @@
 # running server. Prints the connection URL as its last line on stdout.
 #   scripts/postgres.sh         start (or reuse) and print the URL
 #   scripts/postgres.sh stop    stop it
+# PILLAR_PG_PORT picks the port (55432); the cluster lives in
+# $PILLAR_CACHE/pg-test, owned by the postgres OS user (the server refuses to
+# run as root). Trust authentication, listening on 127.0.0.1 only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
@@ -12,7 +15,7 @@ dir=$PILLAR_CACHE/pg-test
 bin=$(pg_bindir)
 url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 
-if [ ! -x "$bin/initdb" ]; then
+if [ ! -x "$bin/initdb" ] || [ ! -x "$bin/postgres" ]; then
   step "installing PostgreSQL server binaries"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends postgresql >/dev/null

@@ -44,6 +44,11 @@ var Dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
 	},
+	IsForeignKey: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23503"
+	},
+	ForShare: " FOR SHARE",
 	IsUnavailable: func(err error) bool {
 		var ce *pgconn.ConnectError
 		var pe *pgconn.PgError
@@ -81,7 +86,7 @@ func Open(ctx context.Context, url string, o Options) (*sqlstore.Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if _, err := sqlstore.Migrate(ctx, db, Dialect, ms, sqlstore.MigrateOptions{AllowContract: o.AllowContract, Lock: migrationLock}); err != nil {
+	if _, err := sqlstore.Migrate(ctx, db, Dialect, ms, sqlstore.MigrateOptions{AllowContract: o.AllowContract, Lock: migrationLock, Logger: o.Logger}); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
@@ -71,6 +74,7 @@ func TestExercise(t *testing.T) {
 
 // Replicas starting at once migrate once: the advisory lock serialises them.
 func TestConcurrentMigrations(t *testing.T) {
+	t.Parallel()
 	u := freshSchema(t, databaseURL(t))
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
@@ -91,6 +95,7 @@ func TestConcurrentMigrations(t *testing.T) {
 
 // Time columns are timestamps on PostgreSQL (unix seconds on SQLite).
 func TestTimeColumnsAreTimestamps(t *testing.T) {
+	t.Parallel()
 	u := freshSchema(t, databaseURL(t))
 	st, err := postgres.Open(context.Background(), u, postgres.Options{})
 	if err != nil {
@@ -103,5 +108,87 @@ func TestTimeColumnsAreTimestamps(t *testing.T) {
 	}
 	if typ != "timestamp with time zone" {
 		t.Fatalf("updated_at is %s", typ)
+	}
+}
+
+// freshDatabase creates an empty database and returns its URL. Notifications
+// are scoped to a database, so a listener on it hears only its own test.
+func freshDatabase(t *testing.T, base string) string {
+	t.Helper()
+	name := fmt.Sprintf("t_%d_%d", time.Now().UnixNano()%1e12, schemaSeq.Add(1))
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", base)
+		if err == nil {
+			db.Exec("DROP DATABASE " + name + " WITH (FORCE)")
+			db.Close()
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// P-RUNTIME-3: every configuration transaction announces its new generation
+// on the configuration channel when it commits; background writes, request
+// events and rolled-back (stale) mutations announce nothing. Notifications
+// arrive in commit order, so the payloads must be exactly 1, 2, 3.
+func TestConfigChangesNotify(t *testing.T) {
+	t.Parallel()
+	u := freshDatabase(t, databaseURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := postgres.Open(ctx, u, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+notify.Channel); err != nil {
+		t.Fatal(err)
+	}
+
+	up, err := st.CreateUpstream(ctx, store.UpstreamSpec{Name: "n", Kind: store.KindVendorOAuth, BaseURL: "https://x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetUpstreamStatus(ctx, up.ID, store.UpstreamStatus{}); err != nil {
+		t.Fatal(err)
+	}
+	name := "stale"
+	if _, err := st.PatchUpstream(ctx, up.ID, up.SpecRevision+1, store.UpstreamPatch{Name: &name}); err == nil {
+		t.Fatal("stale patch applied")
+	}
+	if _, err := st.SetUpstreamCredential(ctx, up.ID, "oauth", []byte("sealed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.InsertRequestEvents(ctx, []store.RequestEvent{{At: time.Now(), UpstreamID: up.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreatePrincipal(ctx, store.Principal{Name: "p", Kind: "machine", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1", "2", "3"} {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("waiting for generation %s: %v", want, err)
+		}
+		if n.Channel != notify.Channel || n.Payload != want {
+			t.Fatalf("notification %s %q, want %s %q", n.Channel, n.Payload, notify.Channel, want)
+		}
 	}
 }

@@ -32,10 +32,11 @@ type Options struct {
 
 // Dialect is SQLite's: unix-second times, '?' placeholders.
 var Dialect = &sqlstore.Dialect{
-	Name:       "sqlite",
-	UnixTime:   true,
-	HourBucket: "(at / 3600) * 3600",
-	IsUnique:   func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+	Name:         "sqlite",
+	UnixTime:     true,
+	HourBucket:   "(at / 3600) * 3600",
+	IsUnique:     func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+	IsForeignKey: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 	IsUnavailable: func(err error) bool {
 		m := err.Error()
 		return strings.Contains(m, "unable to open database") || strings.Contains(m, "disk I/O error") ||
@@ -57,11 +58,23 @@ func DSN(path string) string {
 	return "file:" + path + "?" + q.Encode()
 }
 
+// Memory is the path of a private in-memory database (tests).
+const Memory = ":memory:"
+
 // OpenDB opens the database file without migrating.
 func OpenDB(path string) (*sql.DB, error) {
 	db, err := sql.Open("sqlite", DSN(path))
 	if err != nil {
 		return nil, err
+	}
+	if path == Memory {
+		// Every connection would open its own empty database: keep one,
+		// for ever.
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		return db, nil
 	}
 	// One writer at a time is SQLite's model; a few connections let reads
 	// proceed beside it under WAL.
@@ -82,6 +95,9 @@ func Open(ctx context.Context, path string, o Options) (*sqlstore.Store, error) 
 	// The file holds sealed credentials and key hashes: owner-only, like
 	// the key file beside it.
 	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if path == Memory {
+			break
+		}
 		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
 			db.Close()
 			return nil, fmt.Errorf("restrict %s: %w", f, err)
@@ -92,7 +108,7 @@ func Open(ctx context.Context, path string, o Options) (*sqlstore.Store, error) 
 		db.Close()
 		return nil, err
 	}
-	if _, err := sqlstore.Migrate(ctx, db, Dialect, ms, sqlstore.MigrateOptions{AllowContract: o.AllowContract}); err != nil {
+	if _, err := sqlstore.Migrate(ctx, db, Dialect, ms, sqlstore.MigrateOptions{AllowContract: o.AllowContract, Logger: o.Logger}); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -21,6 +21,17 @@ func TestExercise(t *testing.T) {
 	})
 }
 
+// The private in-memory database passes the same suite (one connection).
+func TestExerciseInMemory(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T, clk *storetest.Clock) store.Store {
+		st, err := sqlite.Open(context.Background(), sqlite.Memory, sqlite.Options{Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+}
+
 // Data survives closing and reopening the file (a process restart).
 func TestReopenKeepsData(t *testing.T) {
 	t.Parallel()

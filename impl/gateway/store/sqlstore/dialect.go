@@ -28,8 +28,13 @@ type Dialect struct {
 	UnixTime bool
 	// IsUnique reports a unique-constraint violation.
 	IsUnique func(error) bool
+	// IsForeignKey reports a foreign-key violation (a parent row vanished).
+	IsForeignKey func(error) bool
 	// IsUnavailable reports that the database cannot be reached.
 	IsUnavailable func(error) bool
+	// ForShare is the clause that share-locks the rows a SELECT reads, or
+	// empty where transactions are serialised anyway (SQLite).
+	ForShare string
 	// HourBucket is the SQL expression truncating request_events.at to its hour.
 	HourBucket string
 	// Notify, when set, runs inside every configuration-changing

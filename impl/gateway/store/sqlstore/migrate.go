@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"sort"
 	"strconv"
@@ -73,6 +74,9 @@ type MigrateOptions struct {
 	// Lock, when set, runs first inside each migration's transaction to
 	// serialise concurrent migrators (PostgreSQL advisory lock).
 	Lock string
+	// Logger, when set, records each applied migration and each contract
+	// migration held back.
+	Logger *slog.Logger
 }
 
 // Migrate applies pending migrations, one transaction each. It returns the
@@ -81,14 +85,26 @@ func Migrate(ctx context.Context, db *sql.DB, d *Dialect, ms []Migration, o Migr
 	if err := createVersionTable(ctx, db, o.Lock); err != nil {
 		return nil, d.classify(err)
 	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	var applied []int
 	for _, m := range ms {
 		did, err := migrateOne(ctx, db, d, ms, m, o)
 		if err != nil {
 			return applied, fmt.Errorf("migration %04d_%s (%s): %w", m.Version, m.Name, m.Phase, err)
 		}
-		if did {
+		switch {
+		case did:
 			applied = append(applied, m.Version)
+			log.Info("applied migration", "version", m.Version, "name", m.Name, "phase", m.Phase)
+		case m.Phase == PhaseContract && !o.AllowContract:
+			// Pending or already applied; only say so when pending.
+			if ok, err := isApplied(ctx, db, d, m.Version); err == nil && !ok {
+				log.Warn("contract migration held back; apply it with --migrate-contract once every replica runs this release",
+					"version", m.Version, "name", m.Name)
+			}
 		}
 	}
 	return applied, nil
@@ -161,6 +177,12 @@ func migrateOne(ctx context.Context, db *sql.DB, d *Dialect, all []Migration, m 
 		return false, err
 	}
 	return true, tx.Commit()
+}
+
+func isApplied(ctx context.Context, db *sql.DB, d *Dialect, version int) (bool, error) {
+	var n int
+	err := db.QueryRowContext(ctx, d.rebind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), version).Scan(&n)
+	return n > 0, err
 }
 
 // splitStatements splits a migration on semicolons at line ends; the

@@ -1,8 +1,10 @@
 package sqlstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -34,9 +36,14 @@ func TestPhasedMigrations(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	applied, err := sqlstore.Migrate(ctx, db, sqlite.Dialect, ms, sqlstore.MigrateOptions{})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	applied, err := sqlstore.Migrate(ctx, db, sqlite.Dialect, ms, sqlstore.MigrateOptions{Logger: log})
 	if err != nil || !reflect.DeepEqual(applied, []int{1, 2, 4}) {
 		t.Fatalf("default run applied %v, %v (want expand only)", applied, err)
+	}
+	if !strings.Contains(logs.String(), "contract migration held back") || !strings.Contains(logs.String(), "name=drop_old") {
+		t.Fatalf("the held-back contract migration was not reported:\n%s", logs.String())
 	}
 	if _, err := db.Exec("SELECT old FROM items"); err != nil {
 		t.Fatal("the contract migration ran without being allowed")

@@ -53,10 +53,35 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// change describes a configuration change for the audit log.
-type change struct{ action, kind, id string }
+// change describes a configuration change for the audit log. The function
+// run by tx fills in the resulting revision, or marks the change as none
+// when it turned out to change nothing (an idempotent repeat).
+type change struct {
+	action, kind, id string
+	revision         int64 // 0: the resource has no revision (or is gone)
+	none             bool
+}
 
-func audit(action, kind, id string) *change { return &change{action, kind, id} }
+func audit(action, kind, id string) *change { return &change{action: action, kind: kind, id: id} }
+
+// snapshot reads see one consistent state across several statements:
+// PostgreSQL's default READ COMMITTED takes a new snapshot per statement,
+// and a read-only SQLite transaction starts deferred, so it takes no write
+// lock and still reads one WAL snapshot.
+var snapshot = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+
+// read runs fn in one snapshot transaction.
+func (s *Store) read(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, snapshot)
+	if err != nil {
+		return s.d.classify(err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return s.d.classify(err)
+	}
+	return s.d.classify(tx.Commit())
+}
 
 // tx runs fn in a transaction. A configuration change (ch != nil) also
 // bumps the config generation, appends an audit row and notifies, all in
@@ -70,9 +95,13 @@ func (s *Store) tx(ctx context.Context, ch *change, fn func(*sql.Tx) error) erro
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
 	}
-	if ch != nil {
-		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id) VALUES (?, ?, ?, ?, ?, ?)",
-			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id); err != nil {
+	if ch != nil && !ch.none {
+		var rev any
+		if ch.revision != 0 {
+			rev = ch.revision
+		}
+		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id, revision) VALUES (?, ?, ?, ?, ?, ?, ?)",
+			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id, rev); err != nil {
 			return s.d.classify(err)
 		}
 		var gen int64
@@ -108,7 +137,7 @@ func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 
 func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	cfg := &store.Config{}
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
@@ -196,7 +225,8 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 	}
 	now := s.nowT()
 	var out *store.Upstream
-	err := s.tx(ctx, audit("create", "upstream", id), func(tx *sql.Tx) error {
+	ch := audit("create", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var cred any
 		if spec.Credential != nil {
 			cred = spec.Credential
@@ -212,7 +242,9 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		if err != nil {
 			return err
 		}
-		out, err = s.getUpstream(ctx, tx, id)
+		if out, err = s.getUpstream(ctx, tx, id); err == nil {
+			ch.revision = out.SpecRevision
+		}
 		return err
 	})
 	return out, err
@@ -250,12 +282,15 @@ func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live,
 
 func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
-	err := s.tx(ctx, audit("update", "upstream", id), func(tx *sql.Tx) error {
+	ch := audit("update", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id, expect, set, args); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.getUpstream(ctx, tx, id)
+		if out, err = s.getUpstream(ctx, tx, id); err == nil {
+			ch.revision = out.SpecRevision
+		}
 		return err
 	})
 	return out, err
@@ -301,7 +336,8 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 }
 
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
-	return s.tx(ctx, audit("delete", "upstream", id), func(tx *sql.Tx) error {
+	ch := audit("delete", "upstream", id)
+	return s.tx(ctx, ch, func(tx *sql.Tx) error {
 		u, err := s.getUpstream(ctx, tx, id)
 		if err != nil {
 			return err
@@ -309,7 +345,11 @@ func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) err
 		if expect != store.AnyRevision && u.SpecRevision != expect {
 			return store.ErrStaleRevision
 		}
-		chains, err := s.queryChain(ctx, tx, "")
+		ch.revision = u.SpecRevision
+		// The entries are read under a share lock (PostgreSQL) so a chain
+		// update still in flight is waited for and seen, and none can
+		// start until this delete commits.
+		chains, err := s.queryChain(ctx, tx, s.d.ForShare)
 		if err != nil {
 			return err
 		}
@@ -371,7 +411,8 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 
 func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
 	var out *store.Upstream
-	err := s.tx(ctx, audit("set_credential", "upstream", id), func(tx *sql.Tx) error {
+	ch := audit("set_credential", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var cred any
 		if ciphertext != nil {
 			cred = ciphertext
@@ -384,7 +425,9 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		out, err = s.getUpstream(ctx, tx, id)
+		if out, err = s.getUpstream(ctx, tx, id); err == nil {
+			ch.revision = out.SpecRevision
+		}
 		return err
 	})
 	return out, err
@@ -392,10 +435,12 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 
 func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.tx(ctx, audit("disable_oauth_warmup", "upstream", "*"), func(tx *sql.Tx) error {
+	ch := audit("disable_oauth_warmup", "upstream", "*")
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var err error
 		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
 			WHERE kind = ? AND deleted_at IS NULL AND warmup_enabled = ?`, false, s.d.t(s.nowT()), store.KindVendorOAuth, true)
+		ch.none = n == 0 // nothing to disable: no new generation, no audit row
 		return err
 	})
 	return n, err
@@ -484,7 +529,8 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 	}
 	now := s.nowT()
 	var out *store.Principal
-	err := s.tx(ctx, audit("create", "principal", id), func(tx *sql.Tx) error {
+	ch := audit("create", "principal", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
 			cache_keepalive, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 			id, p.Name, p.Kind, p.Enabled, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits),
@@ -498,7 +544,9 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 			return err
 		}
 		var err error
-		out, err = s.getPrincipal(ctx, tx, id)
+		if out, err = s.getPrincipal(ctx, tx, id); err == nil {
+			ch.revision = out.Revision
+		}
 		return err
 	})
 	return out, err
@@ -506,12 +554,15 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 
 func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Principal, error) {
 	var out *store.Principal
-	err := s.tx(ctx, audit("update", "principal", id), func(tx *sql.Tx) error {
+	ch := audit("update", "principal", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "principals", "revision", "", id, expect, set, args); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.getPrincipal(ctx, tx, id)
+		if out, err = s.getPrincipal(ctx, tx, id); err == nil {
+			ch.revision = out.Revision
+		}
 		return err
 	})
 	return out, err
@@ -597,6 +648,10 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) 
 		}
 		_, err := s.exec(ctx, tx, "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
 			k.ID, k.PrincipalID, k.Name, k.Prefix, k.Hash, s.d.t(k.CreatedAt))
+		if err != nil && s.d.IsForeignKey != nil && s.d.IsForeignKey(err) {
+			// The principal was deleted after the check above.
+			return fmt.Errorf("principal %s: %w", k.PrincipalID, store.ErrNotFound)
+		}
 		return err
 	})
 	if err != nil {
@@ -615,11 +670,14 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, 
 
 func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*store.Key, error) {
 	var out *store.Key
-	err := s.tx(ctx, audit("revoke", "key", keyID), func(tx *sql.Tx) error {
-		if _, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
-			s.d.t(s.nowT()), keyID, principalID); err != nil {
+	ch := audit("revoke", "key", keyID)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
+			s.d.t(s.nowT()), keyID, principalID)
+		if err != nil {
 			return err
 		}
+		ch.none = n == 0 // already revoked (or missing): not a change
 		ks, err := s.queryKeys(ctx, tx, "WHERE id = ? AND principal_id = ?", keyID, principalID)
 		if err != nil {
 			return err
@@ -692,7 +750,8 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 		config = json.RawMessage("{}")
 	}
 	var out *store.ChainEntry
-	err := s.tx(ctx, audit("update", "plugin_chain_entry", id), func(tx *sql.Tx) error {
+	ch := audit("update", "plugin_chain_entry", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
 			return err
 		}
@@ -701,6 +760,7 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 			return err
 		}
 		out = &es[0]
+		ch.revision = out.Revision
 		return nil
 	})
 	return out, err
