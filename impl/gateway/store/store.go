@@ -65,6 +65,10 @@ type Upstream struct {
 	// Credential is the AEAD ciphertext of the provider credential (API key or
 	// OAuth token bundle); nil when the upstream has none yet.
 	Credential []byte
+	// OAuthAuthorizeURL and OAuthTokenURL are the provider's OAuth
+	// endpoints for vendor_oauth upstreams; empty means the defaults.
+	OAuthAuthorizeURL string
+	OAuthTokenURL     string
 	// CredentialKind is "api_key", "oauth" or "" (none).
 	CredentialKind string
 	// CredentialVersion increments whenever the credential is replaced. It is
@@ -97,6 +101,9 @@ type UpstreamSpec struct {
 	// Credential and CredentialKind are applied only when Credential != nil.
 	Credential     []byte
 	CredentialKind string
+	// OAuthAuthorizeURL and OAuthTokenURL: see Upstream.
+	OAuthAuthorizeURL string
+	OAuthTokenURL     string
 }
 
 // UpstreamPatch changes individual user-managed fields; nil means unchanged.
@@ -200,6 +207,9 @@ type Config struct {
 // Store is the gateway's storage. Every mutation of configuration bumps the
 // config generation in the same transaction, so replicas can detect change.
 type Store interface {
+	// OAuthStore is the background state of vendor_oauth upstreams.
+	OAuthStore
+
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error
 	// Driver names the backend: "sqlite" or "postgres".

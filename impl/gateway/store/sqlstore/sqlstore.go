@@ -163,7 +163,8 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 // ------------------------------------------------------------- upstreams
 
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
-	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at`
+	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
+	oauth_authorize_url, oauth_token_url`
 
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
@@ -181,7 +182,7 @@ func (s *Store) queryUpstreams(ctx context.Context, q querier, where string, arg
 		var dialect, applyErr sql.NullString
 		if err := rows.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 			&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
-			timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}); err != nil {
+			timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL); err != nil {
 			return nil, err
 		}
 		if dialect.Valid {
@@ -236,9 +237,10 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 			version = 1
 		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
-			credential_kind, credential_version, spec_revision, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
-			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now))
+			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
+			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL)
 		if err != nil {
 			return err
 		}
@@ -297,8 +299,8 @@ func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set
 }
 
 func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
-	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?"
-	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled}
+	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?"
+	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL}
 	if spec.Credential != nil {
 		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
 		args = append(args, spec.Credential, spec.CredentialKind)

@@ -113,6 +113,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("ReferenceMatching", func(t *testing.T) { run(t, open, testReferenceMatching) })
 	t.Run("Ordering", func(t *testing.T) { run(t, open, testOrdering) })
 	t.Run("Unavailable", func(t *testing.T) { run(t, open, testUnavailable) })
+	exerciseOAuth(t, open)
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
