@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -453,3 +454,53 @@ func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.WithGroup(n), m.min} }
+
+// JobInfo is one stored job, its state as the seed names it.
+type JobInfo struct {
+	ID             int64
+	Type           string
+	IdempotencyKey string
+	State          string
+	Attempt        int
+	MaxAttempts    int
+	ScheduledAt    time.Time
+}
+
+// Active reports whether the job still counts as live work: Pending,
+// Queued (including a retryable failure waiting for its next attempt) or
+// Running, whatever its run time.
+func (j JobInfo) Active() bool {
+	return j.State == StatePending || j.State == StateQueued || j.State == StateRunning
+}
+
+// DeadLettered reports whether the job ended without success: Failed at its
+// last attempt, or Killed.
+func (j JobInfo) DeadLettered() bool { return j.State == StateFailed || j.State == StateKilled }
+
+// Family lists the jobs of jobType whose idempotency key starts with prefix
+// (a cycle-key family), newest first. Watchdogs use it to decide whether an
+// entity's work is missing.
+func (s *Scheduler) Family(ctx context.Context, jobType, prefix string) ([]JobInfo, error) {
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
+	res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(Kind).States(allStates...).First(listLimit).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).
+		Where(`args ->> 'job_type' = @job_type AND args ->> 'idempotency_key' LIKE @key_prefix ESCAPE '\'`,
+			river.NamedArgs{"job_type": jobType, "key_prefix": like}))
+	if err != nil {
+		return nil, fmt.Errorf("list %s jobs: %w", jobType, err)
+	}
+	out := make([]JobInfo, 0, len(res.Jobs))
+	for _, j := range res.Jobs {
+		var a Args
+		_ = json.Unmarshal(j.EncodedArgs, &a)
+		out = append(out, JobInfo{ID: j.ID, Type: a.JobType, IdempotencyKey: a.IdempotencyKey, State: StateOf(j.State),
+			Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, ScheduledAt: j.ScheduledAt})
+	}
+	return out, nil
+}
+
+// Cancel kills a job (state Killed) unless it already finished.
+func (s *Scheduler) Cancel(ctx context.Context, jobID int64) error {
+	_, err := s.client.JobCancel(ctx, jobID)
+	return err
+}

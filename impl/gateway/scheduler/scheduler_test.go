@@ -343,3 +343,36 @@ func testCronOneJobPerTick(t *testing.T, d driver) {
 		t.Fatalf("status: %s (want %s)", body, want)
 	}
 }
+
+// P-WARM-W1, P-WARM-W2: a family lists future, running, retryable and
+// dead-lettered jobs with the states a watchdog decides on.
+func TestFamily(t *testing.T) { eachDriver(t, testFamily) }
+
+func testFamily(t *testing.T, d driver) {
+	b := setup(t, d, d.shared(t), nil)
+	ctx := context.Background()
+	future := time.Now().Add(time.Hour)
+	if _, _, err := b.s.Enqueue(ctx, Enqueue{Type: "test:ok", IdempotencyKey: "fam:u_1:100", RunAt: future}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, b.s, "test:fail", "fam:u_1:200")
+	enqueue(t, b.s, "test:ok", "fam:u_10:1") // another family sharing the prefix text "fam:u_1"
+	enqueue(t, b.s, "test:ok", "fam:uX1:1")  // '_' must not match as a wildcard
+	fam, err := b.s.Family(ctx, "test:ok", "fam:u_1:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fam) != 1 || fam[0].IdempotencyKey != "fam:u_1:100" || fam[0].State != StatePending || !fam[0].Active() || fam[0].DeadLettered() {
+		t.Fatalf("family = %+v", fam)
+	}
+	b.start(t)
+	_, id := enqueue(t, b.s, "test:fail", "fam:u_1:200")
+	waitState(t, b.s, id)
+	fam, err = b.s.Family(ctx, "test:fail", "fam:u_1:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fam) != 1 || fam[0].State != StateFailed || !fam[0].DeadLettered() || fam[0].Active() {
+		t.Fatalf("dead-lettered family = %+v", fam)
+	}
+}
