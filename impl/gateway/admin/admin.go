@@ -92,6 +92,9 @@ type Deps struct {
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog
+	// OAuth runs the OAuth flow, warm-up and limit-reset claims of
+	// vendor_oauth upstreams; nil answers oauth_not_configured.
+	OAuth OAuth
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler

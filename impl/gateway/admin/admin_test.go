@@ -41,6 +41,7 @@ type env struct {
 	// getenvCalls counts reads of the server environment.
 	getenvMu    sync.Mutex
 	getenvCalls map[string]int
+	oauth       *fakeOAuth
 }
 
 type options struct {
@@ -50,6 +51,8 @@ type options struct {
 	runtime admin.Runtime
 	auth    []admin.Authenticator
 	catalog admin.PriceCatalog
+	// noOAuth runs the API without the OAuth services.
+	noOAuth bool
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -104,6 +107,11 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if o.wrap != nil {
 		apiStore = o.wrap(st)
 	}
+	var oa admin.OAuth
+	if !o.noOAuth {
+		e.oauth = &fakeOAuth{st: apiStore, claimErr: map[string]error{}}
+		oa = e.oauth
+	}
 	var runtime admin.Runtime = runtimeAdapter{rt}
 	if o.runtime != nil {
 		runtime = o.runtime
@@ -124,6 +132,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		},
 		Version: "test-version", ReplicaID: "replica-1", StartedAt: time.Unix(1763700000, 0),
 		PriceCatalog: o.catalog,
+		OAuth:        oa,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -50,7 +50,19 @@ var codeStatus = map[string]int{
 	"unsupported_media_type":                http.StatusUnsupportedMediaType,
 	"precondition_required":                 http.StatusPreconditionRequired,
 	"internal":                              http.StatusInternalServerError,
-	"storage_unavailable":                   http.StatusServiceUnavailable,
+	// OAuth upstreams and limit-reset claims.
+	"not_oauth_upstream":       http.StatusBadRequest,
+	"invalid_oauth_state":      http.StatusBadRequest,
+	"oauth_scope_insufficient": http.StatusBadRequest,
+	"oauth_not_configured":     http.StatusServiceUnavailable,
+	"oauth_exchange_failed":    http.StatusBadGateway,
+	"coupon_unavailable":       http.StatusConflict,
+	"account_mismatch":         http.StatusConflict,
+	"claim_in_progress":        http.StatusConflict,
+	"claim_rejected":           http.StatusConflict,
+	"claim_outcome_unknown":    http.StatusBadGateway,
+	"provider_unavailable":     http.StatusBadGateway,
+	"storage_unavailable":      http.StatusServiceUnavailable,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/quota"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -36,6 +37,7 @@ func (e *env) requests() []struct {
 		"PATCH /admin/v1/principals/{id}":              map[string]any{"enabled": false},
 		"PUT /admin/v1/principals/{id}/allowed_models": map[string]any{"allowed_models": []string{"x"}},
 		"POST /admin/v1/principals/{id}/keys":          map[string]any{"name": "k2"},
+		"POST /admin/v1/upstreams/{id}/oauth/complete": map[string]any{"state": "s", "code": "c"},
 	}
 	var out []struct {
 		method, path string
@@ -221,6 +223,13 @@ func TestEveryErrorCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	internal := setup(t, func(o *options) { o.wrap = func(s store.Store) store.Store { return brokenStore{s} } })
+	noOAuth := setup(t, func(o *options) { o.noOAuth = true })
+	claims := map[string]string{}
+	for code, err := range map[string]error{"account_mismatch": quota.ErrAccountMismatch, "claim_in_progress": quota.ErrClaimInProgress,
+		"claim_rejected": quota.ErrClaimRejected, "claim_outcome_unknown": quota.ErrOutcomeUnknown, "provider_unavailable": quota.ErrProviderUnusable} {
+		claims[code] = e.oauthUpstream("claim-" + code)["id"].(string)
+		e.oauth.failClaim(claims[code], err)
+	}
 	down := setup(t)
 	down.st.Close()
 
@@ -253,6 +262,17 @@ func TestEveryErrorCode(t *testing.T) {
 		{"precondition_required", 428, e, "PATCH", "/admin/v1/upstreams/" + uid, map[string]any{"enabled": false}, nil},
 		{"internal", 500, internal, "GET", "/admin/v1/upstreams/up_any", nil, nil},
 		{"storage_unavailable", 503, down, "GET", "/admin/v1/status", nil, nil},
+		{"not_oauth_upstream", 400, e, "POST", "/admin/v1/upstreams/" + uid + "/oauth/start", nil, nil},
+		{"invalid_oauth_state", 400, e, "POST", "/admin/v1/upstreams/" + oauth + "/oauth/complete", map[string]any{"state": "forged", "code": "c"}, nil},
+		{"oauth_scope_insufficient", 400, e, "POST", "/admin/v1/upstreams/" + oauth + "/oauth/complete", map[string]any{"state": "st-" + oauth, "code": "no-inference"}, nil},
+		{"oauth_exchange_failed", 502, e, "POST", "/admin/v1/upstreams/" + oauth + "/oauth/complete", map[string]any{"state": "st-" + oauth, "code": "refused"}, nil},
+		{"oauth_not_configured", 503, noOAuth, "POST", "/admin/v1/upstreams/" + uid + "/oauth/start", nil, nil},
+		{"coupon_unavailable", 409, e, "POST", "/admin/v1/upstreams/" + oauth + "/limit-resets/claim", nil, nil},
+		{"account_mismatch", 409, e, "POST", "/admin/v1/upstreams/" + claims["account_mismatch"] + "/limit-resets/claim", nil, nil},
+		{"claim_in_progress", 409, e, "POST", "/admin/v1/upstreams/" + claims["claim_in_progress"] + "/limit-resets/claim", nil, nil},
+		{"claim_rejected", 409, e, "POST", "/admin/v1/upstreams/" + claims["claim_rejected"] + "/limit-resets/claim", nil, nil},
+		{"claim_outcome_unknown", 502, e, "POST", "/admin/v1/upstreams/" + claims["claim_outcome_unknown"] + "/limit-resets/claim", nil, nil},
+		{"provider_unavailable", 502, e, "POST", "/admin/v1/upstreams/" + claims["provider_unavailable"] + "/limit-resets/claim", nil, nil},
 	}
 	covered := map[string]bool{}
 	for _, tr := range triggers {

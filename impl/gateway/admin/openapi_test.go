@@ -186,6 +186,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PluginChainEntry": PluginChainEntry{}, "ChainListResponse": ChainListResponse{},
 		"StatusResponse": StatusResponse{}, "SnapshotStatus": SnapshotStatus{}, "ExportResponse": ExportResponse{}, "ExportPrincipal": ExportPrincipal{},
 		"RequestEventResponse": RequestEventResponse{}, "PriceCatalogResponse": PriceCatalogResponse{},
+		"LimitResetsResponse": LimitResetObservation{}, "QuotaWindow": QuotaWindow{}, "CouponStatus": CouponStatus{}, "CouponFence": CouponFence{},
+		"OAuthStartResponse": OAuthStartResponse{}, "OAuthCompleteBody": OAuthCompleteBody{}, "ClaimResponse": ClaimResponse{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

@@ -25,6 +25,10 @@ func (a *api) routes() []route {
 		{"POST", "/admin/v1/upstreams/{id}/disable", a.setUpstreamEnabled(false)},
 		{"GET", "/admin/v1/upstreams/{id}/limit-resets", a.limitResets},
 		{"GET", "/admin/v1/upstreams/{id}/models", a.upstreamModels},
+		{"POST", "/admin/v1/upstreams/{id}/oauth/start", a.oauthStart},
+		{"POST", "/admin/v1/upstreams/{id}/oauth/complete", a.oauthComplete},
+		{"POST", "/admin/v1/upstreams/{id}/oauth/revoke", a.oauthRevoke},
+		{"POST", "/admin/v1/upstreams/{id}/limit-resets/claim", a.claimLimitReset},
 
 		{"POST", "/admin/v1/principals", a.createPrincipal},
 		{"GET", "/admin/v1/principals", a.listPrincipals},

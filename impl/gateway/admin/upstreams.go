@@ -22,6 +22,8 @@ type UpstreamResponse struct {
 	WarmupDialectPlugin *string        `json:"warmup_dialect_plugin"`
 	SpecRevision        int64          `json:"spec_revision"`
 	CredentialMode      *string        `json:"credential_mode"`
+	OAuthAuthorizeURL   *string        `json:"oauth_authorize_url,omitempty"`
+	OAuthTokenURL       *string        `json:"oauth_token_url,omitempty"`
 	HasCredential       bool           `json:"has_credential"`
 	Status              UpstreamStatus `json:"status"`
 	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
@@ -49,6 +51,9 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 		m := u.CredentialKind
 		r.CredentialMode = &m
 	}
+	if u.Kind == store.KindVendorOAuth {
+		r.OAuthAuthorizeURL, r.OAuthTokenURL = &u.OAuthAuthorizeURL, &u.OAuthTokenURL
+	}
 	return r
 }
 
@@ -61,6 +66,10 @@ type UpstreamCreateBody struct {
 	APIKeyValue   *string `json:"api_key_value"`
 	Enabled       *bool   `json:"enabled"`
 	WarmupEnabled *bool   `json:"warmup_enabled"`
+	// OAuthAuthorizeURL and OAuthTokenURL override the provider's OAuth
+	// endpoints of a vendor_oauth upstream.
+	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
+	OAuthTokenURL     *string `json:"oauth_token_url"`
 }
 
 // UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
@@ -73,6 +82,9 @@ type UpstreamUpdateBody struct {
 	APIKeyValue   *string `json:"api_key_value"`
 	Enabled       *bool   `json:"enabled"`
 	WarmupEnabled *bool   `json:"warmup_enabled"`
+	// OAuth endpoints are kept unless given.
+	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
+	OAuthTokenURL     *string `json:"oauth_token_url"`
 }
 
 // UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
@@ -184,6 +196,9 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if cred != nil {
 		spec.Credential, spec.CredentialKind = cred, "api_key"
 	}
+	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = oauthEndpoints(b.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL, "", ""); err != nil {
+		return err
+	}
 	u, err := a.Store.CreateUpstream(r.Context(), spec)
 	if err != nil {
 		return fromStore(err, resUpstream, id)
@@ -273,11 +288,18 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if cred != nil {
 		spec.Credential, spec.CredentialKind = cred, "api_key"
 	}
+	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = oauthEndpoints(cur.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL,
+		cur.OAuthAuthorizeURL, cur.OAuthTokenURL); err != nil {
+		return err
+	}
 	u, err := a.Store.UpdateUpstream(r.Context(), id, expect, spec)
 	if err != nil {
 		return fromStore(err, resUpstream, id)
 	}
 	a.changed(r.Context())
+	if u.WarmupEnabled && !cur.WarmupEnabled {
+		a.warmupEnabled(r.Context(), u)
+	}
 	etag(w, u.SpecRevision)
 	writeJSON(w, http.StatusOK, upstreamResponse(u))
 	return nil
@@ -310,6 +332,7 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	wasWarm := false
 	if b.WarmupEnabled != nil && *b.WarmupEnabled {
 		cur, err := a.Store.GetUpstream(r.Context(), id)
 		if err != nil {
@@ -318,6 +341,7 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		if !hasOAuth(cur) {
 			return warmupNeedsOAuth()
 		}
+		wasWarm = cur.WarmupEnabled
 	}
 	u, err := a.Store.PatchUpstream(r.Context(), id, expect, store.UpstreamPatch{
 		Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled,
@@ -326,6 +350,9 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		return fromStore(err, resUpstream, id)
 	}
 	a.changed(r.Context())
+	if b.WarmupEnabled != nil && *b.WarmupEnabled && !wasWarm {
+		a.warmupEnabled(r.Context(), u)
+	}
 	etag(w, u.SpecRevision)
 	writeJSON(w, http.StatusOK, upstreamResponse(u))
 	return nil
@@ -361,18 +388,6 @@ func (a *api) setUpstreamEnabled(on bool) func(http.ResponseWriter, *http.Reques
 		writeJSON(w, http.StatusOK, upstreamResponse(u))
 		return nil
 	}
-}
-
-// limitResets returns the stored limit-reset observation; it never contacts
-// the provider. Observations are written by the usage poll of OAuth
-// upstreams; until one exists the observation is null.
-func (a *api) limitResets(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if _, err := a.Store.GetUpstream(r.Context(), id); err != nil {
-		return fromStore(err, resUpstream, id)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"upstream_id": id, "observation": nil})
-	return nil
 }
 
 // UpstreamModel is one model an upstream offers, as last refreshed.
