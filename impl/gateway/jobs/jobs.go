@@ -50,6 +50,16 @@ type Deps struct {
 // DefaultEvery are the cron intervals.
 var DefaultEvery = map[string]time.Duration{
 	UsageRollup: 5 * time.Minute, Prune: time.Hour, MetadataRefresh: 30 * time.Minute, PriceCatalogFetch: time.Hour,
+	// The OAuth upstreams' periodic jobs (packages warmup, oauth, quota).
+	"warmup_watchdog": 5 * time.Minute, "oauth_watchdog": 10 * time.Minute, "usage_poll": 5 * time.Minute, "quota_gc": time.Hour,
+}
+
+// Interval is the cron interval of a job type: an override, else the default.
+func Interval(overrides map[string]time.Duration, name string) time.Duration {
+	if v, ok := overrides[name]; ok && v > 0 {
+		return v
+	}
+	return DefaultEvery[name]
 }
 
 // Types returns the singleton job types for the scheduler.

@@ -53,6 +53,24 @@ type Config struct {
 	// SchedulerRescueAfter is how long a running job may go before it is
 	// presumed dead with its worker and retried elsewhere.
 	SchedulerRescueAfter time.Duration `yaml:"scheduler_rescue_after"`
+	// OAuth configures the OAuth client of vendor_oauth upstreams.
+	OAuth struct {
+		// ClientID is the OAuth client registered with the provider.
+		ClientID string `yaml:"client_id"`
+		// RedirectURI is where the provider sends the operator with the code.
+		RedirectURI string `yaml:"redirect_uri"`
+		Scopes      string `yaml:"scopes"`
+	} `yaml:"oauth"`
+	Warmup struct {
+		// Model is the small model of the one-token warm-up request.
+		Model string `yaml:"model"`
+		// FreshFor is how old a usage observation may be and still decide
+		// a warm-up attempt without asking the provider.
+		FreshFor time.Duration `yaml:"fresh_for"`
+	} `yaml:"warmup"`
+	// UsageStaleAfter is the age past which a usage observation is stale:
+	// no coupon is advertised from it.
+	UsageStaleAfter time.Duration `yaml:"usage_stale_after"`
 	// MigrateContract applies contract-phase (column-dropping) migrations;
 	// only set it once every replica runs a version that no longer needs
 	// what they drop.
@@ -81,6 +99,8 @@ func defaults() Config {
 	c.Retention = jobs.DefaultRetention
 	c.SchedulerWorkers = 4
 	c.SchedulerRescueAfter = 5 * time.Minute
+	c.Warmup.FreshFor = 10 * time.Minute
+	c.UsageStaleAfter = 15 * time.Minute
 	return c
 }
 
@@ -105,6 +125,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		contract   = fs.Bool("migrate-contract", false, "also apply contract-phase migrations (drops); see docs/operations.md")
 		catalogURL = fs.String("price-catalog-url", "", "price catalog to fetch (empty: none)")
 		rescue     = fs.Duration("scheduler-rescue-after", c.SchedulerRescueAfter, "retry a job elsewhere when it has been running this long (its worker presumed dead)")
+		clientID   = fs.String("oauth-client-id", "", "OAuth client id of vendor_oauth upstreams (default: the provider's CLI client)")
+		redirect   = fs.String("oauth-redirect-uri", "", "OAuth redirect URI registered for the client (default: the provider's code page)")
+		warmModel  = fs.String("warmup-model", "", "small model of the one-token warm-up request (default claude-haiku-4-5)")
 		intervals  = map[string]time.Duration{}
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
@@ -176,6 +199,15 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if *catalogURL != "" {
 		c.PriceCatalogURL = *catalogURL
+	}
+	if *clientID != "" {
+		c.OAuth.ClientID = *clientID
+	}
+	if *redirect != "" {
+		c.OAuth.RedirectURI = *redirect
+	}
+	if *warmModel != "" {
+		c.Warmup.Model = *warmModel
 	}
 	for k, v := range intervals {
 		if c.JobIntervals == nil {

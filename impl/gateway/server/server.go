@@ -128,13 +128,15 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage")})
 
 	schedMetrics := scheduler.NewMetrics(reg)
-	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log)
+	subs := newSubscriptions(cfg, st, box, rt, log, getenv)
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, subs.types(cfg)...)
 	if err != nil {
 		schedMetrics.InitFailure.Set(1)
 		rec.Close()
 		st.Close()
 		return nil, err
 	}
+	subs.bind(sched)
 	if err := sched.Start(ctx); err != nil {
 		closeSched()
 		rec.Close()
@@ -152,6 +154,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
+		OAuth: subs,
 		Extra: map[string]http.Handler{
 			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			"/admin/scheduler/": schedulerHandler{sched},
@@ -349,9 +352,10 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 
 // newScheduler opens the scheduler's own connection pool on the gateway's
 // database and registers the durable job types.
-func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger) (*scheduler.Scheduler, func(), error) {
+func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger, extra ...scheduler.Type) (*scheduler.Scheduler, func(), error) {
 	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
+	types = append(types, extra...)
 	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
 		RescueAfter: cfg.SchedulerRescueAfter}
 	if driver == "sqlite" {
