@@ -237,7 +237,7 @@ func TestRefresh(t *testing.T) {
 
 func TestProviderErrorShapes(t *testing.T) {
 	for body, code := range map[string]string{
-		`{"error":"invalid_grant","error_description":"bad"}`:                    "invalid_grant",
+		`{"error":"invalid_grant","error_description":"bad"}`:                   "invalid_grant",
 		`{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}`: "rate_limit_error",
 		`not json`: "",
 	} {
