@@ -50,6 +50,18 @@ type Failure struct {
 	FailedAt       time.Time `json:"failed_at"`
 }
 
+// JobView is one job in GET /admin/scheduler/jobs.
+type JobView struct {
+	ID                  int64     `json:"id"`
+	JobType             string    `json:"job_type"`
+	IdempotencyKey      string    `json:"idempotency_key"`
+	State               string    `json:"state"`
+	Attempt             int       `json:"attempt"`
+	MaxAttempts         int       `json:"max_attempts"`
+	ScheduledAt         time.Time `json:"scheduled_at"`
+	ScheduledAtUnixSecs int64     `json:"scheduled_at_unix_secs"`
+}
+
 // listLimit bounds one listing; the newest rows are the interesting ones.
 const listLimit = 1000
 
@@ -124,6 +136,27 @@ func (s *Scheduler) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
+	})
+	// Jobs of one type, optionally one cycle-key family: where an operator
+	// sees what a watchdog sees (state, key, when due).
+	mux.HandleFunc("GET /admin/scheduler/jobs", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("job_type") == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
+				"code": "invalid_request", "message": "job_type is required"}})
+			return
+		}
+		js, err := s.Family(r.Context(), q.Get("job_type"), q.Get("key_prefix"))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out := make([]JobView, 0, len(js))
+		for _, j := range js {
+			out = append(out, JobView{ID: j.ID, JobType: j.Type, IdempotencyKey: j.IdempotencyKey, State: j.State,
+				Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, ScheduledAt: j.ScheduledAt.UTC(), ScheduledAtUnixSecs: j.ScheduledAt.Unix()})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 	})
 	mux.HandleFunc("GET /admin/scheduler/failures", func(w http.ResponseWriter, r *http.Request) {
 		fs, err := s.Failures(r, r.URL.Query().Get("job_type"))
