@@ -209,6 +209,8 @@ type Config struct {
 type Store interface {
 	// OAuthStore is the background state of vendor_oauth upstreams.
 	OAuthStore
+	// KeepAliveStore is the prompt-cache keep-alive state.
+	KeepAliveStore
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error

@@ -114,6 +114,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("Ordering", func(t *testing.T) { run(t, open, testOrdering) })
 	t.Run("Unavailable", func(t *testing.T) { run(t, open, testUnavailable) })
 	exerciseOAuth(t, open)
+	exerciseKeepAlive(t, open)
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
