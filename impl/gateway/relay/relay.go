@@ -36,10 +36,30 @@ type Source interface{ Current() *snapshot.Snapshot }
 // Recorder receives finished requests.
 type Recorder interface{ Record(usage.Pending) }
 
+// Exchange is one finished Messages exchange of a principal with keep-alive
+// configured, handed to the Observer after the response was written.
+type Exchange struct {
+	PrincipalID string
+	KeepAlive   json.RawMessage
+	UpstreamID  string
+	Request     []byte
+	Status      int
+	// Anchor is the response-begin moment: message_start of a stream, the
+	// response headers otherwise, the dispatch time as a fallback.
+	Anchor time.Time
+	Body   []byte
+	SSE    [][]byte
+}
+
+// Observer receives finished exchanges (prompt-cache keep-alive). Observe
+// must not block.
+type Observer interface{ Observe(Exchange) }
+
 // Options configures a Handler.
 type Options struct {
 	Source    Source
 	Recorder  Recorder
+	Observer  Observer          // optional
 	Transport http.RoundTripper // default: a tuned http.Transport
 	Metrics   *Metrics          // optional
 	Logger    *slog.Logger
@@ -50,6 +70,7 @@ type Options struct {
 type Handler struct {
 	src     Source
 	rec     Recorder
+	obs     Observer
 	client  *http.Client
 	metrics *Metrics
 	log     *slog.Logger
@@ -87,7 +108,7 @@ func New(o Options) *Handler {
 		o.Now = time.Now
 	}
 	return &Handler{
-		src: o.Source, rec: o.Recorder, metrics: o.Metrics, log: o.Logger, now: o.Now,
+		src: o.Source, rec: o.Recorder, obs: o.Observer, metrics: o.Metrics, log: o.Logger, now: o.Now,
 		client: &http.Client{
 			Transport: o.Transport,
 			// Redirects from a provider are not followed: the credential
@@ -179,7 +200,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
-	h.relayResponse(w, resp, &ev, start)
+	var x *Exchange
+	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
+		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: body, Anchor: h.now()}
+	}
+	h.relayResponse(w, resp, &ev, start, x)
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -353,7 +378,7 @@ func retryableStatus(code int) bool {
 // relayResponse streams the upstream response to the client. Each chunk read
 // from the upstream is written and, for event streams, flushed at once, so
 // server-sent events reach the client one by one.
-func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *store.RequestEvent, start time.Time) {
+func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *store.RequestEvent, start time.Time, x *Exchange) {
 	defer resp.Body.Close()
 	hdr := w.Header()
 	for k, vs := range resp.Header {
@@ -381,7 +406,11 @@ func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *
 		if n > 0 {
 			chunk := buf[:n]
 			if isSSE {
+				started := tap.started
 				tap.feed(chunk)
+				if x != nil && !started && tap.started {
+					x.Anchor = h.now()
+				}
 			} else if len(capture)+n <= captureLimit {
 				capture = append(capture, chunk...)
 			}
@@ -407,6 +436,10 @@ func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *
 		p.Body = capture
 		p.SSE = tap.lines
 	})
+	if x != nil {
+		x.Status, x.Body, x.SSE = resp.StatusCode, capture, tap.lines
+		h.obs.Observe(*x)
+	}
 }
 
 // finish hands the event to the recorder and updates metrics, off the
@@ -498,6 +531,10 @@ func copyRequestHeaders(dst, src http.Header) {
 
 // OAuthBeta is the beta flag a provider requires with OAuth bearer tokens.
 const OAuthBeta = "oauth-2025-04-20"
+
+// SetCredential puts the upstream's credential on an outbound request:
+// x-api-key, or for OAuth upstreams a bearer token with the OAuth beta.
+func SetCredential(h http.Header, up *snapshot.Upstream) { setCredential(h, up) }
 
 func setCredential(h http.Header, up *snapshot.Upstream) {
 	if up.CredentialKind == "oauth" {

@@ -10,9 +10,13 @@ type sseTap struct {
 	decided bool
 	keep    bool
 	lines   [][]byte
-	// usageEvent is set after an "event: message_start|message_delta" line,
-	// so the data line that follows is kept whatever its key order.
+	// usageEvent is set after an "event: message_start|message_delta|
+	// content_block_start" line, so the data line that follows is kept
+	// whatever its key order.
 	usageEvent bool
+	// started is set once message_start went by: the response-begin moment
+	// of a stream (the keep-alive anchor).
+	started bool
 }
 
 // A data line's event type sits in its first bytes; this many are enough to
@@ -45,10 +49,14 @@ func (t *sseTap) feed(p []byte) {
 				head = head[:tapDecideBytes]
 			}
 			isData := bytes.HasPrefix(head, []byte("data:"))
-			t.keep = isData && (t.usageEvent ||
-				bytes.Contains(head, []byte(`"message_start"`)) || bytes.Contains(head, []byte(`"message_delta"`)))
+			t.keep = isData && (t.usageEvent || bytes.Contains(head, []byte(`"message_start"`)) ||
+				bytes.Contains(head, []byte(`"message_delta"`)) || bytes.Contains(head, []byte(`"content_block_start"`)))
+			if bytes.Contains(head, []byte("message_start")) {
+				t.started = true
+			}
 			if bytes.HasPrefix(head, []byte("event:")) {
-				t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta"))
+				t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta")) ||
+					bytes.Contains(head, []byte("content_block_start"))
 			} else if isData {
 				t.usageEvent = false
 			}

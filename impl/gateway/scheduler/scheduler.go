@@ -137,6 +137,7 @@ type client interface {
 	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
 	JobCancel(ctx context.Context, jobID int64) (*rivertype.JobRow, error)
+	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
 }
 
 // Scheduler owns the River client, the handlers and the cron producer.
@@ -503,4 +504,20 @@ func (s *Scheduler) Family(ctx context.Context, jobType, prefix string) ([]JobIn
 func (s *Scheduler) Cancel(ctx context.Context, jobID int64) error {
 	_, err := s.client.JobCancel(ctx, jobID)
 	return err
+}
+
+// DeleteJobs deletes the given jobs unless they are Queued or Running:
+// only terminal and Pending rows are deletable, checked in the same
+// statement, so a job that became due meanwhile is kept.
+func (s *Scheduler) DeleteJobs(ctx context.Context, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res, err := s.client.JobDeleteMany(ctx, river.NewJobDeleteManyParams().IDs(ids...).First(len(ids)).States(
+		rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled,
+		rivertype.JobStateScheduled, rivertype.JobStatePending))
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(res.Jobs)), nil
 }

@@ -376,3 +376,45 @@ func testFamily(t *testing.T, d driver) {
 		t.Fatalf("dead-lettered family = %+v", fam)
 	}
 }
+
+// P-KA-3: cleanup may delete terminal and Pending rows, never Queued or
+// Running ones.
+func TestDeleteJobs(t *testing.T) { eachDriver(t, testDeleteJobs) }
+
+func testDeleteJobs(t *testing.T, d driver) {
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	block := Type{Name: "test:block", Class: fast, Handler: func(ctx context.Context, j Job) (Outcome, error) {
+		running <- struct{}{}
+		<-release
+		return OutcomeDone, nil
+	}}
+	b := setup(t, d, d.shared(t), nil, block)
+	ctx := context.Background()
+	_, pending, _ := b.s.Enqueue(ctx, Enqueue{Type: "test:ok", IdempotencyKey: "pending", RunAt: time.Now().Add(time.Hour)})
+	_, queued, _ := b.s.Enqueue(ctx, Enqueue{Type: "test:ok", IdempotencyKey: "queued"}) // available; no worker yet
+	if n, err := b.s.DeleteJobs(ctx, []int64{queued}); err != nil || n != 0 {
+		t.Fatalf("a Queued job was deleted (%d, %v)", n, err)
+	}
+	b.start(t)
+	t.Cleanup(func() { close(release) })
+	_, run, _ := b.s.Enqueue(ctx, Enqueue{Type: "test:block", IdempotencyKey: "running"})
+	<-running
+	waitState(t, b.s, queued)
+	_, done, _ := b.s.Enqueue(ctx, Enqueue{Type: "test:ok", IdempotencyKey: "done"})
+	waitState(t, b.s, done)
+	n, err := b.s.DeleteJobs(ctx, []int64{pending, run, done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("deleted %d jobs, want the pending and the done one", n)
+	}
+	fam, _ := b.s.Family(ctx, "test:block", "running")
+	if len(fam) != 1 || fam[0].State != StateRunning {
+		t.Fatalf("running job: %+v", fam)
+	}
+	if fam, _ := b.s.Family(ctx, "test:ok", "pending"); len(fam) != 0 {
+		t.Fatalf("pending job kept: %+v", fam)
+	}
+}

@@ -47,6 +47,8 @@ type Principal struct {
 	Routers []Router
 	// CacheKeepalive is the persisted keep-alive configuration, nil when off.
 	CacheKeepalive json.RawMessage
+	// KeepAliveEnabled: CacheKeepalive is set with enabled true.
+	KeepAliveEnabled bool
 	// Candidates is the precomputed, ordered upstream choice of the
 	// principal's built-in routers; the request path tries them in order.
 	Candidates []*Upstream
@@ -130,8 +132,9 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		p := &cfg.Principals[i]
 		s.principals[p.ID] = &Principal{
 			ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled,
-			models:         newModelMatcher(p.AllowedModels),
-			CacheKeepalive: p.CacheKeepalive,
+			models:           newModelMatcher(p.AllowedModels),
+			CacheKeepalive:   p.CacheKeepalive,
+			KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
 		}
 	}
 	chains := append([]store.ChainEntry(nil), cfg.Chains...)
@@ -168,6 +171,13 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		s.keys[h] = &Key{ID: k.ID, Principal: p}
 	}
 	return s
+}
+
+func keepAliveEnabled(raw json.RawMessage) bool {
+	var c struct {
+		Enabled bool `json:"enabled"`
+	}
+	return len(raw) > 0 && json.Unmarshal(raw, &c) == nil && c.Enabled
 }
 
 // credentialToken extracts the bearer material from an opened credential.

@@ -13,6 +13,9 @@ type KeepAliveStore interface {
 	// session, or the next generation of an existing one (turn budget,
 	// anchor and snapshot replaced). It returns the stored session.
 	UpsertKeepAliveSession(ctx context.Context, s KeepAliveSession) (*KeepAliveSession, error)
+	// SetKeepAliveSnapshot stores the sealed snapshot of generation (sealed
+	// after the upsert, since the generation is bound into its seal).
+	SetKeepAliveSnapshot(ctx context.Context, id string, generation int64, sealed []byte) error
 	// GetKeepAliveSession returns a session by id; ErrNotFound when gone.
 	GetKeepAliveSession(ctx context.Context, id string) (*KeepAliveSession, error)
 	// RecordKeepAliveRefresh counts a refresh of generation that renewed the

@@ -96,3 +96,12 @@ func (s *Store) DeleteExpiredKeepAliveSessions(ctx context.Context, before time.
 	return n, err
 }
 
+func (s *Store) SetKeepAliveSnapshot(ctx context.Context, id string, generation int64, sealed []byte) error {
+	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, "UPDATE keepalive_sessions SET snapshot = ? WHERE id = ? AND generation = ?", sealed, id, generation)
+		if err == nil && n == 0 {
+			return store.ErrStaleRevision
+		}
+		return err
+	})
+}

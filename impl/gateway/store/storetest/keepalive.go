@@ -29,6 +29,10 @@ func testKeepAliveSessions(t *testing.T, open Opener) {
 	if must(b.st.ConfigGeneration(b.ctx)) != gen {
 		t.Fatal("keep-alive state bumped the config generation")
 	}
+	must(0, b.st.SetKeepAliveSnapshot(b.ctx, s.ID, 1, []byte("sealed-1")))
+	if got := must(b.st.GetKeepAliveSession(b.ctx, s.ID)); string(got.Snapshot) != "sealed-1" {
+		t.Fatalf("snapshot %q", got.Snapshot)
+	}
 	if !must(b.st.RecordKeepAliveRefresh(b.ctx, s.ID, 1, now.Add(4*time.Minute), now.Add(9*time.Minute))) {
 		t.Fatal("refresh not recorded")
 	}
@@ -40,6 +44,7 @@ func testKeepAliveSessions(t *testing.T, open Opener) {
 	if s2.ID != s.ID || s2.Generation != 2 || s2.Refreshes != 0 || string(s2.Snapshot) != "sealed-2" {
 		t.Fatalf("next turn %+v", s2)
 	}
+	wantErr(t, b.st.SetKeepAliveSnapshot(b.ctx, s.ID, 1, []byte("old")), store.ErrStaleRevision)
 	if must(b.st.RecordKeepAliveRefresh(b.ctx, s.ID, 1, now, now)) || must(b.st.StopKeepAliveSession(b.ctx, s.ID, 1, "x", now)) {
 		t.Fatal("a stale generation changed the session")
 	}

@@ -1,0 +1,277 @@
+// Package keepalive keeps a conversation's provider-side prompt cache warm
+// while its user is likely to come back: after a turn whose prompt carries
+// cache_control breakpoints, it seals the cached prefix and schedules a
+// refresh (the prefix with max_tokens 1) shortly before the cache's TTL
+// runs out, again after each renewal, until a bound is reached, the
+// conversation moves on, or the classifier says nobody is waiting.
+// docs/keepalive.md describes the session hash, bounds and outcomes.
+package keepalive
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Config is a principal's cache_keepalive, as the admin API stores it
+// (normalised, defaults filled in).
+type Config struct {
+	Enabled                bool  `json:"enabled"`
+	RefreshLeadTime5mSecs  int64 `json:"refresh_lead_time_5m_secs"`
+	RefreshLeadTime1hSecs  int64 `json:"refresh_lead_time_1h_secs"`
+	MaxRefreshesPerSession int64 `json:"max_refreshes_per_session"`
+	MaxTotalDurationSecs   int64 `json:"max_total_duration_secs"`
+	SnapshotMaxBytes       int64 `json:"snapshot_max_bytes"`
+	Classifier             struct {
+		ExtraWaitForUserTools   []string `json:"extra_wait_for_user_tools"`
+		TreatEndTurnAsAmbiguous bool     `json:"treat_end_turn_as_ambiguous"`
+	} `json:"classifier"`
+}
+
+// ParseConfig reads a stored cache_keepalive; nil when unset or disabled.
+func ParseConfig(raw json.RawMessage) *Config {
+	if len(raw) == 0 {
+		return nil
+	}
+	var c Config
+	if json.Unmarshal(raw, &c) != nil || !c.Enabled {
+		return nil
+	}
+	return &c
+}
+
+// Lead is how long before the cache expires a refresh runs.
+func (c *Config) Lead(ttl time.Duration) time.Duration {
+	if ttl >= time.Hour {
+		return time.Duration(c.RefreshLeadTime1hSecs) * time.Second
+	}
+	return time.Duration(c.RefreshLeadTime5mSecs) * time.Second
+}
+
+// Prompt is what keep-alive needs of a Messages request.
+type Prompt struct {
+	Model string
+	// Hash identifies the conversation: see SessionHash.
+	Hash string
+	// TTL is the cache lifetime of the last breakpoint (5m or 1h).
+	TTL time.Duration
+	// Refresh is the smallest request renewing the cached prefix: the
+	// request cut after its last cache_control breakpoint, max_tokens 1,
+	// not streamed.
+	Refresh []byte
+}
+
+var errNoBreakpoint = errors.New("no cache_control breakpoint")
+
+type request struct {
+	Model    string            `json:"model"`
+	System   json.RawMessage   `json:"system,omitempty"`
+	Tools    json.RawMessage   `json:"tools,omitempty"`
+	Messages []json.RawMessage `json:"messages"`
+}
+
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type cacheControl struct {
+	Type string `json:"type"`
+	TTL  string `json:"ttl"`
+}
+
+// blockBreakpoint reports whether a content block (or tool, or system
+// block) carries cache_control, and its TTL.
+func blockBreakpoint(raw json.RawMessage) (bool, time.Duration) {
+	var b struct {
+		CacheControl *cacheControl `json:"cache_control"`
+	}
+	if json.Unmarshal(raw, &b) != nil || b.CacheControl == nil {
+		return false, 0
+	}
+	if b.CacheControl.TTL == "1h" {
+		return true, time.Hour
+	}
+	return true, 5 * time.Minute
+}
+
+// SessionHash identifies a conversation: SHA-256 over the principal, the
+// model, the system prompt, the tools and the first message. Every turn of
+// one conversation repeats those, so turns map to one session; two
+// conversations that share them also share their cached prefix, so
+// keeping one warm keeps both.
+func SessionHash(principalID, model string, system, tools, first json.RawMessage) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(principalID), []byte(model), system, tools, first} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ParsePrompt reads a Messages request of principalID. It fails when the
+// request has no cache_control breakpoint (nothing to keep warm).
+func ParsePrompt(principalID string, body []byte) (*Prompt, error) {
+	if !bytes.Contains(body, []byte(`"cache_control"`)) {
+		return nil, errNoBreakpoint
+	}
+	var r request
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Messages) == 0 || r.Model == "" {
+		return nil, errNoBreakpoint
+	}
+	p := &Prompt{Model: r.Model, Hash: SessionHash(principalID, r.Model, r.System, r.Tools, r.Messages[0])}
+
+	// The last breakpoint, searched in the prompt's order: tools, system,
+	// then messages. Messages are cut after it.
+	found := false
+	cutMsg, cutBlock := -1, -1
+	var tools, system []json.RawMessage
+	if json.Unmarshal(r.Tools, &tools) == nil {
+		for _, t := range tools {
+			if ok, ttl := blockBreakpoint(t); ok {
+				found, p.TTL = true, ttl
+			}
+		}
+	}
+	if json.Unmarshal(r.System, &system) == nil {
+		for _, b := range system {
+			if ok, ttl := blockBreakpoint(b); ok {
+				found, p.TTL = true, ttl
+			}
+		}
+	}
+	for i, raw := range r.Messages {
+		var m message
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		var blocks []json.RawMessage
+		if json.Unmarshal(m.Content, &blocks) != nil {
+			continue
+		}
+		for j, b := range blocks {
+			if ok, ttl := blockBreakpoint(b); ok {
+				found, p.TTL, cutMsg, cutBlock = true, ttl, i, j
+			}
+		}
+	}
+	if !found {
+		return nil, errNoBreakpoint
+	}
+	out := map[string]any{"model": r.Model, "max_tokens": 1}
+	if len(r.System) > 0 {
+		out["system"] = r.System
+	}
+	if len(r.Tools) > 0 {
+		out["tools"] = r.Tools
+	}
+	if cutMsg < 0 {
+		// The breakpoint is in the tools or system: the first message is
+		// the smallest valid continuation.
+		out["messages"] = []json.RawMessage{r.Messages[0]}
+	} else {
+		msgs := append([]json.RawMessage{}, r.Messages[:cutMsg]...)
+		var m message
+		_ = json.Unmarshal(r.Messages[cutMsg], &m)
+		var blocks []json.RawMessage
+		_ = json.Unmarshal(m.Content, &blocks)
+		last, _ := json.Marshal(map[string]any{"role": m.Role, "content": blocks[:cutBlock+1]})
+		msgs = append(msgs, last)
+		out["messages"] = msgs
+	}
+	p.Refresh, _ = json.Marshal(out)
+	return p, nil
+}
+
+// Verdict is the classifier's reading of a turn's answer.
+type Verdict string
+
+const (
+	// WaitingOnUser: the turn ended and the user speaks next.
+	WaitingOnUser Verdict = "waiting_on_user"
+	// Ambiguous: end_turn when configured as ambiguous; one refresh only.
+	Ambiguous Verdict = "ambiguous"
+	// NotWaiting: the client continues by itself (a tool call it runs, a
+	// cut answer): no refresh.
+	NotWaiting Verdict = "not_waiting"
+)
+
+// Answer is what the classifier reads of a response.
+type Answer struct {
+	StopReason string
+	ToolNames  []string
+}
+
+// Classify decides whether the conversation waits on its user.
+func (c *Config) Classify(a Answer) Verdict {
+	switch a.StopReason {
+	case "end_turn":
+		if c.Classifier.TreatEndTurnAsAmbiguous {
+			return Ambiguous
+		}
+		return WaitingOnUser
+	case "tool_use":
+		for _, n := range a.ToolNames {
+			for _, w := range c.Classifier.ExtraWaitForUserTools {
+				if n == w {
+					return WaitingOnUser
+				}
+			}
+		}
+	}
+	return NotWaiting
+}
+
+// ReadAnswer extracts the stop reason and tool names from a non-streaming
+// body or the kept lines of an event stream.
+func ReadAnswer(body []byte, sse [][]byte) Answer {
+	var a Answer
+	type block struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if len(body) > 0 {
+		var m struct {
+			StopReason string  `json:"stop_reason"`
+			Content    []block `json:"content"`
+		}
+		if json.Unmarshal(body, &m) == nil {
+			a.StopReason = m.StopReason
+			for _, b := range m.Content {
+				if b.Type == "tool_use" {
+					a.ToolNames = append(a.ToolNames, b.Name)
+				}
+			}
+		}
+	}
+	for _, line := range sse {
+		line = bytes.TrimPrefix(line, []byte("data:"))
+		var ev struct {
+			Type  string `json:"type"`
+			Delta struct {
+				StopReason string `json:"stop_reason"`
+			} `json:"delta"`
+			ContentBlock block `json:"content_block"`
+		}
+		if json.Unmarshal(bytes.TrimSpace(line), &ev) != nil {
+			continue
+		}
+		switch ev.Type {
+		case "message_delta":
+			if ev.Delta.StopReason != "" {
+				a.StopReason = ev.Delta.StopReason
+			}
+		case "content_block_start":
+			if ev.ContentBlock.Type == "tool_use" {
+				a.ToolNames = append(a.ToolNames, ev.ContentBlock.Name)
+			}
+		}
+	}
+	return a
+}
