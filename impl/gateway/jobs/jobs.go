@@ -52,6 +52,7 @@ var DefaultEvery = map[string]time.Duration{
 	UsageRollup: 5 * time.Minute, Prune: time.Hour, MetadataRefresh: 30 * time.Minute, PriceCatalogFetch: time.Hour,
 	// The OAuth upstreams' periodic jobs (packages warmup, oauth, quota).
 	"warmup_watchdog": 5 * time.Minute, "oauth_watchdog": 10 * time.Minute, "usage_poll": 5 * time.Minute, "quota_gc": time.Hour,
+	"keepalive_cleanup": 10 * time.Minute,
 }
 
 // Interval is the cron interval of a job type: an override, else the default.

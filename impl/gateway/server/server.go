@@ -29,6 +29,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
+	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
@@ -129,7 +130,10 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	schedMetrics := scheduler.NewMetrics(reg)
 	subs := newSubscriptions(cfg, st, box, rt, log, getenv)
-	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, subs.types(cfg)...)
+	ka := &keepalive.Service{Store: st, Box: box, Log: log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(reg),
+		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) }}
+	extra := append(subs.types(cfg), ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, extra...)
 	if err != nil {
 		schedMetrics.InitFailure.Set(1)
 		rec.Close()
@@ -137,6 +141,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		return nil, err
 	}
 	subs.bind(sched)
+	ka.Jobs = sched
 	if err := sched.Start(ctx); err != nil {
 		closeSched()
 		rec.Close()
@@ -148,7 +153,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	startedAt := time.Now()
 	relayH := relay.New(relay.Options{
-		Source: rt, Recorder: rec, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
+		Source: rt, Recorder: rec, Observer: ka, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	})
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
@@ -163,6 +168,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	bg, cancel := context.WithCancel(context.Background())
 	go rt.Reconcile(bg, cfg.ReconcileInterval)
+	ka.Start(bg)
 	// Local price catalog installation runs in-process on every replica.
 	go prices.Run(bg, cfg.ReconcileInterval)
 	if driver == "postgres" {
