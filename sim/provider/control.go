@@ -5,13 +5,42 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
 // control serves the /_sim/ API tests use to inspect and steer the sim. It
 // has no authentication: the binary listens on loopback only.
 func (p *Provider) control(w http.ResponseWriter, r *http.Request) {
+	if name, ok := strings.CutPrefix(r.URL.Path, "/_sim/accounts/"); ok && name != "" {
+		switch r.Method {
+		case http.MethodGet:
+			writeJSON(w, p.Account(name))
+		case http.MethodPost:
+			var u AccountUpdate
+			if err := decodeStrict(r.Body, &u); err != nil {
+				controlError(w, http.StatusBadRequest, "bad account update: "+err.Error())
+				return
+			}
+			writeJSON(w, p.SetAccount(name, u))
+		default:
+			controlError(w, http.StatusMethodNotAllowed, "use GET or POST")
+		}
+		return
+	}
 	switch r.Method + " " + r.URL.Path {
+	case "GET /_sim/accounts":
+		writeJSON(w, p.Accounts())
+	case "POST /_sim/oauth/revoke":
+		var b struct {
+			Account string `json:"account"`
+		}
+		if decodeStrict(r.Body, &b) != nil || b.Account == "" {
+			controlError(w, http.StatusBadRequest, `want {"account":"name"}`)
+			return
+		}
+		p.RevokeOAuth(b.Account)
+		w.WriteHeader(http.StatusNoContent)
 	case "GET /_sim/requests":
 		writeJSON(w, p.Requests())
 	case "DELETE /_sim/requests":

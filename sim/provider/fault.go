@@ -34,6 +34,9 @@ type Fault struct {
 	RetryAfter int    `json:"retry_after,omitempty"`
 	// DropBeforeHeaders closes the connection without any response.
 	DropBeforeHeaders bool `json:"drop_before_headers,omitempty"`
+	// LostResponse serves the request in full (its effects apply), then
+	// closes the connection without the answer.
+	LostResponse bool `json:"lost_response,omitempty"`
 	// DropAfterEvents closes a stream's connection after this many events.
 	DropAfterEvents int `json:"drop_after_events,omitempty"`
 	// ErrorAfterEvents ends a stream after this many events with an SSE

@@ -34,6 +34,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Var(&keys, "api-key", "accepted x-api-key, repeatable (default "+DefaultAPIKey+")")
 	maxRecorded := fs.Int("max-recorded", defaultMaxRecorded, "requests kept for GET /_sim/requests; 0 turns recording off")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (the control API has no authentication)")
+	tokenTTL := fs.Duration("oauth-token-ttl", defaultTokTTL, "lifetime of issued OAuth access tokens")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -55,7 +56,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	o := Options{APIKeys: keys, MaxRecorded: *maxRecorded}
+	o := Options{APIKeys: keys, MaxRecorded: *maxRecorded, OAuthTokenTTL: *tokenTTL}
 	if *maxRecorded == 0 {
 		o.MaxRecorded = -1
 	}

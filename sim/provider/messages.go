@@ -220,9 +220,16 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, seq int64, b
 	if !ok {
 		return
 	}
+	sub, isOAuth := strings.CutPrefix(acct, oauthPrefix)
+	if isOAuth && !p.admitOAuth(w, sub) {
+		return
+	}
 	words, stop := req.reply()
 	u := usage{InputTokens: req.inputTokens(), OutputTokens: len(words)}
 	p.chargeRequest(w, acct, u.InputTokens+u.OutputTokens)
+	if isOAuth {
+		p.chargeOAuth(w, sub, u.InputTokens+u.OutputTokens)
+	}
 	msg := messageBody{ID: "msg_sim_" + pad(seq), Type: "message", Role: "assistant", Model: *req.Model, Usage: u}
 	if !req.Stream {
 		msg.Content = []textBlock{{Type: "text", Text: strings.Join(words, " ")}}

@@ -54,6 +54,11 @@ type Options struct {
 	// headers advertise per account (0: 1000 and 1 000 000). They are not
 	// enforced; inject a 429 fault to simulate limiting.
 	RequestsPerMinute, TokensPerMinute int
+	// OAuthTokenTTL is the lifetime of issued OAuth access tokens (0: 8h).
+	OAuthTokenTTL time.Duration
+	// FiveHourTokenLimit and SevenDayTokenLimit are the tokens that fill an
+	// OAuth account's windows (0: 100 000 and 1 000 000).
+	FiveHourTokenLimit, SevenDayTokenLimit int
 }
 
 // Provider is the simulated provider. It is safe for concurrent use.
@@ -71,6 +76,11 @@ type Provider struct {
 	log      requestLog
 	faults   []*Fault
 	accounts map[string]*account
+	// OAuth: pending codes, live tokens and subscription accounts.
+	codes     map[string]*authCode
+	tokens    map[string]*accessToken
+	refreshes map[string]*refreshToken
+	subs      map[string]*subscription
 	// catalogVersion is the served price catalog's version (0 means 1).
 	catalogVersion int
 }
@@ -119,6 +129,7 @@ func (p *Provider) resetLocked() {
 	p.faults = nil
 	p.queued.Store(0)
 	p.accounts = map[string]*account{}
+	p.codes, p.tokens, p.refreshes, p.subs = map[string]*authCode{}, map[string]*accessToken{}, map[string]*refreshToken{}, map[string]*subscription{}
 	p.catalogVersion = 0
 }
 
@@ -202,6 +213,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f != nil && f.beforeResponse(w, r, p.delay) {
 		return
 	}
+	if f != nil && f.LostResponse {
+		// The request is served in full, then the answer is lost.
+		defer dropConnection(w)
+		w = &lostWriter{header: http.Header{}}
+	}
 	if tooLarge {
 		apiError(w, http.StatusRequestEntityTooLarge, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
 		return
@@ -221,6 +237,26 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case CatalogPath:
 		p.catalog(w, r)
+	case "/oauth/authorize":
+		if allow(w, r, http.MethodGet) {
+			p.authorize(w, r)
+		}
+	case "/v1/oauth/token":
+		if allow(w, r, http.MethodPost) {
+			p.token(w, r, body)
+		}
+	case "/api/oauth/profile":
+		if allow(w, r, http.MethodGet) {
+			p.profile(w, r)
+		}
+	case "/api/oauth/usage":
+		if allow(w, r, http.MethodGet) {
+			p.usageEndpoint(w, r)
+		}
+	case "/api/oauth/usage/limit_reset":
+		if allow(w, r, http.MethodPost) {
+			p.claim(w, r, body)
+		}
 	default:
 		apiError(w, http.StatusNotFound, "not_found_error", "Not found: "+r.URL.Path)
 	}
@@ -291,11 +327,28 @@ func apiError(w http.ResponseWriter, status int, typ, msg string) {
 	w.Write(b)
 }
 
+// oauthPrefix marks the account id of an OAuth caller.
+const oauthPrefix = "oauth:"
+
 // authenticate checks the credential and the version header like the API
-// does, and returns the caller's account. OAuth bearer tokens will resolve
-// to accounts here too.
+// does, and returns the caller's account: an API key's, or for an OAuth
+// bearer token (which needs the OAuth beta) "oauth:<account>".
 func (p *Provider) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id, ok := p.accountOf[r.Header.Get("X-Api-Key")]
+	if !ok && r.Header.Get("X-Api-Key") == "" && r.Header.Get("Authorization") != "" {
+		p.mu.Lock()
+		name := p.bearerAccountLocked(r)
+		p.mu.Unlock()
+		if name == "" {
+			apiError(w, http.StatusUnauthorized, "authentication_error", "invalid or expired OAuth token")
+			return "", false
+		}
+		if !hasOAuthBeta(r) {
+			apiError(w, http.StatusUnauthorized, "authentication_error", "OAuth authentication is currently not supported.")
+			return "", false
+		}
+		id, ok = oauthPrefix+name, true
+	}
 	if !ok {
 		apiError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
 		return "", false
@@ -306,3 +359,10 @@ func (p *Provider) authenticate(w http.ResponseWriter, r *http.Request) (string,
 	}
 	return id, true
 }
+
+// lostWriter swallows a response that is to be lost.
+type lostWriter struct{ header http.Header }
+
+func (l *lostWriter) Header() http.Header         { return l.header }
+func (l *lostWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (l *lostWriter) WriteHeader(int)             {}
