@@ -182,10 +182,15 @@ type (
 		Text string `json:"text"`
 	}
 	usage struct {
-		InputTokens              int `json:"input_tokens"`
-		CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-		OutputTokens             int `json:"output_tokens"`
+		InputTokens              int            `json:"input_tokens"`
+		CacheCreationInputTokens int            `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int            `json:"cache_read_input_tokens"`
+		CacheCreation            *cacheCreation `json:"cache_creation,omitempty"`
+		OutputTokens             int            `json:"output_tokens"`
+	}
+	cacheCreation struct {
+		Ephemeral5m int `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h int `json:"ephemeral_1h_input_tokens"`
 	}
 	messageStartEvent struct {
 		Type    string      `json:"type"`
@@ -226,9 +231,16 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, seq int64, b
 	}
 	words, stop := req.reply()
 	u := usage{InputTokens: req.inputTokens(), OutputTokens: len(words)}
-	p.chargeRequest(w, acct, u.InputTokens+u.OutputTokens)
+	total := u.InputTokens
+	if c, ok := p.applyCache(acct, body); ok {
+		u.CacheReadInputTokens = c.read
+		u.CacheCreationInputTokens = c.creation5m + c.creation1h
+		u.CacheCreation = &cacheCreation{Ephemeral5m: c.creation5m, Ephemeral1h: c.creation1h}
+		u.InputTokens = max(total-c.read-u.CacheCreationInputTokens, 0)
+	}
+	p.chargeRequest(w, acct, total+u.OutputTokens)
 	if isOAuth {
-		p.chargeOAuth(w, sub, u.InputTokens+u.OutputTokens)
+		p.chargeOAuth(w, sub, total+u.OutputTokens)
 	}
 	msg := messageBody{ID: "msg_sim_" + pad(seq), Type: "message", Role: "assistant", Model: *req.Model, Usage: u}
 	if !req.Stream {

@@ -81,6 +81,8 @@ type Provider struct {
 	tokens    map[string]*accessToken
 	refreshes map[string]*refreshToken
 	subs      map[string]*subscription
+	// caches are the prompt caches per account.
+	caches map[string]map[[32]byte]cacheEntry
 	// catalogVersion is the served price catalog's version (0 means 1).
 	catalogVersion int
 }
@@ -130,6 +132,7 @@ func (p *Provider) resetLocked() {
 	p.queued.Store(0)
 	p.accounts = map[string]*account{}
 	p.codes, p.tokens, p.refreshes, p.subs = map[string]*authCode{}, map[string]*accessToken{}, map[string]*refreshToken{}, map[string]*subscription{}
+	p.caches = map[string]map[[32]byte]cacheEntry{}
 	p.catalogVersion = 0
 }
 
