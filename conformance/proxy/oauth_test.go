@@ -113,7 +113,9 @@ var _ = Describe("Warm-up", func() {
 
 		acct := w.sim.Account("acct-warm")
 		Expect(acct["five_hour"].(map[string]any)["active"]).To(BeTrue())
-		Eventually(func() []map[string]any { return h.LogEvents(w.px.Proc, "target", "warmup", "action", "cycle_key_written") }, 10*time.Second).Should(HaveLen(1))
+		Eventually(func() []map[string]any {
+			return h.LogEvents(w.px.Proc, "target", "warmup", "action", "cycle_key_written")
+		}, 10*time.Second).Should(HaveLen(1))
 		for _, action := range []string{"dispatch_start", "dispatch_result"} {
 			evs := h.LogEvents(w.px.Proc, "target", "warmup", "action", action, "upstream_id", w.upstream)
 			Expect(evs).To(HaveLen(1), action)
@@ -174,7 +176,10 @@ var _ = Describe("Warm-up", func() {
 	It("costs at most one extra one-token call when the replica dies between dispatch and the cycle-key write", Label("P-WARM-S7", "P-WARM-2"), func() {
 		w := newOAuthWorld(nil)
 		// Warm-up off while connecting, so the failpoint is armed first.
-		etag := func() string { _, hd, _ := w.admin.Do("GET", "/admin/v1/upstreams/"+w.upstream, nil); return hd.Get("ETag") }
+		etag := func() string {
+			_, hd, _ := w.admin.Do("GET", "/admin/v1/upstreams/"+w.upstream, nil)
+			return hd.Get("ETag")
+		}
 		w.admin.JSON("PATCH", "/admin/v1/upstreams/"+w.upstream, map[string]any{"warmup_enabled": false}, 200, "If-Match", etag())
 		w.admin.ConnectOAuth(w.upstream, "acct-crash")
 		w.px.Stop()
