@@ -202,6 +202,8 @@ type Config struct {
 	Principals []Principal
 	Keys       []Key        // non-revoked keys only
 	Chains     []ChainEntry // ordered by principal, slot, position
+	// Plugins are the registry entries (metadata, no modules).
+	Plugins []RegistryEntry
 }
 
 // Store is the gateway's storage. Every mutation of configuration bumps the
@@ -211,6 +213,8 @@ type Store interface {
 	OAuthStore
 	// KeepAliveStore is the prompt-cache keep-alive state.
 	KeepAliveStore
+	// PluginStore is the WASM plugin registry and chain editing.
+	PluginStore
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error

@@ -48,7 +48,7 @@ var Dialect = &sqlstore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23503"
 	},
-	ForShare: " FOR SHARE",
+	ForShare: " FOR SHARE", ForUpdate: " FOR UPDATE",
 	IsUnavailable: func(err error) bool {
 		var ce *pgconn.ConnectError
 		var pe *pgconn.PgError

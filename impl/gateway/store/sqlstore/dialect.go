@@ -35,6 +35,9 @@ type Dialect struct {
 	// ForShare is the clause that share-locks the rows a SELECT reads, or
 	// empty where transactions are serialised anyway (SQLite).
 	ForShare string
+	// ForUpdate write-locks the rows a SELECT reads, or is empty (SQLite
+	// transactions already hold the write lock).
+	ForUpdate string
 	// HourBucket is the SQL expression truncating request_events.at to its hour.
 	HourBucket string
 	// Notify, when set, runs inside every configuration-changing

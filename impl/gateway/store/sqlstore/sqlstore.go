@@ -151,7 +151,10 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		if cfg.Keys, err = s.queryKeys(ctx, tx, "WHERE revoked_at IS NULL"); err != nil {
 			return err
 		}
-		cfg.Chains, err = s.queryChain(ctx, tx, "")
+		if cfg.Chains, err = s.queryChain(ctx, tx, ""); err != nil {
+			return err
+		}
+		cfg.Plugins, err = s.queryRegistry(ctx, tx, "")
 		return err
 	})
 	if err != nil {
@@ -283,9 +286,18 @@ func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live,
 }
 
 func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
+	return s.updateUpstreamChecked(ctx, id, expect, nil, set, args...)
+}
+
+func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int64, check func(*sql.Tx) error, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
 	ch := audit("update", "upstream", id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		if check != nil {
+			if err := check(tx); err != nil {
+				return err
+			}
+		}
 		if err := s.optimistic(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id, expect, set, args); err != nil {
 			return err
 		}
@@ -334,7 +346,13 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 		}
 		add("warmup_dialect_plugin", v)
 	}
-	return s.updateUpstream(ctx, id, expect, set, args...)
+	var check func(*sql.Tx) error
+	if p.SetWarmupDialect && p.WarmupDialectPlugin != nil {
+		// The binding is checked in the update's transaction, so a plugin
+		// deleted meanwhile cannot end up bound.
+		check = func(tx *sql.Tx) error { return s.checkSlot(ctx, tx, *p.WarmupDialectPlugin, store.SlotWarmupDialect) }
+	}
+	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
 }
 
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {

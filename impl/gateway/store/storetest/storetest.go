@@ -115,6 +115,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("Unavailable", func(t *testing.T) { run(t, open, testUnavailable) })
 	exerciseOAuth(t, open)
 	exerciseKeepAlive(t, open)
+	exercisePlugins(t, open)
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
@@ -170,9 +171,9 @@ func testUpstreams(t *testing.T, open Opener) {
 	if p.SpecRevision != 3 || p.Enabled || !p.WarmupEnabled {
 		t.Fatalf("patched %+v", p)
 	}
-	dialect := "reg_1"
+	dialect := plugin(b, "dialect", store.SlotWarmupDialect).ID
 	p = must(b.st.PatchUpstream(b.ctx, u.ID, 3, store.UpstreamPatch{SetWarmupDialect: true, WarmupDialectPlugin: &dialect}))
-	if p.WarmupDialectPlugin == nil || *p.WarmupDialectPlugin != "reg_1" || p.SpecRevision != 4 {
+	if p.WarmupDialectPlugin == nil || *p.WarmupDialectPlugin != dialect || p.SpecRevision != 4 {
 		t.Fatalf("dialect %+v", p)
 	}
 	p = must(b.st.PatchUpstream(b.ctx, u.ID, 4, store.UpstreamPatch{SetWarmupDialect: true}))

@@ -1,0 +1,16 @@
+-- The WASM plugin registry; chain entries and upstreams reference it by id.
+CREATE TABLE plugin_registry (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  version TEXT,
+  version_key TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  slots TEXT NOT NULL,
+  module BLOB NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  revision INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX plugin_registry_name_version ON plugin_registry (name, version_key);
+CREATE INDEX plugin_chain_entries_registry ON plugin_chain_entries (wasm_registry_id);
