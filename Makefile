@@ -8,7 +8,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/pillarhq/pillar/impl/gateway/server.Version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: help build images run demo test test-unit test-conformance bench vet fmt verify setup clean
+PLUGINS := modelrouter pinrouter hostile dialect
+
+.PHONY: help build plugins images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -18,6 +20,11 @@ build: ## Build every binary into bin/
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/proxy ./impl/cmd/proxy
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/fakestorage ./sim/cmd/fakestorage
+	@$(MAKE) --no-print-directory plugins
+
+plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
+	@mkdir -p $(BIN)/plugins
+	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
 
 run: build ## Run the proxy on the embedded SQLite default (proxy :8080, admin [::1]:9090)
 	$(BIN)/proxy $(ARGS)

@@ -147,7 +147,10 @@ func testPluginCascadeRace(t *testing.T, open Opener) {
 		var wg sync.WaitGroup
 		var delErr, bindErr error
 		wg.Add(2)
-		go func() { defer wg.Done(); _, delErr = b.st.DeleteRegistryEntry(b.ctx, e.ID, store.AnyRevision, true, fp) }()
+		go func() {
+			defer wg.Done()
+			_, delErr = b.st.DeleteRegistryEntry(b.ctx, e.ID, store.AnyRevision, true, fp)
+		}()
 		go func() {
 			defer wg.Done()
 			_, bindErr = b.st.InsertChainEntry(b.ctx, pr.ID, store.ChainEntry{Slot: store.SlotRouter, WasmRegistryID: &e.ID}, nil)
