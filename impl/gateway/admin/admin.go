@@ -92,6 +92,9 @@ type Deps struct {
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog
+	// Plugins compiles uploaded WASM modules; nil answers
+	// plugins_not_configured on upload.
+	Plugins PluginCompiler
 	// OAuth runs the OAuth flow, warm-up and limit-reset claims of
 	// vendor_oauth upstreams; nil answers oauth_not_configured.
 	OAuth OAuth

@@ -51,7 +51,7 @@ type options struct {
 	runtime admin.Runtime
 	auth    []admin.Authenticator
 	catalog admin.PriceCatalog
-	// noOAuth runs the API without the OAuth services.
+	// noOAuth runs the API without the OAuth services and plugin runtime.
 	noOAuth bool
 }
 
@@ -108,9 +108,11 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		apiStore = o.wrap(st)
 	}
 	var oa admin.OAuth
+	var pc admin.PluginCompiler
 	if !o.noOAuth {
 		e.oauth = &fakeOAuth{st: apiStore, claimErr: map[string]error{}}
 		oa = e.oauth
+		pc = fakeCompiler{}
 	}
 	var runtime admin.Runtime = runtimeAdapter{rt}
 	if o.runtime != nil {
@@ -133,6 +135,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Version: "test-version", ReplicaID: "replica-1", StartedAt: time.Unix(1763700000, 0),
 		PriceCatalog: o.catalog,
 		OAuth:        oa,
+		Plugins:      pc,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

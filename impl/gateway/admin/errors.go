@@ -40,12 +40,12 @@ var codeStatus = map[string]int{
 	"upstream_not_found":                    http.StatusNotFound,
 	"unknown_principal":                     http.StatusNotFound,
 	"key_not_found":                         http.StatusNotFound,
-	"unknown_registry_entry":                http.StatusNotFound, // plugin registry endpoints (not served yet)
+	"unknown_registry_entry":                http.StatusNotFound,
 	"method_not_allowed":                    http.StatusMethodNotAllowed,
 	"conflict":                              http.StatusConflict,
 	"stale_revision":                        http.StatusConflict,
 	"referenced_by":                         http.StatusConflict,
-	"references_changed":                    http.StatusConflict, // plugin registry cascade delete (not served yet)
+	"references_changed":                    http.StatusConflict,
 	"request_too_large":                     http.StatusRequestEntityTooLarge,
 	"unsupported_media_type":                http.StatusUnsupportedMediaType,
 	"precondition_required":                 http.StatusPreconditionRequired,
@@ -62,7 +62,11 @@ var codeStatus = map[string]int{
 	"claim_rejected":           http.StatusConflict,
 	"claim_outcome_unknown":    http.StatusBadGateway,
 	"provider_unavailable":     http.StatusBadGateway,
-	"storage_unavailable":      http.StatusServiceUnavailable,
+	// Plugin registry and chains.
+	"invalid_plugin":                 http.StatusBadRequest,
+	"reference_fingerprint_required": http.StatusBadRequest,
+	"plugins_not_configured":         http.StatusServiceUnavailable,
+	"storage_unavailable":            http.StatusServiceUnavailable,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code

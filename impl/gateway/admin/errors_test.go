@@ -28,16 +28,23 @@ func (e *env) requests() []struct {
 	uid := e.upstream("auth-u")["id"].(string)
 	pid := e.principal("auth-p")["id"].(string)
 	kid := e.key(pid)["id"].(string)
+	rid := e.plugin("auth-plugin", "router")["id"].(string)
+	cid := e.do("GET", "/admin/v1/principals/"+pid+"/plugin-chain", nil).json(e.t)["entries"].([]any)[0].(map[string]any)["id"].(string)
 	bodies := map[string]any{
-		"POST /admin/v1/upstreams":                     map[string]any{"name": "n", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"},
-		"PUT /admin/v1/upstreams/{id}":                 map[string]any{"name": "n2", "base_url": "https://a.example"},
-		"PATCH /admin/v1/upstreams/{id}":               map[string]any{"enabled": false},
-		"POST /admin/v1/principals":                    map[string]any{"name": "n", "kind": "machine"},
-		"PUT /admin/v1/principals/{id}":                map[string]any{"name": "n2", "kind": "machine"},
-		"PATCH /admin/v1/principals/{id}":              map[string]any{"enabled": false},
-		"PUT /admin/v1/principals/{id}/allowed_models": map[string]any{"allowed_models": []string{"x"}},
-		"POST /admin/v1/principals/{id}/keys":          map[string]any{"name": "k2"},
-		"POST /admin/v1/upstreams/{id}/oauth/complete": map[string]any{"state": "s", "code": "c"},
+		"POST /admin/v1/upstreams":                                      map[string]any{"name": "n", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"},
+		"PUT /admin/v1/upstreams/{id}":                                  map[string]any{"name": "n2", "base_url": "https://a.example"},
+		"PATCH /admin/v1/upstreams/{id}":                                map[string]any{"enabled": false},
+		"POST /admin/v1/principals":                                     map[string]any{"name": "n", "kind": "machine"},
+		"PUT /admin/v1/principals/{id}":                                 map[string]any{"name": "n2", "kind": "machine"},
+		"PATCH /admin/v1/principals/{id}":                               map[string]any{"enabled": false},
+		"PUT /admin/v1/principals/{id}/allowed_models":                  map[string]any{"allowed_models": []string{"x"}},
+		"POST /admin/v1/principals/{id}/keys":                           map[string]any{"name": "k2"},
+		"POST /admin/v1/upstreams/{id}/oauth/complete":                  map[string]any{"state": "s", "code": "c"},
+		"POST /admin/v1/plugins/wasm":                                   "\x00asm router",
+		"PATCH /admin/v1/plugins/registry/{id}":                         map[string]any{"name": "renamed"},
+		"POST /admin/v1/principals/{principal_id}/plugin-chain":         map[string]any{"slot": "router", "wasm_registry_id": "wasm_x"},
+		"POST /admin/v1/principals/{principal_id}/plugin-chain/reorder": map[string]any{"order": []any{}},
+		"PUT /admin/v1/plugin-chain-entries/{id}":                       map[string]any{"enabled": false},
 	}
 	var out []struct {
 		method, path string
@@ -53,8 +60,16 @@ func (e *env) requests() []struct {
 	for _, op := range ops {
 		m, p, _ := strings.Cut(op, " ")
 		path := p
-		if strings.HasPrefix(p, "/admin/v1/upstreams/") {
+		switch {
+		case strings.HasPrefix(p, "/admin/v1/upstreams/"):
 			path = strings.ReplaceAll(path, "{id}", uid)
+		case strings.HasPrefix(p, "/admin/v1/plugins/registry/"):
+			path = strings.ReplaceAll(path, "{id}", rid)
+		case strings.HasPrefix(p, "/admin/v1/plugin-chain-entries/"):
+			path = strings.ReplaceAll(path, "{id}", cid)
+		}
+		if p == "/admin/v1/plugins/wasm" {
+			path += "?name=upload-" + RandomName()
 		}
 		path = strings.NewReplacer("{id}", pid, "{principal_id}", pid, "{key_id}", kid).Replace(path)
 		out = append(out, struct {
@@ -224,6 +239,8 @@ func TestEveryErrorCode(t *testing.T) {
 	}
 	internal := setup(t, func(o *options) { o.wrap = func(s store.Store) store.Store { return brokenStore{s} } })
 	noOAuth := setup(t, func(o *options) { o.noOAuth = true })
+	reg := e.plugin("referenced", "router")["id"].(string)
+	e.JSON201("POST", "/admin/v1/principals/"+pid+"/plugin-chain", map[string]any{"slot": "router", "wasm_registry_id": reg})
 	claims := map[string]string{}
 	for code, err := range map[string]error{"account_mismatch": quota.ErrAccountMismatch, "claim_in_progress": quota.ErrClaimInProgress,
 		"claim_rejected": quota.ErrClaimRejected, "claim_outcome_unknown": quota.ErrOutcomeUnknown, "provider_unavailable": quota.ErrProviderUnusable} {
@@ -273,6 +290,11 @@ func TestEveryErrorCode(t *testing.T) {
 		{"claim_rejected", 409, e, "POST", "/admin/v1/upstreams/" + claims["claim_rejected"] + "/limit-resets/claim", nil, nil},
 		{"claim_outcome_unknown", 502, e, "POST", "/admin/v1/upstreams/" + claims["claim_outcome_unknown"] + "/limit-resets/claim", nil, nil},
 		{"provider_unavailable", 502, e, "POST", "/admin/v1/upstreams/" + claims["provider_unavailable"] + "/limit-resets/claim", nil, nil},
+		{"invalid_plugin", 400, e, "POST", "/admin/v1/plugins/wasm?name=bad", "not wasm", []string{"Content-Type", "application/wasm"}},
+		{"plugins_not_configured", 503, noOAuth, "POST", "/admin/v1/plugins/wasm?name=x", "\x00asm router", []string{"Content-Type", "application/wasm"}},
+		{"unknown_registry_entry", 404, e, "GET", "/admin/v1/plugins/registry/wasm_nope", nil, nil},
+		{"reference_fingerprint_required", 400, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`}},
+		{"references_changed", 409, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`, "X-Reference-Fingerprint", "rf_stale"}},
 	}
 	covered := map[string]bool{}
 	for _, tr := range triggers {
@@ -287,7 +309,7 @@ func TestEveryErrorCode(t *testing.T) {
 		}
 		covered[tr.code] = true
 	}
-	reserved := []string{"unknown_registry_entry", "references_changed"}
+	reserved := []string{}
 	for _, c := range openAPI(t)["components"].(map[string]any)["schemas"].(map[string]any)["ErrorCode"].(map[string]any)["enum"].([]any) {
 		if !covered[c.(string)] && !slices.Contains(reserved, c.(string)) {
 			t.Errorf("no trigger for error code %s", c)
@@ -327,7 +349,11 @@ func TestStorageUnavailable(t *testing.T) {
 	reqs := e.requests()
 	e.st.Close()
 	for _, rq := range reqs {
-		r := e.do(rq.method, rq.path, rq.body, "If-Match", "*")
+		hdr := []string{"If-Match", "*"}
+		if strings.HasPrefix(rq.path, "/admin/v1/plugins/wasm") {
+			hdr = append(hdr, "Content-Type", "application/wasm")
+		}
+		r := e.do(rq.method, rq.path, rq.body, hdr...)
 		switch {
 		case strings.HasSuffix(rq.path, "/openapi.json") || strings.HasSuffix(rq.path, "/price-catalog"):
 			if r.status != 200 {

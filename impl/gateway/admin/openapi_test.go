@@ -188,6 +188,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RequestEventResponse": RequestEventResponse{}, "PriceCatalogResponse": PriceCatalogResponse{},
 		"LimitResetsResponse": LimitResetObservation{}, "QuotaWindow": QuotaWindow{}, "CouponStatus": CouponStatus{}, "CouponFence": CouponFence{},
 		"OAuthStartResponse": OAuthStartResponse{}, "OAuthCompleteBody": OAuthCompleteBody{}, "ClaimResponse": ClaimResponse{},
+		"RegistryEntryResponse": RegistryEntryResponse{}, "RegistryListResponse": RegistryListResponse{},
+		"RegistryReferencesResponse": RegistryReferencesResponse{}, "RegistryCascadeDeleteResponse": RegistryCascadeDeleteResponse{},
+		"PatchRegistryBody": PatchRegistryBody{}, "InsertChainBody": InsertChainBody{}, "ReorderBody": ReorderBody{},
+		"PluginChainEntryUpdate": PluginChainEntryUpdate{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -93,6 +95,9 @@ type UpstreamPatchBody struct {
 	Enabled       *bool   `json:"enabled"`
 	Name          *string `json:"name"`
 	BaseURL       *string `json:"base_url"`
+	// WarmupDialectPlugin binds a registry entry supporting the
+	// warmup_dialect slot (null unbinds).
+	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
 }
 
 // validName checks a resource name: 1 to 128 characters of valid UTF-8,
@@ -319,8 +324,19 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b == (UpstreamPatchBody{}) {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url)")
+	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin)")
+	}
+	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled}
+	if b.WarmupDialectPlugin != nil {
+		patch.SetWarmupDialect = true
+		if string(b.WarmupDialectPlugin) != "null" {
+			var id string
+			if json.Unmarshal(b.WarmupDialectPlugin, &id) != nil || id == "" {
+				return invalid("warmup_dialect_plugin: a registry entry id or null")
+			}
+			patch.WarmupDialectPlugin = &id
+		}
 	}
 	if b.Name != nil {
 		if err := validName(*b.Name); err != nil {
@@ -343,10 +359,12 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		}
 		wasWarm = cur.WarmupEnabled
 	}
-	u, err := a.Store.PatchUpstream(r.Context(), id, expect, store.UpstreamPatch{
-		Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled,
-	})
+	u, err := a.Store.PatchUpstream(r.Context(), id, expect, patch)
 	if err != nil {
+		var se *store.SlotError
+		if errors.As(err, &se) {
+			return pluginErr(err, se.RegistryID)
+		}
 		return fromStore(err, resUpstream, id)
 	}
 	a.changed(r.Context())

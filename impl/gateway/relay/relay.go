@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -57,9 +58,12 @@ type Observer interface{ Observe(Exchange) }
 
 // Options configures a Handler.
 type Options struct {
-	Source    Source
-	Recorder  Recorder
-	Observer  Observer          // optional
+	Source   Source
+	Recorder Recorder
+	Observer Observer // optional
+	// Plugins runs WASM router plugins of dynamic chains (optional; without
+	// it such chains fail closed).
+	Plugins   PluginRouter
 	Transport http.RoundTripper // default: a tuned http.Transport
 	Metrics   *Metrics          // optional
 	Logger    *slog.Logger
@@ -71,6 +75,7 @@ type Handler struct {
 	src     Source
 	rec     Recorder
 	obs     Observer
+	plugins PluginRouter
 	client  *http.Client
 	metrics *Metrics
 	log     *slog.Logger
@@ -108,7 +113,7 @@ func New(o Options) *Handler {
 		o.Now = time.Now
 	}
 	return &Handler{
-		src: o.Source, rec: o.Recorder, obs: o.Observer, metrics: o.Metrics, log: o.Logger, now: o.Now,
+		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, metrics: o.Metrics, log: o.Logger, now: o.Now,
 		client: &http.Client{
 			Transport: o.Transport,
 			// Redirects from a provider are not followed: the credential
@@ -153,7 +158,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := h.now()
-	k, ok := h.principalOf(w, r)
+	snap := h.src.Current()
+	k, ok := h.principalIn(snap, w, r)
 	if !ok {
 		return
 	}
@@ -182,6 +188,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cands := p.Candidates
+	if p.Dynamic {
+		var refuse *plugins.Refusal
+		cands, refuse, err = h.route(r, snap, p, model, stream && ep == epMessages)
+		if err != nil {
+			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
+			h.fail(w, http.StatusServiceUnavailable, "api_error", "routing failed: "+err.Error())
+			return
+		}
+		if refuse != nil {
+			h.fail(w, refuse.Status, refuse.Type, refuse.Message)
+			return
+		}
+	}
 	if len(cands) == 0 {
 		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return
@@ -210,12 +229,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // principalOf authenticates the request's key against the snapshot and
 // answers the refusal itself; ok is false when it did.
 func (h *Handler) principalOf(w http.ResponseWriter, r *http.Request) (*snapshot.Key, bool) {
+	return h.principalIn(h.src.Current(), w, r)
+}
+
+func (h *Handler) principalIn(snap *snapshot.Snapshot, w http.ResponseWriter, r *http.Request) (*snapshot.Key, bool) {
 	key := clientKey(r)
 	if key == "" {
 		h.fail(w, http.StatusUnauthorized, "authentication_error", "missing API key: send x-api-key or Authorization: Bearer")
 		return nil, false
 	}
-	k := h.src.Current().KeyByHash(sha256.Sum256([]byte(key)))
+	k := snap.KeyByHash(sha256.Sum256([]byte(key)))
 	if k == nil {
 		h.fail(w, http.StatusUnauthorized, "authentication_error", "invalid API key")
 		return nil, false

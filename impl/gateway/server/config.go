@@ -68,6 +68,13 @@ type Config struct {
 		// a warm-up attempt without asking the provider.
 		FreshFor time.Duration `yaml:"fresh_for"`
 	} `yaml:"warmup"`
+	Plugins struct {
+		// CallTimeout bounds one plugin call (default 50ms).
+		CallTimeout time.Duration `yaml:"call_timeout"`
+		// MemoryLimitPages caps a plugin instance's memory in 64 KiB pages
+		// (default 1024 = 64 MiB).
+		MemoryLimitPages uint32 `yaml:"memory_limit_pages"`
+	} `yaml:"plugins"`
 	// UsageStaleAfter is the age past which a usage observation is stale:
 	// no coupon is advertised from it.
 	UsageStaleAfter time.Duration `yaml:"usage_stale_after"`
@@ -128,6 +135,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		clientID   = fs.String("oauth-client-id", "", "OAuth client id of vendor_oauth upstreams (default: the provider's CLI client)")
 		redirect   = fs.String("oauth-redirect-uri", "", "OAuth redirect URI registered for the client (default: the provider's code page)")
 		warmModel  = fs.String("warmup-model", "", "small model of the one-token warm-up request (default claude-haiku-4-5)")
+		plugTime   = fs.Duration("plugin-call-timeout", 0, "time limit of one WASM plugin call (default 50ms)")
 		intervals  = map[string]time.Duration{}
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
@@ -208,6 +216,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if *warmModel != "" {
 		c.Warmup.Model = *warmModel
+	}
+	if *plugTime > 0 {
+		c.Plugins.CallTimeout = *plugTime
 	}
 	for k, v := range intervals {
 		if c.JobIntervals == nil {

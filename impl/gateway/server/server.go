@@ -31,6 +31,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
+	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
@@ -121,7 +122,13 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	plugs, err := plugins.New(ctx, plugins.Options{Registerer: reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("plugin runtime: %w", err)
+	}
 	rt := snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
+	rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
 	if err := rt.Refresh(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("load configuration: %w", err)
@@ -130,6 +137,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	schedMetrics := scheduler.NewMetrics(reg)
 	subs := newSubscriptions(cfg, st, box, rt, log, getenv)
+	subs.warmer.Shape = shapeWarmup(st, plugs)
 	ka := &keepalive.Service{Store: st, Box: box, Log: log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(reg),
 		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) }}
 	extra := append(subs.types(cfg), ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
@@ -153,13 +161,13 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	startedAt := time.Now()
 	relayH := relay.New(relay.Options{
-		Source: rt, Recorder: rec, Observer: ka, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
+		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	})
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
-		OAuth: subs,
+		OAuth: subs, Plugins: plugs,
 		Extra: map[string]http.Handler{
 			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			"/admin/scheduler/": schedulerHandler{sched},

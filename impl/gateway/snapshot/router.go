@@ -9,7 +9,11 @@ import "github.com/pillarhq/pillar/impl/gateway/store"
 // router: enabled subscription (OAuth) upstreams holding a credential first,
 // then enabled API-key upstreams, each group in creation order. pinned, when
 // non-empty, restricts the choice to those ids.
-func routeBuiltin(ups []*Upstream, pinned []string) []*Upstream {
+func routeBuiltin(ups []*Upstream, pinned []string) []*Upstream { return RouteBuiltin(ups, pinned) }
+
+// RouteBuiltin is the built-in subscription-preference router; dynamic
+// chains run it per request on the candidates they are given.
+func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 	allowed := func(id string) bool {
 		if len(pinned) == 0 {
 			return true

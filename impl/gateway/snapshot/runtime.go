@@ -30,6 +30,10 @@ type Runtime struct {
 	cur atomic.Pointer[Snapshot]
 	mu  sync.Mutex // serialises rebuilds, never taken by readers
 
+	// Stage, when set, runs before every build with the configuration read:
+	// it commits what the new snapshot needs beyond configuration (compiled
+	// plugin modules), so the swap that follows is the single rebind step.
+	Stage func(ctx context.Context, cfg *store.Config)
 	// OnSwap, when set, is called after every swap with the new snapshot
 	// (metrics, subscribers). It runs on the refreshing goroutine.
 	OnSwap func(*Snapshot)
@@ -63,6 +67,9 @@ func (r *Runtime) Refresh(ctx context.Context) error {
 	// never go backwards.
 	if old := r.cur.Load(); old != nil && old.Generation > cfg.Generation {
 		return nil
+	}
+	if r.Stage != nil {
+		r.Stage(ctx, cfg)
 	}
 	s := Build(cfg, r.opener, r.now())
 	r.cur.Store(s)

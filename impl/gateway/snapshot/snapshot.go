@@ -28,6 +28,11 @@ type Snapshot struct {
 	// Errors lists per-upstream apply errors (such as an undecryptable
 	// credential), keyed by upstream id.
 	Errors map[string]string
+	// Usable are the enabled upstreams holding a credential, in creation
+	// order: what dynamic (WASM) router chains start from.
+	Usable []*Upstream
+	// Plugins are the registry entries by id.
+	Plugins map[string]store.RegistryEntry
 }
 
 // Key is an issued, non-revoked proxy key.
@@ -61,6 +66,10 @@ type Router struct {
 	EntryID        string
 	Builtin        string // built-in plugin name, empty for WASM entries
 	WasmRegistryID string
+	// WasmDigest and WasmName identify the entry's module ("" when the
+	// registry entry is gone: the router then fails closed).
+	WasmDigest string
+	WasmName   string
 	Config         json.RawMessage
 	// Pinned restricts candidates to these upstream ids when non-empty
 	// (config keys upstream_id / upstream_ids).
@@ -128,6 +137,15 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		s.Upstreams = append(s.Upstreams, v)
 		s.upstreamID[v.ID] = v
 	}
+	s.Plugins = make(map[string]store.RegistryEntry, len(cfg.Plugins))
+	for _, pe := range cfg.Plugins {
+		s.Plugins[pe.ID] = pe
+	}
+	for _, u := range s.Upstreams {
+		if u.Enabled && u.Credential != "" {
+			s.Usable = append(s.Usable, u)
+		}
+	}
 	for i := range cfg.Principals {
 		p := &cfg.Principals[i]
 		s.principals[p.ID] = &Principal{
@@ -155,6 +173,9 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		}
 		if e.WasmRegistryID != nil {
 			r.WasmRegistryID = *e.WasmRegistryID
+			if pe, ok := s.Plugins[r.WasmRegistryID]; ok {
+				r.WasmDigest, r.WasmName = pe.Digest, pe.Name
+			}
 		}
 		p.Routers = append(p.Routers, r)
 	}

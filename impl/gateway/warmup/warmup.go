@@ -79,7 +79,7 @@ type Enqueuer interface {
 }
 
 // Shaper lets a warm-up dialect plugin reshape the request of an upstream.
-type Shaper func(ctx context.Context, pluginID string, body []byte, header http.Header) ([]byte, error)
+type Shaper func(ctx context.Context, pluginID string, u *store.Upstream, body []byte, header http.Header) ([]byte, error)
 
 // Warmer runs warm-up attempts and the watchdog.
 type Warmer struct {
@@ -255,7 +255,7 @@ func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstrea
 	h.Set("Content-Type", "application/json")
 	h.Set("anthropic-version", "2023-06-01")
 	if u.WarmupDialectPlugin != nil && w.Shape != nil {
-		if body, err = w.Shape(ctx, *u.WarmupDialectPlugin, body, h); err != nil {
+		if body, err = w.Shape(ctx, *u.WarmupDialectPlugin, u, body, h); err != nil {
 			log.Warn("cycle_abandoned", "upstream_id", u.ID, "action", "cycle_abandoned", "reason", ReasonPermanentFailure, "error", "warm-up dialect plugin: "+err.Error())
 			return "", fmt.Errorf("warm-up dialect plugin: %v: %w", err, scheduler.ErrPermanent)
 		}
