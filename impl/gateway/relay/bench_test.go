@@ -2,12 +2,20 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 )
 
@@ -68,6 +76,53 @@ func BenchmarkScanRequest1MB(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if m, s, err := scanRequest(body); err != nil || m != "claude-test" || !s {
 			b.Fatal(m, s, err)
+		}
+	}
+}
+
+// BenchmarkRelayRouterPlugin is BenchmarkRelay with a one-plugin chain: the
+// sample pin router (a Go module, run by wazero) decides every request.
+func BenchmarkRelayRouterPlugin(b *testing.B) {
+	dir := b.TempDir()
+	wasmPath := filepath.Join(dir, "pinrouter.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", wasmPath, "./fixtures/plugins/pinrouter")
+	cmd.Dir = filepath.Join("..", "..", "..")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build plugin: %v\n%s", err, out)
+	}
+	wasm, _ := os.ReadFile(wasmPath)
+	rt, err := plugins.New(context.Background(), plugins.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	digest, _, err := rt.Compile(context.Background(), wasm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://upstream.invalid", "sk-upstream"))
+	reg := "wasm_pin"
+	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "pinrouter", Digest: digest, Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_a", Slot: "router", WasmRegistryID: &reg,
+		Config: []byte(`{"upstream_id":"up_1"}`), Position: 1, Enabled: true})
+	h := New(Options{
+		Source:    fakeSource{snapshot.Build(cfg, plainOpener{}, time.Now())},
+		Transport: cannedTransport{[]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":2}}`)},
+		Recorder:  discardRecorder{},
+		Plugins:   rt,
+	})
+	reqBody := []byte(`{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		req := httptest.NewRequest("POST", "/v1/messages", bytes.NewReader(reqBody))
+		req.Header.Set("x-api-key", "sk-good")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatal(w.Code, w.Body.String())
 		}
 	}
 }

@@ -131,6 +131,11 @@ func (plainOpener) Open(ct, _ []byte) ([]byte, error) { return ct, nil }
 // fixture builds a snapshot with one principal (key "sk-good"), a disabled
 // principal (key "sk-off"), and the given upstreams.
 func fixture(ups ...store.Upstream) *snapshot.Snapshot {
+	return snapshot.Build(fixtureConfig(ups...), plainOpener{}, time.Unix(0, 0))
+}
+
+// fixtureConfig is fixture's configuration, for tests that extend it.
+func fixtureConfig(ups ...store.Upstream) *store.Config {
 	cfg := &store.Config{
 		Generation: 1,
 		Upstreams:  ups,
@@ -145,7 +150,7 @@ func fixture(ups ...store.Upstream) *snapshot.Snapshot {
 		h := sha256.Sum256([]byte(k.key))
 		cfg.Keys = append(cfg.Keys, store.Key{ID: k.id, PrincipalID: k.pid, Hash: h[:]})
 	}
-	return snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))
+	return cfg
 }
 
 func apiKeyUpstream(id, url, key string) store.Upstream {

@@ -50,11 +50,14 @@ func (s *Snapshot) resolveRoutes(p *Principal) {
 		return
 	}
 	for _, r := range p.Routers {
-		if r.Builtin != store.BuiltinSubscriptionPreference {
-			// WASM routers decide per request; the request path consults them.
+		if r.Builtin == "" {
+			// A WASM router decides per request: the request path runs the
+			// whole chain as a pipeline (relay.route).
 			p.Dynamic = true
 			return
 		}
+	}
+	for _, r := range p.Routers {
 		if c := routeBuiltin(s.Upstreams, r.Pinned); len(c) > 0 {
 			p.Candidates = c
 			return

@@ -70,7 +70,7 @@ type Router struct {
 	// registry entry is gone: the router then fails closed).
 	WasmDigest string
 	WasmName   string
-	Config         json.RawMessage
+	Config     json.RawMessage
 	// Pinned restricts candidates to these upstream ids when non-empty
 	// (config keys upstream_id / upstream_ids).
 	Pinned []string
