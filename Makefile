@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build plugins images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build plugins chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -25,6 +25,12 @@ build: ## Build every binary into bin/
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@mkdir -p $(BIN)/plugins
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
+
+chart-docs: ## Regenerate the charts' README values tables and values.schema.json from values.yaml
+	$(GO) run ./conformance/charts/cmd/chartdoc charts/pillar-csi charts/proxy
+
+test-charts: ## Chart suites (Helm's Go packages: lint, golden renders, strict decoding, refusals)
+	$(GO) test -count=1 ./conformance/charts/
 
 run: build ## Run the proxy on the embedded SQLite default (proxy :8080, admin [::1]:9090)
 	$(BIN)/proxy $(ARGS)

@@ -1,0 +1,79 @@
+package charts_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/pillarhq/pillar/conformance/charts"
+	"github.com/pillarhq/pillar/conformance/charts/chartdoc"
+)
+
+var _ = Describe("proxy chart", func() {
+	renderProxy := func(vals map[string]any) []charts.Object {
+		objs, err := charts.Render("proxy", vals)
+		ExpectWithOffset(1, err).NotTo(HaveOccurred())
+		return objs
+	}
+
+	It("lints clean and decodes strictly", func() {
+		res := lint.All(charts.Dir("proxy"), map[string]any{}, "gw", false)
+		for _, m := range res.Messages {
+			Expect(m.Severity).To(BeNumerically("<", support.WarningSev), m.Error())
+		}
+		decodeAll(renderProxy(nil))
+		decodeAll(renderProxy(map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}))
+	})
+
+	It("runs replicas on PostgreSQL with secrets, separate proxy and admin Services, probes, a PDB and the budget flags", Label("P-LIM-1", "P-LISTEN-2"), func() {
+		objs := renderProxy(nil)
+		dep := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-proxy"))
+		Expect(*dep.Spec.Replicas).To(BeEquivalentTo(3))
+		Expect(dep.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue()).To(BeZero())
+		c := dep.Spec.Template.Spec.Containers[0]
+		Expect(c.Args).To(ContainElements("--proxy-listen=:8080", "--admin-listen=:9090", "--main-pool=10", "--scheduler-pool=5", "--replicas=3"))
+		env := map[string]*corev1.SecretKeySelector{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				env[e.Name] = e.ValueFrom.SecretKeyRef
+			}
+		}
+		Expect(env).To(HaveKey("PROXY_DATABASE_URL"))
+		Expect(env).To(HaveKey("PROXY_ADMIN_TOKEN"))
+		Expect(env).To(HaveKey("PROXY_MASTER_KEY"))
+		Expect(env["PROXY_DATABASE_URL"].Name).To(Equal("proxy-database"))
+		Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/healthz"))
+		proxySvc := decode[corev1.Service](find(objs, "Service", "pillar-proxy"))
+		adminSvc := decode[corev1.Service](find(objs, "Service", "pillar-proxy-admin"))
+		Expect(proxySvc.Spec.Ports[0].Port).To(BeEquivalentTo(8080))
+		Expect(adminSvc.Spec.Ports[0].Port).To(BeEquivalentTo(9090))
+		pdb := decode[policyv1.PodDisruptionBudget](find(objs, "PodDisruptionBudget", "pillar-proxy"))
+		Expect(pdb.Spec.MinAvailable.IntValue()).To(Equal(1))
+		values, err := os.ReadFile(filepath.Join(charts.Dir("proxy"), "values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(values)).To(ContainSubstring("0.7 * the server's max_connections"), "the connection-budget rule is in the values' comments")
+		sm := find(renderProxy(map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}), "ServiceMonitor", "pillar-proxy")
+		Expect(sm.Map["spec"].(map[string]any)["endpoints"].([]any)[0]).To(HaveKeyWithValue("path", "/metrics"))
+	})
+
+	It("keeps its README values table and schema generated", func() {
+		dir := charts.Dir("proxy")
+		readme, schema, err := chartdoc.Generate(dir)
+		Expect(err).NotTo(HaveOccurred())
+		cur, _ := os.ReadFile(filepath.Join(dir, "README.md"))
+		Expect(string(cur)).To(Equal(string(readme)))
+		cur, _ = os.ReadFile(filepath.Join(dir, "values.schema.json"))
+		Expect(string(cur)).To(Equal(string(schema)))
+		_, err = charts.Render("proxy", map[string]any{"replicaCount": "three"})
+		Expect(err).To(MatchError(ContainSubstring("schema")))
+		Expect(strings.Contains(string(readme), "database.urlSecret")).To(BeTrue())
+	})
+})
