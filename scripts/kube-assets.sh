@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd for envtest from the Go module proxy (no
+# registry or GitHub needed), caches them by version under
+# $PILLAR_CACHE/kube/<versions>, and prints that directory (use it as
+# KUBEBUILDER_ASSETS). Cold: about 6 minutes on 2 cores; warm: instant.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+out="$PILLAR_CACHE/kube/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
+if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ]; then
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$out"
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+staging=v0${KUBE_VERSION#v1}
+
+step "envtest assets: kube-apiserver $KUBE_VERSION (k8s.io/kubernetes with its staging modules)"
+gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+[ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$KUBE_VERSION"
+mkdir -p "$src/kube"
+{
+  echo "module pillar.local/kubeassets"
+  echo
+  sed -n 's/^go \(.*\)$/go \1/p' "$gomod" | head -1
+  echo
+  echo "require k8s.io/kubernetes $KUBE_VERSION"
+  echo
+  # k8s.io/kubernetes replaces its staging modules with local paths; a
+  # consumer replaces them with the published modules of the same release.
+  grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+} >"$src/kube/go.mod"
+cat >"$src/kube/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }
+GO
+(cd "$src/kube" && GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true; GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out/kube-apiserver" .) ||
+  die "kube-apiserver build failed"
+
+step "envtest assets: etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3/etcdmain)"
+mkdir -p "$src/etcd"
+cat >"$src/etcd/go.mod" <<GOMOD
+module pillar.local/etcdasset
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GOMOD
+cat >"$src/etcd/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+(cd "$src/etcd" && GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true; GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out/etcd" .) ||
+  die "etcd build failed"
+note "cached in $out"
+echo "$out"
