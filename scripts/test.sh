@@ -18,6 +18,10 @@ step "unit tests (race detector on the concurrent request-path packages)"
 CGO_ENABLED=1 go test -race -count=1 ./impl/gateway/relay/... ./impl/gateway/snapshot/... ./impl/gateway/usage/... ./impl/gateway/secret/... ./impl/gateway/oauth/... ./impl/gateway/quota/... ./impl/gateway/warmup/... ./impl/gateway/keepalive/...
 go test -count=1 ./impl/... ./sim/...
 
+step "envtest assets (kube-apiserver and etcd built from the Go module proxy; cached by version)"
+KUBEBUILDER_ASSETS=$(bash scripts/kube-assets.sh)
+export KUBEBUILDER_ASSETS
+
 step "build"
 make --no-print-directory build
 
