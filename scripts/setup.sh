@@ -11,6 +11,7 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v git >/dev/null || need_apt+=(git)
 command -v gcc >/dev/null || need_apt+=(gcc) # the race detector needs cgo
 [ -x "$(pg_bindir)/initdb" ] || need_apt+=(postgresql)
+command -v chromium >/dev/null || need_apt+=(chromium fonts-dejavu-core) # the dashboard suite drives headless Chromium
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing ${need_apt[*]} with apt-get"

@@ -98,6 +98,10 @@ type Deps struct {
 	// OAuth runs the OAuth flow, warm-up and limit-reset claims of
 	// vendor_oauth upstreams; nil answers oauth_not_configured.
 	OAuth OAuth
+	// Dashboard serves the web dashboard's static shell under /dashboard/.
+	// It holds no data (every call it makes goes through the admin API
+	// with the operator's token), so it is served without authentication.
+	Dashboard http.Handler
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
@@ -143,6 +147,11 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Responses carry credentials (an issued key) and revisions; no cache
 	// may keep them.
 	w.Header().Set("Cache-Control", "no-store")
+	if a.Dashboard != nil && (r.URL.Path == "/dashboard" || strings.HasPrefix(r.URL.Path, "/dashboard/")) &&
+		(r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		a.Dashboard.ServeHTTP(w, r)
+		return
+	}
 	ok := false
 	for _, p := range a.Auth {
 		if _, ok = p.Authenticate(r); ok {

@@ -53,6 +53,8 @@ type options struct {
 	catalog admin.PriceCatalog
 	// noOAuth runs the API without the OAuth services and plugin runtime.
 	noOAuth bool
+	// dashboard is served under /dashboard/ without a token.
+	dashboard http.Handler
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -136,6 +138,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		PriceCatalog: o.catalog,
 		OAuth:        oa,
 		Plugins:      pc,
+		Dashboard:    o.dashboard,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -191,7 +191,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RegistryEntryResponse": RegistryEntryResponse{}, "RegistryListResponse": RegistryListResponse{},
 		"RegistryReferencesResponse": RegistryReferencesResponse{}, "RegistryCascadeDeleteResponse": RegistryCascadeDeleteResponse{},
 		"PatchRegistryBody": PatchRegistryBody{}, "InsertChainBody": InsertChainBody{}, "ReorderBody": ReorderBody{},
-		"PluginChainEntryUpdate": PluginChainEntryUpdate{},
+		"PluginChainEntryUpdate": PluginChainEntryUpdate{}, "UsageRollupResponse": UsageRollupResponse{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -174,5 +176,27 @@ func TestPluginChainEndpoints(t *testing.T) {
 	wantErr(t, e.do("DELETE", "/admin/v1/plugin-chain-entries/"+builtin["id"].(string), nil), 404, "not_found")
 	if len(list()) != 1 {
 		t.Fatal("the built-in entry was not removed")
+	}
+}
+
+// The dashboard's static shell is served without a token; nothing else is.
+func TestDashboardBypassesOnlyTheShell(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *options) {
+		o.dashboard = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "shell") })
+	})
+	for _, p := range []string{"/dashboard", "/dashboard/", "/dashboard/app.js"} {
+		r := send(t, e.srv.URL, "GET", p, nil, "Authorization", "")
+		if r.status != 200 || string(r.body) != "shell" {
+			t.Fatalf("GET %s without a token: %d %s", p, r.status, r.body)
+		}
+	}
+	for _, p := range []string{"/dashboardx", "/admin/v1/upstreams"} {
+		if r := send(t, e.srv.URL, "GET", p, nil, "Authorization", ""); r.status != 401 {
+			t.Fatalf("GET %s without a token: %d", p, r.status)
+		}
+	}
+	if r := send(t, e.srv.URL, "POST", "/dashboard/", "{}", "Authorization", ""); r.status != 401 {
+		t.Fatalf("POST to the shell without a token: %d", r.status)
 	}
 }

@@ -59,6 +59,7 @@ func (a *api) routes() []route {
 		{"GET", "/admin/v1/status", a.status},
 		{"GET", "/admin/v1/export", a.export},
 		{"GET", "/admin/v1/request-events", a.requestEvents},
+		{"GET", "/admin/v1/usage-rollups", a.usageRollups},
 		{"GET", "/admin/v1/price-catalog", a.priceCatalog},
 		{"GET", "/admin/v1/openapi.json", a.openAPI},
 	}

@@ -167,3 +167,42 @@ func (a *api) priceCatalog(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// UsageRollupResponse is one hour of usage of a principal, upstream and model.
+type UsageRollupResponse struct {
+	BucketStartUnixSecs      int64  `json:"bucket_start_unix_secs"`
+	PrincipalID              string `json:"principal_id"`
+	UpstreamID               string `json:"upstream_id"`
+	Model                    string `json:"model"`
+	Requests                 int64  `json:"requests"`
+	Errors                   int64  `json:"errors"`
+	InputTokens              int64  `json:"input_tokens"`
+	OutputTokens             int64  `json:"output_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+}
+
+// usageRollups serves the hourly rollups the usage_rollup job computed
+// (since_unix_secs, default the last 24 hours), oldest first.
+func (a *api) usageRollups(w http.ResponseWriter, r *http.Request) error {
+	since := a.Now().Add(-24 * time.Hour).Unix()
+	if v := r.URL.Query().Get("since_unix_secs"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("since_unix_secs: must be a unix time in seconds")
+		}
+		since = n
+	}
+	rs, err := a.Store.ListUsageRollups(r.Context(), time.Unix(since, 0))
+	if err != nil {
+		return fromStore(err, resPrincipal, "")
+	}
+	out := make([]UsageRollupResponse, 0, len(rs))
+	for _, u := range rs {
+		out = append(out, UsageRollupResponse{BucketStartUnixSecs: u.BucketStart.Unix(), PrincipalID: u.PrincipalID, UpstreamID: u.UpstreamID,
+			Model: u.Model, Requests: u.Requests, Errors: u.Errors, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
@@ -167,7 +168,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
-		OAuth: subs, Plugins: plugs,
+		OAuth: subs, Plugins: plugs, Dashboard: dashboard.Handler(),
 		Extra: map[string]http.Handler{
 			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			"/admin/scheduler/": schedulerHandler{sched},
@@ -226,12 +227,13 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	fmt.Fprintf(stderr, `
   proxy      http://%s/v1/messages   (ANTHROPIC_BASE_URL=http://%s, key from POST /admin/v1/principals/{id}/keys)
   admin API  http://%s/admin/v1
+  dashboard  http://%s/dashboard/
   metrics    http://%s/metrics
   admin token: %s
   master key:  %s
   database:    %s (%s)
 
-`, pa, client, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
+`, pa, client, aa, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
 	return r, nil
 }
 
