@@ -172,22 +172,7 @@ type Sim struct {
 }
 
 // StartSim starts the provider simulator accepting the given API keys.
-func StartSim(keys ...string) *Sim {
-	addr := FreeAddr()
-	args := []string{"--listen", addr}
-	for _, k := range keys {
-		args = append(args, "--api-key", k)
-	}
-	s := &Sim{Proc: Start("sim", Bin("sim"), args, nil, keys...), Addr: addr, URL: "http://" + addr}
-	Eventually(func() error {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}, 20*time.Second, 20*time.Millisecond).Should(Succeed(), "sim did not start:\n%s", s.Output())
-	return s
-}
+func StartSim(keys ...string) *Sim { return StartSimWith(nil, keys...) }
 
 // Recorded is one request the sim saw.
 type Recorded struct {

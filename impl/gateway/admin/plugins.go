@@ -358,6 +358,17 @@ func chainNotFound(id string) error {
 	return newErr("not_found", "no plugin chain entry with id %q", id)
 }
 
+// chainEntryErr maps storage errors of the chain entry endpoints.
+func chainEntryErr(err error, id string) error {
+	switch {
+	case errors.Is(err, store.ErrStaleRevision):
+		return newErr("stale_revision", "the chain entry changed since you read it; read it again and re-decide")
+	case errors.Is(err, store.ErrNotFound):
+		return chainNotFound(id)
+	}
+	return fromStore(err, resPrincipal, "")
+}
+
 func (a *api) updateChainEntry(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	expect, err := ifMatch(r, false)
@@ -370,10 +381,7 @@ func (a *api) updateChainEntry(w http.ResponseWriter, r *http.Request) error {
 	}
 	cur, err := a.Store.GetChainEntry(r.Context(), id)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return chainNotFound(id)
-		}
-		return fromStore(err, resPrincipal, "")
+		return chainEntryErr(err, id)
 	}
 	cfg, enabled := cur.Config, cur.Enabled
 	if b.Config != nil {
@@ -387,13 +395,7 @@ func (a *api) updateChainEntry(w http.ResponseWriter, r *http.Request) error {
 	}
 	e, err := a.Store.UpdateChainEntry(r.Context(), id, expect, cfg, enabled)
 	if err != nil {
-		switch {
-		case errors.Is(err, store.ErrStaleRevision):
-			return newErr("stale_revision", "the chain entry changed since you read it; read it again and re-decide")
-		case errors.Is(err, store.ErrNotFound):
-			return chainNotFound(id)
-		}
-		return fromStore(err, resPrincipal, "")
+		return chainEntryErr(err, id)
 	}
 	a.changed(r.Context())
 	etag(w, e.Revision)
@@ -408,13 +410,7 @@ func (a *api) deleteChainEntry(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := a.Store.DeleteChainEntry(r.Context(), id, expect); err != nil {
-		switch {
-		case errors.Is(err, store.ErrStaleRevision):
-			return newErr("stale_revision", "the chain entry changed since you read it; read it again and re-decide")
-		case errors.Is(err, store.ErrNotFound):
-			return chainNotFound(id)
-		}
-		return fromStore(err, resPrincipal, "")
+		return chainEntryErr(err, id)
 	}
 	a.changed(r.Context())
 	w.WriteHeader(http.StatusNoContent)
