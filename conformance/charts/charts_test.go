@@ -28,6 +28,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden renders")
 
+// bin-dir is accepted (and unused) so one `go test ./conformance/... -args
+// -bin-dir=…` drives every suite.
+var _ = flag.String("bin-dir", "", "unused by the chart suites")
+
 func TestCharts(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Helm charts")
