@@ -1,0 +1,176 @@
+// Package nvmettest is the exporter's behavioural suite, run against the
+// configfs fake (conformance/backends) and, under qemu, the real kernel
+// target: the same checks, so the fake cannot drift from the kernel.
+package nvmettest
+
+import (
+	"errors"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/pillarhq/pillar/impl/pillar/nvmet"
+)
+
+// Target is one configfs tree to test on.
+type Target struct {
+	FS   nvmet.FS
+	Root string
+	// Device returns a block device path the target accepts (a fresh one
+	// per call).
+	Device func(t *testing.T) string
+}
+
+// Opener gives a fresh, empty tree.
+type Opener func(t *testing.T) Target
+
+func exporter(tg Target) *nvmet.Exporter {
+	return &nvmet.Exporter{FS: tg.FS, Root: tg.Root, Port: nvmet.Port{ID: 1, Address: "127.0.0.1", Service: 4420, Family: "ipv4"}}
+}
+
+func read(t *testing.T, tg Target, parts ...string) string {
+	t.Helper()
+	v, err := tg.FS.ReadFile(filepath.Join(append([]string{tg.Root}, parts...)...))
+	if err != nil {
+		t.Fatalf("read %v: %v", parts, err)
+	}
+	return v
+}
+
+// Exercise runs every check.
+func Exercise(t *testing.T, open Opener) {
+	t.Run("ExportLayout", func(t *testing.T) { testExportLayout(t, open(t)) })
+	t.Run("Hosts", func(t *testing.T) { testHosts(t, open(t)) })
+	t.Run("UnexportAndRestart", func(t *testing.T) { testUnexportAndRestart(t, open(t)) })
+	t.Run("KernelRules", func(t *testing.T) { testKernelRules(t, open(t)) })
+}
+
+// S-AG-10: a volume is exported over NVMe/TCP as its own subsystem with a
+// stable identity, reachable through the TCP port, never to any host.
+func testExportLayout(t *testing.T, tg Target) {
+	e := exporter(tg)
+	dev := tg.Device(t)
+	tgt, err := e.Export("pvc-1", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid, nguid := nvmet.IDs("pvc-1")
+	if tgt.NQN != nvmet.NQN("pvc-1") || tgt.Device != dev || tgt.UUID != uuid || tgt.NGUID != nguid || tgt.Address != "127.0.0.1" || tgt.Service != 4420 {
+		t.Fatalf("target %+v", tgt)
+	}
+	nqn := nvmet.NQN("pvc-1")
+	if read(t, tg, "subsystems", nqn, "attr_allow_any_host") != "0" {
+		t.Fatal("allow_any_host is on")
+	}
+	if read(t, tg, "subsystems", nqn, "namespaces", "1", "enable") != "1" {
+		t.Fatal("namespace not enabled")
+	}
+	for k, v := range map[string]string{"addr_trtype": "tcp", "addr_adrfam": "ipv4", "addr_traddr": "127.0.0.1", "addr_trsvcid": "4420"} {
+		if got := read(t, tg, "ports", "1", k); got != v {
+			t.Errorf("port %s = %q, want %q", k, got, v)
+		}
+	}
+	if !tg.FS.Exists(filepath.Join(tg.Root, "ports", "1", "subsystems", nqn)) {
+		t.Fatal("subsystem not linked to the port")
+	}
+	// Idempotent; the identity is stable.
+	again, err := e.Export("pvc-1", dev)
+	if err != nil || again.UUID != uuid {
+		t.Fatalf("re-export: %+v %v", again, err)
+	}
+	if _, err := e.Export("pvc-1", tg.Device(t)); err == nil {
+		t.Fatal("re-export from another device accepted")
+	}
+	if u2, _ := nvmet.IDs("pvc-2"); u2 == uuid {
+		t.Fatal("two volumes share a UUID")
+	}
+}
+
+func testHosts(t *testing.T, tg Target) {
+	e := exporter(tg)
+	if _, err := e.Export("pvc-h", tg.Device(t)); err != nil {
+		t.Fatal(err)
+	}
+	host := "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
+	for range 2 {
+		if err := e.AllowHost("pvc-h", host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, _ := e.List()
+	if len(ts) != 1 || len(ts[0].Hosts) != 1 || ts[0].Hosts[0] != host {
+		t.Fatalf("hosts %+v", ts)
+	}
+	for range 2 {
+		if err := e.DenyHost("pvc-h", host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ts, _ := e.List(); len(ts[0].Hosts) != 0 {
+		t.Fatalf("host still allowed: %+v", ts)
+	}
+	if err := e.AllowHost("pvc-missing", host); err == nil {
+		t.Fatal("host allowed on a volume that is not exported")
+	}
+}
+
+func testUnexportAndRestart(t *testing.T, tg Target) {
+	e := exporter(tg)
+	dev := tg.Device(t)
+	if _, err := e.Export("pvc-a", dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Export("pvc-b", tg.Device(t)); err != nil {
+		t.Fatal(err)
+	}
+	host := "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-2222-3333-4444-555555555555"
+	if err := e.AllowHost("pvc-a", host); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted agent rebuilds its view from configfs.
+	fresh := exporter(tg)
+	ts, err := fresh.List()
+	if err != nil || len(ts) != 2 || ts[0].VolumeID != "pvc-a" || ts[0].Device != dev || len(ts[0].Hosts) != 1 {
+		t.Fatalf("after restart: %+v %v", ts, err)
+	}
+	for range 2 {
+		if err := fresh.Unexport("pvc-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tg.FS.Exists(filepath.Join(tg.Root, "subsystems", nvmet.NQN("pvc-a"))) {
+		t.Fatal("subsystem left behind")
+	}
+	if ts, _ := fresh.List(); len(ts) != 1 || ts[0].VolumeID != "pvc-b" {
+		t.Fatalf("remaining %+v", ts)
+	}
+}
+
+// The target's own rules, which the exporter must respect.
+func testKernelRules(t *testing.T, tg Target) {
+	e := exporter(tg)
+	if _, err := e.Export("pvc-r", tg.Device(t)); err != nil {
+		t.Fatal(err)
+	}
+	nqn := nvmet.NQN("pvc-r")
+	ns := filepath.Join(tg.Root, "subsystems", nqn, "namespaces", "1")
+	if err := tg.FS.WriteFile(filepath.Join(ns, "device_path"), tg.Device(t)); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("device_path of an enabled namespace: %v", err)
+	}
+	if err := e.AllowHost("pvc-r", "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-2222-3333-4444-555555555555"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.FS.WriteFile(filepath.Join(tg.Root, "subsystems", nqn, "attr_allow_any_host"), "1"); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("allow_any_host with hosts linked: %v", err)
+	}
+	if err := tg.FS.WriteFile(filepath.Join(tg.Root, "ports", "1", "addr_traddr"), "127.0.0.2"); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("port address while in use: %v", err)
+	}
+	other := &nvmet.Exporter{FS: tg.FS, Root: tg.Root, Port: nvmet.Port{ID: 1, Address: "127.0.0.2", Service: 4420, Family: "ipv4"}}
+	if _, err := other.Export("pvc-s", tg.Device(t)); !errors.Is(err, nvmet.ErrPortConflict) {
+		t.Errorf("a second address on a port in use: %v", err)
+	}
+	if err := tg.FS.Rmdir(filepath.Join(tg.Root, "subsystems", nqn)); err == nil {
+		t.Error("a subsystem with a namespace and links was removed")
+	}
+}
