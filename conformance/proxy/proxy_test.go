@@ -403,7 +403,7 @@ var _ = Describe("Models and health", func() {
 })
 
 var _ = Describe("Usage", func() {
-	It("records every proxied request with its token usage, streaming and not", func() {
+	It("records every proxied request with its token usage, streaming and not, and refusals of the principal", func() {
 		w := newWorld()
 		h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
 		h.Messages(w.px.ProxyURL, streamBody, "x-api-key", w.key)
@@ -414,8 +414,10 @@ var _ = Describe("Usage", func() {
 			UpstreamID   string `json:"upstream_id"`
 			Stream       bool
 			Status       int
-			InputTokens  int `json:"input_tokens"`
-			OutputTokens int `json:"output_tokens"`
+			InputTokens  int    `json:"input_tokens"`
+			OutputTokens int    `json:"output_tokens"`
+			Model        string `json:"model"`
+			ErrorType    string `json:"error_type"`
 		}
 		var evs []event
 		Eventually(func() int {
@@ -423,7 +425,21 @@ var _ = Describe("Usage", func() {
 			evs = nil
 			json.Unmarshal(b, &evs)
 			return len(evs)
-		}, 10*time.Second, 50*time.Millisecond).Should(Equal(2))
+		}, 10*time.Second, 50*time.Millisecond).Should(Equal(3))
+		var ok []event
+		for _, e := range evs {
+			if e.Status == 403 {
+				// The refused model: the principal's, no upstream reached.
+				Expect(e.PrincipalID).To(Equal(w.principal))
+				Expect(e.Model).To(Equal("gpt-4o"))
+				Expect(e.ErrorType).To(Equal("permission_error"))
+				Expect(e.UpstreamID).To(BeEmpty())
+				continue
+			}
+			ok = append(ok, e)
+		}
+		Expect(ok).To(HaveLen(2))
+		evs = ok
 		for _, e := range evs {
 			Expect(e.Status).To(Equal(200))
 			Expect(e.PrincipalID).To(Equal(w.principal))

@@ -164,45 +164,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := k.Principal
+	// Refusals after authentication are recorded as request events, so the
+	// principal's traffic shows them (a 401 has no principal to record).
+	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID}
+	refuse := func(status int, typ, msg string) {
+		writeError(w, status, typ, msg) // finish counts it in the metrics
+		ev := refused
+		ev.Status, ev.ErrorType = status, typ
+		h.finish(ev, start, nil)
+	}
 
 	body, err := readBody(r)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
-			h.fail(w, http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds 32 MB")
+			refuse(http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds 32 MB")
 			return
 		}
-		h.fail(w, http.StatusBadRequest, "invalid_request_error", "cannot read request body")
+		refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		return
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
-		h.fail(w, http.StatusBadRequest, "invalid_request_error", "request body must be a JSON object: "+err.Error())
+		refuse(http.StatusBadRequest, "invalid_request_error", "request body must be a JSON object: "+err.Error())
 		return
 	}
 	if model == "" {
-		h.fail(w, http.StatusBadRequest, "invalid_request_error", "model: field required")
+		refuse(http.StatusBadRequest, "invalid_request_error", "model: field required")
 		return
 	}
+	refused.Model, refused.Stream = model, stream && ep == epMessages
 	if !p.AllowsModel(model) {
-		h.fail(w, http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
+		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
 		return
 	}
 	cands := p.Candidates
 	if p.Dynamic {
-		var refuse *plugins.Refusal
-		cands, refuse, err = h.route(r, snap, p, model, stream && ep == epMessages)
+		var plugRefusal *plugins.Refusal
+		cands, plugRefusal, err = h.route(r, snap, p, model, stream && ep == epMessages)
 		if err != nil {
 			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
-			h.fail(w, http.StatusServiceUnavailable, "api_error", "routing failed: "+err.Error())
+			refuse(http.StatusServiceUnavailable, "api_error", "routing failed: "+err.Error())
 			return
 		}
-		if refuse != nil {
-			h.fail(w, refuse.Status, refuse.Type, refuse.Message)
+		if plugRefusal != nil {
+			refuse(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message)
 			return
 		}
 	}
 	if len(cands) == 0 {
-		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
+		refuse(http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return
 	}
 

@@ -415,3 +415,36 @@ func TestRelayFailsOverOn429(t *testing.T) {
 		t.Fatal("the subscription upstream was not preferred")
 	}
 }
+
+// Refusals after authentication are recorded for the principal; a request
+// without a valid key is not (there is no principal to record).
+func TestRefusalsAreRecorded(t *testing.T) {
+	t.Parallel()
+	rec := &memRecorder{}
+	srv := newTestHandler(fixture(apiKeyUpstream("up_1", "http://127.0.0.1:1", "sk-upstream")), rec)
+	defer srv.Close()
+	hdr := map[string]string{"x-api-key": "sk-good", "anthropic-version": "2023-06-01"}
+	if resp, b := post(t, srv.URL+"/v1/messages", hdr, `{"model":"gpt-4o","max_tokens":5,"messages":[]}`); resp.StatusCode != 403 {
+		t.Fatalf("disallowed model: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := post(t, srv.URL+"/v1/messages", hdr, `{"max_tokens":5}`); resp.StatusCode != 400 {
+		t.Fatalf("no model: %d", resp.StatusCode)
+	}
+	if resp, _ := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-bad"}, `{"model":"claude-test"}`); resp.StatusCode != 401 {
+		t.Fatalf("bad key: %d", resp.StatusCode)
+	}
+	evs := rec.events()
+	if len(evs) != 2 {
+		t.Fatalf("recorded %d events, want 2: %+v", len(evs), evs)
+	}
+	byStatus := map[int]store.RequestEvent{}
+	for _, e := range evs {
+		byStatus[e.Status] = e
+	}
+	if e := byStatus[403]; e.PrincipalID != "pr_a" || e.KeyID != "key_a" || e.Model != "gpt-4o" || e.ErrorType != "permission_error" || e.UpstreamID != "" {
+		t.Fatalf("403 event %+v", e)
+	}
+	if e := byStatus[400]; e.ErrorType != "invalid_request_error" {
+		t.Fatalf("400 event %+v", e)
+	}
+}
