@@ -60,6 +60,19 @@ func (a *api) oauthService() (OAuth, error) {
 	return a.OAuth, nil
 }
 
+// oauthCall is the start of the OAuth endpoints that take no body: the
+// services, an empty (or absent) body, and the upstream id.
+func (a *api) oauthCall(r *http.Request) (OAuth, string, error) {
+	svc, err := a.oauthService()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := decodeOptional(r, &struct{}{}); err != nil {
+		return nil, "", err
+	}
+	return svc, r.PathValue("id"), nil
+}
+
 func (a *api) warmupEnabled(ctx context.Context, u *store.Upstream) {
 	if a.OAuth != nil && hasOAuth(u) && u.Enabled {
 		a.OAuth.WarmupEnabled(ctx, u)
@@ -108,14 +121,10 @@ type OAuthStartResponse struct {
 }
 
 func (a *api) oauthStart(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.oauthService()
+	svc, id, err := a.oauthCall(r)
 	if err != nil {
 		return err
 	}
-	if err := decodeOptional(r, &struct{}{}); err != nil {
-		return err
-	}
-	id := r.PathValue("id")
 	st, err := svc.Start(r.Context(), id)
 	if err != nil {
 		return oauthErr(err, id)
@@ -156,14 +165,10 @@ func (a *api) oauthComplete(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) oauthRevoke(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.oauthService()
+	svc, id, err := a.oauthCall(r)
 	if err != nil {
 		return err
 	}
-	if err := decodeOptional(r, &struct{}{}); err != nil {
-		return err
-	}
-	id := r.PathValue("id")
 	u, err := svc.Revoke(r.Context(), id)
 	if err != nil {
 		return oauthErr(err, id)
@@ -279,14 +284,10 @@ type ClaimResponse struct {
 // claimLimitReset claims the upstream's advertised reset coupon: one
 // provider POST under the durable fence.
 func (a *api) claimLimitReset(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.oauthService()
+	svc, id, err := a.oauthCall(r)
 	if err != nil {
 		return err
 	}
-	if err := decodeOptional(r, &struct{}{}); err != nil {
-		return err
-	}
-	id := r.PathValue("id")
 	v, err := svc.Claim(r.Context(), id)
 	if err != nil {
 		e := oauthErr(err, id)

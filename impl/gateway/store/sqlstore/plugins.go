@@ -301,13 +301,10 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 			VALUES (?, ?, ?, NULL, ?, ?, ?, ?, 1, ?, ?)`, id, principalID, e.Slot, *e.WasmRegistryID, string(e.Config), pos, true, now, now); err != nil {
 			return err
 		}
-		es, err := s.queryChain(ctx, tx, "WHERE id = ?", id)
-		if err != nil {
-			return err
+		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
+			ch.revision = out.Revision
 		}
-		out = &es[0]
-		ch.revision = out.Revision
-		return nil
+		return err
 	})
 	return out, err
 }
@@ -387,15 +384,21 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	return out, err
 }
 
-func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
-	es, err := s.queryChain(ctx, s.db, "WHERE id = ?", id)
+// getChainEntry reads one chain entry; ErrNotFound when there is none.
+func (s *Store) getChainEntry(ctx context.Context, q querier, id string) (*store.ChainEntry, error) {
+	es, err := s.queryChain(ctx, q, "WHERE id = ?", id)
 	if err != nil {
-		return nil, s.d.classify(err)
+		return nil, err
 	}
 	if len(es) == 0 {
 		return nil, store.ErrNotFound
 	}
 	return &es[0], nil
+}
+
+func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
+	e, err := s.getChainEntry(ctx, s.db, id)
+	return e, s.d.classify(err)
 }
 
 func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) error {
@@ -406,12 +409,8 @@ func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) e
 			return err
 		}
 		if n == 0 {
-			es, err := s.queryChain(ctx, tx, "WHERE id = ?", id)
-			if err != nil {
+			if _, err := s.getChainEntry(ctx, tx, id); err != nil {
 				return err
-			}
-			if len(es) == 0 {
-				return store.ErrNotFound
 			}
 			return store.ErrStaleRevision
 		}

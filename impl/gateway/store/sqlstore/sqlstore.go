@@ -775,13 +775,11 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
 			return err
 		}
-		es, err := s.queryChain(ctx, tx, "WHERE id = ?", id)
-		if err != nil {
-			return err
+		var err error
+		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
+			ch.revision = out.Revision
 		}
-		out = &es[0]
-		ch.revision = out.Revision
-		return nil
+		return err
 	})
 	return out, err
 }
