@@ -1,5 +1,5 @@
 # Pillar: the LLM gateway ("proxy") and the pillar-csi storage driver.
-# `make help` lists the targets. Tool versions are pinned in scripts/versions.env.
+# `make help` lists the targets. Tool versions are pinned in the scripts that install them.
 
 SHELL := /bin/bash
 GO ?= go
@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build plugins chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build proto plugins chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -20,11 +20,15 @@ build: ## Build every binary into bin/
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/proxy ./impl/cmd/proxy
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/fakestorage ./sim/cmd/fakestorage
+	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-agent ./impl/cmd/pillar-agent
 	@$(MAKE) --no-print-directory plugins
 
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@mkdir -p $(BIN)/plugins
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
+
+proto: ## Regenerate the Go code of impl/**/*.proto (protoc from Debian, pinned Go plugins)
+	bash scripts/proto.sh
 
 chart-docs: ## Regenerate the charts' README values tables and values.schema.json from values.yaml
 	$(GO) run ./conformance/charts/cmd/chartdoc charts/pillar-csi charts/proxy

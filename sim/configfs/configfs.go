@@ -12,8 +12,12 @@
 package configfs
 
 import (
+	"encoding/json"
+	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -21,29 +25,101 @@ import (
 )
 
 type node struct {
-	dir    bool
-	value  string
-	link   string // symlink target, when a link
-	kind   string // subsystem, namespace, port, host, or "" for plain
-	parent string
+	Dir   bool   `json:"dir,omitempty"`
+	Value string `json:"value,omitempty"`
+	Link  string `json:"link,omitempty"` // symlink target, when a link
+	Kind  string `json:"kind,omitempty"` // subsystem, namespace, port, host, or "" for plain
 }
 
 // FS is the fake tree rooted at Root.
 type FS struct {
-	Root    string
+	Root string
+	// DeviceExists, when set, decides which device paths a namespace may
+	// be enabled with (instead of the devices added with AddDevice), e.g.
+	// "the backing file exists" for a simulated storage node.
+	DeviceExists func(path string) bool
+
 	mu      sync.Mutex
 	nodes   map[string]*node
 	devices map[string]bool
+	// state, when set, is the file the tree is saved to after every change,
+	// standing for the kernel keeping configfs across agent restarts.
+	state string
 }
 
 // New returns a tree with the top-level groups the kernel creates.
 func New(root string) *FS {
 	f := &FS{Root: path.Clean(root), nodes: map[string]*node{}, devices: map[string]bool{}}
-	f.nodes[f.Root] = &node{dir: true}
+	f.nodes[f.Root] = &node{Dir: true}
 	for _, d := range []string{"hosts", "ports", "subsystems"} {
-		f.nodes[path.Join(f.Root, d)] = &node{dir: true}
+		f.nodes[path.Join(f.Root, d)] = &node{Dir: true}
 	}
 	return f
+}
+
+// Open returns a tree kept in the file state: loaded from it when it
+// exists, saved to it (atomically) after every change.
+func Open(root, state string) (*FS, error) {
+	f := New(root)
+	f.state = state
+	b, err := os.ReadFile(state)
+	if os.IsNotExist(err) {
+		return f, f.save()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var saved struct {
+		Root  string           `json:"root"`
+		Nodes map[string]*node `json:"nodes"`
+	}
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return nil, fmt.Errorf("configfs state %s: %w", state, err)
+	}
+	if saved.Root != f.Root {
+		return nil, fmt.Errorf("configfs state %s is rooted at %s, not %s", state, saved.Root, f.Root)
+	}
+	f.nodes = saved.Nodes
+	return f, nil
+}
+
+// save writes the tree to the state file, when there is one; called with
+// mu held after a successful change.
+func (f *FS) save() error {
+	if f.state == "" {
+		return nil
+	}
+	b, err := json.Marshal(struct {
+		Root  string           `json:"root"`
+		Nodes map[string]*node `json:"nodes"`
+	}{f.Root, f.nodes})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.state), ".configfs-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), f.state)
+}
+
+func (f *FS) deviceOK(p string) bool {
+	if p == "" {
+		return false
+	}
+	if f.DeviceExists != nil {
+		return f.DeviceExists(p)
+	}
+	return f.devices[p]
 }
 
 // AddDevice registers a block device path namespaces may use.
@@ -67,12 +143,12 @@ func (f *FS) rel(p string) []string {
 }
 
 func (f *FS) addDir(p, kind string, attrs map[string]string, subdirs ...string) {
-	f.nodes[p] = &node{dir: true, kind: kind}
+	f.nodes[p] = &node{Dir: true, Kind: kind}
 	for k, v := range attrs {
-		f.nodes[path.Join(p, k)] = &node{value: v}
+		f.nodes[path.Join(p, k)] = &node{Value: v}
 	}
 	for _, s := range subdirs {
-		f.nodes[path.Join(p, s)] = &node{dir: true}
+		f.nodes[path.Join(p, s)] = &node{Dir: true}
 	}
 }
 
@@ -84,7 +160,7 @@ func (f *FS) Mkdir(p string) error {
 	if _, ok := f.nodes[p]; ok {
 		return perr("mkdir", p, syscall.EEXIST)
 	}
-	if parent, ok := f.nodes[path.Dir(p)]; !ok || !parent.dir {
+	if parent, ok := f.nodes[path.Dir(p)]; !ok || !parent.Dir {
 		return perr("mkdir", p, syscall.ENOENT)
 	}
 	r := f.rel(p)
@@ -93,7 +169,7 @@ func (f *FS) Mkdir(p string) error {
 		f.addDir(p, "subsystem", map[string]string{"attr_allow_any_host": "1", "attr_serial": "0000000000000000",
 			"attr_model": "Linux", "attr_version": "1.3"}, "namespaces", "allowed_hosts")
 	case len(r) == 4 && r[0] == "subsystems" && r[2] == "namespaces":
-		f.addDir(p, "namespace", map[string]string{"device_path": "", "device_uuid": "", "device_nguid": "", "enable": "0"})
+		f.addDir(p, "namespace", map[string]string{"device_path": "", "device_uuid": "", "device_nguid": "", "enable": "0", "revalidate_size": "0"})
 	case len(r) == 2 && r[0] == "ports":
 		f.addDir(p, "port", map[string]string{"addr_trtype": "", "addr_adrfam": "", "addr_traddr": "", "addr_trsvcid": "", "addr_treq": "not specified"}, "subsystems")
 	case len(r) == 2 && r[0] == "hosts":
@@ -101,7 +177,7 @@ func (f *FS) Mkdir(p string) error {
 	default:
 		return perr("mkdir", p, syscall.EPERM)
 	}
-	return nil
+	return f.save()
 }
 
 func (f *FS) children(p string) []string {
@@ -119,7 +195,7 @@ func (f *FS) children(p string) []string {
 // linkedFrom reports whether any symlink points at p.
 func (f *FS) linkedFrom(p string) bool {
 	for _, n := range f.nodes {
-		if n.link == p {
+		if n.Link == p {
 			return true
 		}
 	}
@@ -135,12 +211,12 @@ func (f *FS) Rmdir(p string) error {
 	if !ok {
 		return perr("rmdir", p, syscall.ENOENT)
 	}
-	if !n.dir || n.kind == "" {
+	if !n.Dir || n.Kind == "" {
 		return perr("rmdir", p, syscall.EPERM)
 	}
 	for _, c := range f.children(p) {
 		cn := f.nodes[path.Join(p, c)]
-		if cn.dir && len(f.children(path.Join(p, c))) > 0 {
+		if cn.Dir && len(f.children(path.Join(p, c))) > 0 {
 			return perr("rmdir", p, syscall.ENOTEMPTY)
 		}
 	}
@@ -152,7 +228,7 @@ func (f *FS) Rmdir(p string) error {
 			delete(f.nodes, k)
 		}
 	}
-	return nil
+	return f.save()
 }
 
 // WriteFile sets an existing attribute.
@@ -164,27 +240,34 @@ func (f *FS) WriteFile(p, value string) error {
 	if !ok {
 		return perr("write", p, syscall.ENOENT)
 	}
-	if n.dir || n.link != "" {
+	if n.Dir || n.Link != "" {
 		return perr("write", p, syscall.EISDIR)
 	}
 	value = strings.TrimSpace(value)
 	dir, attr := path.Dir(p), path.Base(p)
 	parent := f.nodes[dir]
-	switch parent.kind {
+	switch parent.Kind {
 	case "namespace":
-		enabled := f.nodes[path.Join(dir, "enable")].value == "1"
+		enabled := f.nodes[path.Join(dir, "enable")].Value == "1"
 		switch attr {
 		case "device_path", "device_uuid", "device_nguid":
 			if enabled {
 				return perr("write", p, syscall.EBUSY)
 			}
+		case "revalidate_size":
+			// The kernel re-reads the device size only of an enabled
+			// namespace, and refuses anything but a true value.
+			if !enabled || (value != "1" && value != "y" && value != "Y") {
+				return perr("write", p, syscall.EINVAL)
+			}
+			return f.save()
 		case "enable":
 			if value != "0" && value != "1" {
 				return perr("write", p, syscall.EINVAL)
 			}
 			if value == "1" && !enabled {
-				dev := f.nodes[path.Join(dir, "device_path")].value
-				if dev == "" || !f.devices[dev] {
+				dev := f.nodes[path.Join(dir, "device_path")].Value
+				if !f.deviceOK(dev) {
 					return perr("write", p, syscall.ENOENT)
 				}
 			}
@@ -209,8 +292,8 @@ func (f *FS) WriteFile(p, value string) error {
 			return perr("write", p, syscall.EINVAL)
 		}
 	}
-	n.value = value
-	return nil
+	n.Value = value
+	return f.save()
 }
 
 // ReadFile reads an attribute.
@@ -221,10 +304,10 @@ func (f *FS) ReadFile(p string) (string, error) {
 	if !ok {
 		return "", perr("read", p, syscall.ENOENT)
 	}
-	if n.dir {
+	if n.Dir {
 		return "", perr("read", p, syscall.EISDIR)
 	}
-	return n.value, nil
+	return n.Value, nil
 }
 
 // Symlink links a host into a subsystem's allowed_hosts, or a subsystem
@@ -243,17 +326,17 @@ func (f *FS) Symlink(target, link string) error {
 	r := f.rel(link)
 	switch {
 	case len(r) == 4 && r[0] == "subsystems" && r[2] == "allowed_hosts":
-		if t.kind != "host" || path.Base(target) != r[3] {
+		if t.Kind != "host" || path.Base(target) != r[3] {
 			return perr("symlink", link, syscall.EINVAL)
 		}
-		if f.nodes[path.Join(f.Root, "subsystems", r[1], "attr_allow_any_host")].value == "1" {
+		if f.nodes[path.Join(f.Root, "subsystems", r[1], "attr_allow_any_host")].Value == "1" {
 			return perr("symlink", link, syscall.EINVAL)
 		}
 	case len(r) == 4 && r[0] == "ports" && r[2] == "subsystems":
-		if t.kind != "subsystem" || path.Base(target) != r[3] {
+		if t.Kind != "subsystem" || path.Base(target) != r[3] {
 			return perr("symlink", link, syscall.EINVAL)
 		}
-		if f.nodes[path.Join(f.Root, "ports", r[1], "addr_trtype")].value == "" {
+		if f.nodes[path.Join(f.Root, "ports", r[1], "addr_trtype")].Value == "" {
 			return perr("symlink", link, syscall.EINVAL)
 		}
 	default:
@@ -262,8 +345,8 @@ func (f *FS) Symlink(target, link string) error {
 	if _, ok := f.nodes[path.Dir(link)]; !ok {
 		return perr("symlink", link, syscall.ENOENT)
 	}
-	f.nodes[link] = &node{link: target}
-	return nil
+	f.nodes[link] = &node{Link: target}
+	return f.save()
 }
 
 // Remove removes a link.
@@ -275,11 +358,11 @@ func (f *FS) Remove(link string) error {
 	if !ok {
 		return perr("unlink", link, syscall.ENOENT)
 	}
-	if n.link == "" {
+	if n.Link == "" {
 		return perr("unlink", link, syscall.EPERM)
 	}
 	delete(f.nodes, link)
-	return nil
+	return f.save()
 }
 
 // ReadDir lists a directory's entries.
@@ -291,12 +374,12 @@ func (f *FS) ReadDir(p string) ([]string, error) {
 	if !ok {
 		return nil, perr("readdir", p, syscall.ENOENT)
 	}
-	if !n.dir {
+	if !n.Dir {
 		return nil, perr("readdir", p, syscall.ENOTDIR)
 	}
 	var out []string
 	for _, c := range f.children(p) {
-		if cn := f.nodes[path.Join(p, c)]; cn.dir || cn.link != "" || n.kind == "" {
+		if cn := f.nodes[path.Join(p, c)]; cn.Dir || cn.Link != "" || n.Kind == "" {
 			out = append(out, c)
 		}
 	}

@@ -50,3 +50,42 @@ func TestRules(t *testing.T) {
 		t.Fatalf("uuid while enabled: %v", err)
 	}
 }
+
+// A tree opened from a state file holds what the previous process left,
+// as configfs outlives the agent; a revalidate needs an enabled namespace.
+func TestPersistence(t *testing.T) {
+	state := t.TempDir() + "/configfs.json"
+	f, err := Open("/cfg", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.DeviceExists = func(p string) bool { return p == "/dev/vol" }
+	sub := "/cfg/subsystems/nqn.keep"
+	for _, err := range []error{
+		f.Mkdir(sub), f.Mkdir(sub + "/namespaces/1"),
+		f.WriteFile(sub+"/namespaces/1/device_path", "/dev/vol"),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.WriteFile(sub+"/namespaces/1/revalidate_size", "1"); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("revalidate while disabled: %v", err)
+	}
+	if err := f.WriteFile(sub+"/namespaces/1/enable", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteFile(sub+"/namespaces/1/revalidate_size", "1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open("/cfg", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := g.ReadFile(sub + "/namespaces/1/enable"); err != nil || v != "1" {
+		t.Fatalf("reopened enable = %q, %v", v, err)
+	}
+	if _, err := Open("/other", state); err == nil {
+		t.Fatal("a state file of another root was accepted")
+	}
+}

@@ -195,6 +195,33 @@ func (e *Exporter) Export(volumeID, device string) (*Target, error) {
 	return e.target(volumeID)
 }
 
+// Revalidate tells the target a volume's device grew, so connected hosts
+// see the new size (kernels before 5.12 lack the attribute; there the
+// size is picked up when the namespace is next enabled). A volume that is
+// not exported is left alone.
+func (e *Exporter) Revalidate(volumeID string) error {
+	ns := e.p("subsystems", NQN(volumeID), "namespaces", "1")
+	if on, _ := e.FS.ReadFile(filepath.Join(ns, "enable")); on != "1" {
+		return nil
+	}
+	attr := filepath.Join(ns, "revalidate_size")
+	if !e.FS.Exists(attr) {
+		return nil
+	}
+	if err := e.FS.WriteFile(attr, "1"); err != nil {
+		return fmt.Errorf("revalidate namespace size: %w", err)
+	}
+	return nil
+}
+
+// Get is one exported volume's target, or fs.ErrNotExist.
+func (e *Exporter) Get(volumeID string) (*Target, error) {
+	if !e.FS.Exists(e.p("subsystems", NQN(volumeID))) {
+		return nil, fs.ErrNotExist
+	}
+	return e.target(volumeID)
+}
+
 // AllowHost lets a host NQN connect to a volume's subsystem.
 func (e *Exporter) AllowHost(volumeID, hostNQN string) error {
 	sub := e.p("subsystems", NQN(volumeID))

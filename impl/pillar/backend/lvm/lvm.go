@@ -62,6 +62,9 @@ func New(cfg Config, run backend.Runner) *Backend {
 func (b *Backend) Kind() backend.Kind { return backend.KindLVM }
 func (b *Backend) Name() string       { return b.cfg.VolumeGroup }
 
+// DefaultProvisioningMode is the mode of requests naming none.
+func (b *Backend) DefaultProvisioningMode() string { return b.cfg.ProvisioningMode }
+
 func (b *Backend) Layout() backend.Layout { return backend.Layout{ThinPool: b.cfg.ThinPool} }
 
 // DevicePath is /dev/<vg>/<lv>, the link udev makes for an active LV.

@@ -5,6 +5,7 @@ package nvmettest
 
 import (
 	"errors"
+	"io/fs"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -43,6 +44,41 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("Hosts", func(t *testing.T) { testHosts(t, open(t)) })
 	t.Run("UnexportAndRestart", func(t *testing.T) { testUnexportAndRestart(t, open(t)) })
 	t.Run("KernelRules", func(t *testing.T) { testKernelRules(t, open(t)) })
+	t.Run("Revalidate", func(t *testing.T) { testRevalidate(t, open(t)) })
+}
+
+// After a volume grows the target re-reads its size; that works only on
+// an enabled namespace, and revalidating a volume that is not exported
+// changes nothing.
+func testRevalidate(t *testing.T, tg Target) {
+	e := exporter(tg)
+	if err := e.Revalidate("pvc-none"); err != nil {
+		t.Fatalf("revalidate of a volume that is not exported: %v", err)
+	}
+	if _, err := e.Get("pvc-none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("get of a volume that is not exported: %v", err)
+	}
+	dev := tg.Device(t)
+	if _, err := e.Export("pvc-grow", dev); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Revalidate("pvc-grow"); err != nil {
+		t.Fatalf("revalidate: %v", err)
+	}
+	got, err := e.Get("pvc-grow")
+	if err != nil || got.Device != dev {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	ns := filepath.Join(tg.Root, "subsystems", nvmet.NQN("pvc-grow"), "namespaces", "1")
+	if err := tg.FS.WriteFile(filepath.Join(ns, "enable"), "0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.FS.WriteFile(filepath.Join(ns, "revalidate_size"), "1"); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("revalidate of a disabled namespace: %v, want EINVAL", err)
+	}
+	if err := e.Unexport("pvc-grow"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // S-AG-10: a volume is exported over NVMe/TCP as its own subsystem with a

@@ -1,0 +1,466 @@
+// Package agent is the pillar agent's gRPC service: it routes volume
+// requests to the configured backend by pool name, exports volumes through
+// the kernel NVMe-oF target, and maps every failure to a status code the
+// CSI controller can act on (see agentapi/v1/agent.proto).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
+	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/nvmet"
+)
+
+// Server implements agentv1.AgentServiceServer.
+type Server struct {
+	agentv1.UnimplementedAgentServiceServer
+
+	backends backend.Set
+	exporter *nvmet.Exporter
+	log      *slog.Logger
+	version  string
+
+	// locks serialises the calls on one volume, so a retried create racing
+	// the original, or an export racing a delete, see each other's result.
+	mu    sync.Mutex
+	locks map[string]*volumeLock
+}
+
+type volumeLock struct {
+	sync.Mutex
+	users int
+}
+
+// Options configure a Server.
+type Options struct {
+	Backends backend.Set
+	Exporter *nvmet.Exporter
+	Logger   *slog.Logger
+	Version  string
+}
+
+// New returns a server over the configured backends and exporter.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, locks: map[string]*volumeLock{}}
+}
+
+// ExportID is the id a volume is exported under: its pool and name joined
+// by ':'. Volume names never contain ':', so the last ':' separates them.
+func ExportID(pool, name string) string { return pool + ":" + name }
+
+// SplitExportID reverses ExportID.
+func SplitExportID(id string) (pool, name string, ok bool) {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 || i == len(id)-1 {
+		return "", "", false
+	}
+	return id[:i], id[i+1:], true
+}
+
+func (s *Server) lock(pool, name string) func() {
+	key := ExportID(pool, name)
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil {
+		l = &volumeLock{}
+		s.locks[key] = l
+	}
+	l.users++
+	s.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.locks, key)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// volumeArgs checks the (pool, name) of a request and finds the backend.
+func (s *Server) volumeArgs(pool, name string) (backend.Backend, error) {
+	if pool == "" {
+		return nil, status.Error(codes.InvalidArgument, "pool is required")
+	}
+	if err := backend.ValidateVolumeName(name); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	b, err := s.backends.Lookup(pool)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "pool %q is not configured on this agent (configured: %s)", pool, strings.Join(s.backends.Names(), ", "))
+	}
+	return b, nil
+}
+
+// statusOf maps an error to the status the controller acts on.
+func (s *Server) statusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch backend.Classify(err) {
+	case backend.ErrNotFound:
+		code = codes.NotFound
+	case backend.ErrAlreadyExists:
+		code = codes.AlreadyExists
+	case backend.ErrResourceExhausted:
+		code = codes.ResourceExhausted
+	case backend.ErrInvalid:
+		code = codes.InvalidArgument
+	case backend.ErrUnavailable:
+		code = codes.Unavailable
+	case backend.ErrInUse:
+		code = codes.FailedPrecondition
+	default:
+		switch {
+		case errors.Is(err, context.Canceled):
+			code = codes.Canceled
+		case errors.Is(err, context.DeadlineExceeded):
+			code = codes.DeadlineExceeded
+		case errors.Is(err, nvmet.ErrPortConflict), errors.Is(err, syscall.EBUSY):
+			code = codes.FailedPrecondition
+		case !s.targetReady():
+			code = codes.Unavailable
+			err = fmt.Errorf("kernel NVMe target not available at %s (nvmet loaded and configfs mounted?): %w", s.exporter.Root, err)
+		}
+	}
+	return status.Error(code, err.Error())
+}
+
+func (s *Server) targetReady() bool {
+	return s.exporter != nil && s.exporter.FS.Exists(s.exporter.Root)
+}
+
+func kindOf(k backend.Kind) agentv1.BackendKind {
+	switch k {
+	case backend.KindZFS:
+		return agentv1.BackendKind_BACKEND_KIND_ZFS
+	case backend.KindLVM:
+		return agentv1.BackendKind_BACKEND_KIND_LVM
+	}
+	return agentv1.BackendKind_BACKEND_KIND_UNSPECIFIED
+}
+
+// defaultModer is what LVM backends say about their default mode.
+type defaultModer interface{ DefaultProvisioningMode() string }
+
+func (s *Server) pools(ctx context.Context) []*agentv1.Pool {
+	var out []*agentv1.Pool
+	for _, n := range s.backends.Names() {
+		b := s.backends[n]
+		p := b.Discover(ctx)
+		ap := &agentv1.Pool{
+			Name: p.Name, Kind: kindOf(p.Kind),
+			Layout:     &agentv1.Layout{ParentDataset: p.Layout.ParentDataset, ThinPool: p.Layout.ThinPool},
+			Discovered: p.Discovered, Healthy: p.Healthy, Reason: p.Reason,
+			TotalBytes: p.Capacity.TotalBytes, FreeBytes: p.Capacity.FreeBytes,
+		}
+		if m, ok := b.(defaultModer); ok {
+			ap.DefaultProvisioningMode = m.DefaultProvisioningMode()
+		}
+		out = append(out, ap)
+	}
+	return out
+}
+
+// GetHealth reports every pool and the target.
+func (s *Server) GetHealth(ctx context.Context, _ *agentv1.GetHealthRequest) (*agentv1.GetHealthResponse, error) {
+	resp := &agentv1.GetHealthResponse{Pools: s.pools(ctx), TargetReady: s.targetReady(), Version: s.version}
+	resp.Healthy = resp.TargetReady
+	if !resp.TargetReady {
+		resp.Reasons = append(resp.Reasons, fmt.Sprintf("kernel NVMe target not available: %s is missing (load nvmet and nvmet_tcp)", s.exporter.Root))
+	}
+	for _, p := range resp.Pools {
+		if !p.Healthy {
+			resp.Healthy = false
+			resp.Reasons = append(resp.Reasons, fmt.Sprintf("pool %s: %s", p.Name, p.Reason))
+		}
+	}
+	return resp, nil
+}
+
+// ListPools reports every configured pool.
+func (s *Server) ListPools(ctx context.Context, _ *agentv1.ListPoolsRequest) (*agentv1.ListPoolsResponse, error) {
+	return &agentv1.ListPoolsResponse{Pools: s.pools(ctx)}, nil
+}
+
+// GetCapacity is one pool's capacity.
+func (s *Server) GetCapacity(ctx context.Context, req *agentv1.GetCapacityRequest) (*agentv1.GetCapacityResponse, error) {
+	b, err := s.backends.Lookup(req.GetPool())
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "pool %q is not configured on this agent", req.GetPool())
+	}
+	c, err := b.Capacity(ctx, req.GetParameters())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	return &agentv1.GetCapacityResponse{TotalBytes: c.TotalBytes, FreeBytes: c.FreeBytes}, nil
+}
+
+func (s *Server) volume(pool string, v backend.Volume, t *nvmet.Target) *agentv1.Volume {
+	out := &agentv1.Volume{Pool: pool, Name: v.Name, SizeBytes: v.SizeBytes, DevicePath: v.DevicePath, ProvisioningMode: v.Mode, Native: v.Native}
+	if t != nil {
+		out.Export = s.export(t)
+	}
+	return out
+}
+
+func (s *Server) export(t *nvmet.Target) *agentv1.Export {
+	return &agentv1.Export{
+		Nqn: t.NQN, Uuid: t.UUID, Nguid: t.NGUID, Transport: "tcp",
+		Address: t.Address, Port: int32(t.Service), AddressFamily: s.exporter.Port.Family,
+		AllowedHosts: t.Hosts,
+	}
+}
+
+// exported is a volume's target, nil when it is not exported.
+func (s *Server) exported(pool, name string) (*nvmet.Target, error) {
+	t, err := s.exporter.Get(ExportID(pool, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return t, err
+}
+
+// CreateVolume creates a volume, or returns the matching existing one.
+func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
+	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetSizeBytes() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "size_bytes %d must be positive", req.GetSizeBytes())
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	v, err := b.CreateVolume(ctx, req.GetName(), req.GetSizeBytes(), req.GetParameters())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	t, err := s.exported(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("volume_created", "pool", req.GetPool(), "volume", v.Name, "size_bytes", v.SizeBytes, "mode", v.Mode)
+	return &agentv1.CreateVolumeResponse{Volume: s.volume(req.GetPool(), v, t)}, nil
+}
+
+// DeleteVolume unexports and deletes a volume.
+func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequest) (*agentv1.DeleteVolumeResponse, error) {
+	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	if err := s.exporter.Unexport(ExportID(req.GetPool(), req.GetName())); err != nil {
+		return nil, s.statusOf(fmt.Errorf("unexport before delete: %w", err))
+	}
+	if err := b.DeleteVolume(ctx, req.GetName()); err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("volume_deleted", "pool", req.GetPool(), "volume", req.GetName())
+	return &agentv1.DeleteVolumeResponse{}, nil
+}
+
+// ExpandVolume grows a volume and has the target re-read its size.
+func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequest) (*agentv1.ExpandVolumeResponse, error) {
+	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetSizeBytes() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "size_bytes %d must be positive", req.GetSizeBytes())
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	v, err := b.ExpandVolume(ctx, req.GetName(), req.GetSizeBytes())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	if err := s.exporter.Revalidate(ExportID(req.GetPool(), req.GetName())); err != nil {
+		return nil, s.statusOf(err)
+	}
+	t, err := s.exported(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("volume_expanded", "pool", req.GetPool(), "volume", v.Name, "size_bytes", v.SizeBytes)
+	return &agentv1.ExpandVolumeResponse{Volume: s.volume(req.GetPool(), v, t)}, nil
+}
+
+// ListVolumes lists the volumes of one pool or all, with their exports.
+func (s *Server) ListVolumes(ctx context.Context, req *agentv1.ListVolumesRequest) (*agentv1.ListVolumesResponse, error) {
+	names := s.backends.Names()
+	if req.GetPool() != "" {
+		if _, err := s.backends.Lookup(req.GetPool()); err != nil {
+			return nil, status.Errorf(codes.NotFound, "pool %q is not configured on this agent", req.GetPool())
+		}
+		names = []string{req.GetPool()}
+	}
+	targets, err := s.exporter.List()
+	if err != nil && s.targetReady() {
+		return nil, s.statusOf(err)
+	}
+	byID := map[string]*nvmet.Target{}
+	for i := range targets {
+		byID[targets[i].VolumeID] = &targets[i]
+	}
+	resp := &agentv1.ListVolumesResponse{}
+	for _, n := range names {
+		vols, err := s.backends[n].ListVolumes(ctx)
+		if err != nil {
+			return nil, s.statusOf(fmt.Errorf("pool %s: %w", n, err))
+		}
+		for _, v := range vols {
+			resp.Volumes = append(resp.Volumes, s.volume(n, v, byID[ExportID(n, v.Name)]))
+		}
+	}
+	sort.SliceStable(resp.Volumes, func(i, j int) bool {
+		a, b := resp.Volumes[i], resp.Volumes[j]
+		return a.Pool < b.Pool || (a.Pool == b.Pool && a.Name < b.Name)
+	})
+	return resp, nil
+}
+
+// validHostNQN is the NVMe spec's shape of an NQN: "nqn." and at most 223
+// bytes; configfs names cannot hold '/'.
+func validHostNQN(nqn string) error {
+	if !strings.HasPrefix(nqn, "nqn.") || len(nqn) > 223 || strings.ContainsAny(nqn, "/ \t\n") {
+		return status.Errorf(codes.InvalidArgument, "host NQN %q is not an NQN (\"nqn.\" prefix, at most 223 bytes, no '/' or spaces)", nqn)
+	}
+	return nil
+}
+
+// ExportVolume exports a volume for the listed hosts.
+func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequest) (*agentv1.ExportVolumeResponse, error) {
+	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range req.GetAllowedHosts() {
+		if err := validHostNQN(h); err != nil {
+			return nil, err
+		}
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	v, err := b.GetVolume(ctx, req.GetName())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	id := ExportID(req.GetPool(), req.GetName())
+	if _, err := s.exporter.Export(id, v.DevicePath); err != nil {
+		return nil, s.statusOf(err)
+	}
+	for _, h := range req.GetAllowedHosts() {
+		if err := s.exporter.AllowHost(id, h); err != nil {
+			return nil, s.statusOf(err)
+		}
+	}
+	t, err := s.exporter.Get(id)
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("volume_exported", "pool", req.GetPool(), "volume", req.GetName(), "nqn", t.NQN, "hosts", len(t.Hosts))
+	return &agentv1.ExportVolumeResponse{Export: s.export(t)}, nil
+}
+
+// UnexportVolume removes a volume's export.
+func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolumeRequest) (*agentv1.UnexportVolumeResponse, error) {
+	if _, err := s.volumeArgs(req.GetPool(), req.GetName()); err != nil {
+		return nil, err
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	if err := s.exporter.Unexport(ExportID(req.GetPool(), req.GetName())); err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("volume_unexported", "pool", req.GetPool(), "volume", req.GetName())
+	return &agentv1.UnexportVolumeResponse{}, nil
+}
+
+// AllowHost lets one more host reach an exported volume.
+func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (*agentv1.AllowHostResponse, error) {
+	if _, err := s.volumeArgs(req.GetPool(), req.GetName()); err != nil {
+		return nil, err
+	}
+	if err := validHostNQN(req.GetHostNqn()); err != nil {
+		return nil, err
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	id := ExportID(req.GetPool(), req.GetName())
+	if err := s.exporter.AllowHost(id, req.GetHostNqn()); errors.Is(err, fs.ErrNotExist) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s/%s is not exported", req.GetPool(), req.GetName())
+	} else if err != nil {
+		return nil, s.statusOf(err)
+	}
+	t, err := s.exporter.Get(id)
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("host_allowed", "pool", req.GetPool(), "volume", req.GetName(), "host", req.GetHostNqn())
+	return &agentv1.AllowHostResponse{Export: s.export(t)}, nil
+}
+
+// DenyHost removes a host's access; a volume that is not exported has no
+// hosts, so that is no error.
+func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*agentv1.DenyHostResponse, error) {
+	if _, err := s.volumeArgs(req.GetPool(), req.GetName()); err != nil {
+		return nil, err
+	}
+	if err := validHostNQN(req.GetHostNqn()); err != nil {
+		return nil, err
+	}
+	defer s.lock(req.GetPool(), req.GetName())()
+	id := ExportID(req.GetPool(), req.GetName())
+	if err := s.exporter.DenyHost(id, req.GetHostNqn()); err != nil {
+		return nil, s.statusOf(err)
+	}
+	resp := &agentv1.DenyHostResponse{}
+	t, err := s.exporter.Get(id)
+	if err == nil {
+		resp.Export = s.export(t)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, s.statusOf(err)
+	}
+	s.log.Info("host_denied", "pool", req.GetPool(), "volume", req.GetName(), "host", req.GetHostNqn())
+	return resp, nil
+}
+
+// LogCalls is a unary interceptor logging every call with its outcome.
+func LogCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		lvl := slog.LevelDebug
+		if err != nil {
+			lvl = slog.LevelWarn
+		}
+		log.Log(ctx, lvl, "grpc_call", "method", info.FullMethod, "code", status.Code(err).String(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
+		return resp, err
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return status.Convert(err).Message()
+}
