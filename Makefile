@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build proto plugins chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build proto plugins sanity e2e-kernel chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -21,6 +21,8 @@ build: ## Build every binary into bin/
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/fakestorage ./sim/cmd/fakestorage
 	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-agent ./impl/cmd/pillar-agent
+	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-controller ./impl/cmd/pillar-controller
+	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-node ./impl/cmd/pillar-node
 	@$(MAKE) --no-print-directory plugins
 
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
@@ -56,6 +58,12 @@ images: ## Build the container images offline (Docker engine started if needed)
 
 test-conformance: build ## Conformance suites against the real binaries
 	$(GO) test -count=1 -timeout 20m ./conformance/... -args -bin-dir=$(BIN)
+
+sanity: build ## csi-sanity (csi-test's sanity package) against pillar-agent (simulated storage), pillar-controller (standalone) and pillar-node (loop devices; root)
+	$(GO) test -count=1 -v ./conformance/sanity/ -args -bin-dir=$(BIN) -ginkgo.no-color | grep -vE '^\s*(STEP|reusing|\[38)' | tail -40
+
+e2e-kernel: ## The agent on a real kernel under qemu: LVM, ZFS, nvmet, nvme connect (guest image cached)
+	bash scripts/e2e-kernel.sh
 
 bench: build ## Benchmarks: proxy overhead vs a bare reverse proxy; writes docs/benchmarks.md
 	bash scripts/bench.sh

@@ -31,6 +31,9 @@ bash scripts/images.sh
 step "conformance suites against bin/"
 go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
 
+step "real kernel under qemu (make e2e-kernel: agent, LVM, ZFS, nvmet, nvme connect)"
+bash scripts/e2e-kernel.sh
+
 step "requirement trace"
 if [ -x ../shared/scripts/trace ]; then ../shared/scripts/trace | tail -1; fi
 step "all tests passed in $(( $(date +%s) - start ))s"

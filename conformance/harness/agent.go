@@ -105,3 +105,19 @@ func Ctx() context.Context {
 	DeferCleanup(cancel)
 	return ctx
 }
+
+// StartAgentAt starts an agent for a whole suite (outside any spec): its
+// config and logs live in dir and it stops with StopDaemons.
+func StartAgentAt(o AgentOptions, dir string) *Agent {
+	cfg := filepath.Join(dir, "agent.yaml")
+	Expect(os.WriteFile(cfg, []byte(o.Config), 0o644)).To(Succeed())
+	a := &Agent{Addr: FreeAddr(), SimRoot: o.SimRoot}
+	args := append([]string{"--config", cfg, "--listen", a.Addr, "--sim-root", o.SimRoot}, o.Args...)
+	if o.PoolSize != "" {
+		args = append(args, "--sim-pool-size", o.PoolSize)
+	}
+	a.Proc = StartDaemon("pillar-agent", Bin("pillar-agent"), args)
+	Eventually(func() []map[string]any { return LogEvents(a.Proc, "msg", "agent_started") }, 20*time.Second, 50*time.Millisecond).
+		ShouldNot(BeEmpty(), "agent did not start:\n%s", a.Output())
+	return a
+}

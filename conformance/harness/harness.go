@@ -422,3 +422,39 @@ func RunCommand(name string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	return string(out), err
 }
+
+var (
+	daemonsMu sync.Mutex
+	daemons   []*Proc
+)
+
+// StartDaemon runs a binary for a whole suite (from BeforeSuite): it is
+// not tied to a spec, its output is printed when the suite fails, and
+// StopDaemons ends it.
+func StartDaemon(name, bin string, args []string) *Proc {
+	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	Expect(cmd.Start()).To(Succeed())
+	p.cmd = cmd
+	go func() { cmd.Wait(); close(p.done) }()
+	daemonsMu.Lock()
+	daemons = append(daemons, p)
+	daemonsMu.Unlock()
+	return p
+}
+
+// StopDaemons stops every daemon, printing their output when a spec of
+// the suite failed.
+func StopDaemons() {
+	daemonsMu.Lock()
+	defer daemonsMu.Unlock()
+	for _, p := range daemons {
+		p.Stop()
+		if os.Getenv("PILLAR_DAEMON_LOGS") != "" {
+			GinkgoWriter.Printf("\n----- output of %s -----\n%s\n", p.Name, p.Output())
+		}
+	}
+	daemons = nil
+}

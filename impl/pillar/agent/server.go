@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ type Server struct {
 	exporter *nvmet.Exporter
 	log      *slog.Logger
 	version  string
+	devWait  time.Duration
 
 	// locks serialises the calls on one volume, so a retried create racing
 	// the original, or an export racing a delete, see each other's result.
@@ -51,6 +53,10 @@ type Options struct {
 	Exporter *nvmet.Exporter
 	Logger   *slog.Logger
 	Version  string
+	// DeviceWait bounds the wait for a new volume's device node before it
+	// is exported (zvol links appear asynchronously through udev); 10 s
+	// when zero.
+	DeviceWait time.Duration
 }
 
 // New returns a server over the configured backends and exporter.
@@ -58,7 +64,10 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, locks: map[string]*volumeLock{}}
+	if o.DeviceWait == 0 {
+		o.DeviceWait = 10 * time.Second
+	}
+	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait, locks: map[string]*volumeLock{}}
 }
 
 // ExportID is the id a volume is exported under: its pool and name joined
@@ -366,6 +375,9 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 	if err != nil {
 		return nil, s.statusOf(err)
 	}
+	if err := waitDevice(ctx, v.DevicePath, s.devWait); err != nil {
+		return nil, err
+	}
 	id := ExportID(req.GetPool(), req.GetName())
 	if _, err := s.exporter.Export(id, v.DevicePath); err != nil {
 		return nil, s.statusOf(err)
@@ -381,6 +393,24 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 	}
 	s.log.Info("volume_exported", "pool", req.GetPool(), "volume", req.GetName(), "nqn", t.NQN, "hosts", len(t.Hosts))
 	return &agentv1.ExportVolumeResponse{Export: s.export(t)}, nil
+}
+
+// waitDevice waits until a volume's device node exists.
+func waitDevice(ctx context.Context, path string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return status.Errorf(codes.Unavailable, "device %s of the volume did not appear within %s", path, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // UnexportVolume removes a volume's export.

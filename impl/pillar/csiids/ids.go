@@ -1,0 +1,53 @@
+// Package csiids holds the driver's CSI identifiers. A volume id names the
+// store, the pool and the volume ("<store>/<pool>/<name>") so every call
+// about a volume reaches its agent without looking anything up, and the
+// node derives the subsystem NQN from it alone. A node id carries the
+// node's name and its NVMe host NQN ("<node>/<hostnqn>"): the controller
+// allows exactly that host on publish.
+package csiids
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pillarhq/pillar/impl/pillar/nvmet"
+)
+
+// Volume is a parsed volume id.
+type Volume struct {
+	Store, Pool, Name string
+}
+
+func (v Volume) String() string { return v.Store + "/" + v.Pool + "/" + v.Name }
+
+// ExportID is the agent's export id of the volume (pool and name).
+func (v Volume) ExportID() string { return v.Pool + ":" + v.Name }
+
+// NQN is the subsystem NQN the agent exports the volume under.
+func (v Volume) NQN() string { return nvmet.NQN(v.ExportID()) }
+
+// ParseVolume parses "<store>/<pool>/<name>". Store names are Kubernetes
+// object names and pool names ZFS or LVM names: neither holds '/'.
+func ParseVolume(id string) (Volume, error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return Volume{}, fmt.Errorf("volume id %q is not <store>/<pool>/<name>", id)
+	}
+	return Volume{Store: parts[0], Pool: parts[1], Name: parts[2]}, nil
+}
+
+// Node is a parsed node id.
+type Node struct {
+	Name, HostNQN string
+}
+
+func (n Node) String() string { return n.Name + "/" + n.HostNQN }
+
+// ParseNode parses "<node>/<hostnqn>".
+func ParseNode(id string) (Node, error) {
+	name, nqn, ok := strings.Cut(id, "/")
+	if !ok || name == "" || !strings.HasPrefix(nqn, "nqn.") || strings.Contains(nqn, "/") {
+		return Node{}, fmt.Errorf("node id %q is not <node>/<host NQN>", id)
+	}
+	return Node{Name: name, HostNQN: nqn}, nil
+}

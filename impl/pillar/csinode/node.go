@@ -1,0 +1,420 @@
+// Package csinode is the CSI Node service: it connects to a volume's
+// NVMe/TCP export (through a Connector), formats it when blank and mounts
+// it at the staging path, bind-mounts it into pods (read-only honoured,
+// raw block volumes as device files), grows filesystems after an expand,
+// and undoes all of it idempotently.
+package csinode
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	mountutils "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/pillarhq/pillar/impl/pillar/csiids"
+)
+
+// Target is how to reach an exported volume (the controller's publish
+// context) and as which host.
+type Target struct {
+	NQN, Address, Port, Transport, UUID, NGUID string
+	HostNQN                                    string
+}
+
+// Connector attaches exported volumes as local block devices.
+type Connector interface {
+	// Connect attaches the volume (or finds it attached) and returns its
+	// block device.
+	Connect(ctx context.Context, t Target) (string, error)
+	// Disconnect detaches the volume; a volume not attached is no error.
+	Disconnect(ctx context.Context, nqn string) error
+	// Rescan makes an attached volume's new size visible.
+	Rescan(ctx context.Context, nqn string) error
+}
+
+// Publish context keys (see csicontroller).
+const (
+	ctxNQN, ctxAddress, ctxPort, ctxTransport, ctxUUID, ctxNGUID = "nqn", "address", "port", "transport", "uuid", "nguid"
+)
+
+// DefaultFS is the filesystem of mount volumes naming none.
+const DefaultFS = "ext4"
+
+// Server implements csi.NodeServer.
+type Server struct {
+	csi.UnimplementedNodeServer
+	NodeName  string
+	HostNQN   string
+	Connector Connector
+	Mounter   *mountutils.SafeFormatAndMount
+	Log       *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// NewMounter is the host's mounter with format-if-blank.
+func NewMounter() *mountutils.SafeFormatAndMount {
+	return &mountutils.SafeFormatAndMount{Interface: mountutils.New(""), Exec: utilexec.New()}
+}
+
+func (s *Server) lock(id string) func() {
+	s.mu.Lock()
+	if s.locks == nil {
+		s.locks = map[string]*sync.Mutex{}
+	}
+	l := s.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.locks[id] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func target(v csiids.Volume, pc map[string]string, host string) (Target, error) {
+	t := Target{NQN: pc[ctxNQN], Address: pc[ctxAddress], Port: pc[ctxPort], Transport: pc[ctxTransport], UUID: pc[ctxUUID], NGUID: pc[ctxNGUID], HostNQN: host}
+	if t.NQN == "" {
+		t.NQN = v.NQN()
+	}
+	if t.NQN != v.NQN() {
+		return t, status.Errorf(codes.InvalidArgument, "publish context names subsystem %s, not the volume's %s", t.NQN, v.NQN())
+	}
+	if t.Address == "" || t.Port == "" {
+		return t, status.Error(codes.InvalidArgument, "publish context lacks the target address and port (was the volume published by this driver's controller?)")
+	}
+	if t.Transport == "" {
+		t.Transport = "tcp"
+	}
+	return t, nil
+}
+
+// required refuses the first empty field: pairs of value and name.
+func required(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i] == "" {
+			return status.Errorf(codes.InvalidArgument, "%s is required", pairs[i+1])
+		}
+	}
+	return nil
+}
+
+func parseVolume(id string) (csiids.Volume, error) {
+	if id == "" {
+		return csiids.Volume{}, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	v, err := csiids.ParseVolume(id)
+	if err != nil {
+		return v, status.Error(codes.NotFound, err.Error())
+	}
+	return v, nil
+}
+
+func checkCap(c *csi.VolumeCapability) error {
+	if c == nil {
+		return status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if c.GetBlock() == nil && c.GetMount() == nil {
+		return status.Error(codes.InvalidArgument, "access_type (block or mount) is required")
+	}
+	if m := c.GetMount(); m != nil {
+		switch m.GetFsType() {
+		case "", "ext4", "xfs":
+		default:
+			return status.Errorf(codes.InvalidArgument, "fs_type %q is not supported (ext4 or xfs)", m.GetFsType())
+		}
+	}
+	return nil
+}
+
+// NodeStageVolume connects the volume and, for mount volumes, formats it
+// when blank and mounts it at the staging path.
+func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if err := required(req.GetVolumeId(), "volume_id", req.GetStagingTargetPath(), "staging_target_path"); err != nil {
+		return nil, err
+	}
+	if err := checkCap(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	v, err := parseVolume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	t, err := target(v, req.GetPublishContext(), s.HostNQN)
+	if err != nil {
+		return nil, err
+	}
+	defer s.lock(v.String())()
+	dev, err := s.Connector.Connect(ctx, t)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "connect %s: %v", t.NQN, err)
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		s.log().Info("volume_staged", "volume_id", v.String(), "device", dev, "mode", "block")
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	staging := req.GetStagingTargetPath()
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
+	}
+	notMnt, err := s.Mounter.IsLikelyNotMountPoint(staging)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
+	}
+	if !notMnt {
+		return &csi.NodeStageVolumeResponse{}, nil // already staged
+	}
+	fs := req.GetVolumeCapability().GetMount().GetFsType()
+	if fs == "" {
+		fs = DefaultFS
+	}
+	opts := req.GetVolumeCapability().GetMount().GetMountFlags()
+	if err := s.Mounter.FormatAndMount(dev, staging, fs, opts); err != nil {
+		return nil, status.Errorf(codes.Internal, "format and mount %s (%s) at %s: %v", dev, fs, staging, err)
+	}
+	s.log().Info("volume_staged", "volume_id", v.String(), "device", dev, "fs_type", fs, "staging_path", staging)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume unmounts the staging path and disconnects.
+func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if err := required(req.GetVolumeId(), "volume_id", req.GetStagingTargetPath(), "staging_target_path"); err != nil {
+		return nil, err
+	}
+	v, err := parseVolume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer s.lock(v.String())()
+	if err := mountutils.CleanupMountPoint(req.GetStagingTargetPath(), s.Mounter, true); err != nil {
+		return nil, status.Errorf(codes.Internal, "unmount %s: %v", req.GetStagingTargetPath(), err)
+	}
+	if err := s.Connector.Disconnect(ctx, v.NQN()); err != nil {
+		return nil, status.Errorf(codes.Internal, "disconnect %s: %v", v.NQN(), err)
+	}
+	s.log().Info("volume_unstaged", "volume_id", v.String())
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume bind-mounts the staged filesystem, or the block
+// device, at the pod's target path.
+func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	tp := req.GetTargetPath()
+	if err := required(req.GetVolumeId(), "volume_id", tp, "target_path", req.GetStagingTargetPath(), "staging_target_path"); err != nil {
+		return nil, err
+	}
+	if err := checkCap(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	v, err := parseVolume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer s.lock(v.String())()
+	opts := []string{"bind"}
+	if req.GetReadonly() {
+		opts = append(opts, "ro")
+	}
+	var source string
+	if req.GetVolumeCapability().GetBlock() != nil {
+		t, err := target(v, req.GetPublishContext(), s.HostNQN)
+		if err != nil {
+			return nil, err
+		}
+		if source, err = s.Connector.Connect(ctx, t); err != nil {
+			return nil, status.Errorf(codes.Internal, "device of %s: %v", t.NQN, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "target path: %v", err)
+		}
+		f, err := os.OpenFile(tp, os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "target file: %v", err)
+		}
+		f.Close()
+	} else {
+		source = req.GetStagingTargetPath()
+		if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+			if other := s.publishedElsewhere(source, tp); other != "" {
+				return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", v, other)
+			}
+		}
+		if err := os.MkdirAll(tp, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "target path: %v", err)
+		}
+		opts = append(opts, req.GetVolumeCapability().GetMount().GetMountFlags()...)
+	}
+	notMnt, err := s.Mounter.IsLikelyNotMountPoint(tp)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "target path: %v", err)
+	}
+	if !notMnt {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if err := s.Mounter.Mount(source, tp, "", opts); err != nil {
+		return nil, status.Errorf(codes.Internal, "bind mount %s at %s: %v", source, tp, err)
+	}
+	if req.GetReadonly() {
+		// A bind mount ignores "ro" until remounted (older kernels).
+		if err := s.Mounter.Mount(source, tp, "", []string{"bind", "remount", "ro"}); err != nil {
+			return nil, status.Errorf(codes.Internal, "remount %s read-only: %v", tp, err)
+		}
+	}
+	s.log().Info("volume_published", "volume_id", v.String(), "target_path", tp, "readonly", req.GetReadonly())
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishedElsewhere returns a mount point, other than staging and
+// target, of the filesystem mounted at staging.
+func (s *Server) publishedElsewhere(staging, target string) string {
+	mps, err := s.Mounter.List()
+	if err != nil {
+		return ""
+	}
+	var dev string
+	for _, m := range mps {
+		if m.Path == staging {
+			dev = m.Device
+		}
+	}
+	if dev == "" {
+		return ""
+	}
+	for _, m := range mps {
+		if m.Device == dev && m.Path != staging && m.Path != target {
+			return m.Path
+		}
+	}
+	return ""
+}
+
+// NodeUnpublishVolume unmounts and removes the target path.
+func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if err := required(req.GetVolumeId(), "volume_id", req.GetTargetPath(), "target_path"); err != nil {
+		return nil, err
+	}
+	v, err := parseVolume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer s.lock(v.String())()
+	if err := mountutils.CleanupMountPoint(req.GetTargetPath(), s.Mounter, true); err != nil {
+		return nil, status.Errorf(codes.Internal, "unmount %s: %v", req.GetTargetPath(), err)
+	}
+	s.log().Info("volume_unpublished", "volume_id", v.String(), "target_path", req.GetTargetPath())
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats reports a published volume's usage.
+func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	p := req.GetVolumePath()
+	if err := required(req.GetVolumeId(), "volume_id", p, "volume_path"); err != nil {
+		return nil, err
+	}
+	if _, err := parseVolume(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", p)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	if !fi.IsDir() {
+		size, err := blockSize(p)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "size of %s: %v", p, err)
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", p, err)
+	}
+	bs := int64(st.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
+		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
+	}}, nil
+}
+
+// blockSize is the size of a block device (or file) by seeking to its end.
+func blockSize(p string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Seek(0, 2)
+}
+
+// NodeExpandVolume makes the new size visible and grows the filesystem.
+func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	p := req.GetVolumePath()
+	if err := required(req.GetVolumeId(), "volume_id", p, "volume_path"); err != nil {
+		return nil, err
+	}
+	v, err := parseVolume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", p)
+	}
+	defer s.lock(v.String())()
+	if err := s.Connector.Rescan(ctx, v.NQN()); err != nil {
+		return nil, status.Errorf(codes.Internal, "rescan %s: %v", v.NQN(), err)
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		size, _ := blockSize(p)
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+	}
+	dev, _, err := mountutils.GetDeviceNameFromMount(s.Mounter, p)
+	if err != nil || dev == "" {
+		return nil, status.Errorf(codes.Internal, "device mounted at %s: %v", p, err)
+	}
+	if _, err := mountutils.NewResizeFs(s.Mounter.Exec).Resize(dev, p); err != nil {
+		return nil, status.Errorf(codes.Internal, "grow filesystem on %s: %v", dev, err)
+	}
+	size, _ := blockSize(dev)
+	s.log().Info("volume_expanded", "volume_id", v.String(), "device", dev, "size_bytes", size)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// NodeGetCapabilities lists what the node does.
+func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo names the node and its host NQN (the node id).
+func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}, nil
+}
+

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The real-kernel run (make e2e-kernel): boots the Debian guest of
+# scripts/kernel/guest-image.sh under qemu (TCG) with the freshly built
+# static pillar-agent and the guest test binary (conformance/kernel/guest)
+# on a payload disk, plus two blank virtual disks for LVM and ZFS, and
+# reports the guest's PASS/FAIL. The console is kept in
+# bin/artifacts/kernel/console.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+t0=$SECONDS
+
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  step "installing qemu-system-x86"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
+fi
+command -v mkfs.ext4 >/dev/null || die "mkfs.ext4 missing (e2fsprogs)"
+
+step "guest image (cached by package list)"
+guest=$(bash scripts/kernel/guest-image.sh | tail -1)
+[ -f "$guest/rootfs.img" ] || die "no guest image in $guest"
+note "guest: $guest (kernel $(cat "$guest/kver"))"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+payload=$work/payload
+mkdir -p "$payload"
+
+step "building the static agent and the guest test binary"
+CGO_ENABLED=0 go build -trimpath -o "$payload/pillar-agent" ./impl/cmd/pillar-agent
+CGO_ENABLED=0 go test -c -tags kernelguest -trimpath -o "$payload/guest.test" ./conformance/kernel/guest
+cat >"$payload/init" <<'INIT'
+#!/bin/sh
+# The guest's test run, started by /sbin/pillar-init as PID 1.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+mount -t tmpfs tmpfs /run && mkdir -p /run/lock
+mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
+ip link set lo up
+echo "PILLAR-E2E: guest up, kernel $(uname -r)"
+/lib/systemd/systemd-udevd --daemon >/dev/null 2>&1
+udevadm trigger --action=add >/dev/null 2>&1; udevadm settle --timeout=30
+# configfs may be a module: load it (nvmet pulls it in too) before mounting.
+for m in configfs nvmet nvmet_tcp nvme_tcp dm_thin_pool loop zfs; do
+  modprobe "$m" || echo "PILLAR-E2E: modprobe $m failed"
+done
+mount -t configfs configfs /sys/kernel/config || echo "PILLAR-E2E: mounting configfs failed"
+[ -d /sys/kernel/config/nvmet ] || echo "PILLAR-E2E: no nvmet in configfs"
+nvme gen-hostnqn >/etc/nvme/hostnqn
+echo "PILLAR-E2E: modules loaded; host $(cat /etc/nvme/hostnqn)"
+cd /tmp
+/payload/guest.test -test.v -test.timeout 40m -test.parallel 2
+rc=$?
+if [ $rc -eq 0 ]; then echo "PILLAR-E2E: PASS"; else echo "PILLAR-E2E: FAIL (exit $rc)"; fi
+sync
+echo o >/proc/sysrq-trigger
+sleep 30
+INIT
+chmod 0755 "$payload/init"
+size_mb=$(( $(du -sm "$payload" | cut -f1) + 32 ))
+truncate -s "${size_mb}M" "$work/payload.img"
+mkfs.ext4 -q -F -L payload -d "$payload" "$work/payload.img"
+truncate -s 2G "$work/lvm.img" "$work/zfs.img"
+
+art=bin/artifacts/kernel
+mkdir -p "$art"
+log=$art/console.log
+step "booting the guest (qemu TCG; the console follows, also in $log)"
+set +e
+timeout --foreground 45m qemu-system-x86_64 \
+  -machine q35,accel=tcg -cpu max -smp 2 -m 3072 \
+  -nographic -no-reboot -nic none \
+  -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
+  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pillar-init panic=-1 loglevel=4" \
+  -drive file="$guest/rootfs.img",if=virtio,format=raw,snapshot=on \
+  -drive file="$work/payload.img",if=virtio,format=raw,readonly=on \
+  -drive file="$work/lvm.img",if=virtio,format=raw \
+  -drive file="$work/zfs.img",if=virtio,format=raw \
+  </dev/null 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|PILLAR-E2E|panic|\s+\S+_test\.go:[0-9]+:)' 
+rc=${PIPESTATUS[0]}
+set -e
+if grep -q '^PILLAR-E2E: PASS' "$log"; then
+  step "kernel e2e PASS in $((SECONDS - t0))s ($(grep -c '^--- PASS' "$log") tests passed)"
+  exit 0
+fi
+[ "$rc" = 124 ] && note "qemu timed out"
+die "kernel e2e FAILED (qemu exit $rc); console in $log"

@@ -1,0 +1,185 @@
+// Package nvmeloop is the node's connector for simulated storage nodes: it
+// "connects" to a subsystem of a simulated agent (pillar-agent --sim-root)
+// by attaching the exported backing file as a loop device, so real mkfs,
+// mount and resize run on a machine without NVMe/TCP. It follows the
+// kernel target's rules that a host sees: the subsystem must exist and be
+// linked to a port, its namespace enabled, and the host allowed (or
+// allow_any_host on); otherwise Connect fails as `nvme connect` does.
+package nvmeloop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/pillarhq/pillar/sim/configfs"
+)
+
+// Loop connects to the subsystems of one simulated agent.
+type Loop struct {
+	// ConfigfsState is the agent's configfs.json; NvmetRoot its root.
+	ConfigfsState, NvmetRoot string
+	// StateDir keeps which backing file each connected subsystem uses.
+	StateDir string
+
+	mu sync.Mutex
+}
+
+// New returns a connector for the agent simulated in simRoot, keeping its
+// own records in stateDir.
+func New(simRoot, nvmetRoot, stateDir string) *Loop {
+	return &Loop{ConfigfsState: filepath.Join(simRoot, "configfs.json"), NvmetRoot: nvmetRoot, StateDir: stateDir}
+}
+
+// ErrRefused is a connect the target refuses (unknown subsystem, host not
+// allowed, namespace disabled, not linked to a port).
+var ErrRefused = errors.New("target refused the connection")
+
+func (l *Loop) records() (map[string]string, error) {
+	m := map[string]string{}
+	b, err := os.ReadFile(filepath.Join(l.StateDir, "loops.json"))
+	if os.IsNotExist(err) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, json.Unmarshal(b, &m)
+}
+
+func (l *Loop) save(m map[string]string) error {
+	if err := os.MkdirAll(l.StateDir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(m)
+	tmp := filepath.Join(l.StateDir, ".loops.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(l.StateDir, "loops.json"))
+}
+
+// backing finds what the target exports for nqn to hostNQN.
+func (l *Loop) backing(nqn, hostNQN string) (string, error) {
+	if _, err := os.Stat(l.ConfigfsState); err != nil {
+		return "", fmt.Errorf("no simulated target at %s: %w", l.ConfigfsState, err)
+	}
+	fs, err := configfs.Open(l.NvmetRoot, l.ConfigfsState)
+	if err != nil {
+		return "", err
+	}
+	sub := filepath.Join(l.NvmetRoot, "subsystems", nqn)
+	if !fs.Exists(sub) {
+		return "", fmt.Errorf("subsystem %s: %w (no such subsystem)", nqn, ErrRefused)
+	}
+	linked := false
+	ports, _ := fs.ReadDir(filepath.Join(l.NvmetRoot, "ports"))
+	for _, p := range ports {
+		if fs.Exists(filepath.Join(l.NvmetRoot, "ports", p, "subsystems", nqn)) {
+			linked = true
+		}
+	}
+	if !linked {
+		return "", fmt.Errorf("subsystem %s is not reachable through any port: %w", nqn, ErrRefused)
+	}
+	if any, _ := fs.ReadFile(filepath.Join(sub, "attr_allow_any_host")); any != "1" && !fs.Exists(filepath.Join(sub, "allowed_hosts", hostNQN)) {
+		return "", fmt.Errorf("host %s is not allowed on %s: %w", hostNQN, nqn, ErrRefused)
+	}
+	ns := filepath.Join(sub, "namespaces", "1")
+	if on, _ := fs.ReadFile(filepath.Join(ns, "enable")); on != "1" {
+		return "", fmt.Errorf("namespace of %s is not enabled: %w", nqn, ErrRefused)
+	}
+	return fs.ReadFile(filepath.Join(ns, "device_path"))
+}
+
+// loopsOf lists the loop devices backed by file.
+func loopsOf(file string) []string {
+	var out []string
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, d := range devs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		got := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if got == file {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(d))))
+		}
+	}
+	return out
+}
+
+func losetup(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "losetup", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("losetup %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Connect attaches the exported backing file (or finds it attached).
+func (l *Loop) Connect(ctx context.Context, nqn, hostNQN string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	file, err := l.backing(nqn, hostNQN)
+	if err != nil {
+		return "", err
+	}
+	recs, err := l.records()
+	if err != nil {
+		return "", err
+	}
+	if devs := loopsOf(file); len(devs) > 0 {
+		recs[nqn] = file
+		return devs[0], l.save(recs)
+	}
+	dev, err := losetup(ctx, "-f", "--show", file)
+	if err != nil {
+		return "", err
+	}
+	recs[nqn] = file
+	return dev, l.save(recs)
+}
+
+// Disconnect detaches the subsystem's loop devices.
+func (l *Loop) Disconnect(ctx context.Context, nqn string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recs, err := l.records()
+	if err != nil {
+		return err
+	}
+	file, ok := recs[nqn]
+	if !ok {
+		return nil
+	}
+	for _, d := range loopsOf(file) {
+		if _, err := losetup(ctx, "-d", d); err != nil {
+			return err
+		}
+	}
+	delete(recs, nqn)
+	return l.save(recs)
+}
+
+// Rescan has the loop devices pick up their backing file's new size.
+func (l *Loop) Rescan(ctx context.Context, nqn string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recs, err := l.records()
+	if err != nil {
+		return err
+	}
+	for _, d := range loopsOf(recs[nqn]) {
+		if _, err := losetup(ctx, "-c", d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
