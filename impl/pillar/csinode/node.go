@@ -417,4 +417,3 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}, nil
 }
-
