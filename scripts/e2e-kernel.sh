@@ -28,7 +28,7 @@ payload=$work/payload
 mkdir -p "$payload"
 
 step "building the static agent and the guest test binary"
-CGO_ENABLED=0 go build -trimpath -o "$payload/pillar-agent" ./impl/cmd/pillar-agent
+for b in pillar-agent pillar-controller pillar-node; do CGO_ENABLED=0 go build -trimpath -o "$payload/$b" ./impl/cmd/$b; done
 CGO_ENABLED=0 go test -c -tags kernelguest -trimpath -o "$payload/guest.test" ./conformance/kernel/guest
 cat >"$payload/init" <<'INIT'
 #!/bin/sh

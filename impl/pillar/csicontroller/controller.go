@@ -155,8 +155,8 @@ func unsupported(c *csi.VolumeCapability) string {
 }
 
 // backendParams resolves what the agent creates the volume with: the
-// store's placement settings, overridden by profile and PVC (Overrides),
-// overridden by the request's own parameters. For LVM the resolved mode is
+// store's settings, overridden by the StorageClass parameters, overridden
+// by the profile and the PVC's backend document (Overrides). For LVM the resolved mode is
 // always named, so the agent's default never applies to CSI volumes.
 func (s *Server) backendParams(ctx context.Context, st stores.Store, params map[string]string) (map[string]string, error) {
 	out := map[string]string{}
@@ -172,7 +172,7 @@ func (s *Server) backendParams(ctx context.Context, st stores.Store, params map[
 		for k, v := range st.Backend.ZFS.Properties {
 			out[k] = v
 		}
-		for _, src := range []map[string]string{extra, params} {
+		for _, src := range []map[string]string{params, extra} {
 			for k, v := range src {
 				if p, ok := cutPrefix(k, ParamZFSPrefix); ok {
 					out[p] = v
@@ -181,7 +181,7 @@ func (s *Server) backendParams(ctx context.Context, st stores.Store, params map[
 		}
 	case st.Backend.LVM != nil:
 		mode := st.Backend.LVM.ProvisioningMode
-		for _, src := range []map[string]string{extra, params} {
+		for _, src := range []map[string]string{params, extra} {
 			if m := src[ParamProvisioningMode]; m != "" {
 				mode = m
 			}

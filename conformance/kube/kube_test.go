@@ -1,0 +1,239 @@
+package kube_test
+
+// The controller's Kubernetes side against a real API server (envtest;
+// scripts/kube-assets.sh builds kube-apiserver and etcd): the chart's CRDs
+// and webhook configurations installed as rendered, the manager running
+// the reconcilers and webhooks in process, and a real pillar-agent on
+// simulated storage behind the PillarAgent.
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/pillarhq/pillar/conformance/charts"
+	h "github.com/pillarhq/pillar/conformance/harness"
+	"github.com/pillarhq/pillar/impl/pillar/agentclient"
+	"github.com/pillarhq/pillar/impl/pillar/csicontroller"
+	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
+)
+
+func TestKube(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "pillar-csi controller on a real API server")
+}
+
+const group = "pillar-csi.pillarhq.io"
+
+var _ = Describe("controller", Ordered, func() {
+	var (
+		cl    client.Client
+		agent *h.Agent
+		csiCt *csicontroller.Server
+		ctx   = context.Background()
+	)
+
+	obj := func(kind, name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": group + "/v1alpha1", "kind": kind,
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	condition := func(kind, name, typ string) func() map[string]any {
+		return func() map[string]any {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion(group + "/v1alpha1")
+			u.SetKind(kind)
+			if err := cl.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+				return nil
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, _ := c.(map[string]any); m["type"] == typ {
+					return m
+				}
+			}
+			return nil
+		}
+	}
+
+	BeforeAll(func() {
+		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+			Fail("KUBEBUILDER_ASSETS is not set: export KUBEBUILDER_ASSETS=$(bash scripts/kube-assets.sh)")
+		}
+		ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(GinkgoWriter, nil)))
+		objs, err := charts.Render("pillar-csi", map[string]any{"agent": map[string]any{"backends": []any{map[string]any{"zfs": map[string]any{"pool": "tank"}}}}})
+		Expect(err).NotTo(HaveOccurred())
+		env := &envtest.Environment{}
+		for _, o := range objs {
+			switch o.Kind {
+			case "CustomResourceDefinition":
+				u := &unstructured.Unstructured{}
+				Expect(u.UnmarshalJSON(o.JSON)).To(Succeed())
+				env.CRDInstallOptions.CRDs = append(env.CRDInstallOptions.CRDs, toCRD(u))
+			case "ValidatingWebhookConfiguration":
+				var w admissionv1.ValidatingWebhookConfiguration
+				Expect(charts.Decode(o.JSON, &w)).To(Succeed())
+				env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, &w)
+			case "MutatingWebhookConfiguration":
+				var w admissionv1.MutatingWebhookConfiguration
+				Expect(charts.Decode(o.JSON, &w)).To(Succeed())
+				env.WebhookInstallOptions.MutatingWebhooks = append(env.WebhookInstallOptions.MutatingWebhooks, &w)
+			}
+		}
+		Expect(env.WebhookInstallOptions.ValidatingWebhooks).NotTo(BeEmpty(), "the chart renders the webhooks by default")
+		cfg, err := env.Start()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		scheme := runtime.NewScheme()
+		Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+		cl, err = client.New(cfg, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+
+		agent = h.StartAgent(h.AgentOptions{
+			Config:   "backends:\n  - zfs: {pool: tank, parentDataset: k8s}\n  - lvm: {volumeGroup: vg0, thinPool: thin}\n",
+			PoolSize: "4G",
+		})
+		pool, err := agentclient.New("", "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(pool.Close)
+		wo := env.WebhookInstallOptions
+		mctx, cancel := context.WithCancel(ctx)
+		DeferCleanup(cancel)
+		mgr, err := kubecontroller.NewManager(cfg, kubecontroller.Options{
+			Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0",
+			WebhookPort: wo.LocalServingPort, WebhookHost: wo.LocalServingHost, WebhookCertDir: wo.LocalServingCertDir,
+			Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
+				csiCt = &csicontroller.Server{Stores: src, Agents: pool, Overrides: ov}
+				<-ctx.Done()
+				return nil
+			},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		go func() {
+			defer GinkgoRecover()
+			Expect(mgr.Start(mctx)).To(Succeed())
+		}()
+		Eventually(func() *csicontroller.Server { return csiCt }, 30*time.Second).ShouldNot(BeNil())
+
+		Expect(cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "storage-1"}})).To(Succeed())
+		host, port, _ := net.SplitHostPort(agent.Addr)
+		p, _ := strconv.Atoi(port)
+		Eventually(func() error {
+			return cl.Create(ctx, obj("PillarAgent", "storage-1", map[string]any{"nodeName": "storage-1", "address": host, "port": int64(p)}))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "the webhook server comes up")
+	})
+
+	It("labels the agent's node and reports the agent Ready with its pools", Label("S-AG-14"), func() {
+		Eventually(func() string {
+			var n corev1.Node
+			Expect(cl.Get(ctx, client.ObjectKey{Name: "storage-1"}, &n)).To(Succeed())
+			return n.Labels[group+"/agent-node"]
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal("true"))
+		Eventually(condition("PillarAgent", "storage-1", "Ready"), 30*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("status", "True"))
+	})
+
+	It("makes a store with the agent's layout Ready, with capacity", func() {
+		Expect(cl.Create(ctx, obj("PillarStore", "fast", map[string]any{"agentRef": "storage-1",
+			"backend": map[string]any{"zfs": map[string]any{"pool": "tank", "parentDataset": "k8s"}}}))).To(Succeed())
+		Eventually(condition("PillarStore", "fast", "Ready"), 30*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("status", "True"))
+		Expect(condition("PillarStore", "fast", "PoolDiscovered")()).To(HaveKeyWithValue("reason", "Discovered"))
+		Expect(condition("PillarStore", "fast", "AgentReachable")()).To(HaveKeyWithValue("status", "True"))
+		r, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-ok", Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Volume.VolumeId).To(Equal("fast/tank/pvc-ok"))
+	})
+
+	It("keeps a store whose parentDataset differs from the agent's not Ready with BackendLayoutMismatch, and refuses volumes on it", Label("S-AG-9"), func() {
+		Expect(cl.Create(ctx, obj("PillarStore", "drift", map[string]any{"agentRef": "storage-1",
+			"backend": map[string]any{"zfs": map[string]any{"pool": "tank", "parentDataset": "other"}}}))).To(Succeed())
+		Eventually(condition("PillarStore", "drift", "PoolDiscovered"), 30*time.Second, 200*time.Millisecond).Should(And(
+			HaveKeyWithValue("status", "False"), HaveKeyWithValue("reason", "BackendLayoutMismatch")))
+		Expect(condition("PillarStore", "drift", "Ready")()).To(HaveKeyWithValue("status", "False"))
+		_, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-drift", Parameters: map[string]string{"store": "drift"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
+		Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("BackendLayoutMismatch"))
+		// Nothing was placed anywhere.
+		vols, err := agent.Client().ListVolumes(h.Ctx(), nil)
+		Expect(err).NotTo(HaveOccurred())
+		for _, v := range vols.Volumes {
+			Expect(v.Name).NotTo(Equal("pvc-drift"))
+		}
+	})
+
+	It("refuses bad stores, agents and profiles through the webhook, naming the field", func() {
+		for _, c := range []struct {
+			o    *unstructured.Unstructured
+			want string
+		}{
+			{obj("PillarStore", "bad-props", map[string]any{"agentRef": "storage-1", "backend": map[string]any{"zfs": map[string]any{"pool": "tank", "properties": map[string]any{"volsize": "1G"}}}}), "spec.backend.zfs.properties[volsize]"},
+			{obj("PillarStore", "bad-thin", map[string]any{"agentRef": "storage-1", "backend": map[string]any{"lvm": map[string]any{"volumeGroup": "vg0", "provisioningMode": "thin"}}}), "spec.backend.lvm.thinPool"},
+			{obj("PillarStore", "bad-parent", map[string]any{"agentRef": "storage-1", "backend": map[string]any{"zfs": map[string]any{"pool": "tank", "parentDataset": "/abs"}}}), "spec.backend.zfs.parentDataset"},
+			{obj("PillarVolumeProfile", "empty", map[string]any{}), "at least one of zfs and lvm"},
+			{obj("PillarVolumeProfile", "bad-prop", map[string]any{"zfs": map[string]any{"properties": map[string]any{"mountpoint": "/x"}}}), "spec.zfs.properties[mountpoint]"},
+		} {
+			err := cl.Create(ctx, c.o)
+			Expect(err).To(HaveOccurred(), c.o.GetName())
+			Expect(err.Error()).To(ContainSubstring("denied the request"), c.o.GetName())
+			Expect(err.Error()).To(ContainSubstring(c.want), c.o.GetName())
+		}
+	})
+
+	It("defaults an LVM store's provisioning mode and applies profile and PVC overrides, the PVC winning", func() {
+		s := obj("PillarStore", "bulk", map[string]any{"agentRef": "storage-1", "backend": map[string]any{"lvm": map[string]any{"volumeGroup": "vg0", "thinPool": "thin"}}})
+		Expect(cl.Create(ctx, s)).To(Succeed())
+		mode, _, _ := unstructured.NestedString(s.Object, "spec", "backend", "lvm", "provisioningMode")
+		Expect(mode).To(Equal("linear"))
+		Expect(cl.Create(ctx, obj("PillarVolumeProfile", "thin", map[string]any{"lvm": map[string]any{"provisioningMode": "thin"}}))).To(Succeed())
+		Expect(cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}})).To(Succeed())
+		Expect(cl.Create(ctx, &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "apps", Annotations: map[string]string{group + "/backend": "lvm: {provisioningMode: linear}"}},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceQuantity("1Gi")}}},
+		})).To(Succeed())
+		Eventually(condition("PillarStore", "bulk", "Ready"), 30*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("status", "True"))
+
+		create := func(name string, params map[string]string) string {
+			params["store"] = "bulk"
+			r, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params,
+				VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+			Expect(err).NotTo(HaveOccurred())
+			return r.Volume.VolumeContext["provisioningMode"]
+		}
+		Expect(create("pvc-store-default", map[string]string{})).To(Equal("linear"))
+		Expect(create("pvc-profile", map[string]string{"profile": "thin"})).To(Equal("thin"))
+		Expect(create("pvc-annotated", map[string]string{"profile": "thin",
+			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "apps"})).To(Equal("linear"))
+		_, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-x", Parameters: map[string]string{"store": "bulk", "profile": "missing"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
+		Expect(status.Code(err)).To(Equal(codes.InvalidArgument))
+	})
+})
+
+func mountCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
