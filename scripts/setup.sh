@@ -12,6 +12,11 @@ command -v git >/dev/null || need_apt+=(git)
 command -v gcc >/dev/null || need_apt+=(gcc) # the race detector needs cgo
 [ -x "$(pg_bindir)/initdb" ] || need_apt+=(postgresql)
 command -v chromium >/dev/null || need_apt+=(chromium fonts-dejavu-core) # the dashboard suite drives headless Chromium
+command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86) # make e2e-kernel boots a Debian kernel under qemu
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)            # … built from debootstrap
+command -v mkfs.ext4 >/dev/null || need_apt+=(e2fsprogs)                # guest images, csi-sanity staging
+command -v mkfs.xfs >/dev/null || need_apt+=(xfsprogs)
+command -v losetup >/dev/null || need_apt+=(mount)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing ${need_apt[*]} with apt-get"
