@@ -8,6 +8,7 @@ package kube_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -120,7 +121,7 @@ var _ = Describe("controller", Ordered, func() {
 		mctx, cancel := context.WithCancel(ctx)
 		DeferCleanup(cancel)
 		mgr, err := kubecontroller.NewManager(cfg, kubecontroller.Options{
-			Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0",
+			Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0", InProcessReplicas: true,
 			WebhookPort: wo.LocalServingPort, WebhookHost: wo.LocalServingHost, WebhookCertDir: wo.LocalServingCertDir,
 			Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
 				csiCt = &csicontroller.Server{Stores: src, Agents: pool, Overrides: ov}
@@ -237,3 +238,121 @@ func mountCap() *csi.VolumeCapability {
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 }
+
+// Two replicas with leader election: the CSI service answers on both at
+// once, the reconcilers run on the leader only, and when the leader stops
+// the other takes over.
+var _ = Describe("replicas", Ordered, func() {
+	It("serve CSI on every replica and hand reconciling over when the leader stops", func() {
+		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+			Fail("KUBEBUILDER_ASSETS is not set: export KUBEBUILDER_ASSETS=$(bash scripts/kube-assets.sh)")
+		}
+		ctx := context.Background()
+		objs, err := charts.Render("pillar-csi", map[string]any{"agent": map[string]any{"backends": []any{map[string]any{"zfs": map[string]any{"pool": "tank"}}}}})
+		Expect(err).NotTo(HaveOccurred())
+		env := &envtest.Environment{}
+		for _, o := range objs {
+			if o.Kind == "CustomResourceDefinition" {
+				u := &unstructured.Unstructured{}
+				Expect(u.UnmarshalJSON(o.JSON)).To(Succeed())
+				env.CRDInstallOptions.CRDs = append(env.CRDInstallOptions.CRDs, toCRD(u))
+			}
+		}
+		cfg, err := env.Start()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		scheme := runtime.NewScheme()
+		Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+		cl, err := client.New(cfg, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}})).To(Succeed())
+		agent := h.StartAgent(h.AgentOptions{Config: "backends:\n  - zfs: {pool: tank}\n", PoolSize: "2G"})
+		pool, err := agentclient.New("", "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(pool.Close)
+
+		type replica struct {
+			cancel  context.CancelFunc
+			csi     *csicontroller.Server
+			elected chan struct{}
+		}
+		start := func() *replica {
+			r := &replica{elected: make(chan struct{})}
+			var mu = make(chan *csicontroller.Server, 1)
+			mctx, cancel := context.WithCancel(ctx)
+			r.cancel = cancel
+			DeferCleanup(cancel)
+			mgr, err := kubecontroller.NewManager(cfg, kubecontroller.Options{
+				Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0", InProcessReplicas: true,
+				LeaderElect: true, LeaderElectionNamespace: "storage",
+				Elected: func() { close(r.elected) },
+				Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
+					mu <- &csicontroller.Server{Stores: src, Agents: pool, Overrides: ov}
+					<-ctx.Done()
+					return nil
+				},
+			})
+			Expect(err).NotTo(HaveOccurred())
+			go func() { defer GinkgoRecover(); Expect(mgr.Start(mctx)).To(Succeed()) }()
+			Eventually(mu, 30*time.Second).Should(Receive(&r.csi))
+			return r
+		}
+		a, b := start(), start()
+		var leader, follower *replica
+		Eventually(func() bool {
+			select {
+			case <-a.elected:
+				leader, follower = a, b
+				return true
+			case <-b.elected:
+				leader, follower = b, a
+				return true
+			default:
+				return false
+			}
+		}, 60*time.Second, 100*time.Millisecond).Should(BeTrue())
+		Consistently(follower.elected, 2*time.Second).ShouldNot(BeClosed(), "two leaders")
+
+		host, port, _ := net.SplitHostPort(agent.Addr)
+		p, _ := strconv.Atoi(port)
+		Expect(cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "storage-2"}})).To(Succeed())
+		agentObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "PillarAgent",
+			"metadata": map[string]any{"name": "storage-2"}, "spec": map[string]any{"nodeName": "storage-2", "address": host, "port": int64(p)}}}
+		Expect(cl.Create(ctx, agentObj)).To(Succeed())
+		storeObj := func(name string) *unstructured.Unstructured {
+			return &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "PillarStore",
+				"metadata": map[string]any{"name": name}, "spec": map[string]any{"agentRef": "storage-2", "backend": map[string]any{"zfs": map[string]any{"pool": "tank"}}}}}
+		}
+		ready := func(name string) func() string {
+			return func() string {
+				u := &unstructured.Unstructured{}
+				u.SetAPIVersion(group + "/v1alpha1")
+				u.SetKind("PillarStore")
+				if cl.Get(ctx, client.ObjectKey{Name: name}, u) != nil {
+					return ""
+				}
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					if m, _ := c.(map[string]any); m["type"] == "Ready" {
+						s, _ := m["status"].(string)
+						return s
+					}
+				}
+				return ""
+			}
+		}
+		Expect(cl.Create(ctx, storeObj("one"))).To(Succeed())
+		Eventually(ready("one"), 30*time.Second, 200*time.Millisecond).Should(Equal("True"))
+		// Both replicas serve CSI at once.
+		for i, r := range []*replica{leader, follower} {
+			_, err := r.csi.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("pvc-replica-%d", i), Parameters: map[string]string{"store": "one"},
+				VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		// The leader stops; the follower takes over and reconciles a new store.
+		leader.cancel()
+		Eventually(follower.elected, 60*time.Second).Should(BeClosed())
+		Expect(cl.Create(ctx, storeObj("two"))).To(Succeed())
+		Eventually(ready("two"), 30*time.Second, 200*time.Millisecond).Should(Equal("True"))
+	})
+})

@@ -8,6 +8,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -31,6 +32,11 @@ type Options struct {
 	WebhookPort    int
 	WebhookHost    string
 	WebhookCertDir string
+	// InProcessReplicas lets tests run several managers in one process
+	// (controller names are otherwise unique per process).
+	InProcessReplicas bool
+	// Elected, when set, is called once this replica leads (tests).
+	Elected func()
 	// Serve, when set, runs on every replica (not only the leader): the
 	// CSI controller service, given the store source and overrides.
 	Serve func(ctx context.Context, src Source, ov Overrides) error
@@ -50,6 +56,13 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "controller." + o.Group,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// A replica that stops hands the lease over at once instead of
+		// letting it expire (rolling updates, the leader pod deleted).
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if o.InProcessReplicas {
+		skip := true
+		mo.Controller = config.Controller{SkipNameValidation: &skip}
 	}
 	if o.WebhookPort != 0 {
 		mo.WebhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
@@ -80,6 +93,9 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
+	}
+	if o.Elected != nil {
+		go func() { <-mgr.Elected(); o.Elected() }()
 	}
 	if o.Serve != nil {
 		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
