@@ -26,6 +26,7 @@ import (
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/agentconfig"
 	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/mtls"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )
@@ -83,12 +84,11 @@ func run(args []string) int {
 		fmt.Println(Version)
 		return 0
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "pillar-agent: --log-level: %v\n", err)
+	log, err := logging.New(o.logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-agent: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
 	cfg, err := agentconfig.Load(o.config)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/pillar/agentclient"
 	"github.com/pillarhq/pillar/impl/pillar/csicontroller"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
+	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/stores"
 )
 
@@ -58,12 +59,11 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "pillar-controller: --log-level: %v\n", err)
+	log, err := logging.New(o.logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-controller: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	agents, err := agentclient.New(o.mtlsDir, o.mtlsName)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pillar-controller: %v\n", err)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/pillar/csinode"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
+	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )
 
@@ -43,12 +43,11 @@ func run(args []string) int {
 		fmt.Println(Version)
 		return 0
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "pillar-node: --log-level: %v\n", err)
+	log, err := logging.New(*logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-node: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	if *nodeID == "" {
 		fmt.Fprintln(os.Stderr, "pillar-node: --node-id is required")
 		return 2

@@ -119,6 +119,13 @@ func (s *Server) volumeArgs(pool, name string) (backend.Backend, error) {
 	return b, nil
 }
 
+func positive(size int64) error {
+	if size <= 0 {
+		return status.Errorf(codes.InvalidArgument, "size_bytes %d must be positive", size)
+	}
+	return nil
+}
+
 // statusOf maps an error to the status the controller acts on.
 func (s *Server) statusOf(err error) error {
 	if err == nil {
@@ -255,11 +262,11 @@ func (s *Server) exported(pool, name string) (*nvmet.Target, error) {
 // CreateVolume creates a volume, or returns the matching existing one.
 func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
 	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err == nil {
+		err = positive(req.GetSizeBytes())
+	}
 	if err != nil {
 		return nil, err
-	}
-	if req.GetSizeBytes() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "size_bytes %d must be positive", req.GetSizeBytes())
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
 	v, err := b.CreateVolume(ctx, req.GetName(), req.GetSizeBytes(), req.GetParameters())
@@ -294,11 +301,11 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 // ExpandVolume grows a volume and has the target re-read its size.
 func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequest) (*agentv1.ExpandVolumeResponse, error) {
 	b, err := s.volumeArgs(req.GetPool(), req.GetName())
+	if err == nil {
+		err = positive(req.GetSizeBytes())
+	}
 	if err != nil {
 		return nil, err
-	}
-	if req.GetSizeBytes() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "size_bytes %d must be positive", req.GetSizeBytes())
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
 	v, err := b.ExpandVolume(ctx, req.GetName(), req.GetSizeBytes())
