@@ -228,6 +228,8 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, err
 	}
 	defer s.lock(v.String())()
+	// mount-utils turns "bind" with "ro" into a bind mount followed by a
+	// read-only remount, as the kernel needs.
 	opts := []string{"bind"}
 	if req.GetReadonly() {
 		opts = append(opts, "ro")
@@ -270,12 +272,6 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	if err := s.Mounter.Mount(source, tp, "", opts); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mount %s at %s: %v", source, tp, err)
-	}
-	if req.GetReadonly() {
-		// A bind mount ignores "ro" until remounted (older kernels).
-		if err := s.Mounter.Mount(source, tp, "", []string{"bind", "remount", "ro"}); err != nil {
-			return nil, status.Errorf(codes.Internal, "remount %s read-only: %v", tp, err)
-		}
 	}
 	s.log().Info("volume_published", "volume_id", v.String(), "target_path", tp, "readonly", req.GetReadonly())
 	return &csi.NodePublishVolumeResponse{}, nil
