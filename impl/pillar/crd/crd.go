@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/pillarhq/pillar/impl/pillar/stores"
 )
 
 // Version is the resources' API version.
@@ -89,25 +91,9 @@ type StoreSpec struct {
 	Backend  StoreBackend `json:"backend"`
 }
 
-// StoreBackend is exactly one of ZFS and LVM.
-type StoreBackend struct {
-	ZFS *StoreZFS `json:"zfs,omitempty"`
-	LVM *StoreLVM `json:"lvm,omitempty"`
-}
-
-// StoreZFS is a ZFS placement with per-volume properties.
-type StoreZFS struct {
-	Pool          string            `json:"pool"`
-	ParentDataset string            `json:"parentDataset,omitempty"`
-	Properties    map[string]string `json:"properties,omitempty"`
-}
-
-// StoreLVM is an LVM placement.
-type StoreLVM struct {
-	VolumeGroup      string `json:"volumeGroup"`
-	ThinPool         string `json:"thinPool,omitempty"`
-	ProvisioningMode string `json:"provisioningMode,omitempty"`
-}
+// StoreBackend is exactly one of ZFS and LVM: the same placement the
+// standalone stores file holds.
+type StoreBackend = stores.Backend
 
 // StoreStatus is what the controller saw.
 type StoreStatus struct {

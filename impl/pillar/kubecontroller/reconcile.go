@@ -245,12 +245,5 @@ func (c *Config) toStore(ctx context.Context, s *crd.Store) (stores.Store, error
 	if err != nil {
 		return stores.Store{}, err
 	}
-	out := stores.Store{Name: s.Name, Agent: addr}
-	if z := s.Spec.Backend.ZFS; z != nil {
-		out.Backend.ZFS = &stores.ZFS{Pool: z.Pool, ParentDataset: z.ParentDataset, Properties: z.Properties}
-	}
-	if l := s.Spec.Backend.LVM; l != nil {
-		out.Backend.LVM = &stores.LVM{VolumeGroup: l.VolumeGroup, ThinPool: l.ThinPool, ProvisioningMode: l.ProvisioningMode}
-	}
-	return out, nil
+	return stores.Store{Name: s.Name, Agent: addr, Backend: s.Spec.Backend}, nil
 }
