@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -174,7 +175,7 @@ func (s *Server) backendParams(ctx context.Context, st stores.Store, params map[
 		}
 		for _, src := range []map[string]string{params, extra} {
 			for k, v := range src {
-				if p, ok := cutPrefix(k, ParamZFSPrefix); ok {
+				if p, ok := strings.CutPrefix(k, ParamZFSPrefix); ok && p != "" {
 					out[p] = v
 				}
 			}
@@ -195,13 +196,6 @@ func (s *Server) backendParams(ctx context.Context, st stores.Store, params map[
 		out[ParamProvisioningMode] = mode
 	}
 	return out, nil
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return "", false
 }
 
 func requestedSize(r *csi.CapacityRange) (int64, error) {
