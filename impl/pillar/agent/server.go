@@ -70,21 +70,8 @@ func New(o Options) *Server {
 	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait, locks: map[string]*volumeLock{}}
 }
 
-// ExportID is the id a volume is exported under: its pool and name joined
-// by ':'. Volume names never contain ':', so the last ':' separates them.
-func ExportID(pool, name string) string { return pool + ":" + name }
-
-// SplitExportID reverses ExportID.
-func SplitExportID(id string) (pool, name string, ok bool) {
-	i := strings.LastIndexByte(id, ':')
-	if i <= 0 || i == len(id)-1 {
-		return "", "", false
-	}
-	return id[:i], id[i+1:], true
-}
-
 func (s *Server) lock(pool, name string) func() {
-	key := ExportID(pool, name)
+	key := nvmet.ExportID(pool, name)
 	s.mu.Lock()
 	l := s.locks[key]
 	if l == nil {
@@ -252,7 +239,7 @@ func (s *Server) export(t *nvmet.Target) *agentv1.Export {
 
 // exported is a volume's target, nil when it is not exported.
 func (s *Server) exported(pool, name string) (*nvmet.Target, error) {
-	t, err := s.exporter.Get(ExportID(pool, name))
+	t, err := s.exporter.Get(nvmet.ExportID(pool, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -288,7 +275,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	if err := s.exporter.Unexport(ExportID(req.GetPool(), req.GetName())); err != nil {
+	if err := s.exporter.Unexport(nvmet.ExportID(req.GetPool(), req.GetName())); err != nil {
 		return nil, s.statusOf(fmt.Errorf("unexport before delete: %w", err))
 	}
 	if err := b.DeleteVolume(ctx, req.GetName()); err != nil {
@@ -312,7 +299,7 @@ func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequ
 	if err != nil {
 		return nil, s.statusOf(err)
 	}
-	if err := s.exporter.Revalidate(ExportID(req.GetPool(), req.GetName())); err != nil {
+	if err := s.exporter.Revalidate(nvmet.ExportID(req.GetPool(), req.GetName())); err != nil {
 		return nil, s.statusOf(err)
 	}
 	t, err := s.exported(req.GetPool(), req.GetName())
@@ -347,7 +334,7 @@ func (s *Server) ListVolumes(ctx context.Context, req *agentv1.ListVolumesReques
 			return nil, s.statusOf(fmt.Errorf("pool %s: %w", n, err))
 		}
 		for _, v := range vols {
-			resp.Volumes = append(resp.Volumes, s.volume(n, v, byID[ExportID(n, v.Name)]))
+			resp.Volumes = append(resp.Volumes, s.volume(n, v, byID[nvmet.ExportID(n, v.Name)]))
 		}
 	}
 	sort.SliceStable(resp.Volumes, func(i, j int) bool {
@@ -385,7 +372,7 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 	if err := waitDevice(ctx, v.DevicePath, s.devWait); err != nil {
 		return nil, err
 	}
-	id := ExportID(req.GetPool(), req.GetName())
+	id := nvmet.ExportID(req.GetPool(), req.GetName())
 	if _, err := s.exporter.Export(id, v.DevicePath); err != nil {
 		return nil, s.statusOf(err)
 	}
@@ -426,7 +413,7 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	if err := s.exporter.Unexport(ExportID(req.GetPool(), req.GetName())); err != nil {
+	if err := s.exporter.Unexport(nvmet.ExportID(req.GetPool(), req.GetName())); err != nil {
 		return nil, s.statusOf(err)
 	}
 	s.log.Info("volume_unexported", "pool", req.GetPool(), "volume", req.GetName())
@@ -442,7 +429,7 @@ func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	id := ExportID(req.GetPool(), req.GetName())
+	id := nvmet.ExportID(req.GetPool(), req.GetName())
 	if err := s.exporter.AllowHost(id, req.GetHostNqn()); errors.Is(err, fs.ErrNotExist) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s/%s is not exported", req.GetPool(), req.GetName())
 	} else if err != nil {
@@ -466,7 +453,7 @@ func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*a
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	id := ExportID(req.GetPool(), req.GetName())
+	id := nvmet.ExportID(req.GetPool(), req.GetName())
 	if err := s.exporter.DenyHost(id, req.GetHostNqn()); err != nil {
 		return nil, s.statusOf(err)
 	}

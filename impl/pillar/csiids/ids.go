@@ -21,7 +21,7 @@ type Volume struct {
 func (v Volume) String() string { return v.Store + "/" + v.Pool + "/" + v.Name }
 
 // ExportID is the agent's export id of the volume (pool and name).
-func (v Volume) ExportID() string { return v.Pool + ":" + v.Name }
+func (v Volume) ExportID() string { return nvmet.ExportID(v.Pool, v.Name) }
 
 // NQN is the subsystem NQN the agent exports the volume under.
 func (v Volume) NQN() string { return nvmet.NQN(v.ExportID()) }

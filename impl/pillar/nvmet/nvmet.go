@@ -89,6 +89,12 @@ type Target struct {
 	Hosts    []string
 }
 
+// ExportID is the id a volume of a pool is exported under: pool and name
+// joined by ':' (volume names never hold ':', and volume names are unique
+// only within a pool). The agent exports with it and the node derives the
+// NQN from it.
+func ExportID(pool, name string) string { return pool + ":" + name }
+
 // NQN is the subsystem NQN of a volume.
 func NQN(volumeID string) string { return NQNPrefix + volumeID }
 
