@@ -96,7 +96,20 @@ type Proc struct {
 
 // Start runs bin with args and env; output is kept for failure reports.
 func Start(name, bin string, args []string, env map[string]string, secrets ...string) *Proc {
-	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{}), secrets: secrets}
+	p := spawn(name, bin, args, env)
+	p.secrets = secrets
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() {
+			GinkgoWriter.Printf("\n----- output of %s -----\n%s\n", p.Name, p.Output())
+		}
+		p.Stop()
+	})
+	return p
+}
+
+// spawn starts bin with a minimal environment plus env, its output kept.
+func spawn(name, bin string, args []string, env map[string]string) *Proc {
+	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range env {
@@ -106,12 +119,6 @@ func Start(name, bin string, args []string, env map[string]string, secrets ...st
 	Expect(cmd.Start()).To(Succeed())
 	p.cmd = cmd
 	go func() { cmd.Wait(); close(p.done) }()
-	DeferCleanup(func() {
-		if CurrentSpecReport().Failed() {
-			GinkgoWriter.Printf("\n----- output of %s -----\n%s\n", p.Name, p.Output())
-		}
-		p.Stop()
-	})
 	return p
 }
 
@@ -429,24 +436,17 @@ var (
 )
 
 // StartDaemon runs a binary for a whole suite (from BeforeSuite): it is
-// not tied to a spec, its output is printed when the suite fails, and
-// StopDaemons ends it.
+// not tied to a spec, and StopDaemons ends it.
 func StartDaemon(name, bin string, args []string) *Proc {
-	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	Expect(cmd.Start()).To(Succeed())
-	p.cmd = cmd
-	go func() { cmd.Wait(); close(p.done) }()
+	p := spawn(name, bin, args, nil)
 	daemonsMu.Lock()
 	daemons = append(daemons, p)
 	daemonsMu.Unlock()
 	return p
 }
 
-// StopDaemons stops every daemon, printing their output when a spec of
-// the suite failed.
+// StopDaemons stops every daemon; with PILLAR_DAEMON_LOGS set it prints
+// their output (the CSI calls each daemon logs).
 func StopDaemons() {
 	daemonsMu.Lock()
 	defer daemonsMu.Unlock()
