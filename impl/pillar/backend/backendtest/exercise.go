@@ -77,6 +77,40 @@ func Exercise(t *testing.T, targets ...Target) {
 	}
 }
 
+// waitDevice waits for a volume's device node: DevicePath is computed, and
+// on a real kernel udev creates zvol links asynchronously (the agent waits
+// the same way before exporting).
+func waitDevice(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device %s did not appear within 10s", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitDeviceGone waits for a deleted volume's device node to go (udev
+// removes zvol links asynchronously too).
+func waitDeviceGone(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device of a deleted volume %s still there after 10s: %v", path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func thick(tg Target) bool { return !tg.Thin }
 func thin(tg Target) bool  { return tg.Thin }
 
@@ -295,17 +329,13 @@ var cases = []testCase{
 		ctx := context.Background()
 		v := create(t, f, "gone", 16*mib)
 		create(t, f, "kept", 16*mib)
-		if _, err := os.Stat(v.DevicePath); err != nil {
-			t.Fatalf("device of a new volume: %v", err)
-		}
+		waitDevice(t, v.DevicePath)
 		for i := 0; i < 2; i++ {
 			if err := f.Backend.DeleteVolume(ctx, "gone"); err != nil {
 				t.Fatalf("delete #%d: %v", i+1, err)
 			}
 		}
-		if _, err := os.Stat(v.DevicePath); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("device of a deleted volume: %v", err)
-		}
+		waitDeviceGone(t, v.DevicePath)
 		_, err := f.Backend.GetVolume(ctx, "gone")
 		wantErr(t, "GetVolume(deleted)", err, backend.ErrNotFound)
 		vols := must[[]backend.Volume](t, "ListVolumes")(f.Backend.ListVolumes(ctx))
@@ -322,6 +352,7 @@ var cases = []testCase{
 		v := create(t, f, "data", 16*mib)
 		head := bytes.Repeat([]byte("pillar"), 700)
 		tail := bytes.Repeat([]byte("volume"), 700)
+		waitDevice(t, v.DevicePath)
 		dev, err := os.OpenFile(v.DevicePath, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
