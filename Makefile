@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build proto plugins sanity e2e-kernel chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -64,6 +64,9 @@ sanity: build ## csi-sanity (csi-test's sanity package) against pillar-agent (si
 
 e2e-kernel: ## The agent on a real kernel under qemu: LVM, ZFS, nvmet, nvme connect (guest image cached)
 	bash scripts/e2e-kernel.sh
+
+e2e-kind: ## Charts on an offline kind cluster: pillar-csi (PVC lifecycle, webhooks, mTLS, failover) and the proxy (rolling restart)
+	bash scripts/e2e-kind.sh
 
 bench: build ## Benchmarks: proxy overhead vs a bare reverse proxy; writes docs/benchmarks.md
 	bash scripts/bench.sh

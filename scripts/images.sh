@@ -2,7 +2,10 @@
 # Builds the project's container images without any registry:
 #   pillar/debian-base   debootstrap (bookworm, minbase) + docker import
 #   pillar/postgres      the base plus postgresql-15, initialised on first start
-#   pillar/proxy, pillar/sim   FROM scratch with the static binaries
+#   pillar/storage-base  the base plus LVM, ZFS userland, nvme-cli, mkfs, busybox
+#   pillar/proxy, pillar/sim, pillar/pillar-controller   FROM scratch
+#   pillar/pillar-agent, pillar/pillar-node   the storage base plus the binary
+#   pillar/busybox       Debian's static busybox (the charts' init image)
 # Every image is tagged by a hash of what it is made of (skipped when it
 # exists) and with a stable local tag the tests use (…:local, …:15-local).
 #   scripts/images.sh [--print-tags]
@@ -40,28 +43,43 @@ if ! exists "pillar/debian-base:$base_hash"; then
 fi
 docker tag "pillar/debian-base:$base_hash" pillar/debian-base:local
 
-# ---- postgres -------------------------------------------------------------
-pg_hash=$(cat scripts/images/pg-entrypoint.sh | { cat; echo "$base_hash postgresql-15"; } | hashof)
-pg_tar=$cache/postgres-$pg_hash.tar
-if [ ! -f "$pg_tar" ]; then
-  step "installing postgresql-15 into a copy of the base"
+# apt_root_tar OUT COMPONENTS PACKAGES [PREP]: a copy of the base with
+# PACKAGES installed from the mirror's COMPONENTS, tarred to OUT. PREP (a
+# function) runs on the root before apt, FINISH after (both optional).
+apt_root_tar() {
+  local out=$1 components=$2 packages=$3 prep=${4:-} finish=${5:-} root
   root=$(mktemp -d); chmod 0755 "$root"
   as_root tar -C "$root" -xf "$base_tar"
   as_root cp /etc/resolv.conf "$root/etc/resolv.conf"
-  echo "deb $mirror $suite main" | as_root tee "$root/etc/apt/sources.list" >/dev/null
-  # Only binaries go into the image: the cluster is made by the entrypoint.
-  as_root mkdir -p "$root/etc/postgresql-common"
-  echo "create_main_cluster = false" | as_root tee "$root/etc/postgresql-common/createcluster.conf" >/dev/null
+  echo "deb $mirror $suite $components" | as_root tee "$root/etc/apt/sources.list" >/dev/null
+  [ -z "$prep" ] || "$prep" "$root"
   as_root mount -t proc proc "$root/proc"
   trap 'as_root umount "$root/proc" 2>/dev/null || true' EXIT
-  timed as_root chroot "$root" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*' \
-    || die "installing postgresql-15 in the image root failed"
+  timed as_root chroot "$root" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/tmp/apt.log 2>&1 && apt-get clean && rm -rf /var/lib/apt/lists/*" \
+    || die "installing $packages in the image root failed"
   as_root umount "$root/proc"; trap - EXIT
-  as_root install -m 0755 scripts/images/pg-entrypoint.sh "$root/usr/local/bin/pg-entrypoint"
-  as_root rm -rf "$root/var/lib/postgresql/15/main" "$root/etc/resolv.conf"
+  [ -z "$finish" ] || "$finish" "$root"
+  as_root rm -f "$root/etc/resolv.conf"
   as_root chmod 0755 "$root"
-  as_root tar -C "$root" -cf "$pg_tar.tmp" . && mv "$pg_tar.tmp" "$pg_tar"
+  as_root tar -C "$root" -cf "$out.tmp" . && mv "$out.tmp" "$out"
   as_root rm -rf "$root"
+}
+
+# ---- postgres -------------------------------------------------------------
+pg_hash=$(cat scripts/images/pg-entrypoint.sh | { cat; echo "$base_hash postgresql-15"; } | hashof)
+pg_tar=$cache/postgres-$pg_hash.tar
+# Only binaries go into the image: the cluster is made by the entrypoint.
+pg_prep() {
+  as_root mkdir -p "$1/etc/postgresql-common"
+  echo "create_main_cluster = false" | as_root tee "$1/etc/postgresql-common/createcluster.conf" >/dev/null
+}
+pg_finish() {
+  as_root install -m 0755 scripts/images/pg-entrypoint.sh "$1/usr/local/bin/pg-entrypoint"
+  as_root rm -rf "$1/var/lib/postgresql/15/main"
+}
+if [ ! -f "$pg_tar" ]; then
+  step "installing postgresql-15 into a copy of the base"
+  apt_root_tar "$pg_tar" main postgresql-15 pg_prep pg_finish
 fi
 if ! exists "pillar/postgres:15-$pg_hash"; then
   step "docker import pillar/postgres:15-$pg_hash"
@@ -70,15 +88,35 @@ if ! exists "pillar/postgres:15-$pg_hash"; then
 fi
 docker tag "pillar/postgres:15-$pg_hash" pillar/postgres:15-local
 
-# ---- scratch images of the binaries ---------------------------------------
-build_scratch() { # name package
-  local name=$1 pkg=$2 ctx
+# ---- storage tools (base of the agent and node images) --------------------
+# What the agent (LVM, ZFS userland, nvmet through configfs) and the node
+# (nvme-cli, mkfs, mount, resize, losetup for the loop connector) run.
+storage_pkgs="lvm2 thin-provisioning-tools zfsutils-linux nvme-cli e2fsprogs xfsprogs util-linux mount kmod udev busybox-static ca-certificates"
+st_hash=$(echo "$base_hash $storage_pkgs contrib v1" | hashof)
+st_tar=$cache/storage-base-$st_hash.tar
+if [ ! -f "$st_tar" ]; then
+  step "installing the storage tools into a copy of the base"
+  apt_root_tar "$st_tar" "main contrib" "$storage_pkgs"
+fi
+if ! exists "pillar/storage-base:$st_hash"; then
+  step "docker import pillar/storage-base:$st_hash"
+  docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' "$st_tar" "pillar/storage-base:$st_hash" >/dev/null
+fi
+docker tag "pillar/storage-base:$st_hash" pillar/storage-base:local
+
+# ---- images of the binaries ----------------------------------------------
+# build_image NAME PACKAGE FROM [TAG...]: the static binary on FROM (scratch
+# or a local base), tagged by content and with each TAG (the charts'
+# default references, so they render unchanged in the kind e2e).
+build_image() {
+  local name=$1 pkg=$2 from=$3 ctx h
+  shift 3
   ctx=$(mktemp -d)
-  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$ctx/$name" "$pkg"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$VERSION" -o "$ctx/$name" "$pkg"
   mkdir -p "$ctx/tmp"
-  printf 'FROM scratch\nCOPY %s /%s\nCOPY tmp /tmp\nENTRYPOINT ["/%s"]\n' "$name" "$name" "$name" > "$ctx/Dockerfile"
-  local h
-  h=$(cat "$ctx/$name" "$ctx/Dockerfile" | hashof)
+  printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nCOPY tmp /tmp\nENTRYPOINT ["/usr/local/bin/%s"]\n' "$from" "$name" "$name" "$name" > "$ctx/Dockerfile"
+  [ "$from" = scratch ] && sed -i "s|/usr/local/bin/$name|/$name|g" "$ctx/Dockerfile"
+  h=$( { cat "$ctx/$name" "$ctx/Dockerfile"; docker image inspect -f '{{.Id}}' "$from" 2>/dev/null || true; } | hashof)
   if exists "pillar/$name:$h"; then
     note "pillar/$name:$h cached"
   else
@@ -87,15 +125,45 @@ build_scratch() { # name package
     rm -f "$ctx.log"
   fi
   docker tag "pillar/$name:$h" "pillar/$name:local"
+  local t
+  for t in "$@"; do docker tag "pillar/$name:$h" "$t"; done
   rm -rf "$ctx"
 }
-build_scratch proxy ./impl/cmd/proxy
-build_scratch sim ./sim/cmd/sim
+VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
+csi_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/pillar-csi/Chart.yaml)
+proxy_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/proxy/Chart.yaml)
+build_image proxy ./impl/cmd/proxy scratch "ghcr.io/pillarhq/pillar/proxy:$proxy_version"
+build_image sim ./sim/cmd/sim scratch
+build_image pillar-controller ./impl/cmd/pillar-controller scratch "ghcr.io/pillarhq/pillar-csi/controller:$csi_version"
+build_image pillar-agent ./impl/cmd/pillar-agent pillar/storage-base:local "ghcr.io/pillarhq/pillar-csi/agent:$csi_version"
+build_image pillar-node ./impl/cmd/pillar-node pillar/storage-base:local "ghcr.io/pillarhq/pillar-csi/node:$csi_version"
+
+# ---- busybox ----------------------------------------------------------------
+# The charts' module-loading init containers name docker.io/library/busybox;
+# offline, that reference is Debian's static busybox with its applets linked.
+bb_ctx=$(mktemp -d)
+as_root tar -C "$bb_ctx" -xf "$st_tar" ./usr/bin/busybox
+mkdir -p "$bb_ctx/root/bin" "$bb_ctx/root/tmp"
+mv "$bb_ctx/usr/bin/busybox" "$bb_ctx/root/bin/busybox"
+for a in $("$bb_ctx/root/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$bb_ctx/root/bin/$a"; done
+printf 'FROM scratch\nCOPY root /\nENV PATH=/bin\nCMD ["sh"]\n' >"$bb_ctx/Dockerfile"
+bb_hash=$(cat "$bb_ctx/root/bin/busybox" "$bb_ctx/Dockerfile" | hashof)
+if ! exists "pillar/busybox:$bb_hash"; then
+  step "docker build pillar/busybox:$bb_hash"
+  DOCKER_BUILDKIT=0 docker build -q -t "pillar/busybox:$bb_hash" "$bb_ctx" >/dev/null 2>&1 || die "docker build pillar/busybox failed"
+fi
+docker tag "pillar/busybox:$bb_hash" pillar/busybox:local
+docker tag "pillar/busybox:$bb_hash" docker.io/library/busybox:1.38.0
+rm -rf "$bb_ctx"
 
 if [ "${1:-}" = --print-tags ]; then
   echo "DEBIAN_BASE=pillar/debian-base:local"
   echo "POSTGRES=pillar/postgres:15-local"
   echo "PROXY=pillar/proxy:local"
   echo "SIM=pillar/sim:local"
+  echo "PILLAR_AGENT=pillar/pillar-agent:local"
+  echo "PILLAR_CONTROLLER=pillar/pillar-controller:local"
+  echo "PILLAR_NODE=pillar/pillar-node:local"
+  echo "BUSYBOX=pillar/busybox:local"
 fi
 step "images ready"

@@ -291,15 +291,15 @@ var _ = Describe("Health", func() {
 })
 
 var _ = Describe("mTLS", func() {
-	var authority *ca
+	var authority *h.CA
 	var a *h.Agent
 	var clientDir string
 
 	BeforeEach(func() {
-		authority = newCA("pillar-test-ca")
+		authority = h.NewCA("pillar-test-ca")
 		dir := GinkgoT().TempDir()
-		serverDir := authority.issue(filepath.Join(dir, "agent"), "agent", []string{"pillar-agent.storage.svc"}, "127.0.0.1")
-		clientDir = authority.issue(filepath.Join(dir, "controller"), "controller", nil)
+		serverDir := authority.Issue(filepath.Join(dir, "agent"), "agent", []string{"pillar-agent.storage.svc"}, "127.0.0.1")
+		clientDir = authority.Issue(filepath.Join(dir, "controller"), "controller", nil)
 		a = h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "1G", MTLSDir: serverDir})
 	})
 
@@ -319,13 +319,13 @@ var _ = Describe("mTLS", func() {
 		_, err := a.Client().GetHealth(h.Ctx(), &agentv1.GetHealthRequest{})
 		Expect(codeOf(err)).To(Equal(codes.Unavailable), "plaintext: %v", err)
 
-		_, err = a.ClientTLS(authority.plainTLS()).GetHealth(h.Ctx(), &agentv1.GetHealthRequest{})
+		_, err = a.ClientTLS(authority.PlainTLS()).GetHealth(h.Ctx(), &agentv1.GetHealthRequest{})
 		Expect(codeOf(err)).To(Equal(codes.Unavailable), "no client certificate: %v", err)
 
-		other := newCA("other-ca")
-		strangerDir := other.issue(filepath.Join(GinkgoT().TempDir(), "stranger"), "stranger", nil)
+		other := h.NewCA("other-ca")
+		strangerDir := other.Issue(filepath.Join(GinkgoT().TempDir(), "stranger"), "stranger", nil)
 		// The stranger trusts the agent's CA but presents a certificate of its own CA.
-		Expect(os.WriteFile(filepath.Join(strangerDir, "ca.crt"), authority.pem, 0o600)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(strangerDir, "ca.crt"), authority.PEM, 0o600)).To(Succeed())
 		stranger, err := mtls.Client(strangerDir, "")
 		Expect(err).NotTo(HaveOccurred())
 		_, err = a.ClientTLS(stranger).GetHealth(h.Ctx(), &agentv1.GetHealthRequest{})

@@ -15,8 +15,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pillarhq/pillar/sim/configfs"
 )
@@ -123,6 +126,46 @@ func losetup(ctx context.Context, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// attach binds file to a free loop device. In a container whose /dev is a
+// private tmpfs (a kind node, a pod with /dev from such a node) the kernel
+// makes new loop devices without their nodes appearing there, so losetup
+// -f --show fails: ask for the free device, make its node when it is
+// missing, then bind; another process may take the same device between
+// the two calls, hence the retries.
+func attach(ctx context.Context, file string) (string, error) {
+	var last error
+	for range 5 {
+		dev, err := losetup(ctx, "-f")
+		if err != nil {
+			return "", err
+		}
+		if err := ensureLoopNode(dev); err != nil {
+			return "", err
+		}
+		if _, err := losetup(ctx, dev, file); err != nil {
+			last = err
+			continue
+		}
+		return dev, nil
+	}
+	return "", last
+}
+
+// ensureLoopNode makes /dev/loopN (block 7:N) when it does not exist.
+func ensureLoopNode(dev string) error {
+	if _, err := os.Stat(dev); err == nil {
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(dev, "/dev/loop"))
+	if err != nil {
+		return fmt.Errorf("losetup -f printed %q", dev)
+	}
+	if err := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make %s: %w", dev, err)
+	}
+	return nil
+}
+
 // Connect attaches the exported backing file (or finds it attached).
 func (l *Loop) Connect(ctx context.Context, nqn, hostNQN string) (string, error) {
 	l.mu.Lock()
@@ -139,7 +182,7 @@ func (l *Loop) Connect(ctx context.Context, nqn, hostNQN string) (string, error)
 		recs[nqn] = file
 		return devs[0], l.save(recs)
 	}
-	dev, err := losetup(ctx, "-f", "--show", file)
+	dev, err := attach(ctx, file)
 	if err != nil {
 		return "", err
 	}

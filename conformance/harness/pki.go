@@ -1,4 +1,4 @@
-package agent_test
+package harness
 
 import (
 	"crypto/ecdsa"
@@ -17,16 +17,18 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// ca is a throwaway certificate authority for the mTLS specs.
-type ca struct {
+// CA is a throwaway certificate authority for the mTLS specs.
+type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
-	pem  []byte
+	// PEM is the CA certificate.
+	PEM []byte
 }
 
 var serial int64 = 1
 
-func newCA(name string) *ca {
+// NewCA makes a CA named name.
+func NewCA(name string) *CA {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	Expect(err).NotTo(HaveOccurred())
 	serial++
@@ -38,12 +40,12 @@ func newCA(name string) *ca {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	Expect(err).NotTo(HaveOccurred())
 	cert, _ := x509.ParseCertificate(der)
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return &CA{cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue writes tls.crt, tls.key and ca.crt (this CA) into a new directory:
+// Issue writes tls.crt, tls.key and ca.crt (this CA) into a new directory:
 // a leaf for the given DNS names and IPs, usable as server and client.
-func (c *ca) issue(dir, cn string, dns []string, ips ...string) string {
+func (c *CA) Issue(dir, cn string, dns []string, ips ...string) string {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	Expect(err).NotTo(HaveOccurred())
 	serial++
@@ -64,12 +66,12 @@ func (c *ca) issue(dir, cn string, dns []string, ips ...string) string {
 	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 	Expect(os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)).To(Succeed())
 	Expect(os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)).To(Succeed())
-	Expect(os.WriteFile(filepath.Join(dir, "ca.crt"), c.pem, 0o600)).To(Succeed())
+	Expect(os.WriteFile(filepath.Join(dir, "ca.crt"), c.PEM, 0o600)).To(Succeed())
 	return dir
 }
 
-// plainTLS is a client configuration trusting c, presenting no certificate.
-func (c *ca) plainTLS() *tls.Config {
+// PlainTLS is a client configuration trusting c, presenting no certificate.
+func (c *CA) PlainTLS() *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(c.cert)
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

@@ -1,0 +1,116 @@
+//go:build kinde2e
+
+package kind_test
+
+// pillar-csi and the proxy installed by their charts on a kind cluster
+// made offline from the project's node image (make e2e-kind): the agent
+// runs on simulated storage through chart values, the node attaches the
+// volumes as loop devices with its loopback connector, and the CSI
+// sidecars are the chart's default images (built from their modules, or
+// the stand-ins of sim/csisidecar). Everything goes through the Kubernetes
+// API as a user's kubectl would.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	h "github.com/pillarhq/pillar/conformance/harness"
+)
+
+var (
+	nodeImage = flag.String("node-image", "", "kind node image (scripts/kind/node-image.sh)")
+	artifacts = flag.String("artifacts", "", "directory for the cluster's logs when a spec fails")
+	keep      = flag.Bool("keep-cluster", false, "leave the cluster running at the end")
+)
+
+func TestKind(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "charts on a kind cluster")
+}
+
+const clusterName = "pillar-e2e"
+
+var (
+	kc     *h.KindCluster
+	failed bool
+)
+
+// images the suite loads into the node: the charts' default references
+// (tagged so by scripts/images.sh and scripts/kind/sidecar-images.sh) and
+// the test workloads'.
+var images = []string{
+	"ghcr.io/pillarhq/pillar-csi/agent:0.3.3",
+	"ghcr.io/pillarhq/pillar-csi/controller:0.3.3",
+	"ghcr.io/pillarhq/pillar-csi/node:0.3.3",
+	"docker.io/library/busybox:1.38.0",
+	"registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
+	"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
+	"registry.k8s.io/sig-storage/csi-resizer:v2.2.1",
+	"registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
+	"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
+	"ghcr.io/pillarhq/pillar/proxy:0.1.0",
+	"pillar/sim:local",
+	"pillar/postgres:15-local",
+}
+
+var _ = SynchronizedBeforeSuite(func() []byte {
+	Expect(*nodeImage).NotTo(BeEmpty(), "-node-image is required (make e2e-kind builds it)")
+	start := time.Now()
+	var err error
+	kc, err = h.CreateKind(clusterName, *nodeImage)
+	Expect(err).NotTo(HaveOccurred())
+	GinkgoWriter.Printf("cluster up in %s\n", time.Since(start).Round(time.Second))
+	start = time.Now()
+	Expect(kc.LoadImages(images...)).To(Succeed())
+	GinkgoWriter.Printf("images loaded in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}, func([]byte) {})
+
+var _ = ReportAfterEach(func(r SpecReport) {
+	if r.Failed() {
+		failed = true
+	}
+})
+
+var _ = SynchronizedAfterSuite(func() {}, func() {
+	if kc == nil {
+		return
+	}
+	if failed && *artifacts != "" {
+		dir := filepath.Join(*artifacts, "kind-logs")
+		os.RemoveAll(dir)
+		if err := kc.ExportLogs(dir); err != nil {
+			GinkgoWriter.Printf("exporting logs: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "kind logs exported to %s\n", dir)
+		}
+	}
+	if !*keep {
+		Expect(kc.Delete()).To(Succeed())
+	}
+})
+
+func ctx() context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	DeferCleanup(cancel)
+	return c
+}
+
+// lines of a pod's log that contain s.
+func hasLine(log, s string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}

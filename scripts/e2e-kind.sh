@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The kind e2e (make e2e-kind): builds or reuses the offline kind node image
+# (scripts/kind/node-image.sh), the project's images (scripts/images.sh) and
+# the CSI sidecar images (scripts/kind/sidecar-images.sh), then runs the
+# Ginkgo suite conformance/kind, which creates the cluster through kind's Go
+# API, installs charts/pillar-csi and charts/proxy with Helm's Go packages,
+# exports the cluster's logs to bin/artifacts/kind on failure and deletes
+# the cluster at the end.
+#   scripts/e2e-kind.sh           the e2e specs
+#   scripts/e2e-kind.sh --bench   also the PVC-to-Bound / pod-to-Running bench;
+#                                 its table goes to bin/artifacts/kind/bench.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+t0=$SECONDS
+filter='!bench'
+[ "${1:-}" = --bench ] && filter=''
+
+bash scripts/docker.sh
+step "kind node image (Kubernetes, etcd, CoreDNS, pause built from the Go module proxy; cached by content)"
+node_image=$(bash scripts/kind/node-image.sh)
+note "node image: $node_image"
+step "project images"
+bash scripts/images.sh
+step "CSI sidecar images"
+bash scripts/kind/sidecar-images.sh >/dev/null
+
+mkdir -p bin/artifacts/kind
+step "conformance/kind on a new cluster"
+rc=0
+go test -tags kinde2e -count=1 -timeout 45m ./conformance/kind/ -args \
+  -node-image="$node_image" -artifacts="$PWD/bin/artifacts/kind" \
+  -bench-out="$PWD/bin/artifacts/kind/bench.md" \
+  -ginkgo.label-filter="$filter" -ginkgo.v -ginkgo.no-color >bin/artifacts/kind/e2e.log 2>&1 || rc=$?
+grep -E '^(ok|FAIL|Ran |PASS|SUCCESS|\[FAIL\])|cluster up|images loaded|rolling restart|^\| ' bin/artifacts/kind/e2e.log >&2 || true
+[ "$rc" = 0 ] || { tail -80 bin/artifacts/kind/e2e.log >&2; die "kind e2e failed (log: bin/artifacts/kind/e2e.log)"; }
+note "kind e2e done in $((SECONDS - t0))s"
