@@ -16,23 +16,9 @@ fi
 mkdir -p "$out"
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-staging=v0${KUBE_VERSION#v1}
 
 step "envtest assets: kube-apiserver $KUBE_VERSION (k8s.io/kubernetes with its staging modules)"
-gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-[ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$KUBE_VERSION"
-mkdir -p "$src/kube"
-{
-  echo "module pillar.local/kubeassets"
-  echo
-  sed -n 's/^go \(.*\)$/go \1/p' "$gomod" | head -1
-  echo
-  echo "require k8s.io/kubernetes $KUBE_VERSION"
-  echo
-  # k8s.io/kubernetes replaces its staging modules with local paths; a
-  # consumer replaces them with the published modules of the same release.
-  grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
-} >"$src/kube/go.mod"
+bash scripts/kube-module.sh "$KUBE_VERSION" "$src/kube"
 cat >"$src/kube/main.go" <<'GO'
 package main
 
