@@ -199,6 +199,21 @@ var _ = Describe("pillar-csi chart", func() {
 		Expect(backend.Properties["lvm"].Properties).To(HaveKey("thinPool"))
 	})
 
+	It("adds extra volumes and mounts to the agent and node containers", func() {
+		vol := []any{map[string]any{"name": "extra", "hostPath": map[string]any{"path": "/var/lib/extra"}}}
+		mnt := []any{map[string]any{"name": "extra", "mountPath": "/extra"}}
+		objs := render(map[string]any{
+			"agent": map[string]any{"backends": backends, "extraVolumes": vol, "extraVolumeMounts": mnt},
+			"node":  map[string]any{"extraVolumes": vol, "extraVolumeMounts": mnt},
+		})
+		for name, ctr := range map[string]string{"pillar-pillar-csi-agent": "agent", "pillar-pillar-csi-node": "node"} {
+			ds := decode[appsv1.DaemonSet](find(objs, "DaemonSet", name))
+			Expect(ds.Spec.Template.Spec.Volumes).To(ContainElement(corev1.Volume{Name: "extra",
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/extra"}}}), name)
+			Expect(container(ds.Spec.Template.Spec.Containers, ctr).VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "extra", MountPath: "/extra"}), name)
+		}
+	})
+
 	It("refuses every backend rule the seed says fails rendering, naming the key", Label("S-AG-3", "S-AG-4", "S-AG-7"), func() {
 		for want, b := range map[string][]any{
 			"agent.backends[0]: sets neither zfs nor lvm":           {map[string]any{}},

@@ -35,12 +35,17 @@ type KindCluster struct {
 	provider *cluster.Provider
 }
 
-// kindConfig is the only configuration the offline image needs: it has
-// no kindnetd, and carries a static CNI configuration instead.
+// kindConfig is what the offline image needs (docs/kind.md): it has no
+// kindnetd but a static CNI configuration, and this VM's kubelet runs on
+// cgroup v1, which v1.37 refuses unless told.
 const kindConfig = `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
   disableDefaultCNI: true
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
 nodes:
   - role: control-plane
 `

@@ -27,8 +27,8 @@ for b in $bins; do
   [ -x "$out/$b" ] && continue
   step "building $b $KUBE_VERSION"
   t0=$SECONDS
-  (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b") || die "$b build failed"
-  mv "$out/$b.tmp" "$out/$b"
+  (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$out/$b.$$" "k8s.io/kubernetes/cmd/$b") || die "$b build failed"
+  mv "$out/$b.$$" "$out/$b"
   note "$b built in $((SECONDS - t0))s"
 done
 echo "$out"

@@ -39,8 +39,8 @@ if [ ! -x "$coredns_bin" ]; then
   step "building CoreDNS $coredns_version ($COREDNS_MODULE)"
   src=$(mktemp -d)
   printf 'module pillar.local/coredns\n\ngo 1.24\n\nrequire %s %s\n' "$COREDNS_MODULE" "$coredns_version" >"$src/go.mod"
-  (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$coredns_bin.tmp" "$COREDNS_MODULE") || die "CoreDNS build failed"
-  mv "$coredns_bin.tmp" "$coredns_bin"; rm -rf "$src"
+  (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$coredns_bin.$$" "$COREDNS_MODULE") || die "CoreDNS build failed"
+  mv "$coredns_bin.$$" "$coredns_bin"; rm -rf "$src"
 fi
 ctx=$(mktemp -d)
 trap 'as_root rm -rf "$ctx"' EXIT

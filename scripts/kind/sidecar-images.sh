@@ -31,8 +31,8 @@ upstream() {
     src=$(mktemp -d)
     { echo "module pillar.local/$cmd"; echo; grep -m1 '^go ' "$gomod"; echo; echo "require $mod $ver"; echo
       grep -E '^replace [^(]' "$gomod" || true; } >"$src/go.mod"
-    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$out.tmp" "$mod/cmd/$cmd") || die "$cmd build failed"
-    mv "$out.tmp" "$out"; rm -rf "$src"
+    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$out.$$" "$mod/cmd/$cmd") || die "$cmd build failed"
+    mv "$out.$$" "$out"; rm -rf "$src"
   fi
   echo "$out"
 }
