@@ -29,10 +29,10 @@ bash scripts/kind/sidecar-images.sh >/dev/null
 mkdir -p bin/artifacts/kind
 step "conformance/kind on a new cluster"
 rc=0
-go test -tags kinde2e -count=1 -timeout 45m ./conformance/kind/ -args \
+go test -v -tags kinde2e -count=1 -timeout 45m ./conformance/kind/ -args \
   -node-image="$node_image" -artifacts="$PWD/bin/artifacts/kind" \
   -bench-out="$PWD/bin/artifacts/kind/bench.md" \
   -ginkgo.label-filter="$filter" -ginkgo.v -ginkgo.no-color >bin/artifacts/kind/e2e.log 2>&1 || rc=$?
-grep -E '^(ok|FAIL|Ran |PASS|SUCCESS|\[FAIL\])|cluster up|images loaded|rolling restart|^\| ' bin/artifacts/kind/e2e.log >&2 || true
+grep -E '^(ok|FAIL|Ran |PASS|SUCCESS|\[FAIL\]|•)|cluster up|images loaded|rolling restart|^\| ' bin/artifacts/kind/e2e.log >&2 || true
 [ "$rc" = 0 ] || { tail -80 bin/artifacts/kind/e2e.log >&2; die "kind e2e failed (log: bin/artifacts/kind/e2e.log)"; }
 note "kind e2e done in $((SECONDS - t0))s"

@@ -110,8 +110,12 @@ step "node root: Debian $suite with $node_pkgs"
 root_tar=$kcache/node-root-$hash.tar
 apt_root_tar "$root_tar" main "$node_pkgs" "" node_finish
 step "docker import $ref"
-docker import --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
-  --change 'ENTRYPOINT ["/usr/local/bin/pillar-entrypoint", "/sbin/init"]' "$root_tar" "$ref" >/dev/null
+docker import "$root_tar" "$ref-root" >/dev/null
+# docker import takes no STOPSIGNAL: one build step adds the config.
+d=$(mktemp -d -p "$ctx")
+printf 'FROM %s\nENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nENTRYPOINT ["/usr/local/bin/pillar-entrypoint", "/sbin/init"]\n' "$ref-root" >"$d/Dockerfile"
+DOCKER_BUILDKIT=0 docker build -q -t "$ref" "$d" >/dev/null 2>&1 || die "docker build $ref failed"
+docker rmi "$ref-root" >/dev/null
 rm -f "$root_tar"
 note "node image built in $((SECONDS - t0))s"
 echo "$ref"
