@@ -9,6 +9,11 @@ source scripts/lib.sh
 KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 out="$PILLAR_CACHE/kube/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
+# One build at a time: scripts/test.sh builds the kind node image, which
+# needs etcd from here, beside the envtest step.
+mkdir -p "$PILLAR_CACHE/kube"
+exec 9>"$out.lock"
+flock 9
 if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ]; then
   echo "$out"
   exit 0

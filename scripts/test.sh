@@ -12,10 +12,20 @@ mkdir -p bin/artifacts/kernel
 guest_log=bin/artifacts/kernel/guest-image.log
 bash scripts/kernel/guest-image.sh >"$guest_log" 2>&1 &
 guest_pid=$!
-trap 'kill $guest_pid 2>/dev/null || true' EXIT
+# The kind e2e's images: the CSI sidecars and the node image (Kubernetes,
+# CoreDNS from the module proxy), 30-40 minutes from an empty cache on two
+# busy cores; also built beside the tiers below.
+kind_log=bin/artifacts/kind/images.log
+mkdir -p bin/artifacts/kind
+bash scripts/docker.sh
+{ bash scripts/kind/sidecar-images.sh && bash scripts/kind/node-image.sh; } >"$kind_log" 2>&1 &
+kind_pid=$!
+trap 'kill $guest_pid $kind_pid 2>/dev/null || true' EXIT
 
 step "vet"
 go vet ./...
+go vet -tags kinde2e ./conformance/kind/
+go vet -tags kernelguest ./conformance/kernel/...
 out=$(gofmt -l impl sim conformance 2>/dev/null || true)
 [ -z "$out" ] || die "gofmt needed: $out"
 
@@ -30,16 +40,6 @@ go test -count=1 ./impl/... ./sim/...
 step "envtest assets (kube-apiserver and etcd built from the Go module proxy; cached by version)"
 KUBEBUILDER_ASSETS=$(bash scripts/kube-assets.sh)
 export KUBEBUILDER_ASSETS
-
-# The kind node image (Kubernetes binaries from the module proxy, sharing
-# the Go build cache just filled) and the sidecar images: 15-25 minutes
-# from an empty cache; build them while the suites below run.
-kind_log=bin/artifacts/kind/images.log
-mkdir -p bin/artifacts/kind
-bash scripts/docker.sh
-{ bash scripts/kind/node-image.sh && bash scripts/kind/sidecar-images.sh; } >"$kind_log" 2>&1 &
-kind_pid=$!
-trap 'kill $guest_pid $kind_pid 2>/dev/null || true' EXIT
 
 step "build"
 make --no-print-directory build

@@ -39,7 +39,7 @@ upstream() {
 standin() {
   local cmd=$1 out
   out=$(mktemp -d)/$cmd
-  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out" "./sim/cmd/$cmd"
+  CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out" "./sim/cmd/$cmd" || die "building the $cmd stand-in failed"
   echo "$out"
 }
 # image REF BINARY NAME

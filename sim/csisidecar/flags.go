@@ -2,6 +2,7 @@ package csisidecar
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -44,6 +45,18 @@ func NewFlags(name, defaultAddress string, c *Common) *flag.FlagSet {
 		fs.String(n, "", "accepted for compatibility; ignored")
 	}
 	return fs
+}
+
+// Parse parses args, exiting 2 on a bad flag and 0 after printing the
+// version for --version, as the real sidecars do.
+func Parse(fs *flag.FlagSet, c *Common, args []string) {
+	if err := fs.Parse(args); err != nil {
+		os.Exit(2)
+	}
+	if c.Version {
+		fmt.Println(fs.Name() + " stand-in (pillar sim)")
+		os.Exit(0)
+	}
 }
 
 // PodNamespace is the namespace of the pod the process runs in ("default"

@@ -22,13 +22,7 @@ func main() {
 	regPath := fs.String("kubelet-registration-path", "", "the plugin's socket path on the host (required)")
 	dir := fs.String("plugin-registration-path", "/registration", "the kubelet's plugins_registry directory as mounted")
 	fs.String("mode", "registration", "accepted for compatibility; only registration is served")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	if c.Version {
-		fmt.Println("csi-node-driver-registrar stand-in (pillar sim)")
-		return
-	}
+	csisidecar.Parse(fs, &c, os.Args[1:])
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if *regPath == "" {
 		log.Error("--kubelet-registration-path is required")

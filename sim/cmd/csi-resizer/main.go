@@ -26,13 +26,7 @@ import (
 func main() {
 	var c csisidecar.Common
 	fs := csisidecar.NewFlags("csi-resizer", "/run/csi/socket", &c)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	if c.Version {
-		fmt.Println("csi-resizer stand-in (pillar sim)")
-		return
-	}
+	csisidecar.Parse(fs, &c, os.Args[1:])
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(c, log); err != nil {
 		log.Error("csi-resizer", "error", err)

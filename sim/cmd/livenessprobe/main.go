@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,13 +15,7 @@ func main() {
 	var c csisidecar.Common
 	fs := csisidecar.NewFlags("livenessprobe", "/run/csi/socket", &c)
 	probeTimeout := fs.Duration("probe-timeout", time.Second, "timeout of each Probe call")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	if c.Version {
-		fmt.Println("livenessprobe stand-in (pillar sim)")
-		return
-	}
+	csisidecar.Parse(fs, &c, os.Args[1:])
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	addr := c.HTTPEndpoint
 	if addr == "" {
