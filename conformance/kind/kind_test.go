@@ -88,11 +88,12 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 	if failed && *artifacts != "" {
 		dir := filepath.Join(*artifacts, "kind-logs")
 		os.RemoveAll(dir)
+		// The node has no crictl (not packaged here), so kind's image list
+		// fails; the journal, kubelet, containerd and pod logs are written.
 		if err := kc.ExportLogs(dir); err != nil {
-			GinkgoWriter.Printf("exporting logs: %v\n", err)
-		} else {
-			fmt.Fprintf(os.Stderr, "kind logs exported to %s\n", dir)
+			fmt.Fprintf(os.Stderr, "exporting kind logs (incomplete): %v\n", err)
 		}
+		fmt.Fprintf(os.Stderr, "kind logs exported to %s\n", dir)
 	}
 	if !*keep {
 		Expect(kc.Delete()).To(Succeed())
