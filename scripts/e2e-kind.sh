@@ -36,5 +36,8 @@ go test -v -tags kinde2e -count=1 -timeout 45m ./conformance/kind/ -args \
 # The specs run (Ginkgo prints "• [time]" after each), the suite's own
 # notes, the summary.
 grep -E '^(• \[|pillar-csi installed by its chart |the proxy installed by its chart |Ran |SUCCESS|FAIL|ok|PASS|\[FAIL\])|cluster up|images loaded|rolling restart|^\| ' bin/artifacts/kind/e2e.log >&2 || true
-[ "$rc" = 0 ] || { tail -80 bin/artifacts/kind/e2e.log >&2; die "kind e2e failed (log: bin/artifacts/kind/e2e.log)"; }
+# On failure: each failed spec's message (what CI's excerpt must show),
+# then the end of the log.
+[ "$rc" = 0 ] || { grep -A25 '\[FAILED\]' bin/artifacts/kind/e2e.log | head -150 >&2 || true
+  tail -40 bin/artifacts/kind/e2e.log >&2; die "kind e2e failed (log: bin/artifacts/kind/e2e.log)"; }
 note "kind e2e done in $((SECONDS - t0))s"

@@ -74,6 +74,16 @@ func csiValues(extra map[string]any) map[string]any {
 
 func installCSI(c context.Context, extra map[string]any) {
 	Expect(kc.Helm(c, release, csiNS, charts.Dir("pillar-csi"), csiValues(extra), 4*time.Minute)).To(Succeed())
+	// Helm's wait ends when the controller pods are Ready, but the API
+	// server reaches the webhooks through the Service's cluster IP, which
+	// kube-proxy routes a moment later (on a busy machine, seconds later).
+	// A dry-run create goes through both webhooks and stores nothing; as
+	// kubectl users do after an install, retry until it is admitted.
+	probe := object("PillarAgent", "admission-probe", map[string]any{"nodeName": "admission-probe"})
+	Eventually(func() error {
+		_, err := kc.Dynamic.Resource(agentsGVR).Create(c, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}, 2*time.Minute, time.Second).Should(Succeed(), "webhooks not reachable after the install")
 }
 
 // agentClient dials the agent's host port on the node from this machine.
