@@ -122,6 +122,7 @@ for _ in 1 2 3; do
   go test -run '^$' -bench . -benchmem -benchtime 0.5s -count 1 ./conformance/bench/
 done | tee "$tmp/micro.txt"
 go test -run '^$' -bench ScanRequest1MB -benchmem -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
+go test -run '^$' -bench Admit -benchmem -count 1 ./impl/gateway/limits/ | tee -a "$tmp/micro.txt"
 
 step "router plugin cost (a Go WASM module under wazero) and the proxy path with a one-plugin chain"
 go test -run '^$' -bench 'BenchmarkRoute$' -benchmem -benchtime 2000x -count 1 ./impl/gateway/plugins/ | tee "$tmp/plugins.txt"
@@ -159,7 +160,8 @@ wired as in bin/proxy (only the database write is left out); `bare` is the basel
 buffer pool). `BenchmarkProxyPathParallel` does the same from GOMAXPROCS goroutines at once, which
 shows contention on shared state. Allocations include the usage recorder's background work.
 `BenchmarkScanRequest1MB` (in `impl/gateway/relay`) is the top-level scan for `model` and `stream`
-in a 1 MB prompt.
+in a 1 MB prompt. `BenchmarkAdmit` (in `impl/gateway/limits`) is the `default_limits` check of a
+principal with a request and a token limit, from GOMAXPROCS goroutines.
 EOF
   echo
   echo "## Router plugins"

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 )
 
 // Metrics are the proxy path's Prometheus series. Children are resolved once
@@ -13,6 +15,7 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	duration  prometheus.Histogram
 	failovers prometheus.Counter
+	limitedBy [3]prometheus.Counter // by limits.Kind
 	byCode    [600]prometheus.Counter
 }
 
@@ -33,11 +36,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a request moved on to the next candidate upstream.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.failovers)
+	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_principal_limited_total",
+		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
+	}, []string{"kind"})
+	for _, k := range []limits.Kind{limits.Requests, limits.Tokens} {
+		m.limitedBy[k] = limited.WithLabelValues(k.String())
+	}
+	reg.MustRegister(m.requests, m.duration, m.failovers, limited)
 	for _, c := range []int{200, 400, 401, 403, 404, 413, 429, 500, 502, 503, 529} {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
 	}
 	return m
+}
+
+func (m *Metrics) limited(k limits.Kind) {
+	if int(k) < len(m.limitedBy) && m.limitedBy[k] != nil {
+		m.limitedBy[k].Inc()
+	}
 }
 
 func (m *Metrics) observe(code int, d time.Duration) {

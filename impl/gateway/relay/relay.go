@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -56,6 +57,11 @@ type Exchange struct {
 // must not block.
 type Observer interface{ Observe(Exchange) }
 
+// Limiter enforces principals' default_limits (limits.Limiter).
+type Limiter interface {
+	Admit(principal string, ls []limits.Limit) *limits.Refusal
+}
+
 // Options configures a Handler.
 type Options struct {
 	Source   Source
@@ -63,7 +69,10 @@ type Options struct {
 	Observer Observer // optional
 	// Plugins runs WASM router plugins of dynamic chains (optional; without
 	// it such chains fail closed).
-	Plugins   PluginRouter
+	Plugins PluginRouter
+	// Limiter enforces default_limits on /v1/messages (optional: without
+	// it limits are not enforced).
+	Limiter   Limiter
 	Transport http.RoundTripper // default: a tuned http.Transport
 	Metrics   *Metrics          // optional
 	Logger    *slog.Logger
@@ -76,6 +85,7 @@ type Handler struct {
 	rec     Recorder
 	obs     Observer
 	plugins PluginRouter
+	limiter Limiter
 	client  *http.Client
 	metrics *Metrics
 	log     *slog.Logger
@@ -113,7 +123,7 @@ func New(o Options) *Handler {
 		o.Now = time.Now
 	}
 	return &Handler{
-		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, metrics: o.Metrics, log: o.Logger, now: o.Now,
+		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now,
 		client: &http.Client{
 			Transport: o.Transport,
 			// Redirects from a provider are not followed: the credential
@@ -196,6 +206,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.AllowsModel(model) {
 		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
 		return
+	}
+	if ep == epMessages && len(p.Limits) > 0 && h.limiter != nil {
+		if lr := h.limiter.Admit(p.ID, p.Limits); lr != nil {
+			// Anthropic's answer to a rate limit: 429 rate_limit_error
+			// with retry-after, which the SDKs honour.
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((lr.RetryAfter+time.Second-1)/time.Second), 10))
+			if h.metrics != nil {
+				h.metrics.limited(lr.Limit.Kind)
+			}
+			refuse(http.StatusTooManyRequests, "rate_limit_error", "principal limit reached: "+lr.Limit.String()+"; retry after the Retry-After seconds")
+			return
+		}
 	}
 	cands := p.Candidates
 	if p.Dynamic {

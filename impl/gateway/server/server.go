@@ -31,6 +31,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
@@ -92,6 +93,9 @@ type running struct {
 	errc       chan error
 	sched      *scheduler.Scheduler
 	closeSched func()
+	// stopLimits hands the last limit counts to the database (after the
+	// recorder counted the last tokens, before the store closes).
+	stopLimits func()
 }
 
 func start(ctx context.Context, cfg *Config, getenv func(string) string, log *slog.Logger, stderr io.Writer) (*running, error) {
@@ -134,7 +138,16 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		st.Close()
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
-	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage")})
+	// default_limits: counted in memory, shared through the database.
+	lim := limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
+	// A replica starting (or restarting) enforces the cluster's counts
+	// from its first request; a failure is logged and retried each second.
+	lim.Sync(ctx)
+	rec := usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), OnEvent: func(ev store.RequestEvent) {
+		if p := rt.Current().Principal(ev.PrincipalID); p != nil && len(p.Limits) > 0 {
+			lim.AddTokens(p.ID, p.Limits, ev.InputTokens+ev.CacheCreationInputTokens+ev.OutputTokens)
+		}
+	}})
 
 	schedMetrics := scheduler.NewMetrics(reg)
 	subs := newSubscriptions(cfg, st, box, rt, log, getenv)
@@ -162,7 +175,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	startedAt := time.Now()
 	relayH := relay.New(relay.Options{
-		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
+		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	})
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
@@ -177,6 +190,9 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 
 	bg, cancel := context.WithCancel(context.Background())
 	go rt.Reconcile(bg, cfg.ReconcileInterval)
+	limCtx, limCancel := context.WithCancel(context.Background())
+	limDone := make(chan struct{})
+	go func() { lim.Run(limCtx); close(limDone) }()
 	ka.Start(bg)
 	// Local price catalog installation runs in-process on every replica.
 	go prices.Run(bg, cfg.ReconcileInterval)
@@ -194,7 +210,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		go l.Run(bg)
 	}
 
-	r := &running{log: log, st: st, rec: rec, cancel: cancel, errc: make(chan error, 2), sched: sched, closeSched: closeSched}
+	r := &running{log: log, st: st, rec: rec, cancel: cancel, stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: sched, closeSched: closeSched}
 	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
 	if err != nil {
 		r.close()
@@ -247,6 +263,9 @@ func (r *running) close() {
 	}
 	if r.rec != nil {
 		r.rec.Close()
+	}
+	if r.stopLimits != nil {
+		r.stopLimits()
 	}
 	r.st.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -59,6 +60,8 @@ type Principal struct {
 	Candidates []*Upstream
 	// Dynamic is true when a router must run per request (WASM plugins).
 	Dynamic bool
+	// Limits are the principal's default_limits (nil: unlimited).
+	Limits []limits.Limit
 }
 
 // Router is one router-slot chain entry.
@@ -153,6 +156,7 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 			models:           newModelMatcher(p.AllowedModels),
 			CacheKeepalive:   p.CacheKeepalive,
 			KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
+			Limits:           principalLimits(p),
 		}
 	}
 	chains := append([]store.ChainEntry(nil), cfg.Chains...)
@@ -192,6 +196,17 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		s.keys[h] = &Key{ID: k.ID, Principal: p}
 	}
 	return s
+}
+
+// principalLimits parses stored default_limits. The admin API validated
+// them on write; a row that no longer parses (written by a newer version)
+// is enforced as no limits rather than refusing the principal's traffic.
+func principalLimits(p *store.Principal) []limits.Limit {
+	ls, err := limits.Parse(p.DefaultLimits)
+	if err != nil {
+		return nil
+	}
+	return ls
 }
 
 func keepAliveEnabled(raw json.RawMessage) bool {

@@ -215,6 +215,8 @@ type Store interface {
 	KeepAliveStore
 	// PluginStore is the WASM plugin registry and chain editing.
 	PluginStore
+	// LimitStore is the shared counting of principals' default_limits.
+	LimitStore
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error

@@ -42,6 +42,7 @@ type Recorder struct {
 	queue    chan Pending
 	batch    int
 	interval time.Duration
+	onEvent  func(store.RequestEvent)
 	dropped  atomic.Int64
 	written  atomic.Int64
 	flushReq chan chan struct{}
@@ -56,6 +57,9 @@ type Options struct {
 	BatchSize     int           // default 256
 	FlushInterval time.Duration // default 200ms
 	Logger        *slog.Logger
+	// OnEvent, when set, sees each event once its token counts are known
+	// (principal token limits), on the recorder's goroutine.
+	OnEvent func(store.RequestEvent)
 }
 
 // NewRecorder starts the background writer.
@@ -75,7 +79,7 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
 		w: w, log: o.Logger, queue: make(chan Pending, o.QueueSize), batch: o.BatchSize,
-		interval: o.FlushInterval, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
+		interval: o.FlushInterval, onEvent: o.OnEvent, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
 	go r.run(ctx)
 	return r
@@ -151,6 +155,9 @@ func (r *Recorder) run(ctx context.Context) {
 	}
 	add := func(p Pending) {
 		Extract(&p)
+		if r.onEvent != nil {
+			r.onEvent(p.Event)
+		}
 		buf = append(buf, p.Event)
 		if len(buf)%r.batch == 0 {
 			flush()

@@ -140,3 +140,24 @@ func TestRecorderRetriesFailedBatch(t *testing.T) {
 		t.Fatalf("after recovery written %d dropped %d", w.total(), r.Dropped())
 	}
 }
+
+// OnEvent sees each event with its token counts filled in (principal
+// token limits count them).
+func TestRecorderOnEventSeesTokens(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []store.RequestEvent
+	r := NewRecorder(&memWriter{}, Options{FlushInterval: time.Hour, OnEvent: func(ev store.RequestEvent) {
+		mu.Lock()
+		seen = append(seen, ev)
+		mu.Unlock()
+	}})
+	defer r.Close()
+	r.Record(Pending{Event: store.RequestEvent{PrincipalID: "pr_a"}, Body: []byte(`{"usage":{"input_tokens":3,"output_tokens":4,"cache_creation_input_tokens":5}}`)})
+	r.Flush(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0].PrincipalID != "pr_a" || seen[0].InputTokens != 3 || seen[0].OutputTokens != 4 || seen[0].CacheCreationInputTokens != 5 {
+		t.Fatalf("OnEvent saw %+v", seen)
+	}
+}

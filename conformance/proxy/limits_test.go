@@ -1,0 +1,45 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("Principal default_limits", func() {
+	It("refuses a principal past its token budget with a 429 the SDK understands, and lifts it at runtime", func() {
+		w := newWorld()
+		limited := []any{map[string]any{"kind": "tokens", "window_secs": 3600, "max": 10}}
+		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": limited}, 200)
+		c := anthropic.NewClient(option.WithBaseURL(w.px.ProxyURL), option.WithAPIKey(w.key), option.WithMaxRetries(0))
+		params := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 8,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("one two three four five six"))}}
+		// The sim counts the prompt's words and the answer's: the first
+		// request spends more than 10 tokens, so once its usage is counted
+		// (right after it finished) the next one is refused.
+		msg, err := c.Messages.New(context.Background(), params)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(msg.Usage.InputTokens + msg.Usage.OutputTokens).To(BeNumerically(">", 10))
+		var apiErr *anthropic.Error
+		Eventually(func() int {
+			_, err := c.Messages.New(context.Background(), params)
+			if !errors.As(err, &apiErr) {
+				return 200
+			}
+			return apiErr.StatusCode
+		}, 5*time.Second, 50*time.Millisecond).Should(Equal(429))
+		Expect(apiErr.Response.Header.Get("Retry-After")).NotTo(BeEmpty())
+		Expect(apiErr.RawJSON()).To(ContainSubstring("rate_limit_error"))
+		Expect(apiErr.RawJSON()).To(ContainSubstring("10 tokens per 3600s"))
+		Expect(counter(w.px, "svc_proxy_principal_limited_total", "kind", "tokens")).To(BeNumerically(">=", 1))
+
+		// Limits change with the snapshot, like everything else.
+		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": []any{}}, 200)
+		Eventually(func() error { _, err := c.Messages.New(context.Background(), params); return err }, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+	})
+})

@@ -1,0 +1,337 @@
+// Package limits enforces a principal's default_limits: at most max requests,
+// or max tokens, per window of window_secs. Counting happens in memory on the
+// request path (a map lookup under a mutex); a background sync adds each
+// replica's counts to shared windows in the database once a second and reads
+// back the cluster's totals, so every replica enforces the cluster-wide
+// limit, overshooting by at most what the other replicas admitted since
+// their last sync.
+//
+// Windows are aligned to the Unix epoch; the count a request is checked
+// against is the sliding-window estimate current + previous × (the part of
+// the previous window still inside the last window_secs), which does not let
+// a burst at a window boundary through twice.
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Kind is what a limit counts.
+type Kind uint8
+
+const (
+	// Requests counts admitted /v1/messages requests.
+	Requests Kind = iota + 1
+	// Tokens counts input, cache-creation and output tokens of finished
+	// requests (cache reads are not counted, as with the provider's own
+	// input-token limits).
+	Tokens
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Requests:
+		return "requests"
+	case Tokens:
+		return "tokens"
+	}
+	return "unknown"
+}
+
+// MaxWindow bounds window_secs (31 days), as the admin API does.
+const MaxWindow = 31 * 24 * time.Hour
+
+// Limit is one element of default_limits.
+type Limit struct {
+	Kind   Kind
+	Window time.Duration // whole seconds
+	Max    int64
+}
+
+func (l Limit) String() string {
+	return fmt.Sprintf("%d %s per %ds", l.Max, l.Kind, int64(l.Window/time.Second))
+}
+
+// Parse reads a default_limits array ({"kind","window_secs","max"}
+// elements). Null or empty means no limits.
+func Parse(raw json.RawMessage) ([]Limit, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var elems []struct {
+		Kind       string `json:"kind"`
+		WindowSecs int64  `json:"window_secs"`
+		Max        int64  `json:"max"`
+	}
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, fmt.Errorf("default_limits: %w", err)
+	}
+	out := make([]Limit, 0, len(elems))
+	for i, e := range elems {
+		var k Kind
+		switch e.Kind {
+		case "requests":
+			k = Requests
+		case "tokens":
+			k = Tokens
+		default:
+			return nil, fmt.Errorf("default_limits[%d].kind: %q is neither requests nor tokens", i, e.Kind)
+		}
+		w := time.Duration(e.WindowSecs) * time.Second
+		if e.WindowSecs < 1 || w > MaxWindow {
+			return nil, fmt.Errorf("default_limits[%d].window_secs: %d is outside 1-%d", i, e.WindowSecs, int64(MaxWindow/time.Second))
+		}
+		if e.Max < 1 {
+			return nil, fmt.Errorf("default_limits[%d].max: must be at least 1", i)
+		}
+		out = append(out, Limit{Kind: k, Window: w, Max: e.Max})
+	}
+	return out, nil
+}
+
+// Store holds the shared windows (store.Store implements it).
+type Store interface {
+	SyncLimitWindows(ctx context.Context, deltas []store.LimitWindow, now time.Time) ([]store.LimitWindow, error)
+}
+
+type key struct {
+	principal string
+	kind      Kind
+	window    int64 // seconds
+	start     int64 // unix seconds, a multiple of window
+}
+
+// cell is one window's count: shared is the cluster total at the last sync
+// (this replica's synced counts included), inflight what the running sync
+// is adding, pending what was counted since.
+type cell struct{ shared, inflight, pending int64 }
+
+func (c *cell) count() int64 { return c.shared + c.inflight + c.pending }
+
+// Limiter counts and checks. The zero value is not usable; use New.
+type Limiter struct {
+	st    Store
+	now   func() time.Time
+	every time.Duration
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	cells map[key]*cell
+}
+
+// Options configures a Limiter.
+type Options struct {
+	// Store shares counts between replicas; nil counts this process only.
+	Store Store
+	// SyncEvery is the sync period (default 1 s).
+	SyncEvery time.Duration
+	Now       func() time.Time
+	Logger    *slog.Logger
+}
+
+// New returns a Limiter; Run syncs it.
+func New(o Options) *Limiter {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Limiter{st: o.Store, now: o.Now, every: o.SyncEvery, log: o.Logger, cells: map[key]*cell{}}
+}
+
+// Refusal says which limit refused a request and when to retry.
+type Refusal struct {
+	Limit      Limit
+	RetryAfter time.Duration
+}
+
+// Admit checks every limit of a principal and, when all allow, counts the
+// request against its request limits. A tokens limit refuses once the
+// window's tokens reached max (a request's tokens are known only after it).
+func (l *Limiter) Admit(principal string, ls []Limit) *Refusal {
+	if len(ls) == 0 {
+		return nil
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var worst *Refusal
+	for _, lim := range ls {
+		cur, prev, frac := l.windows(principal, lim, now)
+		if est := float64(prev)*(1-frac) + float64(cur); est > float64(lim.Max-1) {
+			r := &Refusal{Limit: lim, RetryAfter: retryAfter(cur, prev, frac, lim)}
+			if worst == nil || r.RetryAfter > worst.RetryAfter {
+				worst = r
+			}
+		}
+	}
+	if worst != nil {
+		return worst
+	}
+	for _, lim := range ls {
+		if lim.Kind == Requests {
+			l.cell(principal, lim, now, 0).pending++
+		}
+	}
+	return nil
+}
+
+// AddTokens counts a finished request's tokens against the principal's
+// token limits.
+func (l *Limiter) AddTokens(principal string, ls []Limit, n int64) {
+	if n <= 0 {
+		return
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, lim := range ls {
+		if lim.Kind == Tokens {
+			l.cell(principal, lim, now, 0).pending += n
+		}
+	}
+}
+
+func windowStart(lim Limit, now time.Time) (start, w int64) {
+	w = int64(lim.Window / time.Second)
+	t := now.Unix()
+	return t - t%w, w
+}
+
+// cell returns the cell of the window containing now shifted back by back
+// windows, creating it.
+func (l *Limiter) cell(principal string, lim Limit, now time.Time, back int64) *cell {
+	s, w := windowStart(lim, now)
+	k := key{principal, lim.Kind, w, s - back*w}
+	c := l.cells[k]
+	if c == nil {
+		c = &cell{}
+		l.cells[k] = c
+	}
+	return c
+}
+
+// windows returns the current and previous windows' counts and how far
+// into the current window now is (0 to 1).
+func (l *Limiter) windows(principal string, lim Limit, now time.Time) (cur, prev int64, frac float64) {
+	s, w := windowStart(lim, now)
+	if c := l.cells[key{principal, lim.Kind, w, s}]; c != nil {
+		cur = c.count()
+	}
+	if c := l.cells[key{principal, lim.Kind, w, s - w}]; c != nil {
+		prev = c.count()
+	}
+	frac = float64(now.UnixNano()-s*int64(time.Second)) / float64(lim.Window)
+	return cur, prev, frac
+}
+
+// retryAfter is how long until the estimate falls to max-1 with no further
+// traffic: within this window when only the previous window's share is in
+// the way, else in the next one.
+func retryAfter(cur, prev int64, frac float64, lim Limit) time.Duration {
+	room := float64(lim.Max - 1)
+	var at float64 // in windows from the current window's start
+	switch {
+	case float64(cur) <= room && prev == 0:
+		at = frac
+	case float64(cur) <= room:
+		at = 1 - (room-float64(cur))/float64(prev)
+	default:
+		at = 1 + math.Max(0, 1-room/float64(cur))
+	}
+	// Milliseconds are precise enough for Retry-After and hide float noise.
+	d := time.Duration((at - frac) * float64(lim.Window)).Round(time.Millisecond)
+	return max(d, time.Second)
+}
+
+// Run syncs every period until ctx ends, then once more, so counts taken
+// just before a shutdown reach the other replicas.
+func (l *Limiter) Run(ctx context.Context) {
+	t := time.NewTicker(l.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			l.Sync(fctx)
+			cancel()
+			return
+		case <-t.C:
+			l.Sync(ctx)
+		}
+	}
+}
+
+// Sync adds this replica's new counts to the shared windows and takes the
+// cluster totals back. On a storage error the counts stay pending and the
+// limiter keeps enforcing what it knows.
+func (l *Limiter) Sync(ctx context.Context) error {
+	now := l.now()
+	l.mu.Lock()
+	var deltas []store.LimitWindow
+	for k, c := range l.cells {
+		if k.start+2*k.window <= now.Unix() {
+			delete(l.cells, k) // out of every estimate
+			continue
+		}
+		if c.pending != 0 {
+			deltas = append(deltas, store.LimitWindow{PrincipalID: k.principal, Kind: k.kind.String(), WindowSecs: k.window, Start: k.start, Count: c.pending})
+			c.inflight, c.pending = c.pending, 0
+		}
+	}
+	l.mu.Unlock()
+	if l.st == nil {
+		l.mu.Lock()
+		for _, c := range l.cells {
+			c.shared += c.inflight
+			c.inflight = 0
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	rows, err := l.st.SyncLimitWindows(ctx, deltas, now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		for _, c := range l.cells {
+			c.pending += c.inflight
+			c.inflight = 0
+		}
+		l.log.Warn("limit windows not synced; enforcing this replica's counts", "error", err)
+		return err
+	}
+	for _, c := range l.cells {
+		c.inflight = 0
+	}
+	for _, r := range rows {
+		var k Kind
+		switch r.Kind {
+		case "requests":
+			k = Requests
+		case "tokens":
+			k = Tokens
+		default:
+			continue
+		}
+		key := key{r.PrincipalID, k, r.WindowSecs, r.Start}
+		c := l.cells[key]
+		if c == nil {
+			c = &cell{}
+			l.cells[key] = c
+		}
+		c.shared = r.Count
+	}
+	return nil
+}
