@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,7 +62,8 @@ func (l Limit) String() string {
 }
 
 // Parse reads a default_limits array ({"kind","window_secs","max"}
-// elements). Null or empty means no limits.
+// elements). Null or empty means no limits; elements repeating a kind and
+// window merge into the smallest max.
 func Parse(raw json.RawMessage) ([]Limit, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
@@ -91,6 +93,12 @@ func Parse(raw json.RawMessage) ([]Limit, error) {
 		}
 		if e.Max < 1 {
 			return nil, fmt.Errorf("default_limits[%d].max: must be at least 1", i)
+		}
+		// Two elements of one kind and window share a count: the
+		// smaller max is the one that binds.
+		if j := slices.IndexFunc(out, func(l Limit) bool { return l.Kind == k && l.Window == w }); j >= 0 {
+			out[j].Max = min(out[j].Max, e.Max)
+			continue
 		}
 		out = append(out, Limit{Kind: k, Window: w, Max: e.Max})
 	}

@@ -40,6 +40,10 @@ func TestParse(t *testing.T) {
 	if len(ls) != 2 || ls[0] != (limits.Limit{Kind: limits.Requests, Window: time.Minute, Max: 10}) || ls[1].String() != "100000 tokens per 3600s" {
 		t.Fatalf("parsed %+v", ls)
 	}
+	dup := parse(t, `[{"kind":"requests","window_secs":60,"max":10},{"kind":"requests","window_secs":60,"max":4},{"kind":"requests","window_secs":61,"max":9}]`)
+	if len(dup) != 2 || dup[0].Max != 4 || dup[1].Max != 9 {
+		t.Fatalf("repeated kind and window parsed to %+v", dup)
+	}
 	for _, none := range []string{``, `null`, `[]`} {
 		if ls := parse(t, none); len(ls) != 0 {
 			t.Fatalf("%q parsed to %v", none, ls)
