@@ -5,6 +5,7 @@ package kind_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -241,12 +242,19 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 			}, 3*time.Minute, 50*time.Millisecond).Should(Equal(corev1.PodRunning))
 			running = append(running, time.Since(t1))
 		}
+		// The driver's own share: its CSI calls as the controller and the
+		// node plugin logged them (the rest of pod-to-Running is the
+		// kubelet; see docs/benchmarks.md).
+		calls := csiCallDurations(c, "controller", "manager")
+		for m, d := range csiCallDurations(c, "node", "node") {
+			calls[m] = d
+		}
 		for i := range n {
 			name := "bench-" + strconv.Itoa(i)
 			deletePod(c, name)
 			Expect(kc.Client.CoreV1().PersistentVolumeClaims(appNS).Delete(c, name, metav1.DeleteOptions{})).To(Succeed())
 		}
-		writeBench(n, bound, running)
+		writeBench(n, bound, running, calls)
 	})
 
 	It("removes the backing volume when the claim is deleted", Label("S-CT-1"), func() {
@@ -406,7 +414,30 @@ func withServerName(cfg *tls.Config, name string) *tls.Config {
 
 var benchOut = flag.String("bench-out", "", "file the bench spec writes its markdown table to")
 
-func writeBench(n int, bound, running []time.Duration) {
+// csiCallDurations collects the durations of the csi_call log lines of the
+// chart's pods of a component, by CSI method.
+func csiCallDurations(c context.Context, component, container string) map[string][]time.Duration {
+	pods, err := kc.Client.CoreV1().Pods(csiNS).List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=" + component})
+	Expect(err).NotTo(HaveOccurred())
+	out := map[string][]time.Duration{}
+	for _, p := range pods.Items {
+		for _, line := range strings.Split(podLog(c, csiNS, p.Name, container), "\n") {
+			var l struct {
+				Msg        string  `json:"msg"`
+				Method     string  `json:"method"`
+				Code       string  `json:"code"`
+				DurationMS float64 `json:"duration_ms"`
+			}
+			if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "csi_call" || l.Code != "OK" {
+				continue
+			}
+			out[l.Method] = append(out[l.Method], time.Duration(l.DurationMS*float64(time.Millisecond)))
+		}
+	}
+	return out
+}
+
+func writeBench(n int, bound, running []time.Duration, calls map[string][]time.Duration) {
 	q := func(d []time.Duration, p float64) time.Duration {
 		s := slices.Clone(d)
 		slices.Sort(s)
@@ -419,6 +450,17 @@ func writeBench(n int, bound, running []time.Duration) {
 		d    []time.Duration
 	}{{"PVC created → Bound", bound}, {"pod created → Running (attach, stage, publish)", running}} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.name, q(r.d, 0.5).Round(time.Millisecond), q(r.d, 0.9).Round(time.Millisecond), q(r.d, 1).Round(time.Millisecond))
+	}
+	for _, m := range []struct{ method, what string }{
+		{"CreateVolume", "controller → agent: create the volume"},
+		{"ControllerPublishVolume", "controller → agent: export to the node"},
+		{"NodeStageVolume", "node: connect, mkfs, mount"},
+		{"NodePublishVolume", "node: bind mount into the pod"},
+	} {
+		d := calls[m.method]
+		Expect(d).NotTo(BeEmpty(), "no %s in the driver's logs", m.method)
+		fmt.Fprintf(&b, "| of which `%s` (%s, %d calls) | %s | %s | %s |\n", m.method, m.what, len(d),
+			q(d, 0.5).Round(time.Millisecond), q(d, 0.9).Round(time.Millisecond), q(d, 1).Round(time.Millisecond))
 	}
 	GinkgoWriter.Print(b.String())
 	fmt.Fprint(os.Stderr, b.String())
