@@ -47,6 +47,16 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+func kindOf(s string) (Kind, bool) {
+	switch s {
+	case "requests":
+		return Requests, true
+	case "tokens":
+		return Tokens, true
+	}
+	return 0, false
+}
+
 // MaxWindow bounds window_secs (31 days), as the admin API does.
 const MaxWindow = 31 * 24 * time.Hour
 
@@ -78,13 +88,8 @@ func Parse(raw json.RawMessage) ([]Limit, error) {
 	}
 	out := make([]Limit, 0, len(elems))
 	for i, e := range elems {
-		var k Kind
-		switch e.Kind {
-		case "requests":
-			k = Requests
-		case "tokens":
-			k = Tokens
-		default:
+		k, ok := kindOf(e.Kind)
+		if !ok {
 			return nil, fmt.Errorf("default_limits[%d].kind: %q is neither requests nor tokens", i, e.Kind)
 		}
 		w := time.Duration(e.WindowSecs) * time.Second
@@ -324,13 +329,8 @@ func (l *Limiter) Sync(ctx context.Context) error {
 		c.inflight = 0
 	}
 	for _, r := range rows {
-		var k Kind
-		switch r.Kind {
-		case "requests":
-			k = Requests
-		case "tokens":
-			k = Tokens
-		default:
+		k, ok := kindOf(r.Kind)
+		if !ok {
 			continue
 		}
 		key := key{r.PrincipalID, k, r.WindowSecs, r.Start}
