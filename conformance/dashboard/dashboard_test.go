@@ -99,8 +99,9 @@ var _ = Describe("Dashboard", func() {
 
 		// Create a principal and issue a key: shown once, then gone.
 		run(ctx, chromedp.Navigate(px.AdminURL+"/dashboard/#/principals"), chromedp.WaitVisible("#principal-create", chromedp.ByID))
-		run(ctx, chromedp.SendKeys("#pr-name", "app", chromedp.ByID), submit("#principal-create"))
+		run(ctx, chromedp.SendKeys("#pr-name", "app", chromedp.ByID), chromedp.SendKeys("#pr-rpm", "120", chromedp.ByID), submit("#principal-create"))
 		waitBanner(ctx, "Principal app created")
+		Expect(text(ctx, `tr[data-principal="app"]`)).To(ContainSubstring("120 requests / 60s"))
 		run(ctx, chromedp.Click(`tr[data-principal="app"] button`, chromedp.ByQuery), chromedp.WaitVisible("#issue-key", chromedp.ByID),
 			chromedp.Click("#issue-key", chromedp.ByID), chromedp.WaitVisible("#new-key", chromedp.ByID))
 		key := text(ctx, "#new-key")

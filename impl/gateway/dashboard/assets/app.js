@@ -257,6 +257,7 @@ async function principalsPage() {
   const { data: ps } = await api("GET", "/admin/v1/principals");
   const rows = ps.map((p) => el("tr", { "data-principal": p.name },
     el("td", {}, p.name), el("td", {}, p.enabled ? "enabled" : "disabled"), el("td", {}, (p.allowed_models || []).join(", ")),
+    el("td", {}, (p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`).join(", ") || "none"),
     el("td", {}, p.cache_keepalive && p.cache_keepalive.enabled ? "on" : "off"),
     el("td", {},
       el("button", { type: "button", onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
@@ -267,15 +268,18 @@ async function principalsPage() {
     ev.preventDefault();
     const body = { name: $("#pr-name").value, kind: "machine", allowed_models: $("#pr-models").value.split(",").map((s) => s.trim()).filter(Boolean) };
     if ($("#pr-ka").checked) body.cache_keepalive = { enabled: true };
+    const rpm = $("#pr-rpm").value.trim();
+    if (rpm) body.default_limits = [{ kind: "requests", window_secs: 60, max: Number(rpm) }];
     try { await api("POST", "/admin/v1/principals", body); banner(`Principal ${body.name} created.`, true); route(); } catch (e) { showError(e); }
   } },
   field("Name", el("input", { id: "pr-name", required: true })),
   field("Allowed models (comma separated; * or prefix*)", el("input", { id: "pr-models", value: "claude-*" })),
+  field("Requests per minute (empty: no limit)", el("input", { id: "pr-rpm", type: "number", min: "1" })),
   el("label", {}, "Prompt-cache keep-alive", el("input", { id: "pr-ka", type: "checkbox" })),
   el("button", { class: "primary", type: "submit" }, "Create principal"));
   return [
     el("section", { "aria-labelledby": "h-prs" }, el("h2", { id: "h-prs" }, "Principals"),
-      table(["Name", "State", "Allowed models", "Keep-alive", "Actions"], rows)),
+      table(["Name", "State", "Allowed models", "Limits", "Keep-alive", "Actions"], rows)),
     el("section", { "aria-labelledby": "h-prc" }, el("h2", { id: "h-prc" }, "New principal"), form),
     el("section", { id: "principal-detail", hidden: true })];
 }
