@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,6 +160,10 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		log := runPod(c, pod("reader", "data", false, "cat /data/f; mount | grep ' /data '"))
 		Expect(log).To(ContainSubstring("pillar-data"))
 		Expect(log).To(ContainSubstring("ext4"))
+		// The controller's metrics Service shows the driver's CSI calls.
+		for _, m := range []string{"CreateVolume", "ControllerPublishVolume"} {
+			Expect(csiOperations(c, m)).To(BeNumerically(">=", 1), m)
+		}
 		// Detached again: the attachment is gone once no pod uses the claim.
 		pv := waitBound(c, "data").Spec.VolumeName
 		Eventually(func() int {
@@ -413,6 +418,22 @@ func withServerName(cfg *tls.Config, name string) *tls.Config {
 }
 
 var benchOut = flag.String("bench-out", "", "file the bench spec writes its markdown table to")
+
+// csiOperations reads the count of successful CSI calls of a method from
+// the controller's metrics Service (through the API server's proxy, as a
+// user without a port-forward would).
+func csiOperations(c context.Context, method string) float64 {
+	b, err := kc.Client.CoreV1().Services(csiNS).ProxyGet("http", release+"-pillar-csi-controller-metrics", "metrics", "/metrics", nil).DoRaw(c)
+	Expect(err).NotTo(HaveOccurred())
+	re := regexp.MustCompile(`(?m)^pillar_csi_operations_seconds_count\{grpc_status_code="OK",method="` + method + `"\} (\S+)$`)
+	m := re.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, err := strconv.ParseFloat(string(m[1]), 64)
+	Expect(err).NotTo(HaveOccurred())
+	return n
+}
 
 // csiCallDurations collects the durations of the csi_call log lines of the
 // chart's pods of a component, by CSI method.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/pillarhq/pillar/impl/pillar/agentclient"
 	"github.com/pillarhq/pillar/impl/pillar/csicontroller"
@@ -93,7 +94,9 @@ func serveCSI(ctx context.Context, o options, ctrl *csicontroller.Server, log *s
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(csiserver.Logging(log)))
+	// The manager serves controller-runtime's registry on its metrics
+	// address (the chart's controller.metricsPort).
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(csiserver.Logging(log), csiserver.Metrics(ctrlmetrics.Registry)))
 	csi.RegisterIdentityServer(gs, &csiserver.Identity{Name: o.driver, Version: Version, Controller: true})
 	csi.RegisterControllerServer(gs, ctrl)
 	go func() { <-ctx.Done(); gs.GracefulStop() }()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -96,6 +97,25 @@ func Logging(log *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		log.Log(ctx, lvl, "csi_call", "method", method, "code", status.Code(err).String(),
 			"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", status.Convert(err).Message())
+		return resp, err
+	}
+}
+
+// Metrics observes every CSI call's duration in
+// pillar_csi_operations_seconds{method, grpc_status_code}, registered on
+// reg: the driver-side counterpart of the sidecars' csi_sidecar_operations_seconds.
+func Metrics(reg prometheus.Registerer) grpc.UnaryServerInterceptor {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pillar_csi_operations_seconds",
+		Help:    "Duration of CSI calls served by the driver, by method and gRPC status code.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"method", "grpc_status_code"})
+	reg.MustRegister(h)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		h.WithLabelValues(method, status.Code(err).String()).Observe(time.Since(start).Seconds())
 		return resp, err
 	}
 }
