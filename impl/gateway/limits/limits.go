@@ -136,8 +136,9 @@ type Limiter struct {
 	every time.Duration
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	cells map[key]*cell
+	mu      sync.Mutex
+	cells   map[key]*cell
+	failing bool // the last sync failed
 }
 
 // Options configures a Limiter.
@@ -322,8 +323,16 @@ func (l *Limiter) Sync(ctx context.Context) error {
 			c.pending += c.inflight
 			c.inflight = 0
 		}
-		l.log.Warn("limit windows not synced; enforcing this replica's counts", "error", err)
+		if !l.failing {
+			// Once per outage, not once a second.
+			l.log.Warn("limit windows not synced; enforcing this replica's counts until the database is back", "error", err)
+			l.failing = true
+		}
 		return err
+	}
+	if l.failing {
+		l.log.Info("limit windows synced again")
+		l.failing = false
 	}
 	for _, c := range l.cells {
 		c.inflight = 0

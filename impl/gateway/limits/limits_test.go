@@ -1,9 +1,11 @@
 package limits_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -198,12 +200,18 @@ func (f *failing) SyncLimitWindows(ctx context.Context, d []store.LimitWindow, n
 func TestSyncFailureKeepsCounts(t *testing.T) {
 	st := &failing{Store: openSQLite(t), fail: true}
 	clk := newClock()
-	a := limits.New(limits.Options{Store: st, Now: clk.now})
+	var logs bytes.Buffer
+	a := limits.New(limits.Options{Store: st, Now: clk.now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ls := parse(t, `[{"kind":"requests","window_secs":3600,"max":2}]`)
 	ctx := context.Background()
 	a.Admit("pr_a", ls)
-	if err := a.Sync(ctx); err == nil {
-		t.Fatal("sync against a failing store succeeded")
+	for i := 0; i < 2; i++ {
+		if err := a.Sync(ctx); err == nil {
+			t.Fatal("sync against a failing store succeeded")
+		}
+	}
+	if n := strings.Count(logs.String(), "not synced"); n != 1 {
+		t.Fatalf("outage logged %d times, want once:\n%s", n, logs.String())
 	}
 	a.Admit("pr_a", ls)
 	if a.Admit("pr_a", ls) == nil {
@@ -212,6 +220,9 @@ func TestSyncFailureKeepsCounts(t *testing.T) {
 	st.fail = false
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "synced again") {
+		t.Fatalf("recovery not logged:\n%s", logs.String())
 	}
 	rows, err := st.Store.SyncLimitWindows(ctx, nil, clk.now())
 	if err != nil || len(rows) != 1 || rows[0].Count != 2 {
