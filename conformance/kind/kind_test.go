@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/pillarhq/pillar/conformance/charts"
 	h "github.com/pillarhq/pillar/conformance/harness"
 )
 
@@ -44,22 +46,40 @@ var (
 	failed bool
 )
 
-// images the suite loads into the node: the charts' default references
-// (tagged so by scripts/images.sh and scripts/kind/sidecar-images.sh) and
-// the test workloads'.
-var images = []string{
-	"ghcr.io/pillarhq/pillar-csi/agent:0.3.3",
-	"ghcr.io/pillarhq/pillar-csi/controller:0.3.3",
-	"ghcr.io/pillarhq/pillar-csi/node:0.3.3",
-	"docker.io/library/busybox:1.38.0",
-	"registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
-	"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
-	"registry.k8s.io/sig-storage/csi-resizer:v2.2.1",
-	"registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
-	"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
-	"ghcr.io/pillarhq/pillar/proxy:0.1.0",
-	"pillar/sim:local",
-	"pillar/postgres:15-local",
+// images the suite loads into the node: every image the two charts' pods
+// use with default values (tagged so by scripts/images.sh and
+// scripts/kind/sidecar-images.sh; a chart bump that the scripts do not
+// follow fails the load, loudly), and the test workloads'.
+func images() []string {
+	out := []string{"pillar/sim:local", "pillar/postgres:15-local", "docker.io/library/busybox:1.38.0"}
+	for _, name := range []string{"pillar-csi", "proxy"} {
+		objs, err := charts.Render(name, nil)
+		Expect(err).NotTo(HaveOccurred(), name)
+		for _, o := range objs {
+			collectImages(o.Map, &out)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// collectImages appends the "image" strings of containers found anywhere
+// in a manifest.
+func collectImages(v any, out *[]string) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if s, ok := e.(string); ok && k == "image" {
+				*out = append(*out, s)
+				continue
+			}
+			collectImages(e, out)
+		}
+	case []any:
+		for _, e := range x {
+			collectImages(e, out)
+		}
+	}
 }
 
 var _ = SynchronizedBeforeSuite(func() []byte {
@@ -70,7 +90,9 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("cluster up in %s\n", time.Since(start).Round(time.Second))
 	start = time.Now()
-	Expect(kc.LoadImages(images...)).To(Succeed())
+	imgs := images()
+	Expect(imgs).To(ContainElements("ghcr.io/pillarhq/pillar-csi/node:0.3.3", "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0"))
+	Expect(kc.LoadImages(imgs...)).To(Succeed())
 	GinkgoWriter.Printf("images loaded in %s\n", time.Since(start).Round(time.Second))
 	return nil
 }, func([]byte) {})
