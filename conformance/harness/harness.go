@@ -52,12 +52,27 @@ func ModuleRoot() string {
 	return dir
 }
 
-// FreeAddr returns a loopback address with a port free right now.
+var (
+	handedMu sync.Mutex
+	handed   = map[string]bool{}
+)
+
+// FreeAddr returns a loopback address with a port free right now, never
+// one it returned before in this process: the kernel may hand a port just
+// closed out again, and two listeners of one spec must not get the same.
 func FreeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer ln.Close()
-	return ln.Addr().String()
+	handedMu.Lock()
+	defer handedMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handed[addr] {
+			handed[addr] = true
+			return addr
+		}
+	}
 }
 
 // RandomHex returns n random bytes as hex.
