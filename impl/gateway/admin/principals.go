@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/pillarhq/pillar/impl/gateway/apikey"
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -102,16 +103,9 @@ func normLimits(raw json.RawMessage) (json.RawMessage, error) {
 		}
 		return nil, err
 	}
-	for i, l := range ls {
-		if l.Kind != "requests" && l.Kind != "tokens" {
-			return nil, invalid("default_limits[%d].kind: must be requests or tokens", i)
-		}
-		if l.WindowSecs < 1 || l.WindowSecs > 31*86400 {
-			return nil, invalid("default_limits[%d].window_secs: must be 1 to 2678400", i)
-		}
-		if l.Max < 1 {
-			return nil, invalid("default_limits[%d].max: must be at least 1", i)
-		}
+	// The bounds are the enforcer's (package limits), checked by its parser.
+	if _, err := limits.Parse(raw); err != nil {
+		return nil, invalid("%s", err.Error())
 	}
 	if ls == nil {
 		ls = []limit{}
