@@ -196,7 +196,7 @@ func (l *Limiter) Admit(principal string, ls []Limit) *Refusal {
 	}
 	for _, lim := range ls {
 		if lim.Kind == Requests {
-			l.cell(principal, lim, now, 0).pending++
+			l.cell(principal, lim, now).pending++
 		}
 	}
 	return nil
@@ -213,7 +213,7 @@ func (l *Limiter) AddTokens(principal string, ls []Limit, n int64) {
 	defer l.mu.Unlock()
 	for _, lim := range ls {
 		if lim.Kind == Tokens {
-			l.cell(principal, lim, now, 0).pending += n
+			l.cell(principal, lim, now).pending += n
 		}
 	}
 }
@@ -224,11 +224,10 @@ func windowStart(lim Limit, now time.Time) (start, w int64) {
 	return t - t%w, w
 }
 
-// cell returns the cell of the window containing now shifted back by back
-// windows, creating it.
-func (l *Limiter) cell(principal string, lim Limit, now time.Time, back int64) *cell {
+// cell returns the cell of the window containing now, creating it.
+func (l *Limiter) cell(principal string, lim Limit, now time.Time) *cell {
 	s, w := windowStart(lim, now)
-	k := key{principal, lim.Kind, w, s - back*w}
+	k := key{principal, lim.Kind, w, s}
 	c := l.cells[k]
 	if c == nil {
 		c = &cell{}
