@@ -101,7 +101,9 @@ var _ = Describe("Dashboard", func() {
 		run(ctx, chromedp.Navigate(px.AdminURL+"/dashboard/#/principals"), chromedp.WaitVisible("#principal-create", chromedp.ByID))
 		run(ctx, chromedp.SendKeys("#pr-name", "app", chromedp.ByID), chromedp.SendKeys("#pr-rpm", "120", chromedp.ByID), submit("#principal-create"))
 		waitBanner(ctx, "Principal app created")
-		Expect(text(ctx, `tr[data-principal="app"]`)).To(ContainSubstring("120 requests / 60s"))
+		// The list re-renders after the banner: read the page, not a row
+		// that may be replaced under the query.
+		Eventually(func() string { return bodyText(ctx) }, 10*time.Second).Should(ContainSubstring("120 requests / 60s"))
 		run(ctx, chromedp.Click(`tr[data-principal="app"] button`, chromedp.ByQuery), chromedp.WaitVisible("#issue-key", chromedp.ByID),
 			chromedp.Click("#issue-key", chromedp.ByID), chromedp.WaitVisible("#new-key", chromedp.ByID))
 		key := text(ctx, "#new-key")
