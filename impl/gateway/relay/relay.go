@@ -233,6 +233,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			dontWaitForBody(w)
 			refuse(529, "overloaded_error", "the proxy holds too many request bodies at once; retry shortly")
 		default:
+			// Timed out or broken: do not wait for the rest either.
+			dontWaitForBody(w)
 			refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		}
 		return
