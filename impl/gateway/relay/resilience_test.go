@@ -703,4 +703,3 @@ func TestConnectionNames(t *testing.T) {
 		t.Error("no Connection header names nothing")
 	}
 }
-
