@@ -115,7 +115,8 @@ func metric(a *h.Admin, name string, labels ...string) float64 {
 	GinkgoHelper()
 	st, _, b := a.Do("GET", "/metrics", nil)
 	Expect(st).To(Equal(200))
-	fams, err := expfmt.NewTextParser(model.UTF8Validation).TextToMetricFamilies(strings.NewReader(string(b)))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
 	Expect(err).NotTo(HaveOccurred())
 	fam := fams[name]
 	if fam == nil {
