@@ -15,8 +15,12 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	duration  prometheus.Histogram
 	failovers prometheus.Counter
-	limitedBy [3]prometheus.Counter // by limits.Kind
-	byCode    [600]prometheus.Counter
+	// Resilience of the proxy path (docs/resilience.md).
+	headerTimeouts, idleTimeouts prometheus.Counter
+	interrupted                  prometheus.Counter
+	lazyRefreshes                prometheus.Counter
+	limitedBy                    [3]prometheus.Counter // by limits.Kind
+	byCode                       [600]prometheus.Counter
 }
 
 // NewMetrics registers the proxy metrics on reg.
@@ -43,7 +47,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range []limits.Kind{limits.Requests, limits.Tokens} {
 		m.limitedBy[k] = limited.WithLabelValues(k.String())
 	}
-	reg.MustRegister(m.requests, m.duration, m.failovers, limited)
+	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_timeouts_total",
+		Help: "Upstream responses given up on: phase headers (no response headers within the header timeout; the request fails over) or idle (nothing read within the idle deadline).",
+	}, []string{"phase"})
+	m.headerTimeouts, m.idleTimeouts = timeouts.WithLabelValues("headers"), timeouts.WithLabelValues("idle")
+	m.interrupted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_interrupted_total",
+		Help: "Upstream responses cut or gone idle after their headers: the client got an error event (streams) or a 502.",
+	})
+	m.lazyRefreshes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_lazy_refresh_started_total",
+		Help: "Lazy OAuth token refreshes the proxy path started (a request met an expired or refused token).",
+	})
+	reg.MustRegister(m.requests, m.duration, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes)
 	for _, c := range []int{200, 400, 401, 403, 404, 413, 429, 500, 502, 503, 529} {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
 	}

@@ -27,11 +27,6 @@ import (
 // MaxBodyBytes bounds a request body; Anthropic's own limit is 32 MB.
 const MaxBodyBytes = 32 << 20
 
-// captureLimit bounds how much of a non-streaming response is kept for usage
-// extraction; usage sits near the end of small bodies and larger ones are
-// rare enough that missing their usage beats buffering them.
-const captureLimit = 256 << 10
-
 // Source yields the snapshot in force.
 type Source interface{ Current() *snapshot.Snapshot }
 
@@ -77,6 +72,17 @@ type Options struct {
 	Metrics   *Metrics          // optional
 	Logger    *slog.Logger
 	Now       func() time.Time
+
+	// Deadlines and bounds of the proxy path (docs/resilience.md); zero
+	// means the Default* constant of the same name.
+	HeaderTimeout          time.Duration
+	NonStreamHeaderTimeout time.Duration
+	IdleTimeout            time.Duration
+	BodyReadTimeout        time.Duration
+	MaxBodyBytesInFlight   int64
+	// Refresher refreshes an OAuth upstream's token lazily when a request
+	// meets it expired or refused (optional).
+	Refresher TokenRefresher
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -90,6 +96,11 @@ type Handler struct {
 	metrics *Metrics
 	log     *slog.Logger
 	now     func() time.Time
+
+	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
+	held                                                                heldBytes
+	refresh                                                             *refresher
+	afterFunc                                                           func(time.Duration, func()) timer
 }
 
 // NewTransport returns the outbound transport: many idle connections per
@@ -122,7 +133,16 @@ func New(o Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Handler{
+	orDefault := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	if o.MaxBodyBytesInFlight <= 0 {
+		o.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now,
 		client: &http.Client{
 			Transport: o.Transport,
@@ -130,7 +150,21 @@ func New(o Options) *Handler {
 			// must never be replayed to another location.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
+		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
+		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
+		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
+		afterFunc:              realAfterFunc,
 	}
+	h.held.max = o.MaxBodyBytesInFlight
+	if o.Refresher != nil {
+		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
+			busy: map[string]bool{}, ended: map[string]time.Time{},
+			onErr: func(id string, err error) {
+				h.log.Warn("lazy OAuth token refresh failed", "upstream_id", id, "error", err)
+			}}
+	}
+	return h
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
@@ -159,10 +193,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.models(w, r)
 			return
 		}
+		dontWaitForBody(w)
 		writeError(w, http.StatusNotFound, "not_found_error", "no such endpoint: "+r.URL.Path)
 		return
 	}
 	if r.Method != http.MethodPost {
+		dontWaitForBody(w)
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed; use POST")
 		return
@@ -184,13 +220,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.finish(ev, start, nil)
 	}
 
-	body, err := readBody(r)
+	body, held, err := h.readBody(w, r)
+	defer h.held.give(held)
 	if err != nil {
-		if errors.Is(err, errTooLarge) {
+		switch {
+		case errors.Is(err, errTooLarge):
+			dontWaitForBody(w)
 			refuse(http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds 32 MB")
-			return
+		case errors.Is(err, errOverloaded):
+			// Past the global cap on held bodies: Anthropic's own answer
+			// to overload, which the SDKs retry with backoff.
+			dontWaitForBody(w)
+			refuse(529, "overloaded_error", "the proxy holds too many request bodies at once; retry shortly")
+		default:
+			// Timed out or broken: do not wait for the rest either.
+			dontWaitForBody(w)
+			refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		}
-		refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		return
 	}
 	model, stream, err := scanRequest(body)
@@ -239,23 +285,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: model, Stream: stream && ep == epMessages}
-	resp, up, err := h.dispatch(r, ep, cands, body)
+	headerTimeout := h.headerTimeout
+	if ep == epMessages && !stream {
+		headerTimeout = h.nonStreamHeaderTimeout
+	}
+	resp, up, a, err := h.dispatch(r, ep, cands, body, headerTimeout, start)
 	if err != nil {
 		ev.Status, ev.ErrorType = http.StatusBadGateway, "api_error"
+		if up != nil {
+			ev.UpstreamID = up.ID
+		}
+		switch {
+		case errors.Is(err, errHeaderTimeout):
+			ev.ErrorType = "upstream_timeout"
+		case errors.Is(err, errOAuthRefused):
+			// The last candidate's OAuth token was refused: a refresh is
+			// under way, so a retry shortly succeeds; the provider's 401
+			// would tell the client its own key is wrong.
+			ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
+		}
 		h.finish(ev, start, nil)
 		if r.Context().Err() != nil {
 			return // the client went away; nobody to answer
 		}
 		h.log.Warn("upstream unreachable", "principal_id", p.ID, "error", err)
-		writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		switch ev.ErrorType {
+		case "upstream_timeout":
+			writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
+		case "upstream_unauthorized":
+			writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
+		default:
+			writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		}
 		return
 	}
+	defer a.done()
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: body, Anchor: h.now()}
 	}
-	h.relayResponse(w, resp, &ev, start, x)
+	h.relayResponse(w, r, resp, a, up, &ev, start, x)
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -380,12 +450,25 @@ func filterModels(body []byte, p *snapshot.Principal) []byte {
 }
 
 // dispatch sends the request to the first candidate that answers. It falls
-// over to the next candidate on connection failure or a rate-limit/overload
-// answer, before anything was sent to the client, so the client's request
-// does not fail while another upstream can serve it.
-func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte) (*http.Response, *snapshot.Upstream, error) {
+// over to the next candidate on connection failure, a rate-limit/overload
+// answer, no response headers within headerTimeout, or an OAuth credential
+// that is expired or refused (401) — always before anything was sent to the
+// client, so the client's request does not fail while another upstream can
+// serve it. An expired or refused OAuth token starts a lazy refresh.
+func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte, headerTimeout time.Duration, now time.Time) (*http.Response, *snapshot.Upstream, *attempt, error) {
 	var lastErr error
+	var lastUp *snapshot.Upstream
 	for i, up := range cands {
+		last := i == len(cands)-1
+		if up.CredentialKind == "oauth" && expired(up, now) {
+			h.refreshToken(up)
+			if !last {
+				// The provider would refuse it: do not spend a round trip.
+				h.failover()
+				continue
+			}
+			// The last candidate is tried anyway: the provider decides.
+		}
 		target := up.MessagesURL
 		if ep == epCountTokens {
 			target = up.CountTokensURL
@@ -393,58 +476,116 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		if r.URL.RawQuery != "" {
 			target += "?" + r.URL.RawQuery
 		}
-		out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target, bytes.NewReader(body))
+		a := h.newAttempt(r.Context(), headerTimeout)
+		out, err := http.NewRequestWithContext(a.ctx, http.MethodPost, target, bytes.NewReader(body))
 		if err != nil {
-			lastErr = err
+			a.done()
+			lastErr, lastUp = err, up
 			continue
 		}
 		copyRequestHeaders(out.Header, r.Header)
 		setCredential(out.Header, up)
 		out.ContentLength = int64(len(body))
 		resp, err := h.client.Do(out)
-		last := i == len(cands)-1
 		if err != nil {
-			lastErr = err
 			if r.Context().Err() != nil {
-				return nil, nil, err
+				a.done()
+				return nil, nil, nil, err
 			}
-			if h.metrics != nil {
-				h.metrics.failovers.Inc()
+			if errors.Is(a.cause(), errHeaderTimeout) {
+				err = errHeaderTimeout
+				if h.metrics != nil {
+					h.metrics.headerTimeouts.Inc()
+				}
+			}
+			a.done()
+			lastErr, lastUp = err, up
+			h.failover()
+			continue
+		}
+		a.headersIn()
+		if resp.StatusCode == http.StatusUnauthorized && up.CredentialKind == "oauth" {
+			// An OAuth token the provider refuses (expired early, revoked
+			// or rotated elsewhere): refresh it and move on.
+			h.refreshToken(up)
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			a.done()
+			lastErr, lastUp = errOAuthRefused, up
+			if !last {
+				h.failover()
 			}
 			continue
 		}
 		if !last && retryableStatus(resp.StatusCode) {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
-			if h.metrics != nil {
-				h.metrics.failovers.Inc()
-			}
+			a.done()
+			h.failover()
 			continue
 		}
-		return resp, up, nil
+		return resp, up, a, nil
 	}
-	return nil, nil, lastErr
+	return nil, lastUp, nil, lastErr
+}
+
+var errOAuthRefused = errors.New("upstream refused its OAuth token")
+
+func (h *Handler) failover() {
+	if h.metrics != nil {
+		h.metrics.failovers.Inc()
+	}
+}
+
+// refreshToken starts a lazy refresh of up's OAuth token (deduplicated).
+func (h *Handler) refreshToken(up *snapshot.Upstream) {
+	if h.refresh.trigger(up.ID) && h.metrics != nil {
+		h.metrics.lazyRefreshes.Inc()
+	}
 }
 
 func retryableStatus(code int) bool {
 	return code == http.StatusTooManyRequests || code == 529 || code == http.StatusServiceUnavailable
 }
 
-// relayResponse streams the upstream response to the client. Each chunk read
-// from the upstream is written and, for event streams, flushed at once, so
-// server-sent events reach the client one by one.
-func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *store.RequestEvent, start time.Time, x *Exchange) {
+// bufferLimit bounds how much of a non-streaming response is read before
+// anything is sent to the client, so a response the upstream cuts short can
+// still be answered with a 502 instead of a truncated body. Messages
+// answers are far smaller; a larger response is streamed past this point.
+const bufferLimit = 8 << 20
+
+// relayResponse sends the upstream response to the client. An event stream
+// is relayed chunk by chunk, each flushed at once, so server-sent events
+// reach the client one by one; when the upstream cuts it or goes silent past
+// the idle deadline, the client gets Anthropic's mid-stream error event and
+// the connection is closed, so SDKs raise instead of taking a cut answer for
+// a finished one. Other responses are read whole first (up to bufferLimit).
+func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange) {
 	defer resp.Body.Close()
-	hdr := w.Header()
-	for k, vs := range resp.Header {
-		if hopHeader(k) {
-			continue
-		}
-		hdr[k] = vs
-	}
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	bp := bufPool.Get().(*[]byte)
+	buf := *bp
+	defer bufPool.Put(bp)
+
+	var capture []byte
+	var rerr error
+	if !isSSE {
+		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
+		if rerr != nil && rerr != io.EOF {
+			h.interrupted(ev, a, up)
+			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
+			h.finish(*ev, start, nil)
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusBadGateway, "api_error", "the upstream response was cut short")
+			}
+			return
+		}
+	}
+	copyResponseHeaders(w.Header(), resp.Header, up)
 	if isSSE {
-		hdr.Del("Content-Length")
+		w.Header().Del("Content-Length")
+	} else if rerr == io.EOF {
+		w.Header().Set("Content-Length", strconv.Itoa(len(capture)))
 	}
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
@@ -452,13 +593,18 @@ func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *
 		flusher.Flush() // headers out now: the client sees the stream open
 	}
 
-	bp := bufPool.Get().(*[]byte)
-	buf := *bp
 	var tap sseTap
-	var capture []byte
-	for {
-		n, rerr := resp.Body.Read(buf)
+	clientGone := false
+	if !isSSE {
+		if _, werr := w.Write(capture); werr != nil {
+			clientGone = true
+		}
+	}
+	for rerr == nil && !clientGone {
+		var n int
+		n, rerr = resp.Body.Read(buf)
 		if n > 0 {
+			a.progress()
 			chunk := buf[:n]
 			if isSSE {
 				started := tap.started
@@ -466,24 +612,34 @@ func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *
 				if x != nil && !started && tap.started {
 					x.Anchor = h.now()
 				}
-			} else if len(capture)+n <= captureLimit {
-				capture = append(capture, chunk...)
 			}
 			if _, werr := w.Write(chunk); werr != nil {
-				break // client gone
+				clientGone = true
+				break
 			}
 			if isSSE && flusher != nil {
 				flusher.Flush()
 			}
 		}
-		if rerr != nil {
-			if rerr != io.EOF {
-				ev.ErrorType = "stream_interrupted"
+	}
+	abort := false
+	if rerr != nil && rerr != io.EOF && !clientGone {
+		h.interrupted(ev, a, up)
+		ev.ErrorType = "stream_interrupted"
+		if r.Context().Err() == nil {
+			if isSSE {
+				msg := "the upstream stream was cut"
+				if errors.Is(a.cause(), errUpstreamIdle) {
+					msg = "the upstream stream went silent past the idle deadline"
+				}
+				writeStreamError(w, "api_error", msg)
+				if flusher != nil {
+					flusher.Flush()
+				}
 			}
-			break
+			abort = true
 		}
 	}
-	bufPool.Put(bp)
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
@@ -495,6 +651,54 @@ func (h *Handler) relayResponse(w http.ResponseWriter, resp *http.Response, ev *
 		x.Status, x.Body, x.SSE = resp.StatusCode, capture, tap.lines
 		h.obs.Observe(*x)
 	}
+	if abort {
+		// Close the connection without the final chunk: a client that
+		// ignores the error event still sees a truncated transfer.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// readUpTo reads body until EOF, an error or limit bytes, re-arming the
+// attempt's idle deadline on every read. It returns io.EOF when the body is
+// complete and nil when the limit was reached first.
+func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error) {
+	var out []byte
+	for len(out) < limit {
+		n, err := body.Read(buf)
+		if n > 0 {
+			a.progress()
+			out = append(out, buf[:n]...)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// interrupted logs and counts a response the upstream cut or let go idle.
+func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.Upstream) {
+	idle := errors.Is(a.cause(), errUpstreamIdle)
+	if h.metrics != nil {
+		if idle {
+			h.metrics.idleTimeouts.Inc()
+		}
+		h.metrics.interrupted.Inc()
+	}
+	h.log.Warn("upstream response interrupted", "principal_id", ev.PrincipalID, "upstream_id", up.ID, "idle_deadline", idle)
+}
+
+// writeStreamError writes Anthropic's mid-stream error event.
+func writeStreamError(w io.Writer, typ, msg string) {
+	t, _ := json.Marshal(typ)
+	m, _ := json.Marshal(msg)
+	b := make([]byte, 0, 96+len(msg))
+	b = append(b, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"...)
+	b = append(b, t...)
+	b = append(b, `,"message":`...)
+	b = append(b, m...)
+	b = append(b, "}}\n\n"...)
+	w.Write(b)
 }
 
 // finish hands the event to the recorder and updates metrics, off the
@@ -516,42 +720,68 @@ func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usag
 
 // fail answers a request refused before dispatch.
 func (h *Handler) fail(w http.ResponseWriter, status int, typ, msg string) {
+	dontWaitForBody(w)
 	if h.metrics != nil {
 		h.metrics.observe(status, 0)
 	}
 	writeError(w, status, typ, msg)
 }
 
-var errTooLarge = errors.New("request body too large")
+var (
+	errTooLarge   = errors.New("request body too large")
+	errOverloaded = errors.New("request body memory cap reached")
+)
 
-func readBody(r *http.Request) ([]byte, error) {
+// readBody reads the request body within the body read deadline, reserving
+// the bytes it holds against the global cap before it allocates them (known
+// Content-Length: all at once, before reading anything). held is what it
+// reserved: the caller gives it back when the request is done.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (b []byte, held int64, err error) {
 	if r.ContentLength > MaxBodyBytes {
-		return nil, errTooLarge
+		return nil, 0, errTooLarge
 	}
-	var b []byte
+	size := int64(4096)
 	if r.ContentLength > 0 {
-		b = make([]byte, 0, r.ContentLength+1)
-	} else {
-		b = make([]byte, 0, 4096)
+		size = r.ContentLength + 1
 	}
+	if !h.held.take(size) {
+		return nil, 0, errOverloaded
+	}
+	held = size
+	if d, ok := w.(readDeadliner); ok {
+		// The server bounds only header reads; a client that trickles or
+		// stalls its body is cut off here. Cleared at once after, so the
+		// deadline never reaches the response.
+		d.SetReadDeadline(h.now().Add(h.bodyReadTimeout))
+		defer d.SetReadDeadline(time.Time{})
+	}
+	b = make([]byte, 0, size)
 	lr := io.LimitReader(r.Body, MaxBodyBytes+1)
 	for {
 		if len(b) == cap(b) {
+			old := cap(b)
 			b = append(b, 0)[:len(b)]
+			if !h.held.take(int64(cap(b) - old)) {
+				h.held.give(held)
+				return nil, 0, errOverloaded
+			}
+			held += int64(cap(b) - old)
 		}
-		n, err := lr.Read(b[len(b):cap(b)])
+		n, rerr := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
-		if err == io.EOF {
+		if rerr == io.EOF {
 			break
 		}
-		if err != nil {
-			return nil, err
+		if rerr != nil {
+			h.held.give(held)
+			return nil, 0, rerr
 		}
 	}
 	if len(b) > MaxBodyBytes {
-		return nil, errTooLarge
+		h.held.give(held)
+		return nil, 0, errTooLarge
 	}
-	return b, nil
+	return b, held, nil
 }
 
 // clientKey reads the principal key the way Anthropic clients send one:
@@ -569,19 +799,61 @@ func clientKey(r *http.Request) string {
 
 // copyRequestHeaders forwards the client's headers (anthropic-version,
 // anthropic-beta, content-type, user-agent …) minus its credentials,
-// hop-by-hop headers and Accept-Encoding: the upstream answers uncompressed
-// so usage can be read from the response.
+// hop-by-hop headers and those its Connection header names (RFC 9110
+// 7.6.1), the client-address headers (the provider gets no view of the
+// proxy's clients or network; the proxy adds none of its own) and
+// Accept-Encoding: the upstream answers uncompressed so usage can be read
+// from the response.
 func copyRequestHeaders(dst, src http.Header) {
+	conn := src["Connection"]
 	for k, vs := range src {
 		switch k {
-		case "X-Api-Key", "Authorization", "Host", "Content-Length", "Accept-Encoding", "Cookie":
+		case "X-Api-Key", "Authorization", "Host", "Content-Length", "Accept-Encoding", "Cookie",
+			"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Real-Ip", "Via":
 			continue
 		}
-		if hopHeader(k) {
+		if hopHeader(k) || connectionNames(conn, k) {
 			continue
 		}
 		dst[k] = vs
 	}
+}
+
+// copyResponseHeaders passes the upstream's response headers on, minus the
+// hop-by-hop ones and those its Connection header names. An OAuth
+// upstream's anthropic-ratelimit-* headers describe the subscription
+// account the proxy shares among its principals, never the client's own
+// limits: they are dropped. An API-key upstream's are passed on (they are
+// the operator's organisation limits, which the SDKs use for backoff).
+func copyResponseHeaders(dst, src http.Header, up *snapshot.Upstream) {
+	conn := src["Connection"]
+	oauth := up.CredentialKind == "oauth"
+	for k, vs := range src {
+		if hopHeader(k) || connectionNames(conn, k) {
+			continue
+		}
+		if oauth && len(k) > len(rateLimitPrefix) && strings.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix) {
+			continue
+		}
+		dst[k] = vs
+	}
+}
+
+const rateLimitPrefix = "Anthropic-Ratelimit-"
+
+// connectionNames reports whether the Connection header values name the
+// header k (comma-separated, case-insensitive), without allocating.
+func connectionNames(conn []string, k string) bool {
+	for _, v := range conn {
+		for v != "" {
+			tok, rest, _ := strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+			v = rest
+		}
+	}
+	return false
 }
 
 // OAuthBeta is the beta flag a provider requires with OAuth bearer tokens.

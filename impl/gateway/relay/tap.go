@@ -39,27 +39,18 @@ func (t *sseTap) feed(p []byte) {
 			if len(t.line)+len(seg) <= tapMaxLine {
 				t.line = append(t.line, seg...)
 			} else {
+				if !t.decided {
+					// Too long to keep, but its head still decides
+					// whether it was message_start (the anchor).
+					room := max(0, tapDecideBytes-len(t.line))
+					t.line = append(t.line, seg[:min(room, len(seg))]...)
+					t.decide()
+				}
 				t.keep, t.decided = false, true
 			}
 		}
 		if !t.decided && (i >= 0 || len(t.line) >= tapDecideBytes) {
-			t.decided = true
-			head := t.line
-			if len(head) > tapDecideBytes {
-				head = head[:tapDecideBytes]
-			}
-			isData := bytes.HasPrefix(head, []byte("data:"))
-			t.keep = isData && (t.usageEvent || bytes.Contains(head, []byte(`"message_start"`)) ||
-				bytes.Contains(head, []byte(`"message_delta"`)) || bytes.Contains(head, []byte(`"content_block_start"`)))
-			if bytes.Contains(head, []byte("message_start")) {
-				t.started = true
-			}
-			if bytes.HasPrefix(head, []byte("event:")) {
-				t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta")) ||
-					bytes.Contains(head, []byte("content_block_start"))
-			} else if isData {
-				t.usageEvent = false
-			}
+			t.decide()
 		}
 		if i >= 0 {
 			if t.keep && len(t.line) > 0 {
@@ -67,5 +58,26 @@ func (t *sseTap) feed(p []byte) {
 			}
 			t.line, t.decided, t.keep = t.line[:0], false, false
 		}
+	}
+}
+
+// decide classifies the current line from its first tapDecideBytes.
+func (t *sseTap) decide() {
+	t.decided = true
+	head := t.line
+	if len(head) > tapDecideBytes {
+		head = head[:tapDecideBytes]
+	}
+	isData := bytes.HasPrefix(head, []byte("data:"))
+	t.keep = isData && (t.usageEvent || bytes.Contains(head, []byte(`"message_start"`)) ||
+		bytes.Contains(head, []byte(`"message_delta"`)) || bytes.Contains(head, []byte(`"content_block_start"`)))
+	if bytes.Contains(head, []byte("message_start")) {
+		t.started = true
+	}
+	if bytes.HasPrefix(head, []byte("event:")) {
+		t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta")) ||
+			bytes.Contains(head, []byte("content_block_start"))
+	} else if isData {
+		t.usageEvent = false
 	}
 }

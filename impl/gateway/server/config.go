@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
+	"github.com/pillarhq/pillar/impl/gateway/relay"
 )
 
 // Config is everything the proxy binary is told at start-up. Flags and the
@@ -82,6 +83,9 @@ type Config struct {
 	// only set it once every replica runs a version that no longer needs
 	// what they drop.
 	MigrateContract bool `yaml:"migrate_contract"`
+	// Relay holds the proxy path's deadlines and bounds (relay area; see
+	// RelayConfig at the end of this file).
+	Relay RelayConfig `yaml:"relay"`
 }
 
 // AuthProvider configures one admin authentication provider.
@@ -108,6 +112,7 @@ func defaults() Config {
 	c.SchedulerRescueAfter = 5 * time.Minute
 	c.Warmup.FreshFor = 10 * time.Minute
 	c.UsageStaleAfter = 15 * time.Minute
+	c.Relay = defaultRelayConfig() // relay area
 	return c
 }
 
@@ -137,6 +142,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		warmModel  = fs.String("warmup-model", "", "small model of the one-token warm-up request (default claude-haiku-4-5)")
 		plugTime   = fs.Duration("plugin-call-timeout", 0, "time limit of one WASM plugin call (default 50ms)")
 		intervals  = map[string]time.Duration{}
+		applyRelay = bindRelayFlags(fs) // relay area
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
 		name, d, ok := strings.Cut(v, "=")
@@ -220,6 +226,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if *plugTime > 0 {
 		c.Plugins.CallTimeout = *plugTime
 	}
+	applyRelay(set, &c.Relay) // relay area: flags win over the file
 	for k, v := range intervals {
 		if c.JobIntervals == nil {
 			c.JobIntervals = map[string]time.Duration{}
@@ -290,6 +297,7 @@ func (c *Config) Validate() error {
 	if c.Database.Replicas < 1 {
 		bad("database.replicas", "must be at least 1")
 	}
+	c.Relay.validate(bad) // relay area
 	for i, p := range c.Admin.Auth.Providers {
 		key := fmt.Sprintf("admin.auth.providers[%d]", i)
 		if p.Type != "static_token" {
@@ -344,4 +352,86 @@ func CheckBudget(mainPool, schedulerPool, replicas, maxConnections int) error {
 			mainPool, schedulerPool, replicas, need, maxConnections, 0.7*float64(maxConnections))
 	}
 	return nil
+}
+
+// ---- relay area (issues 18 and 19; docs/resilience.md, "Proxy path") ----
+
+// RelayConfig bounds the proxy path: how long it waits for an upstream,
+// how long it reads a client's body, and how many body bytes it holds.
+type RelayConfig struct {
+	// UpstreamHeaderTimeout bounds the wait for response headers of a
+	// streaming request or count_tokens; past it the request fails over.
+	UpstreamHeaderTimeout time.Duration `yaml:"upstream_header_timeout"`
+	// UpstreamNonStreamHeaderTimeout is the same for non-streaming
+	// Messages requests, whose headers follow the whole generation.
+	UpstreamNonStreamHeaderTimeout time.Duration `yaml:"upstream_nonstream_header_timeout"`
+	// UpstreamIdleTimeout ends a response from which nothing arrived for
+	// this long (streams: an error event, then the connection closed).
+	UpstreamIdleTimeout time.Duration `yaml:"upstream_idle_timeout"`
+	// RequestBodyTimeout bounds reading one request body.
+	RequestBodyTimeout time.Duration `yaml:"request_body_timeout"`
+	// MaxBodyBytesInFlight caps the request body bytes held at once; past
+	// it requests get 529 overloaded_error.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+}
+
+func defaultRelayConfig() RelayConfig {
+	return RelayConfig{
+		UpstreamHeaderTimeout:          relay.DefaultHeaderTimeout,
+		UpstreamNonStreamHeaderTimeout: relay.DefaultNonStreamHeaderTimeout,
+		UpstreamIdleTimeout:            relay.DefaultIdleTimeout,
+		RequestBodyTimeout:             relay.DefaultBodyReadTimeout,
+		MaxBodyBytesInFlight:           relay.DefaultMaxBodyBytesInFlight,
+	}
+}
+
+// bindRelayFlags registers the relay's flags; the returned function copies
+// the flags that were set over the file's values.
+func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) {
+	d := defaultRelayConfig()
+	hdr := fs.Duration("upstream-header-timeout", d.UpstreamHeaderTimeout, "wait this long for an upstream's response headers (streams, count_tokens), then fail over")
+	nonStream := fs.Duration("upstream-nonstream-header-timeout", d.UpstreamNonStreamHeaderTimeout, "the same for non-streaming Messages requests (headers follow the whole answer)")
+	idle := fs.Duration("upstream-idle-timeout", d.UpstreamIdleTimeout, "end an upstream response from which nothing arrived for this long")
+	body := fs.Duration("request-body-timeout", d.RequestBodyTimeout, "time limit for reading one request body")
+	held := fs.Int64("max-body-bytes-in-flight", d.MaxBodyBytesInFlight, "request body bytes held at once; past it requests get 529 overloaded_error")
+	return func(set map[string]bool, c *RelayConfig) {
+		if set["upstream-header-timeout"] {
+			c.UpstreamHeaderTimeout = *hdr
+		}
+		if set["upstream-nonstream-header-timeout"] {
+			c.UpstreamNonStreamHeaderTimeout = *nonStream
+		}
+		if set["upstream-idle-timeout"] {
+			c.UpstreamIdleTimeout = *idle
+		}
+		if set["request-body-timeout"] {
+			c.RequestBodyTimeout = *body
+		}
+		if set["max-body-bytes-in-flight"] {
+			c.MaxBodyBytesInFlight = *held
+		}
+	}
+}
+
+func (c RelayConfig) validate(bad func(key, format string, a ...any)) {
+	for key, d := range map[string]time.Duration{
+		"relay.upstream_header_timeout": c.UpstreamHeaderTimeout, "relay.upstream_nonstream_header_timeout": c.UpstreamNonStreamHeaderTimeout,
+		"relay.upstream_idle_timeout": c.UpstreamIdleTimeout, "relay.request_body_timeout": c.RequestBodyTimeout,
+	} {
+		if d < 100*time.Millisecond {
+			bad(key, "must be at least 100ms, got %s", d)
+		}
+	}
+	if c.MaxBodyBytesInFlight < relay.MaxBodyBytes {
+		bad("relay.max_body_bytes_in_flight", "must be at least %d (one request body of the largest size), got %d", relay.MaxBodyBytes, c.MaxBodyBytesInFlight)
+	}
+}
+
+// apply sets the relay.Options fields this configuration governs.
+func (c RelayConfig) apply(o *relay.Options) {
+	o.HeaderTimeout = c.UpstreamHeaderTimeout
+	o.NonStreamHeaderTimeout = c.UpstreamNonStreamHeaderTimeout
+	o.IdleTimeout = c.UpstreamIdleTimeout
+	o.BodyReadTimeout = c.RequestBodyTimeout
+	o.MaxBodyBytesInFlight = c.MaxBodyBytesInFlight
 }

@@ -98,3 +98,33 @@ func TestCheckBudget(t *testing.T) {
 		}
 	}
 }
+
+// Relay area: the proxy path's deadlines and body cap have documented
+// defaults, come from the file or flags (flags win) and are validated.
+func TestRelayConfig(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Relay != defaultRelayConfig() || c.Relay.UpstreamHeaderTimeout != time.Minute || c.Relay.MaxBodyBytesInFlight != 256<<20 {
+		t.Fatalf("defaults %+v", c.Relay)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("relay:\n  upstream_header_timeout: 30s\n  upstream_idle_timeout: 2m\n  max_body_bytes_in_flight: 67108864\n"), 0o600)
+	c, err = ParseConfig([]string{"--config", path, "--upstream-idle-timeout", "90s", "--request-body-timeout", "5s"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Relay.UpstreamHeaderTimeout != 30*time.Second || c.Relay.UpstreamIdleTimeout != 90*time.Second ||
+		c.Relay.RequestBodyTimeout != 5*time.Second || c.Relay.MaxBodyBytesInFlight != 64<<20 ||
+		c.Relay.UpstreamNonStreamHeaderTimeout != 10*time.Minute {
+		t.Fatalf("%+v", c.Relay)
+	}
+	_, err = ParseConfig([]string{"--upstream-header-timeout", "0s", "--max-body-bytes-in-flight", "1000"}, env(nil), io.Discard)
+	for _, want := range []string{"relay.upstream_header_timeout", "relay.max_body_bytes_in_flight"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+}

@@ -174,9 +174,11 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	prices := pricing.NewInstaller(st, log.With("component", "pricing"), time.Now)
 
 	startedAt := time.Now()
-	relayH := relay.New(relay.Options{
+	relayOpts := relay.Options{
 		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
-	})
+	}
+	cfg.Relay.apply(&relayOpts) // relay area: deadlines and body cap (docs/resilience.md)
+	relayH := relay.New(relayOpts)
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,

@@ -90,6 +90,9 @@ type Upstream struct {
 	CredentialKind string
 	// Credential is the opened credential (API key, or OAuth access token).
 	Credential string
+	// CredentialExpiresAt is when an OAuth access token expires (zero when
+	// unknown or not OAuth): the relay refreshes lazily past it (issue 18).
+	CredentialExpiresAt time.Time
 	// MessagesURL and CountTokensURL are precomputed request targets.
 	MessagesURL    string
 	CountTokensURL string
@@ -128,7 +131,7 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 				s.Errors[u.ID] = "credential cannot be decrypted with the configured master key"
 				v.CredentialKind = ""
 			} else {
-				v.Credential = credentialToken(u.CredentialKind, pt)
+				v.Credential, v.CredentialExpiresAt = credentialToken(u.CredentialKind, pt)
 			}
 		}
 		if _, err := url.Parse(v.BaseURL); err != nil {
@@ -218,16 +221,21 @@ func keepAliveEnabled(raw json.RawMessage) bool {
 
 // credentialToken extracts the bearer material from an opened credential.
 // OAuth credentials are a JSON token bundle; API keys are the key itself.
-func credentialToken(kind string, pt []byte) string {
+func credentialToken(kind string, pt []byte) (string, time.Time) {
 	if kind == "oauth" {
 		var b struct {
 			AccessToken string `json:"access_token"`
+			ExpiresAt   int64  `json:"expires_at"` // unix seconds, as the OAuth client stores it
 		}
 		if json.Unmarshal(pt, &b) == nil {
-			return b.AccessToken
+			var exp time.Time
+			if b.ExpiresAt > 0 {
+				exp = time.Unix(b.ExpiresAt, 0)
+			}
+			return b.AccessToken, exp
 		}
 	}
-	return string(pt)
+	return string(pt), time.Time{}
 }
 
 func pinnedUpstreams(cfg json.RawMessage) []string {

@@ -1,0 +1,129 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of the proxy path's deadlines (docs/resilience.md, "Proxy path").
+const (
+	// DefaultHeaderTimeout bounds the wait for an upstream's response
+	// headers on streaming requests and count_tokens. The API sends a
+	// stream's headers before it generates; a minute covers the prompt
+	// processing of the largest prompts with room to spare.
+	DefaultHeaderTimeout = 60 * time.Second
+	// DefaultNonStreamHeaderTimeout bounds the same wait for non-streaming
+	// Messages requests, whose headers come only after the whole answer
+	// was generated: the official SDKs' own default request timeout, so
+	// the proxy never gives up before its client would.
+	DefaultNonStreamHeaderTimeout = 10 * time.Minute
+	// DefaultIdleTimeout ends a response from which nothing was read for
+	// this long. The API interleaves ping events in long streams, so a
+	// healthy stream is never silent for minutes.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultBodyReadTimeout bounds reading one request body (32 MB at
+	// ~0.5 MB/s).
+	DefaultBodyReadTimeout = 60 * time.Second
+	// DefaultMaxBodyBytesInFlight caps the request body bytes held at once
+	// by all requests together.
+	DefaultMaxBodyBytesInFlight = 256 << 20
+)
+
+var (
+	errHeaderTimeout = errors.New("upstream response headers timed out")
+	errUpstreamIdle  = errors.New("upstream response idle")
+)
+
+// timer is what the relay needs of a *time.Timer; tests substitute one
+// they fire themselves.
+type timer interface {
+	Reset(time.Duration) bool
+	Stop() bool
+}
+
+func realAfterFunc(d time.Duration, f func()) timer { return time.AfterFunc(d, f) }
+
+// attempt is one outbound exchange with one upstream. Its context is
+// cancelled, with errHeaderTimeout or errUpstreamIdle as the cause, by one
+// timer that first bounds the wait for headers and then, re-armed on every
+// read, the silence between reads.
+type attempt struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  timer
+	idle   time.Duration
+	// reading is set once headers arrived: the timer then means "idle".
+	reading atomic.Bool
+}
+
+func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
+	a := &attempt{idle: h.idleTimeout}
+	a.ctx, a.cancel = context.WithCancelCause(parent)
+	a.timer = h.afterFunc(headerTimeout, a.expire)
+	return a
+}
+
+func (a *attempt) expire() {
+	if a.reading.Load() {
+		a.cancel(errUpstreamIdle)
+	} else {
+		a.cancel(errHeaderTimeout)
+	}
+}
+
+// headersIn switches the timer from the header timeout to the idle deadline.
+func (a *attempt) headersIn() {
+	a.reading.Store(true)
+	a.timer.Reset(a.idle)
+}
+
+// progress re-arms the idle deadline after a read returned data.
+func (a *attempt) progress() { a.timer.Reset(a.idle) }
+
+// done releases the attempt's timer and context.
+func (a *attempt) done() {
+	a.timer.Stop()
+	a.cancel(context.Canceled)
+}
+
+// cause is why the attempt's context ended (nil while it has not).
+func (a *attempt) cause() error { return context.Cause(a.ctx) }
+
+// readDeadliner is implemented by net/http's response writer (HTTP/1 and
+// HTTP/2): it bounds reads of the request body on the client connection.
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// dontWaitForBody makes a refusal written before the body was read go out
+// at once: net/http otherwise reads (discards) an unread body of up to 256
+// KiB before it writes the response, so a client that sent headers and
+// stalled would hold the connection as long as it likes. With the read
+// deadline in the past that discard fails and the connection is closed
+// after the answer instead of being reused.
+func dontWaitForBody(w any) {
+	if d, ok := w.(readDeadliner); ok {
+		d.SetReadDeadline(time.Now())
+	}
+}
+
+// heldBytes counts request body bytes held by requests in flight.
+type heldBytes struct {
+	n   atomic.Int64
+	max int64
+}
+
+// take reserves n bytes; false (nothing reserved) past the cap.
+func (b *heldBytes) take(n int64) bool {
+	if b.n.Add(n) > b.max {
+		b.n.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *heldBytes) give(n int64) {
+	if n != 0 {
+		b.n.Add(-n)
+	}
+}

@@ -1,0 +1,97 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// Run each for a bounded time, e.g.:
+//
+//	go test -run='^$' -fuzz='^FuzzScanRequest$' -fuzztime=10s ./impl/gateway/relay/
+//	go test -run='^$' -fuzz='^FuzzSSETap$' -fuzztime=10s ./impl/gateway/relay/
+//	go test -run='^$' -fuzz='^FuzzRelayStreamPassthrough$' -fuzztime=10s ./impl/gateway/relay/
+//
+// Plain `go test` runs the committed seed corpora in testdata/fuzz.
+
+// FuzzSSETap: whatever the stream and however it is split into reads, the
+// tap never changes the bytes it is shown, keeps the same lines, keeps only
+// data lines that occur whole in the stream, and bounds what it keeps.
+func FuzzSSETap(f *testing.F) {
+	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\n"), uint8(1))
+	f.Add([]byte("event: message_delta\r\ndata: {\"usage\":{\"output_tokens\":2},\"type\":\"message_delta\"}\r\n\r\nevent: ping\ndata: {}\n\n"), uint8(7))
+	f.Add([]byte("data: {\"type\":\"content_block_start\"}\ndata"), uint8(3))
+	f.Fuzz(func(t *testing.T, stream []byte, split uint8) {
+		orig := bytes.Clone(stream)
+		var whole sseTap
+		whole.feed(stream)
+		if !bytes.Equal(stream, orig) {
+			t.Fatal("the tap changed the bytes it was shown")
+		}
+		size := int(split)%97 + 1
+		var parts sseTap
+		for i := 0; i < len(stream); i += size {
+			parts.feed(stream[i:min(i+size, len(stream))])
+		}
+		if !slices.EqualFunc(whole.lines, parts.lines, bytes.Equal) || whole.started != parts.started {
+			t.Fatalf("split reads changed the result: %q vs %q", whole.lines, parts.lines)
+		}
+		for _, l := range whole.lines {
+			if !bytes.HasPrefix(l, []byte("data:")) || len(l) > tapMaxLine || !bytes.Contains(stream, l) {
+				t.Fatalf("kept line %q", l)
+			}
+		}
+	})
+}
+
+// chunkReader returns its data size bytes at a time, as a network does.
+type chunkReader struct {
+	data []byte
+	size int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.size)], c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+type noTimer struct{}
+
+func (noTimer) Reset(time.Duration) bool { return true }
+func (noTimer) Stop() bool               { return true }
+
+// FuzzRelayStreamPassthrough: the relay passes an upstream event stream to
+// the client byte for byte, whatever its content and read sizes.
+func FuzzRelayStreamPassthrough(f *testing.F) {
+	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), uint16(5))
+	f.Add([]byte("data: \xff\xfe\n\n\r\n"), uint16(1))
+	f.Add(bytes.Repeat([]byte("data: x\n"), 5000), uint16(40000))
+	h := New(Options{})
+	h.afterFunc = func(time.Duration, func()) timer { return noTimer{} }
+	up := &snapshot.Upstream{ID: "up_1", CredentialKind: "api_key"}
+	f.Fuzz(func(t *testing.T, stream []byte, size uint16) {
+		hdr := http.Header{}
+		hdr.Set("Content-Type", "text/event-stream")
+		resp := &http.Response{StatusCode: 200, Header: hdr, Body: io.NopCloser(&chunkReader{data: stream, size: int(size)%(64<<10) + 1})}
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/messages", nil)
+		a := h.newAttempt(context.Background(), time.Minute)
+		defer a.done()
+		h.relayResponse(w, r, resp, a, up, &store.RequestEvent{}, time.Now(), nil)
+		if !bytes.Equal(w.Body.Bytes(), stream) {
+			t.Fatalf("client got %d bytes, upstream sent %d", w.Body.Len(), len(stream))
+		}
+	})
+}
