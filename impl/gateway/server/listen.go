@@ -2,21 +2,15 @@ package server
 
 import (
 	"crypto/subtle"
-	"errors"
 	"io"
 	"log"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// newHTTPServer applies the listener bounds to one listener's server. The
-// whole-request ReadTimeout of net/http is not used: once a body is read,
-// the server keeps a background read on the connection, and a read deadline
-// expiring there cancels the request, cutting a long response stream. The
-// body deadline is set per request instead and lifted when the body ends.
+// newHTTPServer applies the listener bounds to one listener's server.
 func newHTTPServer(h http.Handler, l ListenerLimits, errLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           boundBody(h, l.BodyReadTimeout),
@@ -27,36 +21,20 @@ func newHTTPServer(h http.Handler, l ListenerLimits, errLog *log.Logger) *http.S
 	}
 }
 
-// boundBody gives a request d to deliver its body. A client that sends
-// headers and then trickles or withholds the body is cut when d passes,
+// boundBody gives a request d, from the end of its headers, to deliver its
+// body. A client that trickles or withholds the body is cut when d passes,
 // whether or not the handler reads the body (after the handler returns the
-// server discards an unread body under the same deadline).
+// server discards an unread body under the same deadline). When the body
+// ends, net/http clears the deadline for its background read of the
+// connection, so a response streaming for longer is not cut
+// (TestBodyBoundDoesNotCutStreams holds it to that).
 func boundBody(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d > 0 && r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-			}
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// deadlineBody lifts the connection's read deadline once the body is fully
-// read, so the response (a stream of any length) is not bound by it.
-type deadlineBody struct {
-	io.ReadCloser
-	once sync.Once
-	lift func()
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) {
-		b.once.Do(b.lift)
-	}
-	return n, err
 }
 
 // lifecycle is the replica's readiness as load balancers see it: ready

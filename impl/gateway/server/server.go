@@ -85,18 +85,18 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 type running struct {
-	log        *slog.Logger
-	st         store.Store
-	rec        *usage.Recorder
+	log *slog.Logger
+	st  store.Store
+	rec *usage.Recorder
 	// proxySrv drains first (its listener closes at once); adminSrv keeps
 	// answering /readyz (503) and /metrics until the drain ends.
 	proxySrv, adminSrv *http.Server
 	life               *lifecycle
 	drain              time.Duration
-	cancel     context.CancelFunc
-	errc       chan error
-	sched      *scheduler.Scheduler
-	closeSched func()
+	cancel             context.CancelFunc
+	errc               chan error
+	sched              *scheduler.Scheduler
+	closeSched         func()
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
