@@ -17,6 +17,12 @@ import (
 	"github.com/pillarhq/pillar/conformance/charts/chartdoc"
 )
 
+// withScrape enables the ServiceMonitor with its scrape-token Secret.
+var withScrape = map[string]any{
+	"metrics":            map[string]any{"serviceMonitor": map[string]any{"enabled": true}},
+	"metricsTokenSecret": map[string]any{"name": "proxy-metrics", "key": "token"},
+}
+
 var _ = Describe("proxy chart", func() {
 	renderProxy := func(vals map[string]any) []charts.Object {
 		objs, err := charts.Render("proxy", vals)
@@ -30,7 +36,7 @@ var _ = Describe("proxy chart", func() {
 			Expect(m.Severity).To(BeNumerically("<", support.WarningSev), m.Error())
 		}
 		decodeAll(renderProxy(nil))
-		decodeAll(renderProxy(map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}))
+		decodeAll(renderProxy(withScrape))
 	})
 
 	It("runs replicas on PostgreSQL with secrets, separate proxy and admin Services, probes, a PDB and the budget flags", Label("P-LIM-1", "P-LISTEN-2"), func() {
@@ -50,7 +56,8 @@ var _ = Describe("proxy chart", func() {
 		Expect(env).To(HaveKey("PROXY_ADMIN_TOKEN"))
 		Expect(env).To(HaveKey("PROXY_MASTER_KEY"))
 		Expect(env["PROXY_DATABASE_URL"].Name).To(Equal("proxy-database"))
-		Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/healthz"))
+		Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+		Expect(c.ReadinessProbe.HTTPGet.Port.String()).To(Equal("admin"), "readiness stays reachable during the drain")
 		proxySvc := decode[corev1.Service](find(objs, "Service", "pillar-proxy"))
 		adminSvc := decode[corev1.Service](find(objs, "Service", "pillar-proxy-admin"))
 		Expect(proxySvc.Spec.Ports[0].Port).To(BeEquivalentTo(8080))
@@ -60,8 +67,50 @@ var _ = Describe("proxy chart", func() {
 		values, err := os.ReadFile(filepath.Join(charts.Dir("proxy"), "values.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(values)).To(ContainSubstring("0.7 * the server's max_connections"), "the connection-budget rule is in the values' comments")
-		sm := find(renderProxy(map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}), "ServiceMonitor", "pillar-proxy")
+		sm := find(renderProxy(withScrape), "ServiceMonitor", "pillar-proxy")
 		Expect(sm.Map["spec"].(map[string]any)["endpoints"].([]any)[0]).To(HaveKeyWithValue("path", "/metrics"))
+	})
+
+	It("passes one grace period to the pod and, less the preStop pause and a margin, to the proxy's drain", func() {
+		for _, tc := range []struct {
+			vals  map[string]any
+			grace int64
+			drain string
+		}{
+			{nil, 30, "--drain-timeout=22s"},
+			{map[string]any{"terminationGracePeriodSeconds": 120}, 120, "--drain-timeout=112s"},
+			{map[string]any{"terminationGracePeriodSeconds": 60, "preStopSeconds": 10}, 60, "--drain-timeout=47s"},
+		} {
+			dep := decode[appsv1.Deployment](find(renderProxy(tc.vals), "Deployment", "pillar-proxy"))
+			Expect(*dep.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(tc.grace))
+			Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElement(tc.drain))
+		}
+		_, err := charts.Render("proxy", map[string]any{"terminationGracePeriodSeconds": 8})
+		Expect(err).To(MatchError(ContainSubstring("terminationGracePeriodSeconds must exceed")))
+	})
+
+	It("scrapes with the read-only metrics token through the authorization field, never the admin token", func() {
+		objs := renderProxy(withScrape)
+		ep := find(objs, "ServiceMonitor", "pillar-proxy").Map["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		Expect(ep).NotTo(HaveKey("bearerTokenSecret"))
+		Expect(ep["authorization"]).To(Equal(map[string]any{"type": "Bearer",
+			"credentials": map[string]any{"name": "proxy-metrics", "key": "token"}}))
+		dep := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-proxy"))
+		var ref *corev1.SecretKeySelector
+		for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "PROXY_METRICS_TOKEN" {
+				ref = e.ValueFrom.SecretKeyRef
+			}
+		}
+		Expect(ref).NotTo(BeNil())
+		Expect(ref.Name).To(Equal("proxy-metrics"))
+		// Without a scrape token the ServiceMonitor is refused, not given
+		// the admin token.
+		_, err := charts.Render("proxy", map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}})
+		Expect(err).To(MatchError(ContainSubstring("metricsTokenSecret.name")))
+		for _, e := range decode[appsv1.Deployment](find(renderProxy(nil), "Deployment", "pillar-proxy")).Spec.Template.Spec.Containers[0].Env {
+			Expect(e.Name).NotTo(Equal("PROXY_METRICS_TOKEN"))
+		}
 	})
 
 	It("keeps its README values table and schema generated", func() {

@@ -174,6 +174,16 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
+// Terminate sends SIGTERM and returns at once, for specs that watch the
+// drain (lifecycle faults); Done reports the exit.
+func (p *Proc) Terminate() { _ = p.cmd.Process.Signal(syscall.SIGTERM) }
+
+// Done is closed when the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// ExitCode is the process's exit status once it has ended.
+func (p *Proc) ExitCode() int { <-p.done; return p.cmd.ProcessState.ExitCode() }
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {

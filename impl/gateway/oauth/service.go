@@ -83,6 +83,10 @@ func (s *Service) log() *slog.Logger {
 
 func flowAD(state string) []byte { return []byte("oauth-flow:" + state) }
 
+// FlowAD is the associated data of a flow's sealed verifier, for
+// master-key rotation (proxy storage rotate-master-key).
+func FlowAD(state string) []byte { return flowAD(state) }
+
 // AuthorizeURL is the provider endpoint an upstream uses.
 func AuthorizeURL(u *store.Upstream) string {
 	if u.OAuthAuthorizeURL != "" {

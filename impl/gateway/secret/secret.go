@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,7 +96,7 @@ func ParseKey(s string) ([]byte, error) {
 // random key (mode 0600) when it does not exist. created reports whether the
 // file was written now.
 func LoadOrCreateKeyFile(path string) (key []byte, created bool, err error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadSecretFile(path)
 	if err == nil {
 		k, perr := ParseKey(string(data))
 		if perr != nil {
@@ -114,6 +115,31 @@ func LoadOrCreateKeyFile(path string) (key []byte, created bool, err error) {
 		return nil, false, err
 	}
 	return key, true, nil
+}
+
+// ErrFileMode is wrapped by ReadSecretFile's refusal of a secret file that
+// group or others may read.
+var ErrFileMode = errors.New("secret file readable by group or others")
+
+// ReadSecretFile reads a file holding a secret, refusing it (as ssh refuses
+// a private key) when its mode lets group or others read or write it: a
+// secret left world-readable is a leak waiting to happen, and using it
+// silently would hide that. The mode is checked on the opened file, so a
+// rename between check and read cannot swap it.
+func ReadSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("%s has mode %04o: %w; run chmod 600 %s", path, m, ErrFileMode, path)
+	}
+	return io.ReadAll(f)
 }
 
 // WriteFileAtomic writes data to path with mode 0600 through a temporary file

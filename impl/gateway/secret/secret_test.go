@@ -2,8 +2,11 @@ package secret
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -94,5 +97,60 @@ func TestKeyFileCreatedOnceWithMode0600(t *testing.T) {
 	os.WriteFile(path, []byte("garbage"), 0o600)
 	if _, _, err := LoadOrCreateKeyFile(path); err == nil {
 		t.Fatal("garbage key file accepted")
+	}
+}
+
+// A secret file that group or others can read is refused with its name and
+// mode; 0600 and 0400 are accepted.
+func TestReadSecretFileRefusesOpenModes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o644, false}, {0o640, false}, {0o604, false}, {0o620, false}} {
+		path := filepath.Join(dir, tc.mode.String())
+		if err := os.WriteFile(path, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		data, err := ReadSecretFile(path)
+		if tc.ok {
+			if err != nil || string(data) != "s3cret\n" {
+				t.Errorf("mode %04o: %q, %v", tc.mode, data, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrFileMode) {
+			t.Fatalf("mode %04o: err %v, want ErrFileMode", tc.mode, err)
+		}
+		for _, want := range []string{path, fmt.Sprintf("%04o", tc.mode)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("mode %04o: error %q does not name %q", tc.mode, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("error repeats the secret: %q", err)
+		}
+	}
+}
+
+// The master key file is refused at 0644 rather than used silently.
+func TestLoadKeyFileRefusesOpenMode(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "proxy.db.key")
+	if _, _, err := LoadOrCreateKeyFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadOrCreateKeyFile(path); err != nil {
+		t.Fatalf("0600 file refused: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadOrCreateKeyFile(path); !errors.Is(err, ErrFileMode) {
+		t.Fatalf("0644 key file: err %v, want ErrFileMode", err)
 	}
 }

@@ -86,6 +86,31 @@ type Config struct {
 	// Relay holds the proxy path's deadlines and bounds (relay area; see
 	// RelayConfig at the end of this file).
 	Relay RelayConfig `yaml:"relay"`
+
+	// --- listeners and shutdown (server area) ---
+
+	// Listeners bounds what one client connection may hold on every
+	// listener (proxy and admin, which also serves /metrics).
+	Listeners ListenerLimits `yaml:"listeners"`
+	// DrainTimeout is how long shutdown waits for in-flight requests
+	// (long streams included) after SIGTERM before cutting them; keep it
+	// below the pod's terminationGracePeriodSeconds.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// --- end listeners and shutdown ---
+}
+
+// ListenerLimits are the per-connection bounds of a listener.
+type ListenerLimits struct {
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// BodyReadTimeout bounds reading a request's body, from the end of
+	// its headers; once the body is read the bound is lifted, so a
+	// long response stream is not cut by it.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's header bytes.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 }
 
 // AuthProvider configures one admin authentication provider.
@@ -113,6 +138,12 @@ func defaults() Config {
 	c.Warmup.FreshFor = 10 * time.Minute
 	c.UsageStaleAfter = 15 * time.Minute
 	c.Relay = defaultRelayConfig() // relay area
+	// listeners and shutdown (server area)
+	c.Listeners = ListenerLimits{ReadHeaderTimeout: 10 * time.Second, BodyReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	// The chart grants 30 s (terminationGracePeriodSeconds); 5 s of it
+	// go to the preStop pause before SIGTERM arrives.
+	c.DrainTimeout = 25 * time.Second
 	return c
 }
 
@@ -143,6 +174,11 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		plugTime   = fs.Duration("plugin-call-timeout", 0, "time limit of one WASM plugin call (default 50ms)")
 		intervals  = map[string]time.Duration{}
 		applyRelay = bindRelayFlags(fs) // relay area
+		// listeners and shutdown (server area)
+		hdrTimeout  = fs.Duration("read-header-timeout", c.Listeners.ReadHeaderTimeout, "close a connection whose request headers take longer (every listener)")
+		bodyTimeout = fs.Duration("body-read-timeout", c.Listeners.BodyReadTimeout, "close a connection whose request body takes longer to arrive (every listener; the response stream is not bounded by it)")
+		idleTimeout = fs.Duration("idle-timeout", c.Listeners.IdleTimeout, "close a keep-alive connection idle this long (every listener)")
+		drain       = fs.Duration("drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight requests may run before they are cut (keep below the pod's grace period)")
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
 		name, d, ok := strings.Cut(v, "=")
@@ -233,6 +269,19 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		}
 		c.JobIntervals[k] = v
 	}
+	// listeners and shutdown (server area)
+	if set["read-header-timeout"] {
+		c.Listeners.ReadHeaderTimeout = *hdrTimeout
+	}
+	if set["body-read-timeout"] {
+		c.Listeners.BodyReadTimeout = *bodyTimeout
+	}
+	if set["idle-timeout"] {
+		c.Listeners.IdleTimeout = *idleTimeout
+	}
+	if set["drain-timeout"] {
+		c.DrainTimeout = *drain
+	}
 	if c.ReplicaID == "" {
 		c.ReplicaID, _ = os.Hostname()
 	}
@@ -306,6 +355,19 @@ func (c *Config) Validate() error {
 		if p.TokenEnv == "" {
 			bad(key+".token_env", "required")
 		}
+	}
+	// listeners and shutdown (server area)
+	for key, d := range map[string]time.Duration{"listeners.read_header_timeout": c.Listeners.ReadHeaderTimeout,
+		"listeners.body_read_timeout": c.Listeners.BodyReadTimeout, "listeners.idle_timeout": c.Listeners.IdleTimeout} {
+		if d < 100*time.Millisecond {
+			bad(key, "must be at least 100ms, got %s", d)
+		}
+	}
+	if c.Listeners.MaxHeaderBytes < 4<<10 || c.Listeners.MaxHeaderBytes > 1<<20 {
+		bad("listeners.max_header_bytes", "must be 4096-1048576, got %d", c.Listeners.MaxHeaderBytes)
+	}
+	if c.DrainTimeout < 0 || c.DrainTimeout > time.Hour {
+		bad("drain_timeout", "must be 0-1h, got %s", c.DrainTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -128,3 +128,33 @@ func TestRelayConfig(t *testing.T) {
 		}
 	}
 }
+
+// Listener bounds and the drain: defaults, flags over the file, and each
+// bad value reported with its key.
+func TestConfigListenersAndDrain(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DrainTimeout != 25*time.Second || c.Listeners.ReadHeaderTimeout != 10*time.Second || c.Listeners.BodyReadTimeout != time.Minute ||
+		c.Listeners.IdleTimeout != 2*time.Minute || c.Listeners.MaxHeaderBytes != 64<<10 {
+		t.Fatalf("defaults %+v drain %s", c.Listeners, c.DrainTimeout)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("drain_timeout: 40s\nlisteners:\n  body_read_timeout: 5s\n  max_header_bytes: 8192\n"), 0o600)
+	c, err = ParseConfig([]string{"--config", path, "--drain-timeout", "55s", "--idle-timeout", "30s", "--read-header-timeout", "2s"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DrainTimeout != 55*time.Second || c.Listeners.BodyReadTimeout != 5*time.Second || c.Listeners.MaxHeaderBytes != 8192 ||
+		c.Listeners.IdleTimeout != 30*time.Second || c.Listeners.ReadHeaderTimeout != 2*time.Second {
+		t.Fatalf("parsed %+v drain %s", c.Listeners, c.DrainTimeout)
+	}
+	_, err = ParseConfig([]string{"--drain-timeout", "-1s", "--body-read-timeout", "1ms", "--idle-timeout", "0s"}, env(nil), io.Discard)
+	for _, key := range []string{"drain_timeout", "listeners.body_read_timeout", "listeners.idle_timeout"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("error %v does not name %s", err, key)
+		}
+	}
+}

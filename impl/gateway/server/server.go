@@ -85,14 +85,18 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 type running struct {
-	log        *slog.Logger
-	st         store.Store
-	rec        *usage.Recorder
-	servers    []*http.Server
-	cancel     context.CancelFunc
-	errc       chan error
-	sched      *scheduler.Scheduler
-	closeSched func()
+	log *slog.Logger
+	st  store.Store
+	rec *usage.Recorder
+	// proxySrv drains first (its listener closes at once); adminSrv keeps
+	// answering /readyz (503) and /metrics until the drain ends.
+	proxySrv, adminSrv *http.Server
+	life               *lifecycle
+	drain              time.Duration
+	cancel             context.CancelFunc
+	errc               chan error
+	sched              *scheduler.Scheduler
+	closeSched         func()
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
@@ -110,6 +114,10 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		return nil, err
 	}
 	auth, tokenNote, err := adminAuth(cfg, driver, dsn, getenv)
+	if err != nil {
+		return nil, err
+	}
+	metricsToken, err := scrapeToken(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -179,13 +187,14 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	}
 	cfg.Relay.apply(&relayOpts) // relay area: deadlines and body cap (docs/resilience.md)
 	relayH := relay.New(relayOpts)
+	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	adminH := admin.New(admin.Deps{
 		Store: st, Sealer: box, Runtime: runtimeInfo{rt}, Auth: auth,
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
 		OAuth: subs, Plugins: plugs, Dashboard: dashboard.Handler(),
 		Extra: map[string]http.Handler{
-			"/metrics":          promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			"/metrics":          metricsH,
 			"/admin/scheduler/": schedulerHandler{sched},
 		},
 	})
@@ -212,7 +221,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		go l.Run(bg)
 	}
 
-	r := &running{log: log, st: st, rec: rec, cancel: cancel, stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: sched, closeSched: closeSched}
+	r := &running{log: log, st: st, rec: rec, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout, stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: sched, closeSched: closeSched}
 	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
 	if err != nil {
 		r.close()
@@ -225,13 +234,13 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	proxySrv := &http.Server{Handler: relayH, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
+	proxySrv := newHTTPServer(relayH, cfg.Listeners, errLog)
 	// Changes through the admin listener are audited as the admin API's.
 	audited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adminH.ServeHTTP(w, r.WithContext(store.WithActor(r.Context(), "admin-api")))
 	})
-	adminSrv := &http.Server{Handler: audited, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: errLog}
-	r.servers = []*http.Server{proxySrv, adminSrv}
+	adminSrv := newHTTPServer(adminFront(audited, metricsH, r.life, metricsToken), cfg.Listeners, errLog)
+	r.proxySrv, r.adminSrv = proxySrv, adminSrv
 	go func() { r.errc <- proxySrv.Serve(proxyLn) }()
 	go func() { r.errc <- adminSrv.Serve(adminLn) }()
 
@@ -246,12 +255,12 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
   proxy      http://%s/v1/messages   (ANTHROPIC_BASE_URL=http://%s, key from POST /admin/v1/principals/{id}/keys)
   admin API  http://%s/admin/v1
   dashboard  http://%s/dashboard/
-  metrics    http://%s/metrics
+  metrics    http://%s/metrics   (admin token, or the scrape token: %s)
   admin token: %s
   master key:  %s
   database:    %s (%s)
 
-`, pa, client, aa, aa, aa, tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
+`, pa, client, aa, aa, aa, metricsNote(metricsToken), tokenNote, keyNote, redactURL(cfg.DatabaseURL), driver)
 	return r, nil
 }
 
@@ -272,11 +281,23 @@ func (r *running) close() {
 	r.st.Close()
 }
 
+// shutdown drains: readiness turns 503, the proxy listener closes (new
+// connections are refused) and in-flight requests, long streams included,
+// get up to the drain timeout to finish before they are cut. The admin
+// listener stays up meanwhile, so probes and scrapes see the drain.
 func (r *running) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	r.life.draining.Store(true)
+	r.log.Info("draining", "timeout", r.drain.String())
+	ctx, cancel := context.WithTimeout(context.Background(), r.drain)
 	defer cancel()
-	for _, s := range r.servers {
-		_ = s.Shutdown(ctx)
+	if err := r.proxySrv.Shutdown(ctx); err != nil {
+		r.log.Warn("drain timeout reached; cutting the requests still in flight", "timeout", r.drain.String())
+		_ = r.proxySrv.Close()
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer acancel()
+	if err := r.adminSrv.Shutdown(actx); err != nil {
+		_ = r.adminSrv.Close()
 	}
 	r.close()
 	r.log.Info("stopped")
@@ -358,7 +379,7 @@ func adminAuth(cfg *Config, driver, dsn string, getenv func(string) string) ([]a
 		return nil, "", errors.New("no admin token: set PROXY_ADMIN_TOKEN or configure admin.auth.providers")
 	}
 	path := dsn + ".admin-token"
-	data, err := os.ReadFile(path)
+	data, err := secret.ReadSecretFile(path)
 	tok := strings.TrimSpace(string(data))
 	if errors.Is(err, os.ErrNotExist) || (err == nil && tok == "") {
 		b := make([]byte, 32)
@@ -441,4 +462,33 @@ func (c installedCatalog) Installed() (string, time.Time, json.RawMessage, bool)
 		return "", time.Time{}, nil, false
 	}
 	return cur.Version, cur.InstalledAt, cur.Body, true
+}
+
+// scrapeToken is the read-only credential of /metrics: PROXY_METRICS_TOKEN,
+// or the contents of the file PROXY_METRICS_TOKEN_FILE names (mode 0600 or
+// stricter). Empty: /metrics takes only the admin token.
+func scrapeToken(getenv func(string) string) (string, error) {
+	if v := getenv("PROXY_METRICS_TOKEN"); v != "" {
+		return strings.TrimSpace(v), nil
+	}
+	path := getenv("PROXY_METRICS_TOKEN_FILE")
+	if path == "" {
+		return "", nil
+	}
+	data, err := secret.ReadSecretFile(path)
+	if err != nil {
+		return "", fmt.Errorf("PROXY_METRICS_TOKEN_FILE: %w", err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if tok == "" {
+		return "", fmt.Errorf("PROXY_METRICS_TOKEN_FILE: %s is empty", path)
+	}
+	return tok, nil
+}
+
+func metricsNote(tok string) string {
+	if tok == "" {
+		return "none set"
+	}
+	return "set"
 }

@@ -15,7 +15,7 @@ import (
 // They write the database directly, as an operator's maintenance step, and
 // bump what replicas watch so running replicas pick the change up.
 func storageCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	usage := "usage: proxy storage disable-oauth-warmup [--database-url URL]"
+	usage := "usage: proxy storage disable-oauth-warmup|rotate-master-key [--database-url URL] [--old-key-file F --new-key-file F]"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -23,6 +23,9 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 	fs := flag.NewFlagSet("proxy storage "+op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dbURL := fs.String("database-url", "", "database (default: $PROXY_DATABASE_URL or sqlite://proxy.db)")
+	// rotate-master-key (server area)
+	oldFile := fs.String("old-key-file", "", "rotate-master-key: file holding the current master key (default: $PROXY_MASTER_KEY, or the SQLite key file)")
+	newFile := fs.String("new-key-file", "", "rotate-master-key: file holding the new master key (default: $PROXY_NEW_MASTER_KEY)")
 	if err := fs.Parse(rest); err != nil {
 		return err
 	}
@@ -36,6 +39,14 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 	driver, dsn, err := ParseDatabaseURL(u)
 	if err != nil {
 		return err
+	}
+	var oldKey, newKey []byte
+	var keyFile string
+	if op == "rotate-master-key" {
+		// Keys first: a missing or malformed key changes nothing.
+		if oldKey, newKey, keyFile, err = rotationKeys(driver, dsn, *oldFile, *newFile, getenv); err != nil {
+			return err
+		}
 	}
 	cfg := defaults()
 	st, err := openStore(ctx, &cfg, driver, dsn, slog.New(slog.DiscardHandler))
@@ -53,6 +64,8 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 		}
 		fmt.Fprintf(stderr, "disabled warm-up on %d vendor_oauth upstream(s)\n", n)
 		return nil
+	case "rotate-master-key":
+		return rotateMasterKey(ctx, st, oldKey, newKey, keyFile, stderr)
 	}
 	return fmt.Errorf("unknown storage operation %q; %s", op, usage)
 }

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+)
+
+// rotationFixture makes a SQLite database with the embedded default's key
+// file and one upstream whose credential is sealed under that key.
+func rotationFixture(t *testing.T) (dsn, upstreamID string, oldKey []byte) {
+	t.Helper()
+	dsn = filepath.Join(t.TempDir(), "proxy.db")
+	oldKey, _, err := secret.LoadOrCreateKeyFile(dsn + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, dsn, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	u, err := st.CreateUpstream(ctx, store.UpstreamSpec{Name: "main", Kind: store.KindVendorAPIKey, BaseURL: "https://api.example", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, _ := secret.New(oldKey)
+	ct, _ := box.Seal([]byte("sk-upstream"), snapshot.CredentialAD(u.ID))
+	if _, err := st.SetUpstreamCredential(ctx, u.ID, "api_key", ct); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, u.ID, oldKey
+}
+
+func credential(t *testing.T, dsn, id string) []byte {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), dsn, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	u, err := st.GetUpstream(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Credential
+}
+
+// rotate-master-key re-seals under the new key and rewrites the key file;
+// the old key no longer opens the credential.
+func TestRotateMasterKeyCommand(t *testing.T) {
+	t.Parallel()
+	dsn, id, oldKey := rotationFixture(t)
+	newKey := bytes.Repeat([]byte{9}, secret.KeySize)
+	var out strings.Builder
+	err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn},
+		env(map[string]string{"PROXY_NEW_MASTER_KEY": hex.EncodeToString(newKey)}), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "re-sealed 1 value") || strings.Contains(out.String(), hex.EncodeToString(newKey)) {
+		t.Fatalf("output %q", out.String())
+	}
+	k, created, err := secret.LoadOrCreateKeyFile(dsn + ".key")
+	if err != nil || created || !bytes.Equal(k, newKey) {
+		t.Fatalf("key file after rotation: %x created=%v %v", k, created, err)
+	}
+	ct := credential(t, dsn, id)
+	nb, _ := secret.New(newKey)
+	if pt, err := nb.Open(ct, snapshot.CredentialAD(id)); err != nil || string(pt) != "sk-upstream" {
+		t.Fatalf("new key opens %q, %v", pt, err)
+	}
+	ob, _ := secret.New(oldKey)
+	if _, err := ob.Open(ct, snapshot.CredentialAD(id)); err == nil {
+		t.Fatal("the old key still opens the credential")
+	}
+}
+
+// A wrong old key is refused and changes nothing: not the database, not
+// the key file.
+func TestRotateMasterKeyWrongOldKey(t *testing.T) {
+	t.Parallel()
+	dsn, id, oldKey := rotationFixture(t)
+	before := credential(t, dsn, id)
+	wrong := hex.EncodeToString(bytes.Repeat([]byte{1}, secret.KeySize))
+	newKey := hex.EncodeToString(bytes.Repeat([]byte{2}, secret.KeySize))
+	err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn},
+		env(map[string]string{"PROXY_MASTER_KEY": wrong, "PROXY_NEW_MASTER_KEY": newKey}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "nothing changed") || !strings.Contains(err.Error(), id) {
+		t.Fatalf("wrong old key: %v", err)
+	}
+	if strings.Contains(err.Error(), wrong) || strings.Contains(err.Error(), newKey) {
+		t.Fatalf("error repeats a key: %v", err)
+	}
+	if after := credential(t, dsn, id); !bytes.Equal(before, after) {
+		t.Fatal("the credential changed after a refused rotation")
+	}
+	if k, _, _ := secret.LoadOrCreateKeyFile(dsn + ".key"); !bytes.Equal(k, oldKey) {
+		t.Fatal("the key file changed after a refused rotation")
+	}
+	// No new key given, or the same key twice: refused before anything.
+	for _, e := range []map[string]string{{}, {"PROXY_NEW_MASTER_KEY": hex.EncodeToString(oldKey)}} {
+		if err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn}, env(e), io.Discard); err == nil {
+			t.Fatalf("rotation with %v accepted", e)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// sealedColumn is one sealed column: how to read its rows (key columns
+// first, the ciphertext last) and how to write one back.
+type sealedColumn struct {
+	kind   string
+	query  string
+	update string
+	scan   func(rows *sql.Rows, v *store.Sealed) (key []any, err error)
+}
+
+var sealedColumns = []sealedColumn{
+	{
+		kind:   store.SealedUpstreamCredential,
+		query:  "SELECT id, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id",
+		update: "UPDATE upstreams SET credential = ? WHERE id = ?",
+		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+			err := rows.Scan(&v.UpstreamID, &v.Ciphertext)
+			return []any{v.UpstreamID}, err
+		},
+	},
+	{
+		kind:   store.SealedOAuthVerifier,
+		query:  "SELECT state, upstream_id, verifier FROM oauth_flows ORDER BY state",
+		update: "UPDATE oauth_flows SET verifier = ? WHERE state = ?",
+		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+			err := rows.Scan(&v.State, &v.UpstreamID, &v.Ciphertext)
+			return []any{v.State}, err
+		},
+	},
+	{
+		kind: store.SealedKeepAliveSnapshot,
+		// A session whose snapshot is not sealed yet holds one
+		// placeholder byte (see keepalive.Service): nothing to re-seal.
+		query:  "SELECT id, principal_id, session_hash, upstream_id, generation, snapshot FROM keepalive_sessions ORDER BY id",
+		update: "UPDATE keepalive_sessions SET snapshot = ? WHERE id = ?",
+		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+			var id string
+			err := rows.Scan(&id, &v.PrincipalID, &v.SessionHash, &v.UpstreamID, &v.Generation, &v.Ciphertext)
+			return []any{id}, err
+		},
+	},
+}
+
+func (s *Store) ResealAll(ctx context.Context, reseal func(store.Sealed) ([]byte, error)) (int, error) {
+	n := 0
+	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+		for _, col := range sealedColumns {
+			type row struct {
+				key []any
+				v   store.Sealed
+			}
+			var todo []row
+			rows, err := tx.QueryContext(ctx, s.d.rebind(col.query))
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				r := row{v: store.Sealed{Kind: col.kind}}
+				if r.key, err = col.scan(rows, &r.v); err != nil {
+					rows.Close()
+					return err
+				}
+				todo = append(todo, r)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, r := range todo {
+				if col.kind == store.SealedKeepAliveSnapshot && len(r.v.Ciphertext) <= 1 {
+					continue
+				}
+				ct, err := reseal(r.v)
+				if err != nil {
+					return err
+				}
+				if _, err := s.exec(ctx, tx, col.update, append([]any{ct}, r.key...)...); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		_, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id) VALUES (?, ?, ?, ?, ?, ?)",
+			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), "rotate_master_key", "master_key", "*")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

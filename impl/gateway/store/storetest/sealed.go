@@ -1,0 +1,109 @@
+package storetest
+
+import (
+	"errors"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+func exerciseSealed(t *testing.T, open Opener) {
+	t.Run("ResealAll", func(t *testing.T) { run(t, open, testResealAll) })
+	t.Run("ResealAllAborts", func(t *testing.T) { run(t, open, testResealAllAborts) })
+}
+
+// sealedFixture writes one value of every sealed kind (and a soft-deleted
+// upstream's credential, and an unsealed keep-alive placeholder).
+func sealedFixture(t *testing.T, b *bundle) (up, deleted string, ka string) {
+	now := b.clk.Now()
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("live")))
+	d := must(b.st.CreateUpstream(b.ctx, apiKeySpec("gone")))
+	must(0, b.st.DeleteUpstream(b.ctx, d.ID, d.SpecRevision))
+	must(0, b.st.CreateOAuthFlow(b.ctx, store.OAuthFlow{State: "st-r", UpstreamID: u.ID, Verifier: []byte("ct-verifier"),
+		RedirectURI: "https://cb.test/", CreatedAt: now, ExpiresAt: now.Add(10 * time.Minute)}))
+	s := must(b.st.UpsertKeepAliveSession(b.ctx, kaSession("pr_r", "h-r", now)))
+	must(0, b.st.SetKeepAliveSnapshot(b.ctx, s.ID, s.Generation, []byte("ct-snapshot")))
+	placeholder := kaSession("pr_r", "h-unsealed", now)
+	placeholder.Snapshot = []byte{0}
+	must(b.st.UpsertKeepAliveSession(b.ctx, placeholder))
+	return u.ID, d.ID, s.ID
+}
+
+// Master-key rotation: every sealed value is handed over with the fields
+// of its associated data and written back; the config generation does
+// not move (running replicas keep their snapshot).
+func testResealAll(t *testing.T, open Opener) {
+	b := setup(t, open)
+	up, deleted, ka := sealedFixture(t, b)
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	var seen []string
+	n := must(b.st.ResealAll(b.ctx, func(v store.Sealed) ([]byte, error) {
+		switch v.Kind {
+		case store.SealedUpstreamCredential:
+			seen = append(seen, v.Kind+":"+v.UpstreamID+":"+string(v.Ciphertext))
+		case store.SealedOAuthVerifier:
+			seen = append(seen, v.Kind+":"+v.State+":"+v.UpstreamID+":"+string(v.Ciphertext))
+		case store.SealedKeepAliveSnapshot:
+			if v.PrincipalID != "pr_r" || v.SessionHash != "h-r" || v.Generation != 1 || v.UpstreamID == "" {
+				t.Errorf("keep-alive associated data fields %+v", v)
+			}
+			seen = append(seen, v.Kind+":"+string(v.Ciphertext))
+		}
+		return append([]byte("new-"), v.Ciphertext...), nil
+	}))
+	sort.Strings(seen)
+	want := []string{
+		store.SealedKeepAliveSnapshot + ":ct-snapshot",
+		store.SealedOAuthVerifier + ":st-r:" + up + ":ct-verifier",
+		store.SealedUpstreamCredential + ":" + deleted + ":ct-gone",
+		store.SealedUpstreamCredential + ":" + up + ":ct-live",
+	}
+	sort.Strings(want)
+	if n != 4 || len(seen) != 4 {
+		t.Fatalf("resealed %d: %q, want %q", n, seen, want)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Fatalf("resealed %q, want %q", seen, want)
+		}
+	}
+	if got := must(b.st.GetUpstream(b.ctx, up)); string(got.Credential) != "new-ct-live" {
+		t.Fatalf("credential after reseal %q", got.Credential)
+	}
+	if got := must(b.st.GetKeepAliveSession(b.ctx, ka)); string(got.Snapshot) != "new-ct-snapshot" {
+		t.Fatalf("snapshot after reseal %q", got.Snapshot)
+	}
+	if f := must(b.st.TakeOAuthFlow(b.ctx, "st-r", b.clk.Now())); string(f.Verifier) != "new-ct-verifier" {
+		t.Fatalf("verifier after reseal %q", f.Verifier)
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen {
+		t.Fatalf("generation %d after reseal, want %d unchanged", g, gen)
+	}
+}
+
+// One value that cannot be re-sealed (the wrong old key) leaves every
+// value as it was.
+func testResealAllAborts(t *testing.T, open Opener) {
+	b := setup(t, open)
+	up, _, ka := sealedFixture(t, b)
+	wrongKey := errors.New("does not open")
+	calls := 0
+	_, err := b.st.ResealAll(b.ctx, func(v store.Sealed) ([]byte, error) {
+		calls++
+		if calls == 3 {
+			return nil, wrongKey
+		}
+		return []byte("new"), nil
+	})
+	if !errors.Is(err, wrongKey) {
+		t.Fatalf("err %v, want the reseal error", err)
+	}
+	if got := must(b.st.GetUpstream(b.ctx, up)); string(got.Credential) != "ct-live" {
+		t.Fatalf("credential changed by an aborted reseal: %q", got.Credential)
+	}
+	if got := must(b.st.GetKeepAliveSession(b.ctx, ka)); string(got.Snapshot) != "ct-snapshot" {
+		t.Fatalf("snapshot changed by an aborted reseal: %q", got.Snapshot)
+	}
+}
