@@ -584,9 +584,9 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	copyResponseHeaders(w.Header(), resp.Header, up)
 	if isSSE {
 		w.Header().Del("Content-Length")
-	} else if rerr == io.EOF {
-		w.Header().Set("Content-Length", strconv.Itoa(len(capture)))
 	}
+	// A complete body matches the upstream's Content-Length, copied above
+	// (the transport reports a short body as an error, not io.EOF).
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	if isSSE && flusher != nil {
