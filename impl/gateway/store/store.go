@@ -217,6 +217,8 @@ type Store interface {
 	PluginStore
 	// LimitStore is the shared counting of principals' default_limits.
 	LimitStore
+	// EventReader searches and aggregates request events (dashboard).
+	EventReader
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error

@@ -117,6 +117,7 @@ func Exercise(t *testing.T, open Opener) {
 	exerciseKeepAlive(t, open)
 	exercisePlugins(t, open)
 	exerciseLimits(t, open)
+	exerciseEventReader(t, open) // dashboard: request log and live traffic
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
