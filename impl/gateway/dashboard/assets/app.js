@@ -508,13 +508,13 @@ function svgEl(tag, attrs = {}, ...children) {
   return e;
 }
 
-// niceMax rounds a maximum up to 1, 2 or 5 times a power of ten, so the
-// axis ticks are round numbers.
+// niceMax picks the y axis's top: four equal steps of 1, 2 or 5 times a
+// power of ten (at least 1), so every tick is a round whole number.
 function niceMax(m) {
-  if (m <= 0) return 1;
-  const p = Math.pow(10, Math.floor(Math.log10(m)));
-  for (const f of [1, 2, 5, 10]) if (f * p >= m) return f * p;
-  return 10 * p;
+  const raw = Math.max(1, m / 4);
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const f of [1, 2, 5, 10]) if (f * p >= raw) return 4 * f * p;
+  return 40 * p;
 }
 
 // stackedChart draws one fixed-size chart: one bar per hour of the range,
@@ -663,5 +663,6 @@ async function route() {
 
 $("#signin-form").addEventListener("submit", signIn);
 $("#signout").addEventListener("click", signOut);
-window.addEventListener("hashchange", route);
+// Moving to another page clears the last page's message.
+window.addEventListener("hashchange", () => { banner(""); route(); });
 if (storedToken()) start(storedToken());
