@@ -189,7 +189,7 @@ var _ = Describe("Dashboard", func() {
 		var hourLabels int
 		run(ctx, chromedp.Evaluate(`[...document.querySelectorAll("#chart-requests text")].filter(t=>/^\d\d:00$/.test(t.textContent)).length`, &hourLabels))
 		Expect(hourLabels).To(Equal(9)) // every third hour of 24, and the current one
-		var chartText string // SVG has no innerText: read its textContent
+		var chartText string            // SVG has no innerText: read its textContent
 		run(ctx, chromedp.Evaluate(`document.querySelector("#chart-requests").textContent`, &chartText))
 		Expect(chartText).To(ContainSubstring("live"))
 		var pageHeight float64
