@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -25,6 +25,15 @@ build: ## Build every binary into bin/
 	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-node ./impl/cmd/pillar-node
 	@$(MAKE) --no-print-directory plugins
 
+# run and demo build only what they start (go build is incremental).
+build-proxy: ## Build bin/proxy only
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/proxy ./impl/cmd/proxy
+
+build-sim: ## Build bin/sim (the provider simulator) only
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
+
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@mkdir -p $(BIN)/plugins
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
@@ -38,11 +47,11 @@ chart-docs: ## Regenerate the charts' README values tables and values.schema.jso
 test-charts: ## Chart suites (Helm's Go packages: lint, golden renders, strict decoding, refusals)
 	$(GO) test -count=1 ./conformance/charts/
 
-run: build ## Run the proxy on the embedded SQLite default (proxy :8080, admin [::1]:9090)
+run: build-proxy ## Run the proxy on the embedded SQLite default (proxy :8080, admin [::1]:9090)
 	$(BIN)/proxy $(ARGS)
 
-demo: build ## Start the provider sim and the proxy, seed an upstream, principal and key, send one request
-	bash scripts/demo.sh
+demo: build-proxy build-sim ## Sim + proxy, seeded, real requests; KEEP=1 leaves both running for the dashboard
+	KEEP=$(KEEP) bash scripts/demo.sh
 
 setup: ## Install what a fresh Debian machine lacks for the tests
 	bash scripts/setup.sh

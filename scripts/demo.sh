@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # make demo: the provider sim and the proxy on loopback, an upstream, a
 # principal and a key created through the admin API, then real requests.
+# KEEP=1 leaves the sim and the proxy running afterwards (and their data
+# directory), so the dashboard shows the demo's traffic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 tmp=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+keep=${KEEP:-}
+cleanup() {
+  if [ -n "$keep" ] && [ "${done_ok:-}" = 1 ]; then return; fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"
+}
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)); }
@@ -16,11 +22,11 @@ token="demo-admin-$(date +%s)"
 sim_key="sk-sim-demo"
 
 step "starting the provider sim on 127.0.0.1:$sim_port"
-bin/sim --listen "127.0.0.1:$sim_port" --api-key "$sim_key" 2>"$tmp/sim.log" &
+bin/sim --listen "127.0.0.1:$sim_port" --api-key "$sim_key" >"$tmp/sim.out" 2>"$tmp/sim.log" </dev/null &
 pids+=($!)
 step "starting the proxy (proxy 127.0.0.1:$proxy_port, admin 127.0.0.1:$admin_port, database $tmp/demo.db)"
 PROXY_ADMIN_TOKEN=$token bin/proxy --proxy-listen "127.0.0.1:$proxy_port" --admin-listen "127.0.0.1:$admin_port" \
-  --database-url "sqlite://$tmp/demo.db" 2>"$tmp/proxy.log" &
+  --database-url "sqlite://$tmp/demo.db" >"$tmp/proxy.out" 2>"$tmp/proxy.log" </dev/null &
 pids+=($!)
 admin="http://127.0.0.1:$admin_port/admin/v1"
 for _ in $(seq 1 100); do
@@ -58,4 +64,20 @@ step "a model outside allowed_models is refused"
 curl -sS "http://127.0.0.1:$proxy_port/v1/messages" -H "x-api-key: $key" -H 'anthropic-version: 2023-06-01' \
   -H 'content-type: application/json' -d '{"model":"gpt-4o","max_tokens":8,"messages":[]}'
 echo
+step "a few more requests, so the dashboard has traffic to show"
+for i in 1 2 3 4 5; do
+  curl -sS -o /dev/null "http://127.0.0.1:$proxy_port/v1/messages" -H "x-api-key: $key" -H 'anthropic-version: 2023-06-01' \
+    -H 'content-type: application/json' -d "{\"model\":\"claude-haiku-4-5\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"ping $i\"}]}"
+done
+if [ -n "$keep" ]; then
+  done_ok=1
+  step "demo done; the sim and the proxy keep running (KEEP=1)"
+  cat <<EOT
+  dashboard   http://127.0.0.1:$admin_port/dashboard/   (admin token: $token)
+  proxy       http://127.0.0.1:$proxy_port/v1/messages
+  data        $tmp
+  stop them:  kill ${pids[*]} && rm -rf $tmp
+EOT
+  exit 0
+fi
 step "demo done; everything was on loopback and is being stopped"

@@ -152,6 +152,13 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.Dashboard.ServeHTTP(w, r)
 		return
 	}
+	// dashboard: a browser opening the admin root without a token lands on
+	// the dashboard's sign-in instead of a 401 body.
+	if a.Dashboard != nil && r.URL.Path == "/" && r.Header.Get("Authorization") == "" &&
+		(r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
+		return
+	}
 	ok := false
 	for _, p := range a.Auth {
 		if _, ok = p.Authenticate(r); ok {

@@ -60,6 +60,9 @@ func (a *api) routes() []route {
 		{"GET", "/admin/v1/export", a.export},
 		{"GET", "/admin/v1/request-events", a.requestEvents},
 		{"GET", "/admin/v1/usage-rollups", a.usageRollups},
+		{"GET", "/admin/v1/request-log", a.requestLog}, // dashboard: operator's views (overview.go, requestlog.go)
+		{"GET", "/admin/v1/traffic", a.traffic},
+		{"GET", "/admin/v1/overview", a.overview},
 		{"GET", "/admin/v1/price-catalog", a.priceCatalog},
 		{"GET", "/admin/v1/openapi.json", a.openAPI},
 	}

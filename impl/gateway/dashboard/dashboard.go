@@ -2,8 +2,9 @@
 // admin listener under /dashboard/. It is a static shell (HTML, CSS and a
 // plain JavaScript module embedded in the binary, nothing fetched at run
 // time): the operator signs in with the admin token, which the page keeps
-// in memory only, and every read and change goes through the admin API
-// with that token, its ETags and its error codes (docs/dashboard.md).
+// in the tab's sessionStorage only, and every read and change goes through
+// the admin API with that token, its ETags and its error codes
+// (docs/dashboard.md).
 package dashboard
 
 import (

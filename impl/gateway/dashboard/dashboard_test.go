@@ -46,16 +46,21 @@ func TestServesTheShell(t *testing.T) {
 	}
 }
 
-// The script never writes HTML from data and never stores the token.
+// The script never writes HTML from data and keeps the token only in the
+// tab's sessionStorage (never localStorage or a cookie, which outlive the tab
+// or travel with requests).
 func TestScriptHygiene(t *testing.T) {
 	b, err := assets.ReadFile("assets/app.js")
 	if err != nil {
 		t.Fatal(err)
 	}
 	js := string(b)
-	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "localStorage", "sessionStorage", "document.cookie", "eval("} {
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "localStorage", "document.cookie", "eval("} {
 		if strings.Contains(js, bad) {
 			t.Errorf("app.js uses %s", bad)
 		}
+	}
+	if strings.Count(js, "sessionStorage.setItem(") != 1 {
+		t.Error("app.js writes sessionStorage other than the token")
 	}
 }

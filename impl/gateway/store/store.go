@@ -219,6 +219,8 @@ type Store interface {
 	LimitStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
+	// EventReader searches and aggregates request events (dashboard).
+	EventReader
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error

@@ -1,8 +1,23 @@
 // The dashboard: a client of the admin API. The token lives in this
-// module's memory only. Every change sends the ETag it was read with; a 409
-// shows the latest version and lets the operator re-decide.
+// module's memory and in this tab's sessionStorage (so a reload keeps the
+// session; closing the tab or signing out ends it). Every change sends the
+// ETag it was read with; a 409 shows the latest version and lets the
+// operator re-decide.
 
+const TOKEN_KEY = "proxy-admin-token";
 let token = "";
+
+function keepToken(t) {
+  token = t;
+  try {
+    if (t) sessionStorage.setItem(TOKEN_KEY, t);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  } catch { /* storage disabled: memory only */ }
+}
+
+function storedToken() {
+  try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch { return ""; }
+}
 
 const $ = (sel) => document.querySelector(sel);
 const main = () => $("#main");
@@ -104,23 +119,32 @@ function conflictPanel(what, latest, reapply) {
 
 async function signIn(ev) {
   ev.preventDefault();
-  token = $("#token").value.trim();
+  const t = $("#token").value.trim();
   $("#token").value = "";
+  await start(t);
+}
+
+// start validates a token and opens the dashboard with it.
+async function start(t) {
+  token = t;
   try {
     await api("GET", "/admin/v1/status");
   } catch (e) {
-    token = "";
+    keepToken("");
     showError(e);
     return;
   }
+  keepToken(t);
   banner("");
   $("#nav").hidden = false;
-  if (!location.hash || location.hash === "#/") location.hash = "#/upstreams";
+  const si = $("#signin");
+  if (si) si.hidden = true;
+  if (!location.hash || location.hash === "#/") location.hash = "#/overview";
   else route();
 }
 
 function signOut() {
-  token = "";
+  keepToken("");
   $("#nav").hidden = true;
   location.hash = "";
   location.reload();
@@ -289,10 +313,16 @@ async function principalDetail(id) {
   panel.hidden = false;
   const [{ data: p }, { data: keys }, { data: chain }] = await Promise.all([
     api("GET", `/admin/v1/principals/${id}`), api("GET", `/admin/v1/principals/${id}/keys`), api("GET", `/admin/v1/principals/${id}/plugin-chain`)]);
-  const keyRows = keys.map((k) => el("tr", {}, el("td", {}, k.name), el("td", {}, k.prefix + "…"), el("td", {}, k.revoked_at_unix_secs ? "revoked" : "active"),
+  // The key list re-renders on its own after an issue or a revoke, so a
+  // new key is listed at once while its secret stays on screen.
+  const keyList = el("div", { id: "key-list" });
+  const renderKeys = (ks) => keyList.replaceChildren(table(["Name", "Prefix", "State", ""], ks.map((k) => el("tr", { "data-key": k.prefix },
+    el("td", {}, k.name), el("td", {}, k.prefix + "…"), el("td", {}, k.revoked_at_unix_secs ? "revoked" : "active"),
     el("td", {}, k.revoked_at_unix_secs ? "" : el("button", { type: "button", class: "danger", onclick: async () => {
-      try { await api("DELETE", `/admin/v1/principals/${id}/keys/${k.id}`); principalDetail(id); } catch (e) { showError(e); }
-    } }, "Revoke"))));
+      try { await api("DELETE", `/admin/v1/principals/${id}/keys/${k.id}`); await refreshKeys(); } catch (e) { showError(e); }
+    } }, "Revoke"))))));
+  const refreshKeys = async () => renderKeys((await api("GET", `/admin/v1/principals/${id}/keys`)).data);
+  renderKeys(keys);
   const issued = el("div", { id: "issued-key" });
   const issue = el("button", { type: "button", class: "primary", id: "issue-key", onclick: async () => {
     try {
@@ -302,7 +332,8 @@ async function principalDetail(id) {
         el("p", { role: "alert" }, "Copy this key now: it is shown exactly once and cannot be read again."),
         secret, " ",
         el("button", { type: "button", onclick: async () => { await navigator.clipboard.writeText(secret.textContent).catch(() => {}); } }, "Copy"), " ",
-        el("button", { type: "button", id: "hide-key", onclick: () => { issued.replaceChildren(el("p", { class: "hint" }, "The key was hidden.")); principalDetail(id); } }, "I have stored it"));
+        el("button", { type: "button", id: "hide-key", onclick: () => { issued.replaceChildren(el("p", { class: "hint" }, "The key was hidden.")); } }, "I have stored it"));
+      await refreshKeys();
     } catch (e) { showError(e); }
   } }, "Issue key");
   const entries = chain.entries;
@@ -335,7 +366,7 @@ async function principalDetail(id) {
     } }, field("Router plugin", sel), field("Config (JSON)", cfg), el("button", { type: "submit" }, "Insert"));
   } catch (e) { if (e.code !== "not_found") showError(e); }
   panel.replaceChildren(el("h2", {}, `Principal ${p.name}`),
-    el("h3", {}, "Keys"), issue, issued, table(["Name", "Prefix", "State", ""], keyRows),
+    el("h3", {}, "Keys"), issue, issued, keyList,
     el("h3", {}, "Plugin chain"), table(["Position", "Plugin", "Config", "Actions"], chainRows), pluginSelect);
 }
 
@@ -412,55 +443,210 @@ async function schedulerPage() {
     el("section", {}, el("h2", {}, "Failures"), field("Filter", types), table(["Job type", "Key", "State", "Attempts", "Last error (redacted)"], failures))];
 }
 
+// ------------------------------------------------------------ overview
+
+function pct(x) { return x === null || x === undefined ? "—" : `${(x * 100).toFixed(1)} %`; }
+function num(n) { return Number(n || 0).toLocaleString("en-US"); }
+function ms(n) { return n === null || n === undefined ? "—" : `${num(n)} ms`; }
+
+function stat(id, label, value, hint) {
+  return el("div", { class: "stat", id }, el("div", { class: "stat-label" }, label), el("div", { class: "stat-value" }, value),
+    hint ? el("div", { class: "hint" }, hint) : null);
+}
+
+function usageRows(list, name) {
+  return list.map((u) => el("tr", {}, el("td", {}, name(u)), el("td", { class: "num" }, num(u.requests)), el("td", { class: "num" }, num(u.errors)),
+    el("td", { class: "num" }, num(u.input_tokens)), el("td", { class: "num" }, num(u.output_tokens)),
+    el("td", { class: "num" }, num(u.cache_read_input_tokens)), el("td", { class: "num" }, num(u.cache_creation_input_tokens))));
+}
+
+const usageHeaders = (first) => [first, "Requests", "Errors", "Input tokens", "Output tokens", "Cache read", "Cache write"];
+
+function windows(l) {
+  if (!l) return "—";
+  if (!l.observed) return el("span", { class: "hint" }, "not observed yet");
+  return el("div", {}, el("div", {}, "5h ", bar(l.five_hour && l.five_hour.utilization)),
+    el("div", {}, "7d ", bar(l.seven_day && l.seven_day.utilization)),
+    el("div", { class: "hint" }, l.coupon && l.coupon.available ? "reset coupon available" : "no coupon"));
+}
+
+async function overviewPage() {
+  const { data: o } = await api("GET", "/admin/v1/overview");
+  const lh = o.last_hour;
+  const ups = o.upstreams.map((u) => el("tr", { "data-upstream": u.name },
+    el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled"), el("td", {}, u.credential_mode || "none"),
+    el("td", {}, time(u.last_apply_at_unix_secs), u.last_apply_error ? el("div", { class: "bad" }, u.last_apply_error) : null),
+    el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.last_warmup_at_unix_secs))),
+    el("td", {}, windows(u.limits))));
+  const snap = o.snapshot ? `Configuration snapshot generation ${o.snapshot.generation}, applied ${time(o.snapshot.built_at_unix_secs)}.` : "";
+  return [
+    el("section", { "aria-labelledby": "h-ov" }, el("h2", { id: "h-ov" }, "Last hour"),
+      el("div", { class: "stats" },
+        stat("stat-rpm", "Requests per minute", lh.requests_per_minute.toFixed(1), "last 5 minutes"),
+        stat("stat-req", "Requests", num(lh.requests), "last 60 minutes"),
+        stat("stat-err", "Error rate", pct(lh.error_rate), `${num(lh.errors)} answered 4xx/5xx`),
+        stat("stat-p50", "Latency p50", ms(lh.latency_p50_ms), "whole request"),
+        stat("stat-p95", "Latency p95", ms(lh.latency_p95_ms), lh.latency_sample ? `of the newest ${num(lh.latency_sample)} requests` : "no requests"))),
+    el("section", { "aria-labelledby": "h-tm" }, el("h2", { id: "h-tm" }, `Today by model (UTC, since ${time(o.today_since_unix_secs)})`),
+      o.today_by_model.length ? table(usageHeaders("Model"), usageRows(o.today_by_model, (u) => u.model)) : el("p", { class: "hint" }, "No requests today.")),
+    el("section", { "aria-labelledby": "h-tp" }, el("h2", { id: "h-tp" }, "Today by principal"),
+      o.today_by_principal.length ? table(usageHeaders("Principal"), usageRows(o.today_by_principal, (u) => u.principal_name)) : el("p", { class: "hint" }, "No requests today.")),
+    el("section", { "aria-labelledby": "h-uh" }, el("h2", { id: "h-uh" }, "Upstream health"),
+      table(["Name", "Kind", "State", "Credential", "Last apply", "Warm-up / last", "Usage windows"], ups),
+      el("p", { class: "hint" }, snap))];
+}
+
 // ------------------------------------------------------------- traffic
 
-async function trafficPage() {
-  const [{ data: rollups }, { data: events }] = await Promise.all([
-    api("GET", "/admin/v1/usage-rollups"), api("GET", "/admin/v1/request-events?limit=50")]);
-  const byKey = new Map();
-  for (const r of rollups) {
-    const k = `${r.principal_id} → ${r.upstream_id || "(none)"}`;
-    const v = byKey.get(k) || { requests: 0, tokens: 0, hours: new Map() };
-    v.requests += r.requests;
-    v.tokens += r.input_tokens + r.output_tokens;
-    v.hours.set(r.bucket_start_unix_secs, (v.hours.get(r.bucket_start_unix_secs) || 0) + r.requests);
-    byKey.set(k, v);
+const SVG = "http://www.w3.org/2000/svg";
+const PALETTE = ["#2356c4", "#d9822b", "#1e7d3a", "#8e44ad", "#b3261e", "#0e8a8a", "#7a5c00", "#c2185b"];
+
+function svgEl(tag, attrs = {}, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+// niceMax picks the y axis's top: four equal steps of 1, 2 or 5 times a
+// power of ten (at least 1), so every tick is a round whole number.
+function niceMax(m) {
+  const raw = Math.max(1, m / 4);
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const f of [1, 2, 5, 10]) if (f * p >= raw) return 4 * f * p;
+  return 40 * p;
+}
+
+// stackedChart draws one fixed-size chart: one bar per hour of the range,
+// stacked by series, every series on the same y scale; the current hour
+// is marked live.
+function stackedChart(id, title, unit, t, metric) {
+  const W = 960, H = 240, L = 64, R = 12, T = 12, B = 40;
+  const n = (t.to_unix_secs - t.from_unix_secs) / t.bucket_secs;
+  const totals = Array.from({ length: n }, (_, i) => t.series.reduce((a, s) => a + s[metric][i], 0));
+  const max = niceMax(Math.max(0, ...totals));
+  const pw = W - L - R, ph = H - T - B, bw = pw / n;
+  const y = (v) => T + ph - (v / max) * ph;
+  const svg = svgEl("svg", { class: "chart", id, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `${title}: ${totals.reduce((a, b) => a + b, 0)} ${unit} over ${n} hours` });
+  for (let k = 0; k <= 4; k++) {
+    const v = (max * k) / 4;
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
+      svgEl("text", { x: L - 6, y: y(v) + 3, "text-anchor": "end" }, num(Math.round(v))));
   }
-  const charts = [...byKey.entries()].map(([k, v]) => {
-    const hours = [...v.hours.entries()].sort((a, b) => a[0] - b[0]);
-    const max = Math.max(1, ...hours.map((h) => h[1]));
-    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-    svg.setAttribute("class", "chart");
-    svg.setAttribute("viewBox", `0 0 ${Math.max(1, hours.length) * 24} 60`);
-    svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", `${k}: ${v.requests} requests, ${v.tokens} tokens`);
-    hours.forEach(([, n], i) => {
-      const rect = document.createElementNS("http://www.w3.org/2000/svg", "rect");
-      const h = (n / max) * 50;
-      rect.setAttribute("x", i * 24 + 2);
-      rect.setAttribute("y", 52 - h);
-      rect.setAttribute("width", 20);
-      rect.setAttribute("height", h);
-      svg.append(rect);
+  svg.append(svgEl("text", { x: 12, y: T + ph / 2, transform: `rotate(-90 12 ${T + ph / 2})`, "text-anchor": "middle", class: "axis-title" }, unit));
+  for (let i = 0; i < n; i++) {
+    let base = 0;
+    const start = t.from_unix_secs + i * t.bucket_secs;
+    t.series.forEach((s, si) => {
+      const v = s[metric][i];
+      if (!v) return;
+      const r = svgEl("rect", { x: L + i * bw + 1, y: y(base + v), width: Math.max(1, bw - 2), height: y(base) - y(base + v), fill: PALETTE[si % PALETTE.length] },
+        svgEl("title", {}, `${s.principal_name} → ${s.upstream_name || "(none)"}, ${time(start)}: ${v} ${unit}`));
+      svg.append(r);
+      base += v;
     });
-    return el("tr", { class: "traffic-row" }, el("td", {}, k), el("td", {}, String(v.requests)), el("td", {}, String(v.tokens)), el("td", {}, svg));
-  });
-  const recent = events.map((e) => el("tr", {}, el("td", {}, time(e.at_unix_secs)), el("td", {}, e.principal_id), el("td", {}, e.upstream_id || "—"),
-    el("td", {}, e.model), el("td", {}, String(e.status)), el("td", {}, String(e.input_tokens + e.output_tokens))));
+    const hour = new Date(start * 1000).getUTCHours();
+    if (i % 3 === 0 || i === n - 1) {
+      svg.append(svgEl("text", { x: L + i * bw + bw / 2, y: H - B + 14, "text-anchor": "middle" }, `${String(hour).padStart(2, "0")}:00`));
+    }
+  }
+  const live = L + (n - 1) * bw;
+  svg.append(svgEl("rect", { x: live, y: T, width: bw, height: ph, class: "live" }),
+    svgEl("text", { x: live + bw / 2, y: T + 10, "text-anchor": "middle", class: "live-label" }, "live"),
+    svgEl("line", { x1: L, x2: W - R, y1: T + ph, y2: T + ph, class: "axis" }),
+    svgEl("text", { x: L + pw / 2, y: H - 6, "text-anchor": "middle", class: "axis-title" }, "hour (UTC)"));
+  return el("figure", { class: "chart-box" }, el("figcaption", {}, title), el("div", { class: "scroll" }, svg));
+}
+
+async function trafficPage() {
+  const { data: t } = await api("GET", "/admin/v1/traffic?hours=24");
+  const legend = el("ul", { class: "legend", id: "traffic-legend" }, t.series.map((s, i) => {
+    const sw = svgEl("svg", { width: 12, height: 12, "aria-hidden": "true" }, svgEl("rect", { width: 12, height: 12, fill: PALETTE[i % PALETTE.length] }));
+    return el("li", {}, sw, ` ${s.principal_name} → ${s.upstream_name || "(no upstream)"}`);
+  }));
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  const rows = t.series.map((s) => el("tr", { class: "traffic-row" }, el("td", {}, s.principal_name), el("td", {}, s.upstream_name || "—"),
+    el("td", { class: "num" }, num(sum(s.requests))), el("td", { class: "num" }, num(sum(s.errors))), el("td", { class: "num" }, num(sum(s.tokens)))));
+  const body = t.series.length
+    ? [legend, stackedChart("chart-requests", "Requests per hour", "requests", t, "requests"),
+      stackedChart("chart-tokens", "Tokens per hour (input + output)", "tokens", t, "tokens"),
+      table(["Principal", "Upstream", "Requests", "Errors", "Tokens"], rows)]
+    : [el("p", { class: "hint" }, "No requests in the last 24 hours.")];
   return [
-    el("section", {}, el("h2", {}, "Requests and tokens per principal and upstream (hourly, last 24 h)"),
-      charts.length ? table(["Principal → upstream", "Requests", "Tokens", "Requests per hour"], charts) : el("p", { class: "hint" }, "No rollups yet.")),
-    el("section", {}, el("h2", {}, "Recent requests"), table(["At", "Principal", "Upstream", "Model", "Status", "Tokens"], recent))];
+    el("section", { "aria-labelledby": "h-tr" }, el("h2", { id: "h-tr" }, "Traffic per principal and upstream, last 24 hours"),
+      el("p", { class: "hint" }, `Hours before ${time(t.live_from_unix_secs)} come from the hourly rollups; the hours since are counted from the request events when the page loads.`),
+      ...body)];
+}
+
+// ------------------------------------------------------------ requests
+
+// The request log's filters live in the page address (#/requests?…), so a
+// reload or a shared link shows the same search; the cursors of the pages
+// already seen are kept for "Newer".
+let logCursors = [];
+
+function localInput(secs) {
+  if (!secs) return "";
+  const d = new Date(secs * 1000);
+  const pad = (x) => String(x).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+async function requestsPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const cursor = params.get("cursor") || "";
+  if (!cursor) logCursors = [];
+  const [{ data: ps }, { data: page }] = await Promise.all([
+    api("GET", "/admin/v1/principals"), api("GET", "/admin/v1/request-log?" + params)]);
+  const principal = el("select", { id: "log-principal", name: "principal" }, el("option", { value: "" }, "any principal"),
+    ps.map((p) => el("option", { value: p.id, selected: p.id === params.get("principal") }, p.name)));
+  const status = el("select", { id: "log-status", name: "status" }, [["", "any status"], ["2xx", "2xx"], ["4xx", "4xx"], ["5xx", "5xx"], ["error", "errors (≥ 400)"], ["429", "429"]]
+    .map(([v, l]) => el("option", { value: v, selected: v === (params.get("status") || "") }, l)));
+  const model = el("input", { id: "log-model", name: "model", value: params.get("model") || "", placeholder: "claude-sonnet-4-5" });
+  const since = el("input", { id: "log-since", type: "datetime-local", value: localInput(Number(params.get("since_unix_secs"))) });
+  const until = el("input", { id: "log-until", type: "datetime-local", value: localInput(Number(params.get("until_unix_secs"))) });
+  const limit = el("select", { id: "log-limit" }, ["25", "50", "100", "200"].map((n) => el("option", { value: n, selected: n === (params.get("limit") || "50") }, n)));
+  const go = (extra) => {
+    const q = new URLSearchParams();
+    if (principal.value) q.set("principal", principal.value);
+    if (model.value.trim()) q.set("model", model.value.trim());
+    if (status.value) q.set("status", status.value);
+    if (since.value) q.set("since_unix_secs", String(Math.floor(new Date(since.value).getTime() / 1000)));
+    if (until.value) q.set("until_unix_secs", String(Math.floor(new Date(until.value).getTime() / 1000)));
+    if (limit.value !== "50") q.set("limit", limit.value);
+    for (const [k, v] of Object.entries(extra || {})) if (v) q.set(k, v);
+    location.hash = "#/requests" + (q.toString() ? "?" + q : "");
+  };
+  const form = el("form", { class: "inline", id: "log-filter", onsubmit: (ev) => { ev.preventDefault(); logCursors = []; go(); } },
+    field("Principal", principal), field("Model", model), field("Status", status), field("From (local time)", since), field("Until (local time)", until),
+    field("Per page", limit), el("button", { class: "primary", type: "submit" }, "Search"));
+  const rows = page.events.map((e) => el("tr", { "data-event": e.id, class: e.status >= 400 ? "bad-row" : null },
+    el("td", {}, time(e.at_unix_secs)), el("td", {}, e.principal_name), el("td", {}, e.upstream_name || "—"), el("td", {}, e.model),
+    el("td", {}, String(e.status), e.error_type ? el("div", { class: "hint" }, e.error_type) : null),
+    el("td", {}, e.stream ? "stream" : "—"),
+    el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
+    el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.duration_ms))));
+  const pager = el("div", { class: "row pager" },
+    el("button", { type: "button", id: "log-newer", disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
+    el("button", { type: "button", id: "log-older", disabled: !page.next_cursor, onclick: () => { logCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"),
+    el("span", { class: "hint" }, `${page.events.length} requests on this page, newest first`));
+  return [
+    el("section", { "aria-labelledby": "h-rl" }, el("h2", { id: "h-rl" }, "Request log"), form),
+    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "Duration"], rows)
+      : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager)];
 }
 
 // -------------------------------------------------------------- router
 
-const pages = { "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage, "#/scheduler": schedulerPage, "#/traffic": trafficPage };
+const pages = { "#/overview": overviewPage, "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage,
+  "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage };
 
 async function route() {
   if (!token) return;
-  const key = (location.hash || "#/upstreams").split("?")[0];
-  const page = pages[key] || upstreamsPage;
+  let key = (location.hash || "#/overview").split("?")[0];
+  if (!pages[key]) key = "#/overview";
+  const page = pages[key];
   for (const a of document.querySelectorAll("nav a")) {
     if (a.getAttribute("href") === key) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -470,11 +656,13 @@ async function route() {
     main().replaceChildren(...content);
     document.body.dataset.page = key.slice(2);
   } catch (e) {
-    if (e.status === 401) { token = ""; location.reload(); return; }
+    if (e.status === 401) { keepToken(""); location.reload(); return; }
     showError(e);
   }
 }
 
 $("#signin-form").addEventListener("submit", signIn);
 $("#signout").addEventListener("click", signOut);
-window.addEventListener("hashchange", route);
+// Moving to another page clears the last page's message.
+window.addEventListener("hashchange", () => { banner(""); route(); });
+if (storedToken()) start(storedToken());

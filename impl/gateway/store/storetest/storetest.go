@@ -118,6 +118,7 @@ func Exercise(t *testing.T, open Opener) {
 	exercisePlugins(t, open)
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
+	exerciseEventReader(t, open) // dashboard: request log and live traffic
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
