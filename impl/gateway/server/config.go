@@ -430,8 +430,6 @@ type RelayConfig struct {
 	// UpstreamIdleTimeout ends a response from which nothing arrived for
 	// this long (streams: an error event, then the connection closed).
 	UpstreamIdleTimeout time.Duration `yaml:"upstream_idle_timeout"`
-	// RequestBodyTimeout bounds reading one request body.
-	RequestBodyTimeout time.Duration `yaml:"request_body_timeout"`
 	// MaxBodyBytesInFlight caps the request body bytes held at once; past
 	// it requests get 529 overloaded_error.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
@@ -442,7 +440,6 @@ func defaultRelayConfig() RelayConfig {
 		UpstreamHeaderTimeout:          relay.DefaultHeaderTimeout,
 		UpstreamNonStreamHeaderTimeout: relay.DefaultNonStreamHeaderTimeout,
 		UpstreamIdleTimeout:            relay.DefaultIdleTimeout,
-		RequestBodyTimeout:             relay.DefaultBodyReadTimeout,
 		MaxBodyBytesInFlight:           relay.DefaultMaxBodyBytesInFlight,
 	}
 }
@@ -454,7 +451,6 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 	hdr := fs.Duration("upstream-header-timeout", d.UpstreamHeaderTimeout, "wait this long for an upstream's response headers (streams, count_tokens), then fail over")
 	nonStream := fs.Duration("upstream-nonstream-header-timeout", d.UpstreamNonStreamHeaderTimeout, "the same for non-streaming Messages requests (headers follow the whole answer)")
 	idle := fs.Duration("upstream-idle-timeout", d.UpstreamIdleTimeout, "end an upstream response from which nothing arrived for this long")
-	body := fs.Duration("request-body-timeout", d.RequestBodyTimeout, "time limit for reading one request body")
 	held := fs.Int64("max-body-bytes-in-flight", d.MaxBodyBytesInFlight, "request body bytes held at once; past it requests get 529 overloaded_error")
 	return func(set map[string]bool, c *RelayConfig) {
 		if set["upstream-header-timeout"] {
@@ -466,9 +462,6 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 		if set["upstream-idle-timeout"] {
 			c.UpstreamIdleTimeout = *idle
 		}
-		if set["request-body-timeout"] {
-			c.RequestBodyTimeout = *body
-		}
 		if set["max-body-bytes-in-flight"] {
 			c.MaxBodyBytesInFlight = *held
 		}
@@ -478,7 +471,7 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 func (c RelayConfig) validate(bad func(key, format string, a ...any)) {
 	for key, d := range map[string]time.Duration{
 		"relay.upstream_header_timeout": c.UpstreamHeaderTimeout, "relay.upstream_nonstream_header_timeout": c.UpstreamNonStreamHeaderTimeout,
-		"relay.upstream_idle_timeout": c.UpstreamIdleTimeout, "relay.request_body_timeout": c.RequestBodyTimeout,
+		"relay.upstream_idle_timeout": c.UpstreamIdleTimeout,
 	} {
 		if d < 100*time.Millisecond {
 			bad(key, "must be at least 100ms, got %s", d)
@@ -489,11 +482,13 @@ func (c RelayConfig) validate(bad func(key, format string, a ...any)) {
 	}
 }
 
-// apply sets the relay.Options fields this configuration governs.
-func (c RelayConfig) apply(o *relay.Options) {
+// apply sets the relay.Options fields this configuration governs. The
+// relay's own body deadline is the listeners' body bound (one setting for
+// one idea: how long a client may take to send its body).
+func (c RelayConfig) apply(o *relay.Options, l ListenerLimits) {
 	o.HeaderTimeout = c.UpstreamHeaderTimeout
 	o.NonStreamHeaderTimeout = c.UpstreamNonStreamHeaderTimeout
 	o.IdleTimeout = c.UpstreamIdleTimeout
-	o.BodyReadTimeout = c.RequestBodyTimeout
+	o.BodyReadTimeout = l.BodyReadTimeout
 	o.MaxBodyBytesInFlight = c.MaxBodyBytesInFlight
 }

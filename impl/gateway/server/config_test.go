@@ -112,12 +112,12 @@ func TestRelayConfig(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(path, []byte("relay:\n  upstream_header_timeout: 30s\n  upstream_idle_timeout: 2m\n  max_body_bytes_in_flight: 67108864\n"), 0o600)
-	c, err = ParseConfig([]string{"--config", path, "--upstream-idle-timeout", "90s", "--request-body-timeout", "5s"}, env(nil), io.Discard)
+	c, err = ParseConfig([]string{"--config", path, "--upstream-idle-timeout", "90s"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Relay.UpstreamHeaderTimeout != 30*time.Second || c.Relay.UpstreamIdleTimeout != 90*time.Second ||
-		c.Relay.RequestBodyTimeout != 5*time.Second || c.Relay.MaxBodyBytesInFlight != 64<<20 ||
+		c.Relay.MaxBodyBytesInFlight != 64<<20 ||
 		c.Relay.UpstreamNonStreamHeaderTimeout != 10*time.Minute {
 		t.Fatalf("%+v", c.Relay)
 	}

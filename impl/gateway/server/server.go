@@ -185,7 +185,7 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	relayOpts := relay.Options{
 		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	}
-	cfg.Relay.apply(&relayOpts) // relay area: deadlines and body cap (docs/resilience.md)
+	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayH := relay.New(relayOpts)
 	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	adminH := admin.New(admin.Deps{
