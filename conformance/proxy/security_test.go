@@ -73,7 +73,9 @@ var _ = Describe("Security", func() {
 				Expect(st).To(Equal(400), base+": "+b)
 				Expect(b).To(ContainSubstring(`"code":"invalid_location"`), base)
 				u, _ := url.Parse(base)
-				Expect(b).NotTo(ContainSubstring(u.Host), "the refusal repeats the location")
+				if u.Host != "metadata" { // the reason itself names metadata host names
+					Expect(b).NotTo(ContainSubstring(u.Host), "the refusal repeats the location")
+				}
 			}
 		}
 		for _, base := range []string{sim.URL, "http://localhost:1/", "http://10.1.2.3/", "http://192.168.0.1/", "http://100.64.0.1/", "http://[fd12::1]/"} {
