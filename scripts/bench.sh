@@ -55,7 +55,7 @@ token=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 step "starting the simulator, the gateway, the baseline and its control"
 start sim bin/sim --listen "$sim" --api-key "$simkey"
 PROXY_ADMIN_TOKEN=$token start proxy bin/proxy --proxy-listen "$px" --admin-listen "$adm" \
-  --database-url "sqlite://$tmp/bench.db" --log-level warn
+  --database-url "sqlite://$tmp/bench.db" --log-level warn --allow-private-upstreams
 BAREPROXY_API_KEY=$simkey start bare "$tmp/bareproxy" --listen "$bare" --target "http://$sim"
 # The control is a second, identical baseline: its ratio to the first is the noise floor.
 BAREPROXY_API_KEY=$simkey start control "$tmp/bareproxy" --listen "$ctl" --target "http://$sim"
@@ -101,10 +101,10 @@ if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
   start sim bin/sim --listen "$sim" --api-key "$simkey"
   # Replica A migrates the schema; B starts once A is up so they do not race to.
   PROXY_ADMIN_TOKEN=$token PROXY_MASTER_KEY=$master start replica-a bin/proxy --proxy-listen "$pa" --admin-listen "$aa" \
-    --database-url "$dburl" --log-level warn
+    --database-url "$dburl" --log-level warn --allow-private-upstreams
   wait_up replica-a "http://$aa/admin/v1/status"
   PROXY_ADMIN_TOKEN=$token PROXY_MASTER_KEY=$master start replica-b bin/proxy --proxy-listen "$pb" --admin-listen "$ab" \
-    --database-url "$dburl" --log-level warn
+    --database-url "$dburl" --log-level warn --allow-private-upstreams
   wait_up replica-b "http://$ab/admin/v1/status"
   wait_up sim "http://$sim/_sim/clock"
   PROXY_ADMIN_TOKEN=$token "$tmp/propagation" --admin-a "http://$aa" --proxy-b "http://$pb" --sim "http://$sim" --sim-key "$simkey" \

@@ -26,7 +26,7 @@ bin/sim --listen "127.0.0.1:$sim_port" --api-key "$sim_key" >"$tmp/sim.out" 2>"$
 pids+=($!)
 step "starting the proxy (proxy 127.0.0.1:$proxy_port, admin 127.0.0.1:$admin_port, database $tmp/demo.db)"
 PROXY_ADMIN_TOKEN=$token bin/proxy --proxy-listen "127.0.0.1:$proxy_port" --admin-listen "127.0.0.1:$admin_port" \
-  --database-url "sqlite://$tmp/demo.db" >"$tmp/proxy.out" 2>"$tmp/proxy.log" </dev/null &
+  --database-url "sqlite://$tmp/demo.db" --allow-private-upstreams >"$tmp/proxy.out" 2>"$tmp/proxy.log" </dev/null &
 pids+=($!)
 admin="http://127.0.0.1:$admin_port/admin/v1"
 for _ in $(seq 1 100); do

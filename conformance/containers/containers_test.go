@@ -115,7 +115,8 @@ func newDeployment(replicas int) *deployment {
 		d.replicas = append(d.replicas, start(ctx, testcontainers.ContainerRequest{
 			Name: fmt.Sprintf("proxy-%d-%s", i, suffix), Image: "pillar/proxy:local",
 			Cmd: []string{"--proxy-listen", ":8080", "--admin-listen", ":9090", "--database-url", "postgres://postgres@db:5432/postgres?sslmode=disable",
-				"--replica-id", fmt.Sprintf("r%d", i), "--replicas", "3", "--reconcile-interval", "2s", "--log-format", "json"},
+				"--replica-id", fmt.Sprintf("r%d", i), "--replicas", "3", "--reconcile-interval", "2s", "--log-format", "json",
+				"--allow-private-upstreams"}, // the simulator is on the compose network
 			Env:        map[string]string{"PROXY_ADMIN_TOKEN": d.token, "PROXY_MASTER_KEY": master},
 			Networks:   []string{d.appnet.Name, d.dbnet.Name},
 			WaitingFor: wait.ForLog(`"listener":"admin"`).WithStartupTimeout(60 * time.Second),

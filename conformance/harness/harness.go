@@ -245,6 +245,10 @@ type ProxyOptions struct {
 	Args []string
 	// Token and MasterKey default to fresh random values.
 	Token, MasterKey string
+	// StrictEgress starts the proxy without --allow-private-upstreams
+	// (security specs): by default the harness allows them, since every
+	// simulator listens on loopback.
+	StrictEgress bool
 }
 
 // Proxy is a running bin/proxy.
@@ -289,7 +293,11 @@ func (p *Proxy) launch() {
 	for k, v := range o.Env {
 		env[k] = v
 	}
-	args := append([]string{"--proxy-listen", p.ProxyAddr, "--admin-listen", p.AdminAddr, "--database-url", o.DatabaseURL, "--log-format", "json"}, o.Args...)
+	args := []string{"--proxy-listen", p.ProxyAddr, "--admin-listen", p.AdminAddr, "--database-url", o.DatabaseURL, "--log-format", "json"}
+	if !o.StrictEgress {
+		args = append(args, "--allow-private-upstreams")
+	}
+	args = append(args, o.Args...)
 	p.Proc = Start("proxy", Bin("proxy"), args, env, o.Token, o.MasterKey)
 	Eventually(func() int {
 		if p.Exited() {

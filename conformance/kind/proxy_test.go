@@ -102,6 +102,8 @@ var _ = Describe("the proxy installed by its chart", Ordered, Label("P-RUNTIME-1
 
 		Expect(kc.Helm(c, "proxy", llmNS, charts.Dir("proxy"), map[string]any{
 			"proxy": map[string]any{"serviceType": "NodePort"},
+			// The simulator is an in-cluster Service (a private address).
+			"extraArgs": []any{"--allow-private-upstreams"},
 		}, 4*time.Minute)).To(Succeed())
 		waitDeployment(c, "proxy")
 

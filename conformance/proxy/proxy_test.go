@@ -325,16 +325,16 @@ var _ = Describe("Admin API over the wire", func() {
 
 	It("reads api_key_env from the server's environment", Label("P-UP-2"), func() {
 		sim := h.StartSim(simKey)
-		px := h.StartProxy(h.ProxyOptions{Env: map[string]string{"UPSTREAM_KEY": simKey}})
+		px := h.StartProxy(h.ProxyOptions{Env: map[string]string{"PROXY_UPSTREAM_KEY_SIM": simKey}})
 		a := px.Admin()
-		a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": sim.URL, "api_key_env": "UPSTREAM_KEY"}, 201)
+		a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": sim.URL, "api_key_env": "PROXY_UPSTREAM_KEY_SIM"}, 201)
 		pr := a.CreatePrincipal("p", "*")
 		_, key := a.IssueKey(pr)
 		st, _, b := h.Messages(px.ProxyURL, body, "x-api-key", key)
 		Expect(st).To(Equal(200), string(b))
 		Expect(sim.Requests()[0].Header.Get("X-Api-Key")).To(Equal(simKey))
 		_, _, export := a.Do("GET", "/admin/v1/export", nil)
-		Expect(string(export)).NotTo(ContainSubstring("UPSTREAM_KEY"))
+		Expect(string(export)).NotTo(ContainSubstring("PROXY_UPSTREAM_KEY_SIM"))
 		Expect(string(export)).NotTo(ContainSubstring(simKey))
 	})
 })
@@ -455,10 +455,10 @@ var _ = Describe("Usage", func() {
 var _ = Describe("Secrets", func() {
 	It("never writes a credential to the logs, even at debug level", func() {
 		sim := h.StartSim(simKey)
-		px := h.StartProxy(h.ProxyOptions{Args: []string{"--log-level", "debug"}, Env: map[string]string{"UPSTREAM_KEY": "sk-env-secret-value"}})
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--log-level", "debug"}, Env: map[string]string{"PROXY_UPSTREAM_KEY_SIM": "sk-env-secret-value"}})
 		a := px.Admin()
 		a.CreateUpstream("literal", sim.URL, simKey)
-		a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": "http://127.0.0.1:1", "api_key_env": "UPSTREAM_KEY"}, 201)
+		a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "env", "kind": "vendor_api_key", "base_url": "http://127.0.0.1:1", "api_key_env": "PROXY_UPSTREAM_KEY_SIM"}, 201)
 		pr := a.CreatePrincipal("p", "*")
 		_, key := a.IssueKey(pr)
 		h.Messages(px.ProxyURL, body, "x-api-key", key)

@@ -83,7 +83,8 @@ var _ = Describe("README quick start", func() {
 		// The shell's `make run` is the Makefile's recipe ($(BIN)/proxy
 		// $(ARGS)) on the already built binary, in the user's directory;
 		// the fixed ports are the only change made to the blocks, so the
-		// spec does not collide with anything else on the machine.
+		// spec does not collide with anything else on the machine, and the
+		// shim allows the loopback simulator as the README tells a user to.
 		proxyPort, adminPort := freePort(), freePort()
 		shim := filepath.Join(work, "shim")
 		Expect(os.MkdirAll(shim, 0o755)).To(Succeed())
@@ -91,7 +92,7 @@ var _ = Describe("README quick start", func() {
 set -e
 args=()
 for a in "$@"; do case $a in ARGS=*) read -ra args <<<"${a#ARGS=}";; run) ;; *) echo "make shim: only 'make run' is expected, got $a" >&2; exit 2;; esac; done
-exec %q --proxy-listen 127.0.0.1:%s --admin-listen '[::1]:%s' "${args[@]}"
+exec %q --proxy-listen 127.0.0.1:%s --admin-listen '[::1]:%s' --allow-private-upstreams "${args[@]}"
 `, h.Bin("proxy"), proxyPort, adminPort)), 0o755)).To(Succeed())
 		ports := strings.NewReplacer("localhost:8080", "localhost:"+proxyPort, "[::1]:9090", "[::1]:"+adminPort)
 		env := []string{"PATH=" + shim + ":" + os.Getenv("PATH"), "HOME=" + work,

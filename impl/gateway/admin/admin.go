@@ -50,6 +50,13 @@ type PriceCatalog interface {
 	Installed() (version string, at time.Time, body json.RawMessage, ok bool)
 }
 
+// Destinations decides whether the proxy may connect to a location
+// (package egress). The error's text is shown to the caller: it must not
+// repeat the location.
+type Destinations interface {
+	CheckURL(ctx context.Context, raw string) error
+}
+
 // Authenticator verifies a request's credentials.
 type Authenticator interface {
 	Authenticate(r *http.Request) (subject string, ok bool)
@@ -85,8 +92,19 @@ type Deps struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Getenv reads the server's environment (api_key_env).
-	Getenv  func(string) string
-	Version string
+	Getenv func(string) string
+	// KeyEnvAllow are the variables api_key_env may name besides those
+	// starting with PROXY_UPSTREAM_KEY_ (--upstream-key-env-allow).
+	KeyEnvAllow []string
+	// ReservedEnv are variables api_key_env may never name even when
+	// allowed: the ones the proxy's configuration reads (admin token
+	// providers). PROXY_* other than the upstream key prefix is always
+	// reserved.
+	ReservedEnv []string
+	// Destinations polices the locations the proxy will connect to
+	// (base_url, oauth_token_url); nil checks only their syntax.
+	Destinations Destinations
+	Version      string
 	// ReplicaID names this replica in status.
 	ReplicaID string
 	StartedAt time.Time
@@ -252,6 +270,9 @@ func decodeOptional(r *http.Request, v any) error {
 func decodeStrict(body []byte, v any, path string) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalid("a JSON body is required")
+	}
+	if err := checkJSONText(body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

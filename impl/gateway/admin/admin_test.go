@@ -55,6 +55,8 @@ type options struct {
 	noOAuth bool
 	// dashboard is served under /dashboard/ without a token.
 	dashboard http.Handler
+	// destinations is the destination policy (default none).
+	destinations admin.Destinations
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -85,7 +87,9 @@ func (l *lockedBuffer) String() string {
 }
 
 // serverEnv is the environment api_key_env reads from.
-var serverEnv = map[string]string{"ANTHROPIC_KEY": "sk-ant-from-env-0123456789", "OTHER_KEY": "sk-ant-other-9876543210"}
+var serverEnv = map[string]string{"ANTHROPIC_KEY": "sk-ant-from-env-0123456789", "OTHER_KEY": "sk-ant-other-9876543210",
+	"PROXY_MASTER_KEY": "master-key-never-sent", "PROXY_ADMIN_TOKEN": "admin-token-never-sent", "MY_ADMIN_TOKEN": "provider-token-never-sent",
+	"HOME": "/root", "PROXY_UPSTREAM_KEY_SIM": "sk-ant-prefixed-1111"}
 
 func setup(t *testing.T, opts ...func(*options)) *env {
 	t.Helper()
@@ -139,6 +143,11 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		OAuth:        oa,
 		Plugins:      pc,
 		Dashboard:    o.dashboard,
+		// The test environment's variables are allowed by name, as an
+		// operator's --upstream-key-env-allow would.
+		KeyEnvAllow:  []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
+		ReservedEnv:  []string{"MY_ADMIN_TOKEN"},
+		Destinations: o.destinations,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -33,6 +33,7 @@ var codeStatus = map[string]int{
 	"invalid_request":                       http.StatusBadRequest,
 	"invalid_location":                      http.StatusBadRequest,
 	"conflicting_api_key":                   http.StatusBadRequest,
+	"api_key_env_not_allowed":               http.StatusBadRequest,
 	"warmup_requires_oauth_credentials":     http.StatusBadRequest,
 	"unsupported_cache_keepalive_llm_judge": http.StatusBadRequest,
 	"unauthorized":                          http.StatusUnauthorized,

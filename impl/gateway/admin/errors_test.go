@@ -263,6 +263,7 @@ func TestEveryErrorCode(t *testing.T) {
 		{"invalid_request", 400, e, "POST", "/admin/v1/upstreams", `{"name":`, nil},
 		{"invalid_location", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "ftp://x", "api_key_value": "k"}, nil},
 		{"conflicting_api_key", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_value": "k", "api_key_env": "ANTHROPIC_KEY"}, nil},
+		{"api_key_env_not_allowed", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_env": "PROXY_MASTER_KEY"}, nil},
 		{"warmup_requires_oauth_credentials", 400, e, "PATCH", "/admin/v1/upstreams/" + oauth, map[string]any{"warmup_enabled": true}, []string{"If-Match", `"1"`}},
 		{"unsupported_cache_keepalive_llm_judge", 400, e, "POST", "/admin/v1/principals", map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": "on"}}}, nil},
 		{"unauthorized", 401, e, "GET", "/admin/v1/upstreams", nil, []string{"Authorization", ""}},

@@ -26,7 +26,7 @@ type OAuth interface {
 
 // oauthEndpoints validates the OAuth endpoint overrides of a create or
 // update; they only apply to vendor_oauth upstreams.
-func oauthEndpoints(kind string, authorize, token *string, curAuthorize, curToken string) (string, string, error) {
+func (a *api) oauthEndpoints(ctx context.Context, kind string, authorize, token *string, curAuthorize, curToken string) (string, string, error) {
 	if kind != store.KindVendorOAuth {
 		if authorize != nil || token != nil {
 			return "", "", invalid("oauth_authorize_url and oauth_token_url apply to vendor_oauth upstreams only")
@@ -40,17 +40,19 @@ func oauthEndpoints(kind string, authorize, token *string, curAuthorize, curToke
 		if *v == "" {
 			return "", nil // back to the provider's default
 		}
-		if err := validLocation(*v); err != nil {
-			return "", newErr("invalid_location", "%s: must be an absolute http or https URL with a host and without user info, query or fragment", field)
+		if field == "oauth_token_url" {
+			// The proxy itself posts to the token endpoint: the
+			// destination policy applies as to base_url.
+			return *v, a.location(ctx, field, *v)
 		}
-		return *v, nil
+		return *v, validLocation(field, *v)
 	}
-	a, err := check("oauth_authorize_url", authorize, curAuthorize)
+	au, err := check("oauth_authorize_url", authorize, curAuthorize)
 	if err != nil {
 		return "", "", err
 	}
 	t, err := check("oauth_token_url", token, curToken)
-	return a, t, err
+	return au, t, err
 }
 
 func (a *api) oauthService() (OAuth, error) {

@@ -219,6 +219,9 @@ func (a *api) patchRegistry(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if b.Version != nil && *b.Version != "" && validName(*b.Version) != nil {
+		return invalid("version: 1 to 128 characters without control characters or leading and trailing spaces (empty clears it)")
+	}
 	e, err := a.Store.PatchRegistryEntry(r.Context(), id, expect, b.Name, b.Version)
 	if err != nil {
 		if errors.Is(err, store.ErrStaleRevision) {
@@ -298,6 +301,9 @@ func (a *api) insertChain(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(b.Config) > 0 && (b.Config[0] != '{') {
 		return invalid("config: must be a JSON object")
+	}
+	if len(b.Config) > maxPluginConfig {
+		return invalid("config: at most %d bytes", maxPluginConfig)
 	}
 	if b.Position != nil && *b.Position < 0 {
 		return invalid("position: must be 0 or more, or null to append")
@@ -387,6 +393,9 @@ func (a *api) updateChainEntry(w http.ResponseWriter, r *http.Request) error {
 	if b.Config != nil {
 		if b.Config[0] != '{' {
 			return invalid("config: must be a JSON object")
+		}
+		if len(b.Config) > maxPluginConfig {
+			return invalid("config: at most %d bytes", maxPluginConfig)
 		}
 		cfg = b.Config
 	}

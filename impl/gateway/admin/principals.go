@@ -76,8 +76,8 @@ func validModels(ms []string) error {
 		return invalid("allowed_models: at most 1000 entries")
 	}
 	for i, m := range ms {
-		if m == "" || len(m) > 256 {
-			return invalid("allowed_models[%d]: model ids are 1 to 256 characters", i)
+		if !validModelID(m) {
+			return invalid("allowed_models[%d]: model ids are 1 to %d bytes of text without control characters", i, maxModelID)
 		}
 	}
 	return nil
@@ -325,7 +325,7 @@ func keyResponse(k *store.Key) KeyResponse {
 
 // IssueKeyBody is the optional body of POST …/keys.
 type IssueKeyBody struct {
-	Name string `json:"name"`
+	Name *string `json:"name"`
 }
 
 func (a *api) issueKey(w http.ResponseWriter, r *http.Request) error {
@@ -334,11 +334,16 @@ func (a *api) issueKey(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &b); err != nil {
 		return err
 	}
-	if len(b.Name) > 128 {
-		return invalid("name: at most 128 characters")
+	var name string
+	if b.Name != nil {
+		// A given name is a real one: not empty, not blank (issue 19.4).
+		if err := validName(*b.Name); err != nil {
+			return err
+		}
+		name = *b.Name
 	}
 	plain, display, hash := apikey.New()
-	k, err := a.Store.CreateKey(r.Context(), store.Key{PrincipalID: id, Name: b.Name, Prefix: display, Hash: hash[:]})
+	k, err := a.Store.CreateKey(r.Context(), store.Key{PrincipalID: id, Name: name, Prefix: display, Hash: hash[:]})
 	if err != nil {
 		return fromStore(err, resPrincipal, id)
 	}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -111,19 +112,38 @@ func validName(name string) error {
 	return nil
 }
 
-// validLocation checks base_url: an absolute http(s) URL with a host and no
-// user info, query or fragment. The message does not repeat the value: user
+// validLocation checks a location (base_url, the OAuth endpoints): an
+// absolute http(s) URL with a host and no user info, query or fragment. The message does not repeat the value: user
 // info may hold a password, and refusals are logged.
-func validLocation(raw string) error {
+func validLocation(field, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil ||
-		strings.ContainsAny(raw, "?#") || u.Opaque != "" {
-		return newErr("invalid_location", "base_url: must be an absolute http or https URL with a host and without user info, query or fragment")
+		strings.ContainsAny(raw, "?#") || u.Opaque != "" || len(raw) > maxLocation {
+		return newErr("invalid_location", "%s: must be an absolute http or https URL (at most %d bytes) with a host and without user info, query or fragment", field, maxLocation)
+	}
+	return nil
+}
+
+// location checks a location the proxy will connect to: its syntax, then
+// the destination policy (issue 19.2: link-local, metadata, the proxy's own
+// listeners, and private ranges unless the operator allows them).
+func (a *api) location(ctx context.Context, field, raw string) error {
+	if err := validLocation(field, raw); err != nil {
+		return err
+	}
+	if a.Destinations == nil {
+		return nil
+	}
+	if err := a.Destinations.CheckURL(ctx, raw); err != nil {
+		return newErr("invalid_location", "%s: %v", field, err)
 	}
 	return nil
 }
 
 // credential resolves api_key_env / api_key_value into the sealed credential.
+// No message repeats a value given for either field unless it is a
+// variable name the operator allowed (issue 19.5): a secret pasted into
+// api_key_env must not reach the response or the log.
 func (a *api) credential(id, kind string, env, value *string, required bool) ([]byte, error) {
 	if env != nil && value != nil {
 		return nil, newErr("conflicting_api_key", "give either api_key_env or api_key_value, not both")
@@ -140,6 +160,12 @@ func (a *api) credential(id, kind string, env, value *string, required bool) ([]
 		if *env == "" {
 			return nil, invalid("api_key_env: name an environment variable")
 		}
+		if !envName.MatchString(*env) {
+			return nil, invalid("api_key_env: not a valid variable name (letters, digits and _, at most 128); to send a key itself use api_key_value")
+		}
+		if !a.keyEnvAllowed(*env) {
+			return nil, newErr("api_key_env_not_allowed", "api_key_env: the server does not allow this variable; name one starting with %s or one listed in --upstream-key-env-allow (the proxy's own variables are never allowed)", UpstreamKeyEnvPrefix)
+		}
 		plain = a.Getenv(*env)
 		if plain == "" {
 			return nil, invalid("api_key_env: the variable %s is not set or empty in the server's environment", *env)
@@ -147,6 +173,9 @@ func (a *api) credential(id, kind string, env, value *string, required bool) ([]
 	case value != nil:
 		if *value == "" {
 			return nil, invalid("api_key_value: must not be empty")
+		}
+		if len(*value) > maxAPIKeyValue {
+			return nil, invalid("api_key_value: at most %d bytes", maxAPIKeyValue)
 		}
 		plain = *value
 	default:
@@ -176,7 +205,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validKind(b.Kind); err != nil {
 		return err
 	}
-	if err := validLocation(b.BaseURL); err != nil {
+	if err := a.location(r.Context(), "base_url", b.BaseURL); err != nil {
 		return err
 	}
 	id := store.NewID("up")
@@ -201,7 +230,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if cred != nil {
 		spec.Credential, spec.CredentialKind = cred, "api_key"
 	}
-	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = oauthEndpoints(b.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL, "", ""); err != nil {
+	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), b.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL, "", ""); err != nil {
 		return err
 	}
 	u, err := a.Store.CreateUpstream(r.Context(), spec)
@@ -261,7 +290,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validName(b.Name); err != nil {
 		return err
 	}
-	if err := validLocation(b.BaseURL); err != nil {
+	if err := a.location(r.Context(), "base_url", b.BaseURL); err != nil {
 		return err
 	}
 	if b.Kind != nil {
@@ -293,7 +322,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if cred != nil {
 		spec.Credential, spec.CredentialKind = cred, "api_key"
 	}
-	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = oauthEndpoints(cur.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL,
+	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), cur.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL,
 		cur.OAuthAuthorizeURL, cur.OAuthTokenURL); err != nil {
 		return err
 	}
@@ -344,7 +373,7 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if b.BaseURL != nil {
-		if err := validLocation(*b.BaseURL); err != nil {
+		if err := a.location(r.Context(), "base_url", *b.BaseURL); err != nil {
 			return err
 		}
 	}

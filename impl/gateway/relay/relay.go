@@ -248,6 +248,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "invalid_request_error", "model: field required")
 		return
 	}
+	// Security (issue 19.4): a model id is short text, and it is stored
+	// with every request event.
+	if !validModelID(model) {
+		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8")
+		return
+	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
 	if !p.AllowsModel(model) {
 		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")

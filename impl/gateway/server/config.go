@@ -97,6 +97,14 @@ type Config struct {
 	// below the pod's terminationGracePeriodSeconds.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// --- end listeners and shutdown ---
+
+	// Security (issue 19; docs/operations.md, Security): what upstreams may
+	// reach and read. AllowPrivateUpstreams admits loopback and private
+	// ranges as upstream destinations (simulators, in-cluster upstreams);
+	// UpstreamKeyEnvAllow lists the variables api_key_env may name besides
+	// PROXY_UPSTREAM_KEY_*.
+	AllowPrivateUpstreams bool     `yaml:"allow_private_upstreams"`
+	UpstreamKeyEnvAllow   []string `yaml:"upstream_key_env_allow"`
 }
 
 // ListenerLimits are the per-connection bounds of a listener.
@@ -189,6 +197,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		intervals[name] = dur
 		return nil
 	})
+	applySecurity := securityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -263,6 +272,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		c.Plugins.CallTimeout = *plugTime
 	}
 	applyRelay(set, &c.Relay) // relay area: flags win over the file
+	applySecurity(&c)
 	for k, v := range intervals {
 		if c.JobIntervals == nil {
 			c.JobIntervals = map[string]time.Duration{}
@@ -369,6 +379,7 @@ func (c *Config) Validate() error {
 	if c.DrainTimeout < 0 || c.DrainTimeout > time.Hour {
 		bad("drain_timeout", "must be 0-1h, got %s", c.DrainTimeout)
 	}
+	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
 }
 
@@ -491,4 +502,62 @@ func (c RelayConfig) apply(o *relay.Options, l ListenerLimits) {
 	o.IdleTimeout = c.UpstreamIdleTimeout
 	o.BodyReadTimeout = l.BodyReadTimeout
 	o.MaxBodyBytesInFlight = c.MaxBodyBytesInFlight
+}
+
+// ---- security (issue 19): the flags of the upstream destination and
+// api_key_env policies, kept in one place.
+
+// securityFlags declares the security flags on fs; the returned function
+// applies the ones given (flags win over the file) after parsing.
+func securityFlags(fs *flag.FlagSet) func(*Config) {
+	allowPrivate := fs.Bool("allow-private-upstreams", false,
+		"let upstreams (base_url, oauth_token_url) be loopback or private addresses: RFC 1918, fc00::/7, 100.64.0.0/10 (simulators, in-cluster upstreams)")
+	var keyEnv []string
+	fs.Func("upstream-key-env-allow", "environment variables api_key_env may name besides PROXY_UPSTREAM_KEY_* (comma-separated, repeatable)", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				keyEnv = append(keyEnv, n)
+			}
+		}
+		return nil
+	})
+	return func(c *Config) {
+		if *allowPrivate {
+			c.AllowPrivateUpstreams = true
+		}
+		c.UpstreamKeyEnvAllow = append(c.UpstreamKeyEnvAllow, keyEnv...)
+	}
+}
+
+// validateSecurity refuses an allow-list that would hand the proxy's own
+// variables to api_key_env.
+func (c *Config) validateSecurity() []error {
+	var errs []error
+	for i, n := range c.UpstreamKeyEnvAllow {
+		key := fmt.Sprintf("upstream_key_env_allow[%d]", i)
+		switch {
+		case !envVarName(n):
+			errs = append(errs, fmt.Errorf("%s: not an environment variable name", key))
+		case strings.HasPrefix(n, "PROXY_") && !strings.HasPrefix(n, "PROXY_UPSTREAM_KEY_"):
+			errs = append(errs, fmt.Errorf("%s: %s is one of the proxy's own variables and cannot be allowed", key, n))
+		}
+		for _, p := range c.Admin.Auth.Providers {
+			if n == p.TokenEnv {
+				errs = append(errs, fmt.Errorf("%s: %s holds an admin token (admin.auth.providers) and cannot be allowed", key, n))
+			}
+		}
+	}
+	return errs
+}
+
+func envVarName(s string) bool {
+	if s == "" || len(s) > 128 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9')) {
+			return false
+		}
+	}
+	return true
 }

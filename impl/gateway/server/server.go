@@ -29,6 +29,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
+	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
@@ -158,12 +159,16 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	}})
 
 	schedMetrics := scheduler.NewMetrics(reg)
-	subs := newSubscriptions(cfg, st, box, rt, log, getenv)
+	// Security (issue 19.2): every outbound client to upstreams dials
+	// through the destination policy; the listeners join it below.
+	dest := &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
+	subs := newSubscriptions(cfg, st, box, rt, log, getenv, dest.Client(30*time.Second))
 	subs.warmer.Shape = shapeWarmup(st, plugs)
 	ka := &keepalive.Service{Store: st, Box: box, Log: log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(reg),
-		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) }}
+		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) },
+		HTTP: dest.Client(time.Minute)}
 	extra := append(subs.types(cfg), ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
-	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, extra...)
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, dest.Client(time.Minute), extra...)
 	if err != nil {
 		schedMetrics.InitFailure.Set(1)
 		rec.Close()
@@ -182,8 +187,10 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	prices := pricing.NewInstaller(st, log.With("component", "pricing"), time.Now)
 
 	startedAt := time.Now()
+	outbound := relay.NewTransport()
+	outbound.DialContext = dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
-		Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
+		Transport: outbound, Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayH := relay.New(relayOpts)
@@ -193,6 +200,9 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Logger: log.With("component", "admin"), Now: time.Now, Getenv: getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{prices},
 		OAuth: subs, Plugins: plugs, Dashboard: dashboard.Handler(),
+		// Security (issue 19.1, 19.2): what api_key_env may read and where
+		// upstreams may point.
+		Destinations: dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		Extra: map[string]http.Handler{
 			"/metrics":          metricsH,
 			"/admin/scheduler/": schedulerHandler{sched},
@@ -233,6 +243,8 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		r.close()
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
+	dest.AddSelf(proxyLn.Addr()) // security: no upstream may loop back into this process
+	dest.AddSelf(adminLn.Addr())
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := newHTTPServer(relayH, cfg.Listeners, errLog)
 	// Changes through the admin listener are audited as the admin API's.
@@ -410,8 +422,8 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 
 // newScheduler opens the scheduler's own connection pool on the gateway's
 // database and registers the durable job types.
-func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger, extra ...scheduler.Type) (*scheduler.Scheduler, func(), error) {
-	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
+func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger, httpc *http.Client, extra ...scheduler.Type) (*scheduler.Scheduler, func(), error) {
+	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: httpc,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
 	types = append(types, extra...)
 	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
@@ -491,4 +503,14 @@ func metricsNote(tok string) string {
 		return "none set"
 	}
 	return "set"
+}
+
+// reservedEnv are the variables api_key_env may never name besides PROXY_*:
+// the ones holding admin tokens (security, issue 19.1).
+func reservedEnv(cfg *Config) []string {
+	var out []string
+	for _, p := range cfg.Admin.Auth.Providers {
+		out = append(out, p.TokenEnv)
+	}
+	return out
 }

@@ -29,8 +29,9 @@ type subscriptions struct {
 	log    *slog.Logger
 }
 
-func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot.Runtime, log *slog.Logger, getenv func(string) string) *subscriptions {
-	httpc := &http.Client{Timeout: 30 * time.Second}
+// httpc reaches the provider's OAuth, usage and warm-up endpoints (through
+// the destination policy).
+func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot.Runtime, log *slog.Logger, getenv func(string) string, httpc *http.Client) *subscriptions {
 	client := &oauth.Client{HTTP: httpc, ClientID: cfg.OAuth.ClientID}
 	s := &subscriptions{log: log}
 	s.Service = &oauth.Service{Store: st, Box: box, Client: client, Log: log.With("component", "oauth"),
