@@ -90,6 +90,9 @@ type Service struct {
 	// DefaultLazyRefreshTimeout); LazyRefreshCooldown is DefaultLazyRefreshCooldown when zero.
 	LazyRefreshTimeout  time.Duration
 	LazyRefreshCooldown time.Duration
+	// RefreshRetry is the refresh job's retry class (zero: the seed's
+	// Entity class); conformance shortens it to exhaust it quickly.
+	RefreshRetry scheduler.RetryClass
 	// AfterFunc arms the lazy-refresh timeout (time.AfterFunc when nil);
 	// tests fire it themselves.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
@@ -336,9 +339,16 @@ func (s *Service) Revoke(ctx context.Context, upstreamID string) (*store.Upstrea
 // Types are the durable job types of the service.
 func (s *Service) Types(watchdogEvery time.Duration) []scheduler.Type {
 	return []scheduler.Type{
-		{Name: RefreshJob, Class: scheduler.Entity, Timeout: time.Minute, Handler: s.refresh},
+		{Name: RefreshJob, Class: s.refreshClass(), Timeout: time.Minute, Handler: s.refresh},
 		{Name: WatchdogJob, Class: scheduler.Maintenance, Every: watchdogEvery, Timeout: time.Minute, Handler: s.watchdog},
 	}
+}
+
+func (s *Service) refreshClass() scheduler.RetryClass {
+	if s.RefreshRetry.MaxAttempts > 0 {
+		return s.RefreshRetry
+	}
+	return scheduler.Entity
 }
 
 // refresh rotates one credential version's tokens. Every failure is

@@ -60,6 +60,12 @@ type Config struct {
 		// RedirectURI is where the provider sends the operator with the code.
 		RedirectURI string `yaml:"redirect_uri"`
 		Scopes      string `yaml:"scopes"`
+		// scheduler/oauth area (issue 18.5): LazyRefreshTimeout bounds a
+		// request-path token refresh (default 10s); RefreshRetryBase is the
+		// base delay of the refresh job's retry curve (default 30s, the
+		// seed's Entity class; shorter only in tests).
+		LazyRefreshTimeout time.Duration `yaml:"lazy_refresh_timeout"`
+		RefreshRetryBase   time.Duration `yaml:"refresh_retry_base"`
 	} `yaml:"oauth"`
 	Warmup struct {
 		// Model is the small model of the one-token warm-up request.
@@ -108,6 +114,7 @@ func defaults() Config {
 	c.SchedulerRescueAfter = 5 * time.Minute
 	c.Warmup.FreshFor = 10 * time.Minute
 	c.UsageStaleAfter = 15 * time.Minute
+	c.OAuth.LazyRefreshTimeout, c.OAuth.RefreshRetryBase = 10*time.Second, 30*time.Second // scheduler/oauth area
 	return c
 }
 
@@ -137,6 +144,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		warmModel  = fs.String("warmup-model", "", "small model of the one-token warm-up request (default claude-haiku-4-5)")
 		plugTime   = fs.Duration("plugin-call-timeout", 0, "time limit of one WASM plugin call (default 50ms)")
 		intervals  = map[string]time.Duration{}
+		// scheduler/oauth area (issue 18.5)
+		lazyTimeout = fs.Duration("oauth-lazy-refresh-timeout", c.OAuth.LazyRefreshTimeout, "time limit of a token refresh a request triggers (expired or refused OAuth token)")
+		retryBase   = fs.Duration("oauth-refresh-retry-base", c.OAuth.RefreshRetryBase, "first retry delay of a failed OAuth token refresh (doubling, 5 attempts)")
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
 		name, d, ok := strings.Cut(v, "=")
@@ -220,6 +230,12 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if *plugTime > 0 {
 		c.Plugins.CallTimeout = *plugTime
 	}
+	if set["oauth-lazy-refresh-timeout"] { // scheduler/oauth area
+		c.OAuth.LazyRefreshTimeout = *lazyTimeout
+	}
+	if set["oauth-refresh-retry-base"] {
+		c.OAuth.RefreshRetryBase = *retryBase
+	}
 	for k, v := range intervals {
 		if c.JobIntervals == nil {
 			c.JobIntervals = map[string]time.Duration{}
@@ -289,6 +305,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Database.Replicas < 1 {
 		bad("database.replicas", "must be at least 1")
+	}
+	if c.OAuth.LazyRefreshTimeout < 100*time.Millisecond { // scheduler/oauth area
+		bad("oauth.lazy_refresh_timeout", "must be at least 100ms")
+	}
+	if c.OAuth.RefreshRetryBase < 10*time.Millisecond {
+		bad("oauth.refresh_retry_base", "must be at least 10ms")
 	}
 	for i, p := range c.Admin.Auth.Providers {
 		key := fmt.Sprintf("admin.auth.providers[%d]", i)

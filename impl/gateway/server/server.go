@@ -155,20 +155,26 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	ka := &keepalive.Service{Store: st, Box: box, Log: log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(reg),
 		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) }}
 	extra := append(subs.types(cfg), ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
+	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
+	subs.Service.Metrics, subs.Service.LazyRefreshTimeout = schedMetrics, cfg.OAuth.LazyRefreshTimeout
 	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, extra...)
-	if err != nil {
-		schedMetrics.InitFailure.Set(1)
-		rec.Close()
-		st.Close()
-		return nil, err
+	if err == nil {
+		subs.bind(sched)
+		ka.Jobs = sched
+		if err = sched.Start(ctx); err != nil {
+			closeSched()
+		}
 	}
-	subs.bind(sched)
-	ka.Jobs = sched
-	if err := sched.Start(ctx); err != nil {
-		closeSched()
-		rec.Close()
-		st.Close()
-		return nil, err
+	if err != nil {
+		// scheduler area (issue 18.6): a scheduler that cannot start (its
+		// migration, its pool) must not take the proxy down: this replica
+		// serves without it, svc_scheduler_init_failure 1, the scheduler
+		// endpoints answer 503 scheduler_unavailable; other replicas'
+		// schedulers run the jobs.
+		log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
+		sched, closeSched = scheduler.Down(schedulerTypes(cfg, st, schedMetrics, rt, extra...), scheduler.Options{Metrics: schedMetrics}, err), func() {}
+		subs.bind(sched)
+		ka.Jobs = sched
 	}
 
 	prices := pricing.NewInstaller(st, log.With("component", "pricing"), time.Now)
@@ -388,9 +394,7 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 // newScheduler opens the scheduler's own connection pool on the gateway's
 // database and registers the durable job types.
 func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger, extra ...scheduler.Type) (*scheduler.Scheduler, func(), error) {
-	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
-		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
-	types = append(types, extra...)
+	types := schedulerTypes(cfg, st, m, rt, extra...)
 	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
 		RescueAfter: cfg.SchedulerRescueAfter}
 	if driver == "sqlite" {
@@ -421,6 +425,13 @@ func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store
 		return nil, nil, fmt.Errorf("scheduler: %w", err)
 	}
 	return s, pool.Close, nil
+}
+
+// schedulerTypes are the durable job types of the gateway.
+func schedulerTypes(cfg *Config, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, extra ...scheduler.Type) []scheduler.Type {
+	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL,
+		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
+	return append(types, extra...)
 }
 
 // schedulerHandler serves /admin/scheduler/* behind the admin authentication.
