@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -60,7 +61,9 @@ var _ = Describe("Scheduler faults", func() {
 			// One worker; metadata_refresh asks the upstream for its models
 			// every 2 s, and the sim answers the next such request 8 s late:
 			// the only worker is held, usage_rollup's ticks stay queued.
-			sim, px, key := schedKeyedWorld(h.ProxyOptions{DatabaseURL: d.url(), Args: []string{"--scheduler-workers", "1",
+			cfg := filepath.Join(GinkgoT().TempDir(), "proxy.yaml")
+			Expect(os.WriteFile(cfg, []byte("scheduler_workers: 1\n"), 0o600)).To(Succeed())
+			sim, px, key := schedKeyedWorld(h.ProxyOptions{DatabaseURL: d.url(), Args: []string{"--config", cfg,
 				"--job-interval", "metadata_refresh=2s", "--job-interval", "usage_rollup=1s"}})
 			a := px.Admin()
 			sim.Fault(map[string]any{"path": "/v1/models", "count": 1, "latency_ms": 8000})
@@ -68,6 +71,9 @@ var _ = Describe("Scheduler faults", func() {
 			var stalledAt int64
 			Eventually(func() int64 {
 				j, date := recurring(a, "usage_rollup")
+				if j["next_run_at_unix_secs"] == nil {
+					return 0 // nothing queued at this instant: not (yet) a stall
+				}
 				next := int64(j["next_run_at_unix_secs"].(float64))
 				Expect(next).To(BeNumerically("<=", date.Unix()))
 				stalledAt = next
@@ -80,7 +86,8 @@ var _ = Describe("Scheduler faults", func() {
 			// advances past the stall.
 			Eventually(func() bool {
 				j, _ := recurring(a, "usage_rollup")
-				return int64(j["next_run_at_unix_secs"].(float64)) > stalledAt && j["overdue_secs"].(float64) <= 1
+				next, ok := j["next_run_at_unix_secs"].(float64)
+				return ok && int64(next) > stalledAt && j["overdue_secs"].(float64) <= 1
 			}, 30*time.Second, 250*time.Millisecond).Should(BeTrue())
 		})
 

@@ -317,7 +317,7 @@ func (s *Scheduler) cron(ctx context.Context) {
 }
 
 // PushDueTicks enqueues, for every periodic type, the current tick (due
-// now) and the next one (scheduled ahead), unless this replica already
+// now) and the next two (scheduled ahead), unless this replica already
 // pushed them. The tick scheduled ahead is what makes next_run_at a fact
 // of the job table: while the producers and workers run, every periodic
 // type has a queued job; a stall leaves it in the past. Exported so tests
@@ -329,7 +329,9 @@ func (s *Scheduler) PushDueTicks(ctx context.Context) {
 			continue
 		}
 		tick := now.Truncate(t.Every)
-		for _, at := range []time.Time{tick, tick.Add(t.Every)} {
+		// Two ticks ahead: when one becomes due and runs, the next is
+		// already queued, whenever this replica's producer next wakes.
+		for _, at := range []time.Time{tick, tick.Add(t.Every), tick.Add(2 * t.Every)} {
 			s.mu.Lock()
 			pushed := !s.cronNext[name].IsZero() && !at.After(s.cronNext[name])
 			s.mu.Unlock()
