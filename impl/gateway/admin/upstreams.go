@@ -45,7 +45,8 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
 		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0,
 		Status: UpstreamStatus{
-			LastApplyError: u.Status.LastApplyError, LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
+			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
+			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
 			LastWarmupAtUnixSecs: unixp(u.Status.LastWarmupAt),
 		},
 		CreatedAtUnixSecs: unix(u.CreatedAt), UpdatedAtUnixSecs: unix(u.UpdatedAt),

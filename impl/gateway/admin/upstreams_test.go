@@ -228,7 +228,11 @@ func TestUpstreamGetAndHead(t *testing.T) {
 	// P-UP-6, P-UP-7: background writes (status, credential) never bump spec_revision.
 	ctx := context.Background()
 	msg := "apply failed"
-	if err := e.st.SetUpstreamStatus(ctx, id, store.UpstreamStatus{LastApplyError: &msg, LastWarmupAt: &now}); err != nil {
+	if err := e.st.SetUpstreamStatus(ctx, id, store.UpstreamStatus{LastApplyError: &msg}); err != nil {
+		t.Fatal(err)
+	}
+	// The warm-up stamp has its own writer (scheduler area: one writer per status column).
+	if _, err := e.st.WriteCycleKey(ctx, id, "5h:1", now); err != nil {
 		t.Fatal(err)
 	}
 	ct, _ := e.box.Seal([]byte("sk-ant-rotated"), snapshot.CredentialAD(id))

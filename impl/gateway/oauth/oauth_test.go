@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -33,6 +34,9 @@ func TestChallenge(t *testing.T) {
 
 // tokenServer checks PKCE and rotates refresh tokens.
 type tokenServer struct {
+	// before, when set, runs first on every request, outside the lock (a
+	// test blocks or fails the endpoint there; true means answered).
+	before    func(w http.ResponseWriter, r *http.Request) bool
 	mu        sync.Mutex
 	challenge string
 	refresh   string
@@ -42,6 +46,13 @@ type tokenServer struct {
 }
 
 func (s *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Read the body first: the server notices a client that went away
+	// (and cancels r.Context) only once the body is consumed.
+	raw, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if s.before != nil && s.before(w, r) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var b map[string]string
@@ -77,8 +88,9 @@ func (s *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type jobs struct {
-	mu  sync.Mutex
-	got []scheduler.Enqueue
+	mu     sync.Mutex
+	got    []scheduler.Enqueue
+	family []scheduler.JobInfo
 }
 
 func (j *jobs) Enqueue(_ context.Context, e scheduler.Enqueue) (bool, int64, error) {
@@ -86,6 +98,18 @@ func (j *jobs) Enqueue(_ context.Context, e scheduler.Enqueue) (bool, int64, err
 	defer j.mu.Unlock()
 	j.got = append(j.got, e)
 	return true, 1, nil
+}
+
+func (j *jobs) Family(_ context.Context, jobType, prefix string) ([]scheduler.JobInfo, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []scheduler.JobInfo
+	for _, f := range j.family {
+		if f.Type == jobType && strings.HasPrefix(f.IdempotencyKey, prefix) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 func setup(t *testing.T) (*Service, *tokenServer, *jobs, *store.Upstream, *bytes.Buffer) {
@@ -219,7 +243,7 @@ func TestRefresh(t *testing.T) {
 		t.Fatalf("refused refresh: %v", err)
 	}
 	nu, _ = s.Store.GetUpstream(context.Background(), u.ID)
-	if nu.Status.LastApplyError == nil || !strings.Contains(*nu.Status.LastApplyError, "OAuth flow again") {
+	if e := nu.Status.Error(); e == nil || !strings.Contains(*e, "OAuth flow again") || !strings.Contains(*e, "invalid_grant") || !nu.Status.RefreshRefused {
 		t.Fatalf("status %+v", nu.Status)
 	}
 	// Revoke drops the credential; a second revoke is a no-op.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
@@ -23,6 +24,12 @@ var (
 	ErrUnknownState      = errors.New("unknown, used or expired OAuth state")
 	ErrNoCredential      = errors.New("the upstream holds no OAuth credential")
 	ErrScopeInsufficient = errors.New("the granted scope does not allow inference")
+	// ErrRefreshRefused: the provider refused the credential's refresh
+	// grant for good (invalid_grant); only a new flow connects it again.
+	ErrRefreshRefused = errors.New("the provider refused the OAuth refresh grant; run the OAuth flow again")
+	// ErrLazyRefreshTimeout: a request-path refresh took longer than
+	// LazyRefreshTimeout and was abandoned (the scheduled refresh remains).
+	ErrLazyRefreshTimeout = errors.New("lazy OAuth token refresh timed out")
 )
 
 // Job types.
@@ -37,10 +44,22 @@ type Box interface {
 	Open(ciphertext, associatedData []byte) ([]byte, error)
 }
 
-// Enqueuer puts a durable job in the scheduler.
+// Enqueuer puts a durable job in the scheduler and lists a job family (the
+// watchdog decides from what is really queued).
 type Enqueuer interface {
 	Enqueue(ctx context.Context, e scheduler.Enqueue) (bool, int64, error)
+	Family(ctx context.Context, jobType, prefix string) ([]scheduler.JobInfo, error)
 }
+
+// DefaultLazyRefreshTimeout bounds a request-path refresh when
+// Service.LazyRefreshTimeout is zero.
+const DefaultLazyRefreshTimeout = 10 * time.Second
+
+// DefaultLazyRefreshCooldown is how long after a refresh on this replica a
+// lazy refresh of the same upstream is answered without asking the
+// provider: requests already in flight with the old token may still be
+// refused, and each would otherwise rotate the token again.
+const DefaultLazyRefreshCooldown = 30 * time.Second
 
 // Service runs the OAuth flow and keeps tokens fresh.
 type Service struct {
@@ -65,6 +84,28 @@ type Service struct {
 	// Connected is called after a flow completed or a token was refreshed
 	// (the warm-up and usage poll enqueue their immediate work).
 	Connected func(ctx context.Context, u *store.Upstream)
+	// Metrics counts lazy-refresh timeouts; nil records nothing.
+	Metrics *scheduler.Metrics
+	// LazyRefreshTimeout bounds one RefreshToken refresh (zero:
+	// DefaultLazyRefreshTimeout); LazyRefreshCooldown is DefaultLazyRefreshCooldown when zero.
+	LazyRefreshTimeout  time.Duration
+	LazyRefreshCooldown time.Duration
+	// RefreshRetry is the refresh job's retry class (zero: the seed's
+	// Entity class); conformance shortens it to exhaust it quickly.
+	RefreshRetry scheduler.RetryClass
+	// AfterFunc arms the lazy-refresh timeout (time.AfterFunc when nil);
+	// tests fire it themselves.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+
+	lazyMu    sync.Mutex
+	inflight  map[string]*lazyCall
+	refreshed map[string]time.Time // last successful refresh on this replica
+}
+
+// lazyCall is one in-flight lazy refresh that concurrent callers share.
+type lazyCall struct {
+	done chan struct{}
+	err  error
 }
 
 func (s *Service) now() time.Time {
@@ -302,12 +343,21 @@ func (s *Service) Revoke(ctx context.Context, upstreamID string) (*store.Upstrea
 // Types are the durable job types of the service.
 func (s *Service) Types(watchdogEvery time.Duration) []scheduler.Type {
 	return []scheduler.Type{
-		{Name: RefreshJob, Class: scheduler.Entity, Timeout: time.Minute, Handler: s.refresh},
+		{Name: RefreshJob, Class: s.refreshClass(), Timeout: time.Minute, Handler: s.refresh},
 		{Name: WatchdogJob, Class: scheduler.Maintenance, Every: watchdogEvery, Timeout: time.Minute, Handler: s.watchdog},
 	}
 }
 
-// refresh rotates one credential version's tokens.
+func (s *Service) refreshClass() scheduler.RetryClass {
+	if s.RefreshRetry.MaxAttempts > 0 {
+		return s.RefreshRetry
+	}
+	return scheduler.Entity
+}
+
+// refresh rotates one credential version's tokens. Every failure is
+// recorded in the upstream's status (the refresh columns, shown as
+// last_apply_error); a refusal of the grant is permanent and never retried.
 func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
 	var p refreshPayload
 	if err := json.Unmarshal(j.Payload, &p); err != nil || p.UpstreamID == "" {
@@ -323,38 +373,185 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	if u.CredentialVersion != p.CredentialVersion || u.CredentialKind != "oauth" {
 		return scheduler.OutcomeNoop, nil // replaced or revoked since: this version's refresh is moot
 	}
-	old, err := s.Token(u)
-	if err != nil {
+	moot, err := s.rotate(ctx, u)
+	switch {
+	case moot:
+		return scheduler.OutcomeNoop, nil
+	case errors.Is(err, ErrRefreshRefused):
 		return "", fmt.Errorf("%v: %w", err, scheduler.ErrPermanent)
-	}
-	tok, err := s.Client.Refresh(ctx, TokenURL(u), old.RefreshToken)
-	if err != nil {
-		if IsPermanent(err) {
-			msg := "OAuth token refresh refused by the provider; run the OAuth flow again"
-			_ = s.Store.SetUpstreamStatus(ctx, u.ID, store.UpstreamStatus{LastApplyError: &msg, LastApplyAt: ptr(s.now()), LastWarmupAt: u.Status.LastWarmupAt})
-			s.log().Warn("oauth refresh refused", "upstream_id", u.ID, "error", err)
-			return "", fmt.Errorf("%v: %w", err, scheduler.ErrPermanent)
+	case err != nil:
+		msg := fmt.Sprintf("OAuth token refresh failed (attempt %d of %d): %s", j.Attempt, j.MaxAttempts, scheduler.Redact(err.Error()))
+		if j.Attempt >= j.MaxAttempts {
+			msg += "; retries exhausted, the OAuth watchdog queues a new refresh on its next tick"
 		}
+		s.recordFailure(ctx, u, msg, false)
 		return "", err
-	}
-	if tok.AccountUUID == "" {
-		tok.AccountUUID, tok.OrganizationUUID = old.AccountUUID, old.OrganizationUUID
-	}
-	u, err = s.storeToken(ctx, u, tok)
-	if err != nil {
-		return "", err
-	}
-	s.log().Info("oauth token refreshed", "upstream_id", u.ID, "credential_version", u.CredentialVersion)
-	if s.Connected != nil {
-		s.Connected(ctx, u)
 	}
 	return scheduler.OutcomeDone, nil
 }
 
-func ptr[T any](v T) *T { return &v }
+// rotate trades u's refresh token for new tokens and stores them. moot
+// reports a refusal that lost a race: another refresh (another replica, or
+// the other path) rotated the token first, so nothing failed. A refusal of
+// the current credential is recorded and returned as ErrRefreshRefused.
+func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err error) {
+	old, err := s.Token(u)
+	if err != nil {
+		return false, fmt.Errorf("%v: %w", err, scheduler.ErrPermanent)
+	}
+	tok, err := s.Client.Refresh(ctx, TokenURL(u), old.RefreshToken)
+	if err != nil {
+		if !IsPermanent(err) {
+			return false, err
+		}
+		msg := "OAuth token refresh refused by the provider"
+		var pe *ProviderError
+		if errors.As(err, &pe) && pe.Code != "" {
+			msg += " (" + pe.Code + ")"
+		}
+		msg += "; run the OAuth flow again"
+		if !s.recordFailure(ctx, u, msg, true) {
+			return true, nil
+		}
+		s.log().Warn("oauth refresh refused", "upstream_id", u.ID, "credential_version", u.CredentialVersion, "error", scheduler.Redact(err.Error()))
+		return false, fmt.Errorf("%w: %s", ErrRefreshRefused, scheduler.Redact(err.Error()))
+	}
+	if tok.AccountUUID == "" {
+		tok.AccountUUID, tok.OrganizationUUID = old.AccountUUID, old.OrganizationUUID
+	}
+	nu, err := s.storeToken(ctx, u, tok)
+	if err != nil {
+		return false, err
+	}
+	s.lazyMu.Lock()
+	if s.refreshed == nil {
+		s.refreshed = map[string]time.Time{}
+	}
+	s.refreshed[u.ID] = s.now()
+	s.lazyMu.Unlock()
+	s.log().Info("oauth token refreshed", "upstream_id", nu.ID, "credential_version", nu.CredentialVersion)
+	if s.Connected != nil {
+		s.Connected(ctx, nu)
+	}
+	return false, nil
+}
 
-// watchdog makes sure every connected upstream has its refresh scheduled
-// (a lost enqueue, or a restore from backup, would otherwise let it expire).
+// recordFailure writes a refresh failure of u's credential version into
+// its status; false means the credential was replaced meanwhile.
+func (s *Service) recordFailure(ctx context.Context, u *store.Upstream, msg string, refused bool) bool {
+	ok, err := s.Store.RecordRefreshFailure(ctx, u.ID, u.CredentialVersion, msg, refused, s.now())
+	if err != nil {
+		s.log().Warn("record oauth refresh failure", "upstream_id", u.ID, "error", err)
+		return true // the failure stands even though its record did not land
+	}
+	return ok
+}
+
+// RefreshToken refreshes an upstream's OAuth token now, for a request that
+// met an expired or refused token (the relay calls it and fails over
+// meanwhile). Concurrent calls for one upstream share one refresh; the
+// refresh runs detached from the callers, bounded by LazyRefreshTimeout
+// (a timeout counts in svc_scheduler_lazy_refresh_timeout_total). A
+// refresh that succeeded on this replica within LazyRefreshCooldown
+// answers at once. The new token reaches this replica's snapshot before
+// it returns, as with the scheduled refresh.
+func (s *Service) RefreshToken(ctx context.Context, upstreamID string) error {
+	s.lazyMu.Lock()
+	if s.inflight == nil {
+		s.inflight = map[string]*lazyCall{}
+	}
+	c := s.inflight[upstreamID]
+	if c == nil {
+		c = &lazyCall{done: make(chan struct{})}
+		s.inflight[upstreamID] = c
+		go s.lazyRefresh(upstreamID, c)
+	}
+	s.lazyMu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Service) lazyRefresh(upstreamID string, c *lazyCall) {
+	timeout := s.LazyRefreshTimeout
+	if timeout <= 0 {
+		timeout = DefaultLazyRefreshTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	timedOut := false
+	after := s.AfterFunc
+	if after == nil {
+		after = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
+	stop := after(timeout, func() {
+		mu.Lock()
+		timedOut = true
+		mu.Unlock()
+		cancel()
+	})
+	err := s.lazyRefreshOnce(ctx, upstreamID, timeout, func() bool { mu.Lock(); defer mu.Unlock(); return timedOut })
+	stop()
+	cancel()
+	s.lazyMu.Lock()
+	delete(s.inflight, upstreamID)
+	s.lazyMu.Unlock()
+	c.err = err
+	close(c.done)
+}
+
+func (s *Service) lazyRefreshOnce(ctx context.Context, upstreamID string, timeout time.Duration, timedOut func() bool) error {
+	u, err := s.Store.GetUpstream(ctx, upstreamID)
+	if err != nil {
+		return err
+	}
+	if u.Kind != store.KindVendorOAuth {
+		return ErrNotOAuth
+	}
+	if u.CredentialKind != "oauth" || len(u.Credential) == 0 {
+		return ErrNoCredential
+	}
+	if u.Status.RefreshRefused {
+		return ErrRefreshRefused // already refused: asking again cannot help
+	}
+	cooldown := s.LazyRefreshCooldown
+	if cooldown <= 0 {
+		cooldown = DefaultLazyRefreshCooldown
+	}
+	s.lazyMu.Lock()
+	last, ok := s.refreshed[upstreamID]
+	s.lazyMu.Unlock()
+	if ok && s.now().Sub(last) < cooldown {
+		return nil
+	}
+	_, err = s.rotate(ctx, u)
+	if err == nil || errors.Is(err, ErrRefreshRefused) {
+		return err
+	}
+	if timedOut() {
+		if s.Metrics != nil {
+			s.Metrics.LazyRefreshTimeout.Inc()
+		}
+		s.log().Warn("lazy oauth refresh timed out", "upstream_id", upstreamID, "timeout", timeout)
+		s.recordFailure(context.Background(), u, fmt.Sprintf("lazy OAuth token refresh timed out after %s; the scheduled refresh and its watchdog continue", timeout), false)
+		return fmt.Errorf("%w after %s", ErrLazyRefreshTimeout, timeout)
+	}
+	s.recordFailure(ctx, u, "lazy OAuth token refresh failed: "+scheduler.Redact(err.Error()), false)
+	return err
+}
+
+// watchdog makes sure every connected upstream has a refresh queued for
+// its current credential (a lost enqueue, a restore from backup, or a
+// refresh that exhausted its retries would otherwise let the token
+// expire). It decides from the job table: an active refresh job of the
+// credential means nothing to do; none at all gets the credential's
+// refresh key; a family whose jobs all ended gets a new attempt key (the
+// unique key of a finished job can never be queued again). A credential
+// whose refresh the provider refused is left alone: retrying cannot help,
+// and its status says to run the flow again.
 func (s *Service) watchdog(ctx context.Context, _ scheduler.Job) (scheduler.Outcome, error) {
 	us, err := s.Store.ListUpstreams(ctx)
 	if err != nil {
@@ -367,8 +564,44 @@ func (s *Service) watchdog(ctx context.Context, _ scheduler.Job) (scheduler.Outc
 		if err != nil {
 			continue
 		}
-		if err := s.scheduleRefresh(ctx, u, tok); err != nil {
+		if u.Status.RefreshRefused {
+			s.log().Debug("oauth watchdog: refresh refused by the provider, not re-queued", "upstream_id", u.ID)
+			continue
+		}
+		base := RefreshKey(u.ID, u.CredentialVersion)
+		fam, err := s.Jobs.Family(ctx, RefreshJob, base)
+		if err != nil {
 			return "", err
+		}
+		ended := 0
+		active := false
+		for _, j := range fam {
+			if j.IdempotencyKey != base && !strings.HasPrefix(j.IdempotencyKey, base+":") {
+				continue // another version whose number starts with this one's
+			}
+			if j.Active() {
+				active = true
+			}
+			ended++
+		}
+		switch {
+		case active:
+			continue
+		case ended == 0:
+			if err := s.scheduleRefresh(ctx, u, tok); err != nil {
+				return "", err
+			}
+		default:
+			key := fmt.Sprintf("%s:retry%d", base, ended)
+			p, _ := json.Marshal(refreshPayload{UpstreamID: u.ID, CredentialVersion: u.CredentialVersion})
+			inserted, _, err := s.Jobs.Enqueue(ctx, scheduler.Enqueue{Type: RefreshJob, IdempotencyKey: key, Payload: p})
+			if err != nil {
+				return "", err
+			}
+			if inserted {
+				s.log().Warn("oauth refresh re-queued after its jobs ended without a new token", "upstream_id", u.ID,
+					"credential_version", u.CredentialVersion, "idempotency_key", key)
+			}
 		}
 		n++
 	}

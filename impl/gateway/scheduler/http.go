@@ -3,7 +3,6 @@ package scheduler
 import (
 	"encoding/json"
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -11,12 +10,17 @@ import (
 )
 
 // RecurringJob is one periodic job type in the status response.
+// NextRunAt is the earliest run time of the type's queued jobs in the job
+// table (null when nothing is queued: no producer pushed its ticks);
+// OverdueSecs is how long that run is past due (0 when in the future): a
+// growing value is a stalled cron.
 type RecurringJob struct {
-	JobType           string    `json:"job_type"`
-	RetryClass        string    `json:"retry_class"`
-	EverySecs         int64     `json:"every_secs"`
-	NextRunAt         time.Time `json:"next_run_at"`
-	NextRunAtUnixSecs int64     `json:"next_run_at_unix_secs"`
+	JobType           string     `json:"job_type"`
+	RetryClass        string     `json:"retry_class"`
+	EverySecs         int64      `json:"every_secs"`
+	NextRunAt         *time.Time `json:"next_run_at"`
+	NextRunAtUnixSecs *int64     `json:"next_run_at_unix_secs"`
+	OverdueSecs       int64      `json:"overdue_secs"`
 }
 
 // Status is the body of GET /admin/scheduler/status.
@@ -68,13 +72,24 @@ const listLimit = 1000
 // StatusNow computes the scheduler status.
 func (s *Scheduler) StatusNow(r *http.Request) (*Status, error) {
 	st := &Status{States: map[string]int{}, RecurringJobs: []RecurringJob{}, JobTypes: []JobTypeInfo{}}
-	next := s.NextRunAt()
+	next, err := s.NextRunAt(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
 	for _, t := range s.Types() {
 		st.JobTypes = append(st.JobTypes, JobTypeInfo{JobType: t.Name, RetryClass: t.Class.Name, MaxAttempts: t.Class.MaxAttempts})
 		if t.Every > 0 {
-			n := next[t.Name]
-			st.RecurringJobs = append(st.RecurringJobs, RecurringJob{JobType: t.Name, RetryClass: t.Class.Name,
-				EverySecs: int64(t.Every / time.Second), NextRunAt: n.UTC(), NextRunAtUnixSecs: n.Unix()})
+			rj := RecurringJob{JobType: t.Name, RetryClass: t.Class.Name, EverySecs: int64(t.Every / time.Second)}
+			if n, ok := next[t.Name]; ok {
+				n = n.UTC()
+				unix := n.Unix()
+				rj.NextRunAt, rj.NextRunAtUnixSecs = &n, &unix
+				if late := now.Sub(n); late > 0 {
+					rj.OverdueSecs = int64(late / time.Second)
+				}
+			}
+			st.RecurringJobs = append(st.RecurringJobs, rj)
 		}
 	}
 	res, err := s.client.JobList(r.Context(), river.NewJobListParams().Kinds(Kind).First(listLimit).
@@ -83,7 +98,6 @@ func (s *Scheduler) StatusNow(r *http.Request) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
 	for _, j := range res.Jobs {
 		st.States[StateOf(j.State)]++
 		if (j.State == rivertype.JobStateAvailable || j.State == rivertype.JobStateRetryable) && !j.ScheduledAt.After(now) {
@@ -96,10 +110,19 @@ func (s *Scheduler) StatusNow(r *http.Request) (*Status, error) {
 	return st, nil
 }
 
-// Failures lists failure tickets, newest first, optionally for one job type.
+// Failures lists the newest failure tickets (at most listLimit), newest
+// first, optionally of one job type. Order and filter are in the query, so
+// old tickets of other types never crowd out the ones asked for.
 func (s *Scheduler) Failures(r *http.Request, jobType string) ([]Failure, error) {
-	res, err := s.client.JobList(r.Context(), river.NewJobListParams().Kinds(Kind).First(listLimit).
-		States(rivertype.JobStateDiscarded, rivertype.JobStateCancelled))
+	p := river.NewJobListParams().Kinds(Kind).First(listLimit).
+		States(rivertype.JobStateDiscarded, rivertype.JobStateCancelled).
+		// "time" of finalized states is finalized_at (River refuses an
+		// explicit finalized_at order with only finalized states).
+		OrderBy(river.JobListOrderByTime, river.SortOrderDesc)
+	if jobType != "" {
+		p = p.Where(`args ->> 'job_type' = @job_type`, river.NamedArgs{"job_type": jobType})
+	}
+	res, err := s.client.JobList(r.Context(), p)
 	if err != nil {
 		return nil, err
 	}
@@ -107,9 +130,6 @@ func (s *Scheduler) Failures(r *http.Request, jobType string) ([]Failure, error)
 	for _, j := range res.Jobs {
 		var a Args
 		_ = json.Unmarshal(j.EncodedArgs, &a)
-		if jobType != "" && a.JobType != jobType {
-			continue
-		}
 		f := Failure{ID: j.ID, JobType: a.JobType, IdempotencyKey: a.IdempotencyKey, State: StateOf(j.State),
 			Attempt: j.Attempt, MaxAttempts: j.MaxAttempts}
 		if n := len(j.Errors); n > 0 {
@@ -121,13 +141,15 @@ func (s *Scheduler) Failures(r *http.Request, jobType string) ([]Failure, error)
 		}
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, k int) bool { return out[i].FailedAt.After(out[k].FailedAt) })
 	return out, nil
 }
 
 // Handler serves GET /admin/scheduler/status and /admin/scheduler/failures.
 // Mount it behind the admin authentication.
 func (s *Scheduler) Handler() http.Handler {
+	if s.down != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { s.serveDown(w) })
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/scheduler/status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.StatusNow(r)

@@ -150,6 +150,9 @@ type Scheduler struct {
 	// rescueAfter is how long a running job may go before it is rescued.
 	rescueAfter time.Duration
 
+	// down is why the scheduler failed to start (see Down); nil when up.
+	down error
+
 	mu       sync.Mutex
 	cronNext map[string]time.Time
 	stop     context.CancelFunc
@@ -245,6 +248,9 @@ func (s *Scheduler) Enqueue(ctx context.Context, e Enqueue) (inserted bool, jobI
 	if e.IdempotencyKey == "" {
 		return false, 0, errors.New("scheduler: idempotency key required")
 	}
+	if s.down != nil {
+		return false, 0, fmt.Errorf("enqueue %s: %w", e.Type, ErrUnavailable)
+	}
 	opts := &river.InsertOpts{
 		MaxAttempts: t.Class.MaxAttempts,
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: allStates},
@@ -261,6 +267,9 @@ func (s *Scheduler) Enqueue(ctx context.Context, e Enqueue) (inserted bool, jobI
 
 // Start migrates nothing (drivers do) and starts workers and the cron producer.
 func (s *Scheduler) Start(ctx context.Context) error {
+	if s.down != nil {
+		return fmt.Errorf("start scheduler: %w", s.down)
+	}
 	if err := s.client.Start(ctx); err != nil {
 		if s.metrics != nil {
 			s.metrics.InitFailure.Set(1)
@@ -307,8 +316,12 @@ func (s *Scheduler) cron(ctx context.Context) {
 	}
 }
 
-// PushDueTicks enqueues the current tick of every periodic type not yet
-// pushed by this replica. Exported so tests drive the producer with their clock.
+// PushDueTicks enqueues, for every periodic type, the current tick (due
+// now) and the next two (scheduled ahead), unless this replica already
+// pushed them. The tick scheduled ahead is what makes next_run_at a fact
+// of the job table: while the producers and workers run, every periodic
+// type has a queued job; a stall leaves it in the past. Exported so tests
+// drive the producer with their clock.
 func (s *Scheduler) PushDueTicks(ctx context.Context) {
 	now := s.now()
 	for name, t := range s.types {
@@ -316,39 +329,59 @@ func (s *Scheduler) PushDueTicks(ctx context.Context) {
 			continue
 		}
 		tick := now.Truncate(t.Every)
-		s.mu.Lock()
-		pushed := !s.cronNext[name].IsZero() && !tick.After(s.cronNext[name])
-		s.mu.Unlock()
-		if pushed {
-			continue
-		}
-		inserted, _, err := s.Enqueue(ctx, Enqueue{Type: name, IdempotencyKey: TickKey(name, tick), Payload: t.Payload, RunAt: tick})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("cron push", "job_type", name, "error", err)
+		// Two ticks ahead: when one becomes due and runs, the next is
+		// already queued, whenever this replica's producer next wakes.
+		for _, at := range []time.Time{tick, tick.Add(t.Every), tick.Add(2 * t.Every)} {
+			s.mu.Lock()
+			pushed := !s.cronNext[name].IsZero() && !at.After(s.cronNext[name])
+			s.mu.Unlock()
+			if pushed {
+				continue
 			}
-			continue
+			inserted, _, err := s.Enqueue(ctx, Enqueue{Type: name, IdempotencyKey: TickKey(name, at), Payload: t.Payload, RunAt: at})
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("cron push", "job_type", name, "error", err)
+				}
+				break
+			}
+			if !inserted {
+				// Another replica pushed this tick first: expected, not an error.
+				s.log.Debug("cron tick already pushed by another replica (unique violation expected)", "job_type", name, "tick", at.Unix())
+			}
+			s.mu.Lock()
+			s.cronNext[name] = at
+			s.mu.Unlock()
 		}
-		if !inserted {
-			// Another replica pushed this tick first: expected, not an error.
-			s.log.Debug("cron tick already pushed by another replica (unique violation expected)", "job_type", name, "tick", tick.Unix())
-		}
-		s.mu.Lock()
-		s.cronNext[name] = tick
-		s.mu.Unlock()
 	}
 }
 
-// NextRunAt reports when each periodic type's next tick is due.
-func (s *Scheduler) NextRunAt() map[string]time.Time {
-	now := s.now()
+// notStarted are the states of a job that has not run yet (or waits to
+// run again): what is really queued.
+var notStarted = []rivertype.JobState{rivertype.JobStateScheduled, rivertype.JobStatePending,
+	rivertype.JobStateAvailable, rivertype.JobStateRetryable}
+
+// NextRunAt reads, for each periodic type, the earliest run time among
+// its queued jobs in the job table; a type with nothing queued is absent.
+// A time in the past means the job is due but no worker has taken it: the
+// cron is stalled.
+func (s *Scheduler) NextRunAt(ctx context.Context) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	for name, t := range s.types {
-		if t.Every > 0 {
-			out[name] = now.Truncate(t.Every).Add(t.Every)
+		if t.Every <= 0 {
+			continue
+		}
+		res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(Kind).States(notStarted...).
+			OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(1).
+			Where(`args ->> 'job_type' = @job_type`, river.NamedArgs{"job_type": name}))
+		if err != nil {
+			return nil, fmt.Errorf("next run of %s: %w", name, err)
+		}
+		if len(res.Jobs) > 0 {
+			out[name] = res.Jobs[0].ScheduledAt
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Types returns the registered job types.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -331,16 +332,166 @@ func testCronOneJobPerTick(t *testing.T, d driver) {
 	for _, j := range res.Jobs {
 		keys[string(j.EncodedArgs)]++
 	}
-	if len(res.Jobs) != 2 || len(keys) != 2 {
-		t.Fatalf("want one job per tick (2), got %d: %v", len(res.Jobs), keys)
+	// 10:00, 11:00 and 12:00 pushed at 10:00:30 (two ticks ahead), 13:00 at 11:00:30.
+	if len(res.Jobs) != 4 || len(keys) != 4 {
+		t.Fatalf("want one job per tick (4), got %d: %v", len(res.Jobs), keys)
 	}
-	// P-API-5: status lists the recurring job with its next run.
+	// P-API-5: status lists the recurring job with its next run, read from
+	// the job table: no worker ran the 10:00 tick, so it is still the next
+	// run, an hour and a half overdue.
 	srv := httptest.NewServer(a.s.Handler())
 	defer srv.Close()
 	body := get(t, srv.URL+"/admin/scheduler/status")
-	want := fmt.Sprintf(`"next_run_at_unix_secs":%d`, time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).Unix())
+	want := fmt.Sprintf(`"next_run_at_unix_secs":%d,"overdue_secs":3630`, time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC).Unix())
 	if !strings.Contains(body, `"job_type":"test:hourly"`) || !strings.Contains(body, want) {
 		t.Fatalf("status: %s (want %s)", body, want)
+	}
+}
+
+// next_run_at is what is really queued: a stalled cron (due, not run)
+// shows as a next run in the past that does not advance; once a worker
+// runs the tick, the tick pushed ahead is the next run.
+func TestNextRunAtFromTheJobTable(t *testing.T) { eachDriver(t, testNextRunAt) }
+
+func testNextRunAt(t *testing.T, d driver) {
+	tick := time.Now().Truncate(time.Hour) // due in River's (real) time
+	clk := &clock{t: tick.Add(30 * time.Minute)}
+	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
+		return OutcomeDone, nil
+	}}
+	b := setup(t, d, d.shared(t), clk.Now, hourly)
+	ctx := context.Background()
+	b.s.PushDueTicks(ctx)
+	status := func() RecurringJob {
+		srv := httptest.NewServer(b.s.Handler())
+		defer srv.Close()
+		var st Status
+		if err := json.Unmarshal([]byte(get(t, srv.URL+"/admin/scheduler/status")), &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, rj := range st.RecurringJobs {
+			if rj.JobType == "test:hourly" {
+				return rj
+			}
+		}
+		t.Fatalf("no recurring job in %+v", st)
+		return RecurringJob{}
+	}
+	rj := status()
+	if rj.NextRunAt == nil || !rj.NextRunAt.Equal(tick) || rj.OverdueSecs != 1800 {
+		t.Fatalf("stalled cron: next %v overdue %d, want %v and 1800", rj.NextRunAt, rj.OverdueSecs, tick)
+	}
+	fam, err := b.s.Family(ctx, "test:hourly", TickKey("test:hourly", tick))
+	if err != nil || len(fam) != 1 {
+		t.Fatalf("tick job: %+v %v", fam, err)
+	}
+	b.start(t)
+	waitState(t, b.s, fam[0].ID)
+	rj = status()
+	if rj.NextRunAt == nil || !rj.NextRunAt.Equal(tick.Add(time.Hour)) || rj.OverdueSecs != 0 {
+		t.Fatalf("after the run: next %v overdue %d", rj.NextRunAt, rj.OverdueSecs)
+	}
+}
+
+// The failure listing is the newest tickets first, filtered by job type in
+// the query: old tickets of another type (more than the listing's limit)
+// never hide the newer ones asked for.
+func TestFailuresNewestFirstFilteredInQuery(t *testing.T) { eachDriver(t, testFailuresNewest) }
+
+func testFailuresNewest(t *testing.T, d driver) {
+	b := setup(t, d, d.shared(t), nil)
+	b.start(t) // River's cancel notifies the running producer
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour) // scheduled, so cancelling finalizes at once
+	kill := func(typ string, i int) {
+		_, id, err := b.s.Enqueue(ctx, Enqueue{Type: typ, IdempotencyKey: fmt.Sprintf("%s-%d", typ, i), RunAt: later})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.s.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < listLimit+5; i++ {
+		kill("test:ok", i)
+	}
+	for i := 0; i < 3; i++ {
+		kill("test:skip", i)
+	}
+	srv := httptest.NewServer(b.s.Handler())
+	defer srv.Close()
+	var all, skip struct{ Failures []Failure }
+	json.Unmarshal([]byte(get(t, srv.URL+"/admin/scheduler/failures")), &all)
+	json.Unmarshal([]byte(get(t, srv.URL+"/admin/scheduler/failures?job_type=test:skip")), &skip)
+	if len(all.Failures) != listLimit || all.Failures[0].IdempotencyKey != "test:skip-2" || all.Failures[0].State != StateKilled {
+		t.Fatalf("unfiltered: %d tickets, first %+v", len(all.Failures), all.Failures[0])
+	}
+	for i := 1; i < len(all.Failures); i++ {
+		if all.Failures[i].FailedAt.After(all.Failures[i-1].FailedAt) {
+			t.Fatalf("not newest first at %d", i)
+		}
+	}
+	if len(skip.Failures) != 3 || skip.Failures[0].IdempotencyKey != "test:skip-2" || skip.Failures[2].IdempotencyKey != "test:skip-0" {
+		t.Fatalf("filtered: %+v", skip.Failures)
+	}
+}
+
+// A scheduler that cannot start (here: River's migration meets a table of
+// its name that is not River's) leaves a Down scheduler: the init-failure
+// gauge at 1, enqueues refused, the admin endpoints 503 with the cause.
+func TestDownScheduler(t *testing.T) { eachDriver(t, testDown) }
+
+func testDown(t *testing.T, d driver) {
+	shared := d.shared(t)
+	var exec func(q string) error
+	if d.name == "sqlite" {
+		db := openSQLite(t, shared)
+		exec = func(q string) error { _, err := db.Exec(q); return err }
+	} else {
+		exec = func(q string) error {
+			c, err := pgx.Connect(context.Background(), shared)
+			if err != nil {
+				return err
+			}
+			defer c.Close(context.Background())
+			_, err = c.Exec(context.Background(), q)
+			return err
+		}
+	}
+	if err := exec("CREATE TABLE river_job (id INTEGER PRIMARY KEY, note TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	types := []Type{{Name: "test:ok", Class: fast, Handler: func(context.Context, Job) (Outcome, error) { return OutcomeDone, nil }}}
+	_, err := d.open(t, shared, types, Options{Metrics: m})
+	if err == nil {
+		t.Fatal("River migrated over a foreign river_job table")
+	}
+	s := Down(types, Options{Metrics: m}, err)
+	if got := testutil.ToFloat64(m.InitFailure); got != 1 {
+		t.Fatalf("svc_scheduler_init_failure = %v", got)
+	}
+	if _, _, err := s.Enqueue(context.Background(), Enqueue{Type: "test:ok", IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("enqueue on a down scheduler: %v", err)
+	}
+	if _, err := s.Family(context.Background(), "test:ok", ""); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("family on a down scheduler: %v", err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for _, path := range []string{"/admin/scheduler/status", "/admin/scheduler/failures", "/admin/scheduler/jobs?job_type=test:ok"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || !strings.Contains(string(body), `"code":"scheduler_unavailable"`) || !strings.Contains(string(body), "river") {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -61,6 +61,12 @@ type Config struct {
 		// RedirectURI is where the provider sends the operator with the code.
 		RedirectURI string `yaml:"redirect_uri"`
 		Scopes      string `yaml:"scopes"`
+		// scheduler/oauth area (issue 18.5): LazyRefreshTimeout bounds a
+		// request-path token refresh (default 10s); RefreshRetryBase is the
+		// base delay of the refresh job's retry curve (default 30s, the
+		// seed's Entity class; shorter only in tests).
+		LazyRefreshTimeout time.Duration `yaml:"lazy_refresh_timeout"`
+		RefreshRetryBase   time.Duration `yaml:"refresh_retry_base"`
 	} `yaml:"oauth"`
 	Warmup struct {
 		// Model is the small model of the one-token warm-up request.
@@ -152,6 +158,7 @@ func defaults() Config {
 	// The chart grants 30 s (terminationGracePeriodSeconds); 5 s of it
 	// go to the preStop pause before SIGTERM arrives.
 	c.DrainTimeout = 25 * time.Second
+	c.OAuth.LazyRefreshTimeout, c.OAuth.RefreshRetryBase = 10*time.Second, 30*time.Second // scheduler/oauth area
 	return c
 }
 
@@ -187,6 +194,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		bodyTimeout = fs.Duration("body-read-timeout", c.Listeners.BodyReadTimeout, "close a connection whose request body takes longer to arrive (every listener; the response stream is not bounded by it)")
 		idleTimeout = fs.Duration("idle-timeout", c.Listeners.IdleTimeout, "close a keep-alive connection idle this long (every listener)")
 		drain       = fs.Duration("drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight requests may run before they are cut (keep below the pod's grace period)")
+		// scheduler/oauth area (issue 18.5)
+		lazyTimeout = fs.Duration("oauth-lazy-refresh-timeout", c.OAuth.LazyRefreshTimeout, "time limit of a token refresh a request triggers (expired or refused OAuth token)")
+		retryBase   = fs.Duration("oauth-refresh-retry-base", c.OAuth.RefreshRetryBase, "first retry delay of a failed OAuth token refresh (doubling, 5 attempts)")
 	)
 	fs.Func("job-interval", "override a job's cron interval, e.g. metadata_refresh=10m (repeatable)", func(v string) error {
 		name, d, ok := strings.Cut(v, "=")
@@ -273,6 +283,12 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	applyRelay(set, &c.Relay) // relay area: flags win over the file
 	applySecurity(&c)
+	if set["oauth-lazy-refresh-timeout"] { // scheduler/oauth area
+		c.OAuth.LazyRefreshTimeout = *lazyTimeout
+	}
+	if set["oauth-refresh-retry-base"] {
+		c.OAuth.RefreshRetryBase = *retryBase
+	}
 	for k, v := range intervals {
 		if c.JobIntervals == nil {
 			c.JobIntervals = map[string]time.Duration{}
@@ -356,7 +372,13 @@ func (c *Config) Validate() error {
 	if c.Database.Replicas < 1 {
 		bad("database.replicas", "must be at least 1")
 	}
-	c.Relay.validate(bad) // relay area
+	c.Relay.validate(bad)                                  // relay area
+	if c.OAuth.LazyRefreshTimeout < 100*time.Millisecond { // scheduler/oauth area
+		bad("oauth.lazy_refresh_timeout", "must be at least 100ms")
+	}
+	if c.OAuth.RefreshRetryBase < 10*time.Millisecond {
+		bad("oauth.refresh_retry_base", "must be at least 10ms")
+	}
 	for i, p := range c.Admin.Auth.Providers {
 		key := fmt.Sprintf("admin.auth.providers[%d]", i)
 		if p.Type != "static_token" {

@@ -168,20 +168,27 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Purged: schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return rt.Current().Upstream(id) },
 		HTTP: dest.Client(time.Minute)}
 	extra := append(subs.types(cfg), ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
-	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, dest.Client(time.Minute), extra...)
-	if err != nil {
-		schedMetrics.InitFailure.Set(1)
-		rec.Close()
-		st.Close()
-		return nil, err
+	jobsHTTP := dest.Client(time.Minute)
+	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
+	subs.Service.Metrics, subs.Service.LazyRefreshTimeout = schedMetrics, cfg.OAuth.LazyRefreshTimeout
+	sched, closeSched, err := newScheduler(ctx, cfg, driver, dsn, st, schedMetrics, rt, log, jobsHTTP, extra...)
+	if err == nil {
+		subs.bind(sched)
+		ka.Jobs = sched
+		if err = sched.Start(ctx); err != nil {
+			closeSched()
+		}
 	}
-	subs.bind(sched)
-	ka.Jobs = sched
-	if err := sched.Start(ctx); err != nil {
-		closeSched()
-		rec.Close()
-		st.Close()
-		return nil, err
+	if err != nil {
+		// scheduler area (issue 18.6): a scheduler that cannot start (its
+		// migration, its pool) must not take the proxy down: this replica
+		// serves without it, svc_scheduler_init_failure 1, the scheduler
+		// endpoints answer 503 scheduler_unavailable; other replicas'
+		// schedulers run the jobs.
+		log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
+		sched, closeSched = scheduler.Down(schedulerTypes(cfg, st, schedMetrics, rt, jobsHTTP, extra...), scheduler.Options{Metrics: schedMetrics}, err), func() {}
+		subs.bind(sched)
+		ka.Jobs = sched
 	}
 
 	prices := pricing.NewInstaller(st, log.With("component", "pricing"), time.Now)
@@ -193,6 +200,9 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 		Transport: outbound, Source: rt, Recorder: rec, Observer: ka, Plugins: plugs, Limiter: lim, Metrics: relay.NewMetrics(reg), Logger: log.With("component", "relay"),
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
+	// A request meeting an expired or refused OAuth token asks the OAuth
+	// service for a refresh (issue 18.5) and fails over meanwhile.
+	relayOpts.Refresher = subs.Service
 	relayH := relay.New(relayOpts)
 	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	adminH := admin.New(admin.Deps{
@@ -423,9 +433,7 @@ func (r runtimeInfo) Info() admin.SnapshotInfo {
 // newScheduler opens the scheduler's own connection pool on the gateway's
 // database and registers the durable job types.
 func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, log *slog.Logger, httpc *http.Client, extra ...scheduler.Type) (*scheduler.Scheduler, func(), error) {
-	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: httpc,
-		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
-	types = append(types, extra...)
+	types := schedulerTypes(cfg, st, m, rt, httpc, extra...)
 	o := scheduler.Options{Logger: log.With("component", "scheduler"), Metrics: m, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
 		RescueAfter: cfg.SchedulerRescueAfter}
 	if driver == "sqlite" {
@@ -456,6 +464,13 @@ func newScheduler(ctx context.Context, cfg *Config, driver, dsn string, st store
 		return nil, nil, fmt.Errorf("scheduler: %w", err)
 	}
 	return s, pool.Close, nil
+}
+
+// schedulerTypes are the durable job types of the gateway.
+func schedulerTypes(cfg *Config, st store.Store, m *scheduler.Metrics, rt *snapshot.Runtime, httpc *http.Client, extra ...scheduler.Type) []scheduler.Type {
+	types := jobs.Types(jobs.Deps{Store: st, Metrics: m, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: httpc,
+		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return rt.Current().Upstreams }})
+	return append(types, extra...)
 }
 
 // schedulerHandler serves /admin/scheduler/* behind the admin authentication.

@@ -42,6 +42,9 @@ func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot
 			}
 		},
 		Connected: s.connected,
+		// scheduler/oauth area (issue 18.5): a shorter curve only in tests.
+		RefreshRetry: scheduler.RetryClass{Name: scheduler.Entity.Name, MaxAttempts: scheduler.Entity.MaxAttempts,
+			Base: cfg.OAuth.RefreshRetryBase, Max: cfg.OAuth.RefreshRetryBase * 20},
 	}
 	s.warmer = &warmup.Warmer{Store: st, Tokens: s.Service, HTTP: httpc, Log: log.With("component", "warmup"),
 		Model: cfg.Warmup.Model, FreshFor: cfg.Warmup.FreshFor, Failpoint: failpoints(getenv("PROXY_FAILPOINTS"))}

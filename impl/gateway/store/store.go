@@ -80,11 +80,31 @@ type Upstream struct {
 	UpdatedAt         time.Time
 }
 
-// UpstreamStatus is system-managed operational state.
+// UpstreamStatus is system-managed operational state. Each group of
+// fields has exactly one writer, which writes only its own columns, so a
+// writer holding a stale read never undoes another's write: the snapshot
+// rebuild owns LastApplyError/LastApplyAt (SetUpstreamStatus), the warm-up
+// owns LastWarmupAt (WriteCycleKey), the OAuth refresh owns the Refresh*
+// fields (RecordRefreshFailure; a new credential clears them).
 type UpstreamStatus struct {
 	LastApplyError *string
 	LastApplyAt    *time.Time
 	LastWarmupAt   *time.Time
+	// RefreshError is the last failure of the OAuth token refresh of the
+	// current credential, nil when none; RefreshRefused marks a permanent
+	// refusal by the provider (invalid_grant): only a new flow helps.
+	RefreshError   *string
+	RefreshErrorAt *time.Time
+	RefreshRefused bool
+}
+
+// Error is what an operator reads as the upstream's last_apply_error: the
+// snapshot's apply error, else the OAuth refresh's failure.
+func (s UpstreamStatus) Error() *string {
+	if s.LastApplyError != nil {
+		return s.LastApplyError
+	}
+	return s.RefreshError
 }
 
 // UpstreamSpec holds the user-managed fields written by create and update.
@@ -242,10 +262,19 @@ type Store interface {
 	// DeleteUpstream soft-deletes; fails with *ReferencedError while chain
 	// entries name the upstream in their config.
 	DeleteUpstream(ctx context.Context, id string, expectRevision int64) error
-	// SetUpstreamStatus is a background write: it never bumps SpecRevision.
+	// SetUpstreamStatus records a snapshot rebuild's apply outcome: it
+	// writes LastApplyError and LastApplyAt only (the other status fields
+	// have their own writers and are ignored here). A background write: it
+	// never bumps SpecRevision.
 	SetUpstreamStatus(ctx context.Context, id string, status UpstreamStatus) error
+	// RecordRefreshFailure records a failed OAuth token refresh of
+	// credential version credentialVersion in the upstream's Refresh*
+	// status fields; recorded is false when the credential was replaced
+	// since (the failure is moot). A background write.
+	RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (recorded bool, err error)
 	// SetUpstreamCredential is a background write (OAuth tokens, refresh):
-	// it bumps CredentialVersion but never SpecRevision.
+	// it bumps CredentialVersion but never SpecRevision, and clears the
+	// refresh failure of the replaced credential.
 	SetUpstreamCredential(ctx context.Context, id string, kind string, ciphertext []byte) (*Upstream, error)
 	// DisableWarmupForOAuthUpstreams is the storage-level mass disable: every
 	// non-deleted vendor_oauth upstream with warm-up on gets it off, its

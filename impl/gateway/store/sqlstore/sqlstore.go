@@ -167,7 +167,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
-	oauth_authorize_url, oauth_token_url`
+	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused`
 
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
@@ -182,11 +182,15 @@ func (s *Store) queryUpstreams(ctx context.Context, q querier, where string, arg
 	out := []store.Upstream{}
 	for rows.Next() {
 		var u store.Upstream
-		var dialect, applyErr sql.NullString
+		var dialect, applyErr, refreshErr sql.NullString
 		if err := rows.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 			&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
-			timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL); err != nil {
+			timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
+			&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused); err != nil {
 			return nil, err
+		}
+		if refreshErr.Valid {
+			u.Status.RefreshError = &refreshErr.String
 		}
 		if dialect.Valid {
 			u.WarmupDialectPlugin = &dialect.String
@@ -413,13 +417,16 @@ func configNamesUpstream(cfg json.RawMessage, id string) bool {
 	return false
 }
 
+// SetUpstreamStatus writes the apply columns only: a rebuild holding a
+// stale read must not undo a warm-up stamp or a refresh failure written
+// meanwhile by their own writers.
 func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.UpstreamStatus) error {
 	var applyErr any
 	if st.LastApplyError != nil {
 		applyErr = *st.LastApplyError
 	}
-	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ?, last_warmup_at = ? WHERE id = ? AND deleted_at IS NULL"),
-		applyErr, s.d.tp(st.LastApplyAt), s.d.tp(st.LastWarmupAt), id)
+	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ? WHERE id = ? AND deleted_at IS NULL"),
+		applyErr, s.d.tp(st.LastApplyAt), id)
 	if err != nil {
 		return s.d.classify(err)
 	}
@@ -427,6 +434,18 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 		return store.ErrNotFound
 	}
 	return nil
+}
+
+// RecordRefreshFailure writes the refresh columns only, and only while
+// the failed credential version is still the stored one.
+func (s *Store) RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.d.rebind(`UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
+		WHERE id = ? AND credential_version = ? AND deleted_at IS NULL`), msg, s.d.t(at), refused, id, credentialVersion)
+	if err != nil {
+		return false, s.d.classify(err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
 }
 
 func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
@@ -437,8 +456,10 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 		if ciphertext != nil {
 			cred = ciphertext
 		}
-		n, err := s.exec(ctx, tx, "UPDATE upstreams SET credential = ?, credential_kind = ?, credential_version = credential_version + 1 WHERE id = ? AND deleted_at IS NULL",
-			cred, kind, id)
+		// A new credential starts with a clean refresh record.
+		n, err := s.exec(ctx, tx, `UPDATE upstreams SET credential = ?, credential_kind = ?, credential_version = credential_version + 1,
+			refresh_error = NULL, refresh_error_at = NULL, refresh_refused = ? WHERE id = ? AND deleted_at IS NULL`,
+			cred, kind, false, id)
 		if err != nil {
 			return err
 		}

@@ -98,6 +98,8 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("Upstreams", func(t *testing.T) { run(t, open, testUpstreams) })
 	t.Run("UpstreamConcurrency", func(t *testing.T) { run(t, open, testUpstreamConcurrency) })
 	t.Run("BackgroundWrites", func(t *testing.T) { run(t, open, testBackgroundWrites) })
+	t.Run("StatusWriters", func(t *testing.T) { run(t, open, testStatusWriters) })
+	t.Run("StatusWritersConcurrent", func(t *testing.T) { run(t, open, testStatusWritersConcurrent) })
 	t.Run("MassDisableWarmup", func(t *testing.T) { run(t, open, testMassDisable) })
 	t.Run("Principals", func(t *testing.T) { run(t, open, testPrincipals) })
 	t.Run("Keys", func(t *testing.T) { run(t, open, testKeys) })
@@ -281,8 +283,13 @@ func testBackgroundWrites(t *testing.T, open Opener) {
 	}
 	got := must(b.st.GetUpstream(b.ctx, u.ID))
 	if got.SpecRevision != u.SpecRevision || got.Status.LastApplyError == nil || *got.Status.LastApplyError != "boom" ||
-		got.Status.LastWarmupAt == nil || !got.Status.LastWarmupAt.Equal(now) {
+		got.Status.LastApplyAt == nil || !got.Status.LastApplyAt.Equal(now) {
 		t.Fatalf("status write: %+v", got)
+	}
+	// The apply writer owns the apply columns only: last_warmup_at is the
+	// warm-up's (WriteCycleKey).
+	if got.Status.LastWarmupAt != nil {
+		t.Fatalf("the apply writer wrote last_warmup_at: %v", got.Status.LastWarmupAt)
 	}
 	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen {
 		t.Fatal("status write bumped the config generation")
@@ -297,6 +304,111 @@ func testBackgroundWrites(t *testing.T, open Opener) {
 	wantErr(t, b.st.SetUpstreamStatus(b.ctx, "up_missing", store.UpstreamStatus{}), store.ErrNotFound)
 	_, err := b.st.SetUpstreamCredential(b.ctx, "up_missing", "oauth", nil)
 	wantErr(t, err, store.ErrNotFound)
+}
+
+// Each status writer owns its columns: a snapshot rebuild recording its
+// apply outcome (from a read taken before the others wrote) undoes neither
+// the refresh failure nor the warm-up stamp; a refresh failure of a
+// replaced credential is moot; a new credential clears the refresh record.
+func testStatusWriters(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: "https://x", Enabled: true}))
+	u = must(b.st.SetUpstreamCredential(b.ctx, u.ID, "oauth", []byte("v1")))
+	stale := must(b.st.GetUpstream(b.ctx, u.ID)) // what a rebuild read before the others wrote
+	now := b.clk.Now()
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	if !must(b.st.RecordRefreshFailure(b.ctx, u.ID, u.CredentialVersion, "refused: invalid_grant", true, now)) {
+		t.Fatal("refresh failure of the current credential not recorded")
+	}
+	must(b.st.WriteCycleKey(b.ctx, u.ID, "5h:1", now))
+	// The rebuild writes back its stale status with a clean apply.
+	st := stale.Status
+	st.LastApplyError, st.LastApplyAt = nil, &now
+	must(0, b.st.SetUpstreamStatus(b.ctx, u.ID, st))
+	got := must(b.st.GetUpstream(b.ctx, u.ID)).Status
+	if got.RefreshError == nil || *got.RefreshError != "refused: invalid_grant" || !got.RefreshRefused || got.RefreshErrorAt == nil || !got.RefreshErrorAt.Equal(now) {
+		t.Fatalf("the rebuild wiped the refresh failure: %+v", got)
+	}
+	if got.LastWarmupAt == nil || !got.LastWarmupAt.Equal(now) {
+		t.Fatalf("the rebuild wiped the warm-up stamp: %+v", got)
+	}
+	if e := got.Error(); e == nil || *e != "refused: invalid_grant" {
+		t.Fatalf("operator's error = %v", e)
+	}
+	if must(b.st.ConfigGeneration(b.ctx)) != gen {
+		t.Fatal("a refresh failure bumped the config generation")
+	}
+	// An apply error takes precedence in what the operator reads.
+	applyErr := "credential cannot be opened"
+	must(0, b.st.SetUpstreamStatus(b.ctx, u.ID, store.UpstreamStatus{LastApplyError: &applyErr}))
+	if e := must(b.st.GetUpstream(b.ctx, u.ID)).Status.Error(); e == nil || *e != applyErr {
+		t.Fatalf("operator's error = %v", e)
+	}
+	must(0, b.st.SetUpstreamStatus(b.ctx, u.ID, store.UpstreamStatus{LastApplyAt: &now}))
+
+	// A failure of a replaced credential changes nothing.
+	u2 := must(b.st.SetUpstreamCredential(b.ctx, u.ID, "oauth", []byte("v2")))
+	got = must(b.st.GetUpstream(b.ctx, u.ID)).Status
+	if got.RefreshError != nil || got.RefreshRefused || got.RefreshErrorAt != nil {
+		t.Fatalf("a new credential kept the old refresh failure: %+v", got)
+	}
+	if must(b.st.RecordRefreshFailure(b.ctx, u.ID, u.CredentialVersion, "late", false, now)) {
+		t.Fatal("a failure of a replaced credential was recorded")
+	}
+	if !must(b.st.RecordRefreshFailure(b.ctx, u.ID, u2.CredentialVersion, "token endpoint down", false, now)) {
+		t.Fatal("transient failure not recorded")
+	}
+	got = must(b.st.GetUpstream(b.ctx, u.ID)).Status
+	if got.RefreshError == nil || *got.RefreshError != "token endpoint down" || got.RefreshRefused {
+		t.Fatalf("transient failure: %+v", got)
+	}
+	if must(b.st.RecordRefreshFailure(b.ctx, "up_missing", 1, "x", false, now)) {
+		t.Fatal("recorded on a missing upstream")
+	}
+}
+
+// Concurrent writers of different status columns never lose each other's
+// writes, whatever the interleaving.
+func testStatusWritersConcurrent(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: "https://x", Enabled: true}))
+	u = must(b.st.SetUpstreamCredential(b.ctx, u.ID, "oauth", []byte("v1")))
+	stale := must(b.st.GetUpstream(b.ctx, u.ID)).Status
+	base := b.clk.Now()
+	const rounds = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*rounds)
+	for i := 0; i < rounds; i++ {
+		at := base.Add(time.Duration(i) * time.Second)
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			st := stale
+			st.LastApplyError, st.LastApplyAt = nil, &at
+			errs <- b.st.SetUpstreamStatus(b.ctx, u.ID, st)
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := b.st.WriteCycleKey(b.ctx, u.ID, fmt.Sprintf("5h:%d", i), at)
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := b.st.RecordRefreshFailure(b.ctx, u.ID, u.CredentialVersion, fmt.Sprintf("failure %d", i), false, at)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := must(b.st.GetUpstream(b.ctx, u.ID)).Status
+	if got.LastWarmupAt == nil || got.RefreshError == nil || got.RefreshErrorAt == nil || got.LastApplyAt == nil {
+		t.Fatalf("a concurrent writer lost another's column: %+v", got)
+	}
 }
 
 // P-WARM-R3: the storage-level mass disable turns warm-up off on every
