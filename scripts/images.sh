@@ -49,11 +49,16 @@ docker tag "pillar/postgres:15-$pg_hash" pillar/postgres:15-local
 # What the agent (LVM, ZFS userland, nvmet through configfs) and the node
 # (nvme-cli, mkfs, mount, resize, losetup for the loop connector) run.
 storage_pkgs="lvm2 thin-provisioning-tools zfsutils-linux nvme-cli e2fsprogs xfsprogs util-linux mount kmod udev busybox-static ca-certificates"
-st_hash=$(echo "$base_hash $storage_pkgs contrib v1" | hashof)
+st_hash=$(echo "$base_hash $storage_pkgs contrib v2-no-nvme-identity" | hashof)
 st_tar=$cache/storage-base-$st_hash.tar
+# nvme-cli's install writes /etc/nvme/hostnqn and hostid into the image:
+# every node would present that one identity and the per-host ACL would
+# separate nothing. The node takes the host's (its /etc/nvme is mounted,
+# and the node writes one there at first start when the host has none).
+st_finish() { as_root rm -f "$1/etc/nvme/hostnqn" "$1/etc/nvme/hostid"; }
 if [ ! -f "$st_tar" ]; then
   step "installing the storage tools into a copy of the base"
-  apt_root_tar "$st_tar" "main contrib" "$storage_pkgs"
+  apt_root_tar "$st_tar" "main contrib" "$storage_pkgs" "" st_finish
 fi
 if ! exists "pillar/storage-base:$st_hash"; then
   step "docker import pillar/storage-base:$st_hash"

@@ -6,11 +6,14 @@ package agent_test
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -94,6 +97,48 @@ var _ = Describe("Volumes and exports", Label("S-AG-10"), func() {
 	BeforeEach(func() {
 		a = h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G"})
 		c = a.Client()
+	})
+
+	It("acts only on its own LVs in a shared volume group, and zeroes a new linear volume before use", func() {
+		// Another user's LV in vg0, made with the (simulated) LVM tools.
+		state := filepath.Join(a.SimRoot, "state")
+		out, err := h.RunCommand(h.Bin("fakestorage"), "--state", state, "lvcreate", "-y", "-n", "someone-else", "-L", "8m", "vg0")
+		Expect(err).NotTo(HaveOccurred(), out)
+		_, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-mine", SizeBytes: 8 * mib})
+		Expect(err).NotTo(HaveOccurred())
+		list, err := c.ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "vg0"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(list.Volumes).To(HaveLen(1))
+		Expect(list.Volumes[0].Name).To(Equal("pvc-mine"))
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "vg0", Name: "someone-else"})
+		Expect(codeOf(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+		_, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "someone-else", SizeBytes: 8 * mib})
+		Expect(codeOf(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+		_, err = c.ExportVolume(h.Ctx(), &agentv1.ExportVolumeRequest{Pool: "vg0", Name: "someone-else", AllowedHosts: []string{hostA}})
+		Expect(codeOf(err)).To(Equal(codes.NotFound), "%v", err)
+		out, err = h.RunCommand(h.Bin("fakestorage"), "--state", state, "lvs", "vg0/someone-else")
+		Expect(err).NotTo(HaveOccurred(), "the foreign LV is still there: %s", out)
+
+		// What a deleted linear volume wrote is not readable through the
+		// next one placed on its extents.
+		v, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-old", SizeBytes: 16 * mib, Parameters: map[string]string{"provisioningMode": "linear"}})
+		Expect(err).NotTo(HaveOccurred())
+		f, err := os.OpenFile(v.Volume.DevicePath, os.O_WRONLY, 0)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = f.WriteAt([]byte("old tenant"), 8*mib)
+		Expect(err).NotTo(HaveOccurred())
+		f.Close()
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "vg0", Name: "pvc-old"})
+		Expect(err).NotTo(HaveOccurred())
+		v, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-new", SizeBytes: 16 * mib, Parameters: map[string]string{"provisioningMode": "linear"}})
+		Expect(err).NotTo(HaveOccurred())
+		b := make([]byte, 10)
+		f, err = os.Open(v.Volume.DevicePath)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = f.ReadAt(b, 8*mib)
+		f.Close()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(b).To(Equal(make([]byte, 10)))
 	})
 
 	It("reports every configured pool with its layout, health and capacity", func() {
@@ -254,6 +299,22 @@ var _ = Describe("Volumes and exports", Label("S-AG-10"), func() {
 })
 
 var _ = Describe("Health", func() {
+	It("answers the kubelet's liveness probe on plain HTTP while it serves", func() {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		addr := l.Addr().String()
+		l.Close()
+		h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G", Args: []string{"--health-listen", addr}})
+		Eventually(func() (int, error) {
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err != nil {
+				return 0, err
+			}
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}, 10*time.Second, 50*time.Millisecond).Should(Equal(http.StatusOK))
+	})
+
 	It("is degraded, naming the pool, when a configured pool is missing", func() {
 		a := h.StartAgent(h.AgentOptions{Config: twoBackends})
 		a.Storage("add-vg", "vg0", "1G")

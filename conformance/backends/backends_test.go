@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,14 +117,23 @@ func lvmTarget(name string, cfg lvm.Config, params map[string]string, thin bool,
 		return lvm.New(c, run(h))
 	}
 	tg := backendtest.Target{
-		Name: name,
-		Thin: thin,
+		Name:   name,
+		Thin:   thin,
+		Shared: true,
 		New: func(t *testing.T) backendtest.Fixture {
+			h := lvmHost(t)
 			return backendtest.Fixture{
-				Backend: newBackend(lvmHost(t), cfg),
+				Backend: newBackend(h, cfg),
 				Params:  params,
 				Granule: 4 * mib,
 				Layout:  backend.Layout{ThinPool: cfg.ThinPool},
+				// Another user's LV: created with lvcreate, no pillar-csi tag.
+				AddForeign: func(t *testing.T, name string, size int64) {
+					var out, errb strings.Builder
+					if code := h.Run("lvcreate", []string{"-y", "-n", name, "-L", fmt.Sprintf("%db", size), "vg0"}, &out, &errb); code != 0 {
+						t.Fatalf("lvcreate %s: %s", name, errb.String())
+					}
+				},
 			}
 		},
 		Missing: func(t *testing.T) backend.Backend {

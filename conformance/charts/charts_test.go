@@ -254,7 +254,9 @@ var _ = Describe("pillar-csi chart", func() {
 		Expect(err).To(MatchError(ContainSubstring("agent.hostPort (9600) must equal agent.grpcPort (9500)")))
 	})
 
-	It("runs the agent privileged on the host network of labelled nodes, gRPC 9500 as hostPort, nvmet before nvmet_tcp best effort", Label("S-AG-10", "S-AG-11", "S-AG-12", "S-AG-13", "S-AG-14"), func() {
+	// The exports themselves (S-AG-10, S-AG-11, S-AG-12) are behaviour:
+	// conformance/agent, conformance/kernel and conformance/kind assert them.
+	It("renders the agent privileged on the host network of labelled nodes, gRPC 9500 as hostPort, nvmet before nvmet_tcp best effort", Label("S-AG-13", "S-AG-14"), func() {
 		ds := decode[appsv1.DaemonSet](find(render(nil), "DaemonSet", "pillar-pillar-csi-agent"))
 		spec := ds.Spec.Template.Spec
 		Expect(spec.HostNetwork).To(BeTrue())
@@ -326,7 +328,8 @@ var _ = Describe("pillar-csi chart", func() {
 		}
 	})
 
-	It("runs the node plugin on the host network with the registrar, kubelet paths, nvme_fabrics before nvme_tcp and liveness 9808 without hostPort", Label("S-ND-1", "S-ND-2", "S-ND-3"), func() {
+	// Staging over NVMe/TCP (S-ND-1) is behaviour: conformance/kind.
+	It("renders the node plugin on the host network with the registrar, kubelet paths, nvme_fabrics before nvme_tcp and liveness 9808 without hostPort", Label("S-ND-2", "S-ND-3"), func() {
 		ds := decode[appsv1.DaemonSet](find(render(nil), "DaemonSet", "pillar-pillar-csi-node"))
 		spec := ds.Spec.Template.Spec
 		Expect(spec.HostNetwork).To(BeTrue())
@@ -344,6 +347,53 @@ var _ = Describe("pillar-csi chart", func() {
 		ds = decode[appsv1.DaemonSet](find(render(map[string]any{"node": map[string]any{"kubeletPluginRegistrationDir": "/k/registry", "kubeletPluginsDir": "/k/plugins",
 			"csiSocketPath": "/k/plugins/x/csi.sock"}}), "DaemonSet", "pillar-pillar-csi-node"))
 		Expect(ds.Spec.Template.Spec.Volumes).To(ContainElements(HaveField("VolumeSource.HostPath.Path", "/k/registry"), HaveField("VolumeSource.HostPath.Path", "/k")))
+	})
+
+	It("probes the node and controller plugins through their liveness sidecars (9808, 9809) and the agent on its own HTTP endpoint", Label("S-ND-3", "S-CT-2"), func() {
+		objs := render(nil)
+		probe := func(c corev1.Container) (string, int) {
+			Expect(c.LivenessProbe).NotTo(BeNil(), c.Name)
+			Expect(c.LivenessProbe.HTTPGet).NotTo(BeNil(), c.Name)
+			return c.LivenessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Port.IntValue()
+		}
+		node := decode[appsv1.DaemonSet](find(objs, "DaemonSet", "pillar-pillar-csi-node")).Spec.Template.Spec
+		path, port := probe(container(node.Containers, "node"))
+		Expect(path).To(Equal("/healthz"))
+		Expect(port).To(Equal(9808))
+		Expect(container(node.Containers, "liveness-probe").Args).To(ContainElement("--http-endpoint=:9808"))
+		ctl := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-pillar-csi-controller")).Spec.Template.Spec
+		path, port = probe(container(ctl.Containers, "manager"))
+		Expect(path).To(Equal("/healthz"))
+		Expect(port).To(Equal(9809))
+		Expect(container(ctl.Containers, "manager").ReadinessProbe.HTTPGet.Port.String()).To(Equal("healthz"))
+		agent := decode[appsv1.DaemonSet](find(objs, "DaemonSet", "pillar-pillar-csi-agent")).Spec.Template.Spec
+		path, port = probe(container(agent.Containers, "agent"))
+		Expect(path).To(Equal("/healthz"))
+		Expect(port).To(Equal(9502))
+		Expect(container(agent.Containers, "agent").Args).To(ContainElement("--health-listen=:9502"))
+
+		objs = render(map[string]any{"node": map[string]any{"livenessPort": 9900}, "controller": map[string]any{"livenessPort": 9901}, "agent": map[string]any{"healthPort": 9902}})
+		_, port = probe(container(decode[appsv1.DaemonSet](find(objs, "DaemonSet", "pillar-pillar-csi-node")).Spec.Template.Spec.Containers, "node"))
+		Expect(port).To(Equal(9900))
+		_, port = probe(container(decode[appsv1.Deployment](find(objs, "Deployment", "pillar-pillar-csi-controller")).Spec.Template.Spec.Containers, "manager"))
+		Expect(port).To(Equal(9901))
+		_, port = probe(container(decode[appsv1.DaemonSet](find(objs, "DaemonSet", "pillar-pillar-csi-agent")).Spec.Template.Spec.Containers, "agent"))
+		Expect(port).To(Equal(9902))
+	})
+
+	It("gives each node its own NVMe identity from the host's /etc/nvme and passes the reconnect defaults", func() {
+		spec := decode[appsv1.DaemonSet](find(render(nil), "DaemonSet", "pillar-pillar-csi-node")).Spec.Template.Spec
+		node := container(spec.Containers, "node")
+		Expect(node.VolumeMounts).To(ContainElement(And(HaveField("Name", "nvme-config"), HaveField("MountPath", "/etc/nvme"), HaveField("ReadOnly", false))))
+		dot := corev1.HostPathDirectoryOrCreate
+		Expect(spec.Volumes).To(ContainElement(And(HaveField("Name", "nvme-config"), HaveField("VolumeSource.HostPath.Path", "/etc/nvme"),
+			HaveField("VolumeSource.HostPath.Type", Equal(&dot)))))
+		Expect(node.Args).To(ContainElements("--ctrl-loss-tmo=1800", "--reconnect-delay=10"))
+
+		spec = decode[appsv1.DaemonSet](find(render(map[string]any{"node": map[string]any{"nvme": map[string]any{"hostConfigDir": "/var/lib/nvme", "ctrlLossTmo": -1, "reconnectDelay": 2}}}),
+			"DaemonSet", "pillar-pillar-csi-node")).Spec.Template.Spec
+		Expect(spec.Volumes).To(ContainElement(And(HaveField("Name", "nvme-config"), HaveField("VolumeSource.HostPath.Path", "/var/lib/nvme"))))
+		Expect(container(spec.Containers, "node").Args).To(ContainElements("--ctrl-loss-tmo=-1", "--reconnect-delay=2"))
 	})
 
 	It("applies names, namespace, pull policy and pull secrets to all pods", Label("S-GL-1"), func() {

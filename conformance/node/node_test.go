@@ -9,6 +9,8 @@ package node_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
+	"github.com/pillarhq/pillar/sim/csisidecar"
 )
 
 func TestNode(t *testing.T) {
@@ -213,4 +216,128 @@ var _ = It("refuses to stage for a host the agent did not allow", func() {
 		StagingTargetPath: filepath.Join(dir, "acl"), VolumeCapability: cap})
 	Expect(status.Code(err)).To(Equal(codes.Internal))
 	Expect(err.Error()).To(ContainSubstring("not allowed"))
+})
+
+// A second node with its own (empty) /etc/nvme: it writes an identity of
+// its own at first start, so the per-host ACL tells the two nodes apart.
+var _ = Describe("two nodes", Ordered, func() {
+	var nodeB csi.NodeClient
+	var nodeBID string
+	var procB *h.Proc
+	BeforeAll(func() {
+		etcB := filepath.Join(dir, "node-b", "etc-nvme")
+		procB = h.StartDaemon("pillar-node-b", h.Bin("pillar-node"), []string{"--node-id", "worker-2", "--csi-endpoint", "unix://" + dir + "/nb.sock",
+			"--connector", "loop", "--sim-root", simRoot, "--state-dir", dir + "/node-b/state",
+			"--host-nqn-file", etcB + "/hostnqn", "--host-id-file", etcB + "/hostid"})
+		Eventually(func() error { _, err := os.Stat(dir + "/nb.sock"); return err }, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+		c, err := grpc.NewClient("unix://"+dir+"/nb.sock", grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		nodeB = csi.NewNodeClient(c)
+		info, err := nodeB.NodeGetInfo(background, &csi.NodeGetInfoRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		nodeBID = info.NodeId
+		nqn, err := os.ReadFile(etcB + "/hostnqn")
+		Expect(err).NotTo(HaveOccurred(), "the node writes its identity to the host directory")
+		id, err := os.ReadFile(etcB + "/hostid")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(nodeBID).To(Equal("worker-2/" + strings.TrimSpace(string(nqn))))
+		Expect(strings.TrimSpace(string(nqn))).To(Equal("nqn.2014-08.org.nvmexpress:uuid:" + strings.TrimSpace(string(id))))
+	})
+
+	It("have different host NQNs, and node B cannot connect to a volume exported to node A", func() {
+		Expect(strings.SplitN(nodeBID, "/", 2)[1]).NotTo(Equal(strings.SplitN(nodeID, "/", 2)[1]))
+		cap := mountCap("ext4")
+		id, pc, _ := volume("pvc-two-nodes", cap, 16<<20) // published and staged on node A
+		_, err := nodeB.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pc,
+			StagingTargetPath: filepath.Join(dir, "node-b", "staging"), VolumeCapability: cap})
+		Expect(status.Code(err)).To(Equal(codes.Internal))
+		Expect(err.Error()).To(ContainSubstring("not allowed"))
+	})
+
+	It("refuses to publish a single-node volume to node B while node A has it (FAILED_PRECONDITION), and allows it after unpublish", func() {
+		cap := mountCap("ext4")
+		cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-single-node", Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		vid := cv.Volume.VolumeId
+		DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: vid}) })
+		_, err = ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		// Publishing again to the same node is idempotent.
+		_, err = ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeBID, VolumeCapability: cap})
+		Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+		_, err = ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeID})
+		Expect(err).NotTo(HaveOccurred())
+		pub, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeBID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		staging := filepath.Join(dir, "node-b", "single")
+		_, err = nodeB.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: vid, PublishContext: pub.PublishContext, StagingTargetPath: staging, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = nodeB.NodeUnstageVolume(background, &csi.NodeUnstageVolumeRequest{VolumeId: vid, StagingTargetPath: staging})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeBID})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	// The stand-in livenessprobe (sim/csisidecar) against the real node:
+	// 200 while the plugin answers Probe, 500 once it is gone.
+	It("is watched by the liveness stand-in as the real livenessprobe does: GET /healthz is 200, then 500 when the plugin stops", func() {
+		c, err := grpc.NewClient("unix://"+dir+"/nb.sock", grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		srv := httptest.NewServer(&csisidecar.Liveness{Conn: c})
+		DeferCleanup(srv.Close)
+		get := func(path string) int {
+			resp, err := http.Get(srv.URL + path)
+			Expect(err).NotTo(HaveOccurred())
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		Expect(get("/healthz")).To(Equal(http.StatusOK))
+		Expect(get("/metrics")).To(Equal(http.StatusNotFound))
+		procB.Stop()
+		Expect(get("/healthz")).To(Equal(http.StatusInternalServerError))
+	})
+})
+
+var _ = It("refuses a staging path that holds another mount instead of reporting it staged", func() {
+	cap := mountCap("ext4")
+	cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-foreign-mount", Parameters: map[string]string{"store": "fast"},
+		VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+	Expect(err).NotTo(HaveOccurred())
+	vid := cv.Volume.VolumeId
+	DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: vid}) })
+	pub, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeID, VolumeCapability: cap})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeID})
+	})
+	staging := filepath.Join(dir, "foreign-mount", "staging")
+	Expect(os.MkdirAll(staging, 0o750)).To(Succeed())
+	Expect(unix.Mount("tmpfs", staging, "tmpfs", 0, "size=1m")).To(Succeed())
+	DeferCleanup(func() {
+		node.NodeUnstageVolume(background, &csi.NodeUnstageVolumeRequest{VolumeId: vid, StagingTargetPath: staging})
+		unix.Unmount(staging, 0)
+	})
+	_, err = node.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: vid, PublishContext: pub.PublishContext, StagingTargetPath: staging, VolumeCapability: cap})
+	Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+	Expect(err.Error()).To(ContainSubstring("not the volume's device"))
+	src, fstype := mountSource(staging)
+	Expect(fstype).To(Equal("tmpfs"), "the foreign mount (%s) is left as it was", src)
+})
+
+var _ = It("refuses StorageClass reconnect settings that are not seconds", func() {
+	for _, params := range []map[string]string{{"store": "fast", "ctrlLossTmo": "-2"}, {"store": "fast", "reconnectDelay": "soon"}} {
+		_, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-bad-reconnect", Parameters: params,
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap("ext4")}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+		Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v: %v", params, err)
+	}
+	cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-reconnect", Parameters: map[string]string{"store": "fast", "ctrlLossTmo": "-1", "reconnectDelay": "5"},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap("ext4")}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: cv.Volume.VolumeId}) })
+	// The node reads them from the volume context.
+	Expect(cv.Volume.VolumeContext).To(HaveKeyWithValue("ctrlLossTmo", "-1"))
+	Expect(cv.Volume.VolumeContext).To(HaveKeyWithValue("reconnectDelay", "5"))
 })

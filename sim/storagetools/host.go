@@ -98,6 +98,8 @@ type logicalVolume struct {
 	// the pool takes as much again for the spare metadata volume.
 	MetaExtents int64  `json:"metaExtents,omitempty"`
 	UUID        string `json:"uuid"`
+	// Tags are the LV's tags (lvcreate/lvchange --addtag), in order added.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // Host is one simulated storage node rooted at a directory.
@@ -326,6 +328,7 @@ func (h *Host) RemoveVolumeGroup(name string) error {
 			return fmt.Errorf("storagetools: no volume group %q", name)
 		}
 		os.RemoveAll(filepath.Join(h.DeviceRoot(), name))
+		os.RemoveAll(h.freedDir(name))
 		delete(st.VolumeGroups, name)
 		return nil
 	})
@@ -367,7 +370,7 @@ func (h *Host) Dump(w io.Writer) error {
 }
 
 // Tools is every command name Run answers.
-var Tools = []string{"zfs", "zpool", "lvcreate", "lvextend", "lvremove", "lvs", "vgs"}
+var Tools = []string{"zfs", "zpool", "lvcreate", "lvextend", "lvremove", "lvchange", "lvs", "vgs", "blkdiscard"}
 
 // Run runs one simulated command with its arguments (without the command
 // name) and returns its exit status, writing what the real tool would to
@@ -381,8 +384,10 @@ func (h *Host) Run(name string, args []string, stdout, stderr io.Writer) int {
 			code = t.zfs(args)
 		case "zpool":
 			code = t.zpool(args)
-		case "lvcreate", "lvextend", "lvremove", "lvs", "vgs":
+		case "lvcreate", "lvextend", "lvremove", "lvchange", "lvs", "vgs":
 			code = t.lvm(name, args)
+		case "blkdiscard":
+			code = t.blkdiscard(args)
 		default:
 			fmt.Fprintf(stderr, "%s: command not simulated\n", name)
 			code = 127

@@ -132,6 +132,11 @@ var lvmSpecs = map[string][]option{
 		option{name: "chunksize", short: 'c', long: "chunksize", arg: true},
 		option{name: "poolmetadatasize", long: "poolmetadatasize", arg: true},
 		option{name: "snapshot", short: 's', long: "snapshot"},
+		option{name: "addtag", long: "addtag", arg: true},
+	),
+	"lvchange": withCommon(
+		option{name: "addtag", long: "addtag", arg: true},
+		option{name: "deltag", long: "deltag", arg: true},
 	),
 	"lvextend": withCommon(
 		option{name: "size", short: 'L', long: "size", arg: true},
@@ -175,6 +180,8 @@ func (t *tool) lvm(name string, args []string) int {
 		return t.lvextend(args)
 	case "lvremove":
 		return t.lvremove(args)
+	case "lvchange":
+		return t.lvchange(args)
 	case "lvs":
 		return t.lvmReport("lv", args)
 	default:
@@ -309,6 +316,13 @@ func (t *tool) lvcreate(args []string) int {
 		return lvmFailed
 	}
 	lv := &logicalVolume{Type: segType, Extents: extents, UUID: lvmUUID()}
+	for _, tag := range opts["addtag"] {
+		if msg := checkTag(tag); msg != "" {
+			t.errorf("  %s\n", msg)
+			return lvmInvalidCmdLine
+		}
+		lv.Tags = addTag(lv.Tags, tag)
+	}
 	switch {
 	case thinVol:
 		pool, ok := vg.LVs[poolName]
@@ -341,7 +355,17 @@ func (t *tool) lvcreate(args []string) int {
 			return lvmFailed
 		}
 	}
-	if lv.Type != lvThinPool {
+	switch lv.Type {
+	case lvLinear:
+		// A linear LV is placed on extents a removed one may have used, and
+		// LVM only zeroes its first 4 KiB (-Z y, the default): what the old
+		// volume wrote further in is still there.
+		if err := t.host.reuseBacking(vgName, t.host.lvPath(vgName, lvName), extents*vg.ExtentSize, opts.last("zero") != "n"); err != nil {
+			t.errorf("  fakestorage: %v\n", err)
+			return lvmFailed
+		}
+	case lvThin:
+		// Thin pools zero new chunks: a thin LV reads zeros.
 		if err := createBacking(t.host.lvPath(vgName, lvName), extents*vg.ExtentSize); err != nil {
 			t.errorf("  fakestorage: %v\n", err)
 			return lvmFailed
@@ -527,7 +551,11 @@ func (t *tool) lvremove(args []string) int {
 }
 
 func (t *tool) removeLV(vgName string, vg *volumeGroup, lvName string) {
-	if vg.LVs[lvName].Type != lvThinPool {
+	switch vg.LVs[lvName].Type {
+	case lvLinear:
+		// The extents go back to the group with their data (see lvcreate).
+		t.host.freeBacking(vgName, t.host.lvPath(vgName, lvName))
+	case lvThin:
 		removeBacking(t.host.lvPath(vgName, lvName), t.host.DeviceRoot())
 	}
 	delete(vg.LVs, lvName)
@@ -540,11 +568,11 @@ var (
 	lvmFieldHeaders  = map[string]string{
 		"lv_name": "LV", "vg_name": "VG", "lv_attr": "Attr", "lv_size": "LSize", "pool_lv": "Pool", "origin": "Origin",
 		"data_percent": "Data%", "metadata_percent": "Meta%", "move_pv": "Move", "mirror_log": "Log",
-		"copy_percent": "Cpy%Sync", "convert_lv": "Convert", "lv_path": "Path", "lv_uuid": "LV UUID", "segtype": "Type",
+		"copy_percent": "Cpy%Sync", "convert_lv": "Convert", "lv_path": "Path", "lv_uuid": "LV UUID", "segtype": "Type", "lv_tags": "LV Tags",
 		"pv_count": "#PV", "lv_count": "#LV", "snap_count": "#SN", "vg_attr": "Attr", "vg_size": "VSize", "vg_free": "VFree",
 		"vg_extent_size": "Ext", "vg_extent_count": "#Ext", "vg_free_count": "Free", "vg_uuid": "VG UUID",
 	}
-	lvsFields = []string{"lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin", "data_percent", "metadata_percent", "move_pv", "mirror_log", "copy_percent", "convert_lv", "lv_path", "lv_uuid", "segtype"}
+	lvsFields = []string{"lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin", "data_percent", "metadata_percent", "move_pv", "mirror_log", "copy_percent", "convert_lv", "lv_path", "lv_uuid", "segtype", "lv_tags"}
 	vgsFields = []string{"vg_name", "pv_count", "lv_count", "snap_count", "vg_attr", "vg_size", "vg_free", "vg_extent_size", "vg_extent_count", "vg_free_count", "vg_uuid"}
 )
 
@@ -759,6 +787,8 @@ func (t *tool) lvmField(r lvmRow, f string, units byte, suffix bool) string {
 		return "-wi-a-----"
 	case "pool_lv":
 		return lv.Pool
+	case "lv_tags":
+		return strings.Join(lv.Tags, ",")
 	case "segtype":
 		return lv.Type
 	case "lv_uuid":
@@ -805,4 +835,74 @@ func percent(part, whole int64) string {
 		return "0.00"
 	}
 	return fmt.Sprintf("%.2f", float64(part)*100/float64(whole))
+}
+
+var lvmTagRE = regexp.MustCompile(`^[A-Za-z0-9_+.\-/=!:&#]+$`)
+
+// checkTag returns LVM's complaint about a tag, or "".
+func checkTag(tag string) string {
+	if len(tag) > 1024 || !lvmTagRE.MatchString(tag) {
+		return fmt.Sprintf("Invalid argument for --addtag: %s", tag)
+	}
+	return ""
+}
+
+func addTag(tags []string, tag string) []string {
+	for _, t := range tags {
+		if t == tag {
+			return tags
+		}
+	}
+	return append(tags, tag)
+}
+
+// lvchange simulates only adding and deleting tags.
+func (t *tool) lvchange(args []string) int {
+	opts, pos, err := parseOpts(args, lvmSpecs["lvchange"])
+	if err != nil {
+		return t.lvmUsage("lvchange", err)
+	}
+	if !opts.has("addtag") && !opts.has("deltag") {
+		t.errorf("  fakestorage: lvchange simulates only --addtag and --deltag\n")
+		return lvmInvalidCmdLine
+	}
+	if len(pos) == 0 {
+		t.errorf("  Please give logical volume path(s).\n")
+		return lvmInvalidCmdLine
+	}
+	for _, tag := range opts["addtag"] {
+		if msg := checkTag(tag); msg != "" {
+			t.errorf("  %s\n", msg)
+			return lvmInvalidCmdLine
+		}
+	}
+	code := 0
+	for _, arg := range pos {
+		vgName, lvName := splitLVPath(arg)
+		vg, ok := t.st.VolumeGroups[vgName]
+		if !ok {
+			code = t.vgNotFound(vgName)
+			continue
+		}
+		lv, ok := vg.LVs[lvName]
+		if !ok {
+			t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, lvName)
+			code = lvmFailed
+			continue
+		}
+		for _, tag := range opts["deltag"] {
+			kept := lv.Tags[:0]
+			for _, x := range lv.Tags {
+				if x != tag {
+					kept = append(kept, x)
+				}
+			}
+			lv.Tags = kept
+		}
+		for _, tag := range opts["addtag"] {
+			lv.Tags = addTag(lv.Tags, tag)
+		}
+		t.printf("  Logical volume %s/%s changed.\n", vgName, lvName)
+	}
+	return code
 }

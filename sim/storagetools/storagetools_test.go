@@ -244,6 +244,14 @@ func TestLVM(t *testing.T) {
 			{cmd: "vgs -o vg_free_count,extent_count --noheadings vg0", out: "  165 256\n"},
 			{cmd: "vgs nope", exit: 5, err: "  Volume group \"nope\" not found\n  Cannot process volume group nope\n"},
 		}},
+		{"tags", []step{
+			{cmd: "lvcreate -y -n lv1 -L 4m --addtag owner --addtag pending vg0", out: "~created"},
+			{cmd: "lvs --noheadings -o lv_name,lv_tags vg0/lv1", out: "  lv1 owner,pending\n"},
+			{cmd: "lvchange --deltag pending vg0/lv1", out: "  Logical volume vg0/lv1 changed.\n"},
+			{cmd: "lvs --noheadings -o lv_name,lv_tags vg0/lv1", out: "  lv1 owner\n"},
+			{cmd: "lvchange --addtag bad,tag vg0/lv1", exit: 3, err: "  Invalid argument for --addtag: bad,tag\n"},
+			{cmd: "lvchange --deltag x vg0/nope", exit: 5, err: "  Failed to find logical volume \"vg0/nope\"\n"},
+		}},
 		{"lvcreate failures", []step{
 			{cmd: "lvcreate -n lv1 -L 4m vg0", out: "~created"},
 			{cmd: "lvcreate -n lv1 -L 4m vg0", exit: 5, err: "  Logical Volume \"lv1\" already exists in volume group \"vg0\"\n"},
@@ -456,5 +464,50 @@ func TestSizes(t *testing.T) {
 		if got := lvmReportSize(c.n, c.units, true); got != c.want {
 			t.Errorf("lvmReportSize(%d, %c) = %q, want %q", c.n, c.units, got, c.want)
 		}
+	}
+}
+
+// A removed linear LV's data stays on its extents for the next linear LV
+// (beyond the first 4 KiB lvcreate zeroes); blkdiscard -z zeroes it; a
+// thin LV reads zeros.
+func TestLVMFreedExtents(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, withVG)
+	run := func(cmd ...string) {
+		t.Helper()
+		var out, errb strings.Builder
+		if code := h.Run(cmd[0], cmd[1:], &out, &errb); code != 0 {
+			t.Fatalf("%v: %d %s", cmd, code, errb.String())
+		}
+	}
+	read := func(lv string, off int64) string {
+		t.Helper()
+		f, err := os.Open(h.lvPath("vg0", lv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 3)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	run("lvcreate", "-y", "-n", "old", "-L", "8m", "vg0")
+	f, _ := os.OpenFile(h.lvPath("vg0", "old"), os.O_WRONLY, 0)
+	f.WriteAt([]byte("abc"), 0)
+	f.WriteAt([]byte("xyz"), 1<<20)
+	f.Close()
+	run("lvremove", "-y", "vg0/old")
+	run("lvcreate", "-y", "-n", "new", "-L", "8m", "vg0")
+	if got := read("new", 0); got != "\x00\x00\x00" {
+		t.Fatalf("first 4 KiB: %q, want zeros", got)
+	}
+	if got := read("new", 1<<20); got != "xyz" {
+		t.Fatalf("at 1 MiB: %q, want the removed LV's data", got)
+	}
+	run("blkdiscard", "-z", h.lvPath("vg0", "new"))
+	if got := read("new", 1<<20); got != "\x00\x00\x00" {
+		t.Fatalf("after blkdiscard -z: %q", got)
 	}
 }

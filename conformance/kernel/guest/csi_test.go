@@ -21,7 +21,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func startDaemon(t *testing.T, name string, args ...string) {
@@ -196,6 +198,74 @@ func TestCSIOnRealKernel(t *testing.T) {
 			}
 		})
 	}
+	// A second node with an identity of its own (written to its empty
+	// host directory at first start) cannot connect to a volume exported
+	// to this one; a target nothing listens on is refused (S-AG-11: an
+	// agent off the host network is unreachable at staging); a volume's
+	// reconnect settings reach the kernel's controller.
+	t.Run("node B refused, connection refused, reconnect settings", func(t *testing.T) {
+		etcB := filepath.Join(dir, "node-b-etc-nvme")
+		startDaemon(t, "/payload/pillar-node", "--node-id", "guest-b", "--csi-endpoint", "unix://"+dir+"/node-b.sock", "--connector", "nvme",
+			"--host-nqn-file", etcB+"/hostnqn", "--host-id-file", etcB+"/hostid")
+		nodeB := csi.NewNodeClient(csiConn(t, dir+"/node-b.sock"))
+		infoB, err := nodeB.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+		if err != nil || infoB.NodeId == info.NodeId || strings.HasSuffix(infoB.NodeId, "/"+hostNQN(t)) {
+			t.Fatalf("node B info %v %v: want its own host NQN", infoB, err)
+		}
+		cap := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+		cv, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-two-nodes", VolumeCapabilities: []*csi.VolumeCapability{cap},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, Parameters: map[string]string{"store": "fast", "ctrlLossTmo": "-1", "reconnectDelay": "3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := cv.Volume.VolumeId
+		defer ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		pub, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: info.NodeId, VolumeCapability: cap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: info.NodeId})
+		if _, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: infoB.NodeId, VolumeCapability: cap}); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("publish to node B while node A has it: %v, want FailedPrecondition", err)
+		}
+		_, err = nodeB.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pub.PublishContext,
+			StagingTargetPath: filepath.Join(dir, "b-staging"), VolumeCapability: cap, VolumeContext: cv.Volume.VolumeContext})
+		if err == nil {
+			t.Fatal("node B staged a volume exported to node A")
+		}
+		if d := deviceByUUID(pub.PublishContext["uuid"]); d != "" {
+			t.Fatalf("node B's attempt left %s connected", d)
+		}
+		refused := map[string]string{}
+		for k, v := range pub.PublishContext {
+			refused[k] = v
+		}
+		refused["port"] = "4499"
+		_, err = node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: refused,
+			StagingTargetPath: filepath.Join(dir, "refused-staging"), VolumeCapability: cap, VolumeContext: cv.Volume.VolumeContext})
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "refused") {
+			t.Fatalf("staging against a port nothing listens on: %v, want connection refused", err)
+		}
+		staging := filepath.Join(dir, "a-staging")
+		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pub.PublishContext, StagingTargetPath: staging,
+			VolumeCapability: cap, VolumeContext: cv.Volume.VolumeContext}); err != nil {
+			t.Fatal(err)
+		}
+		defer node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		ctls, _ := filepath.Glob("/sys/class/nvme-fabrics/ctl/nvme*")
+		for _, c := range ctls {
+			if nqn, _ := os.ReadFile(c + "/subsysnqn"); strings.TrimSpace(string(nqn)) != pub.PublishContext["nqn"] {
+				continue
+			}
+			if v, err := os.ReadFile(c + "/ctrl_loss_tmo"); err == nil && strings.TrimSpace(string(v)) != "off" {
+				t.Errorf("ctrl_loss_tmo of %s = %q, want off (-1)", c, v)
+			}
+			if v, err := os.ReadFile(c + "/reconnect_delay"); err == nil && strings.TrimSpace(string(v)) != "3" {
+				t.Errorf("reconnect_delay of %s = %q, want 3", c, v)
+			}
+		}
+	})
 	if left, _ := filepath.Glob("/sys/class/nvme-fabrics/ctl/nvme*"); len(left) > 0 {
 		t.Fatalf("NVMe controllers left: %v", left)
 	}

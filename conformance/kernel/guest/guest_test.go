@@ -120,9 +120,14 @@ func zfsTarget(name, parent string, params map[string]string, granule int64) bac
 func lvmTarget(name string, cfg lvm.Config, params map[string]string, thin bool) backendtest.Target {
 	withVG := func(vg string) lvm.Config { c := cfg; c.VolumeGroup = vg; return c }
 	tg := backendtest.Target{
-		Name: name, Thin: thin,
+		Name: name, Thin: thin, Shared: true,
 		New: func(t *testing.T) backendtest.Fixture {
-			return backendtest.Fixture{Backend: lvm.New(withVG(lvmGroup(t)), execRunner()), Params: params, Granule: 4 * mib, Layout: backend.Layout{ThinPool: cfg.ThinPool}}
+			vg := lvmGroup(t)
+			return backendtest.Fixture{Backend: lvm.New(withVG(vg), execRunner()), Params: params, Granule: 4 * mib, Layout: backend.Layout{ThinPool: cfg.ThinPool},
+				// Another user's LV in the shared group: no pillar-csi tag.
+				AddForeign: func(t *testing.T, name string, size int64) {
+					sh(t, "lvcreate", "-q", "-y", "-n", name, "-L", fmt.Sprintf("%db", size), vg)
+				}}
 		},
 		Missing: func(t *testing.T) backend.Backend {
 			return lvm.New(withVG(fmt.Sprintf("absent%d", seq.Add(1))), execRunner())

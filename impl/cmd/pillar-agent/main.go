@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -38,6 +40,7 @@ type options struct {
 	config      string
 	checkConfig bool
 	listen      string
+	healthAddr  string
 	mtlsDir     string
 	nvmetRoot   string
 	nvmetAddr   string
@@ -66,6 +69,7 @@ func run(args []string) int {
 	fs.StringVar(&o.config, "config", "/etc/pillar-csi/agent/config.yaml", "agent configuration file (the backends list)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (0 when valid)")
 	fs.StringVar(&o.listen, "listen", ":9500", "gRPC listen address")
+	fs.StringVar(&o.healthAddr, "health-listen", "", "plain HTTP address of the liveness endpoint GET /healthz (empty: none)")
 	fs.StringVar(&o.mtlsDir, "mtls-cert-dir", "", "directory with tls.crt, tls.key and ca.crt; enables mTLS (client certificates required)")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", nvmet.DefaultRoot, "the kernel NVMe target's configfs directory")
 	fs.StringVar(&o.nvmetAddr, "nvmet-address", "0.0.0.0", "address the NVMe/TCP port listens on (0.0.0.0: every IPv4 address of the node)")
@@ -169,8 +173,19 @@ func serve(ctx context.Context, o options, cfg *agentconfig.Config, log *slog.Lo
 	}
 	log.Info("agent_started", "listen", lis.Addr().String(), "mtls", o.mtlsDir != "", "backends", len(cfg.Backends), "target_ready", h.GetTargetReady(), "version", Version)
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(lis) }()
+	if o.healthAddr != "" {
+		hl, err := net.Listen("tcp", o.healthAddr)
+		if err != nil {
+			gs.Stop()
+			return fmt.Errorf("--health-listen: %w", err)
+		}
+		hsrv := &http.Server{Handler: agent.Probe{Health: hs}, ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- hsrv.Serve(hl) }()
+		defer hsrv.Close()
+		log.Info("health_listening", "listen", hl.Addr().String())
+	}
 	select {
 	case <-ctx.Done():
 		hs.Shutdown()

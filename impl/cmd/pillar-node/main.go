@@ -30,7 +30,10 @@ func run(args []string) int {
 	driver := fs.String("driver-name", "pillar-csi.pillarhq.io", "CSI driver name")
 	endpoint := fs.String("csi-endpoint", "unix:///csi/csi.sock", "CSI endpoint (unix:///path or tcp://host:port)")
 	nodeID := fs.String("node-id", "", "the Kubernetes node name (required)")
-	hostNQNFile := fs.String("host-nqn-file", "/etc/nvme/hostnqn", "the host NQN nvme-cli uses; created when missing")
+	hostNQNFile := fs.String("host-nqn-file", "/etc/nvme/hostnqn", "the host NQN nvme-cli uses; created when missing (mount the host's /etc/nvme so each node keeps its own)")
+	hostIDFile := fs.String("host-id-file", "/etc/nvme/hostid", "the host ID nvme-cli uses; created when missing (the uuid of a generated host NQN)")
+	ctrlLossTmo := fs.Int("ctrl-loss-tmo", 0, "seconds nvme connect keeps reconnecting a lost connection before failing I/O (-1: forever; 0: nvme-cli's 600); a StorageClass's ctrlLossTmo overrides it")
+	reconnectDelay := fs.Int("reconnect-delay", 0, "seconds between reconnect attempts (0: nvme-cli's 10); a StorageClass's reconnectDelay overrides it")
 	connector := fs.String("connector", "nvme", "nvme (nvme-cli over NVMe/TCP) or loop (volumes of a simulated agent as loop devices)")
 	simRoot := fs.String("sim-root", "", "with --connector=loop: the simulated agent's --sim-root")
 	stateDir := fs.String("state-dir", "/var/lib/pillar-csi/node", "node state (the loop connector's records)")
@@ -52,11 +55,16 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "pillar-node: --node-id is required")
 		return 2
 	}
-	hostNQN, err := csinode.HostNQN(*hostNQNFile)
+	if *ctrlLossTmo < -1 || *reconnectDelay < 0 {
+		fmt.Fprintln(os.Stderr, "pillar-node: --ctrl-loss-tmo must be -1 or more and --reconnect-delay 0 or more")
+		return 2
+	}
+	ident, err := csinode.HostIdentity(*hostNQNFile, *hostIDFile)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pillar-node: host NQN: %v\n", err)
 		return 1
 	}
+	hostNQN := ident.NQN
 	var conn csinode.Connector
 	switch *connector {
 	case "nvme":
@@ -71,7 +79,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "pillar-node: --connector %q: nvme or loop\n", *connector)
 		return 2
 	}
-	node := &csinode.Server{NodeName: *nodeID, HostNQN: hostNQN, Connector: conn, Mounter: csinode.NewMounter(), Log: log}
+	node := &csinode.Server{NodeName: *nodeID, HostNQN: hostNQN, HostID: ident.ID, Connector: conn, Mounter: csinode.NewMounter(), Log: log,
+		Reconnect: csinode.Reconnect{LossTimeoutSeconds: *ctrlLossTmo, DelaySeconds: *reconnectDelay}}
 	lis, err := csiserver.Listen(*endpoint)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pillar-node: %v\n", err)

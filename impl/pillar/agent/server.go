@@ -133,7 +133,7 @@ func (s *Server) statusOf(err error) error {
 		code = codes.InvalidArgument
 	case backend.ErrUnavailable:
 		code = codes.Unavailable
-	case backend.ErrInUse:
+	case backend.ErrInUse, backend.ErrNotOwned:
 		code = codes.FailedPrecondition
 	default:
 		switch {

@@ -19,9 +19,13 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrInUse: the volume is open, e.g. still exported (FailedPrecondition).
 	ErrInUse = errors.New("in use")
+	// ErrNotOwned: the name is taken by something this driver did not
+	// create, e.g. another user's LV in a shared volume group; it is left
+	// alone (FailedPrecondition).
+	ErrNotOwned = errors.New("not a pillar-csi volume")
 )
 
-var sentinels = []error{ErrNotFound, ErrAlreadyExists, ErrResourceExhausted, ErrInvalid, ErrUnavailable, ErrInUse}
+var sentinels = []error{ErrNotFound, ErrAlreadyExists, ErrResourceExhausted, ErrInvalid, ErrUnavailable, ErrInUse, ErrNotOwned}
 
 // Classify returns the sentinel an error carries, or nil for errors with
 // no particular meaning (which the API edge reports as Internal).

@@ -34,6 +34,11 @@ const (
 	ParamProvisioningMode = "provisioningMode"
 	// ParamZFSPrefix names ZFS properties: "zfs.compression": "lz4".
 	ParamZFSPrefix = "zfs."
+	// ParamCtrlLossTmo and ParamReconnectDelay are the node's nvme connect
+	// --ctrl-loss-tmo and --reconnect-delay, in seconds (the node's flags
+	// when absent).
+	ParamCtrlLossTmo    = "ctrlLossTmo"
+	ParamReconnectDelay = "reconnectDelay"
 	// Publish context keys the node reads.
 	CtxNQN       = "nqn"
 	CtxAddress   = "address"
@@ -234,6 +239,10 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	reconnect, err := reconnectParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
 	st, c, err := s.agentOf(ctx, storeName)
 	if err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -260,10 +269,33 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	id := csiids.Volume{Store: st.Name, Pool: st.Pool(), Name: name}
 	s.log().Info("volume_created", "volume_id", id.String(), "size_bytes", got, "params", params)
 	vctx := map[string]string{ParamStore: st.Name, "pool": st.Pool()}
+	for k, v := range reconnect {
+		vctx[k] = v
+	}
 	if m := r.GetVolume().GetProvisioningMode(); m != "" {
 		vctx[ParamProvisioningMode] = m
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: got, VolumeContext: vctx}}, nil
+}
+
+// reconnectParams checks the StorageClass's NVMe/TCP reconnect settings,
+// which travel to the node in the volume context.
+func reconnectParams(params map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range []struct {
+		key string
+		min int
+	}{{ParamCtrlLossTmo, -1}, {ParamReconnectDelay, 1}} {
+		v, ok := params[p.key]
+		if !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err != nil || n < p.min {
+			return nil, status.Errorf(codes.InvalidArgument, "parameters.%s %q must be an integer of at least %d (seconds)", p.key, v, p.min)
+		}
+		out[p.key] = v
+	}
+	return out, nil
 }
 
 // agentError keeps the agent's status code (it is chosen for callers like
@@ -349,6 +381,19 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	node, err := csiids.ParseNode(req.GetNodeId())
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	// Every access mode this driver serves is single-node (see
+	// unsupported): a volume published to another node is refused, as the
+	// CSI spec asks, instead of adding a second host to its ACL.
+	x, err := find(ctx, c, v)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range x.GetExport().GetAllowedHosts() {
+		if h != node.HostNQN {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is %s and already published to host %s; unpublish it there first",
+				v, req.GetVolumeCapability().GetAccessMode().GetMode(), h)
+		}
 	}
 	ex, err := c.ExportVolume(ctx, &agentv1.ExportVolumeRequest{Pool: v.Pool, Name: v.Name, AllowedHosts: []string{node.HostNQN}})
 	if err != nil {

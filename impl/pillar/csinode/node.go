@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -27,7 +28,46 @@ import (
 // context) and as which host.
 type Target struct {
 	NQN, Address, Port, Transport, UUID, NGUID string
-	HostNQN                                    string
+	HostNQN, HostID                            string
+	// Reconnect is how a connection that drops is retried.
+	Reconnect Reconnect
+}
+
+// Reconnect bounds the retries of a lost NVMe/TCP connection: every
+// DelaySeconds, until LossTimeoutSeconds have passed (-1: forever) when
+// the kernel gives up and fails I/O. Zero values leave nvme-cli's own
+// defaults (600 s and 10 s).
+type Reconnect struct {
+	LossTimeoutSeconds, DelaySeconds int
+}
+
+// Volume context keys naming a StorageClass's reconnect settings (the
+// controller copies the parameters of the same names there).
+const (
+	CtxCtrlLossTmo    = "ctrlLossTmo"
+	CtxReconnectDelay = "reconnectDelay"
+)
+
+// ParseReconnect reads the reconnect settings of a volume context over
+// the defaults; a bad value is InvalidArgument.
+func ParseReconnect(vctx map[string]string, def Reconnect) (Reconnect, error) {
+	r := def
+	for _, f := range []struct {
+		key string
+		dst *int
+		min int
+	}{{CtxCtrlLossTmo, &r.LossTimeoutSeconds, -1}, {CtxReconnectDelay, &r.DelaySeconds, 1}} {
+		v, ok := vctx[f.key]
+		if !ok || v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < f.min {
+			return r, status.Errorf(codes.InvalidArgument, "%s %q must be an integer of at least %d (seconds)", f.key, v, f.min)
+		}
+		*f.dst = n
+	}
+	return r, nil
 }
 
 // Connector attaches exported volumes as local block devices.
@@ -52,8 +92,12 @@ const DefaultFS = "ext4"
 // Server implements csi.NodeServer.
 type Server struct {
 	csi.UnimplementedNodeServer
-	NodeName  string
-	HostNQN   string
+	NodeName string
+	HostNQN  string
+	// HostID is the NVMe host identifier sent with HostNQN.
+	HostID string
+	// Reconnect is the default of volumes whose StorageClass names none.
+	Reconnect Reconnect
 	Connector Connector
 	Mounter   *mountutils.SafeFormatAndMount
 	Log       *slog.Logger
@@ -161,6 +205,10 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
+	t.HostID = s.HostID
+	if t.Reconnect, err = ParseReconnect(req.GetVolumeContext(), s.Reconnect); err != nil {
+		return nil, err
+	}
 	defer s.lock(v.String())()
 	dev, err := s.Connector.Connect(ctx, t)
 	if err != nil {
@@ -179,7 +227,14 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
 	}
 	if !notMnt {
-		return &csi.NodeStageVolumeResponse{}, nil // already staged
+		// Already staged only when the volume's own device is mounted
+		// there: anything else (another filesystem, a device that went
+		// away and came back under another name) would hand pods the
+		// wrong data.
+		if err := s.stagedFrom(staging, dev); err != nil {
+			return nil, err
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	fs := req.GetVolumeCapability().GetMount().GetFsType()
 	if fs == "" {
@@ -191,6 +246,39 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	s.log().Info("volume_staged", "volume_id", v.String(), "device", dev, "fs_type", fs, "staging_path", staging)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stagedFrom checks that the filesystem mounted at staging is dev's.
+func (s *Server) stagedFrom(staging, dev string) error {
+	mounted, _, err := mountutils.GetDeviceNameFromMount(s.Mounter, staging)
+	if err != nil {
+		return status.Errorf(codes.Internal, "staging path %s: %v", staging, err)
+	}
+	if sameDevice(mounted, dev) {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "staging path %s holds a mount of %q, not the volume's device %s: unmount it (or unstage) first", staging, mounted, dev)
+}
+
+// sameDevice compares two device paths after resolving links (/dev/vg/lv,
+// /dev/disk/by-id/…) and, for device nodes, by device number.
+func sameDevice(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ra, erra := filepath.EvalSymlinks(a)
+	rb, errb := filepath.EvalSymlinks(b)
+	if erra != nil || errb != nil {
+		return false // a device that is gone is not alive
+	}
+	if ra == rb {
+		return true
+	}
+	var sa, sb unix.Stat_t
+	if unix.Stat(ra, &sa) != nil || unix.Stat(rb, &sb) != nil {
+		return false
+	}
+	return sa.Mode&unix.S_IFMT == unix.S_IFBLK && sb.Mode&unix.S_IFMT == unix.S_IFBLK && sa.Rdev == sb.Rdev
 }
 
 // NodeUnstageVolume unmounts the staging path and disconnects.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -18,6 +19,16 @@ type NVMeCLI struct {
 	SysRoot string
 	// Wait bounds the wait for the namespace's block device (30 s).
 	Wait time.Duration
+	// Exec runs a command and returns its combined output (nil: the
+	// system's).
+	Exec func(ctx context.Context, name string, args ...string) (string, error)
+}
+
+func (n *NVMeCLI) exec(ctx context.Context, name string, args ...string) (string, error) {
+	if n.Exec != nil {
+		return n.Exec(ctx, name, args...)
+	}
+	return run(ctx, name, args...)
 }
 
 func (n *NVMeCLI) sys(p ...string) string {
@@ -87,7 +98,16 @@ func (n *NVMeCLI) Connect(ctx context.Context, t Target) (string, error) {
 		if t.HostNQN != "" {
 			args = append(args, "--hostnqn", t.HostNQN)
 		}
-		if _, err := run(ctx, "nvme", args...); err != nil {
+		if t.HostID != "" {
+			args = append(args, "--hostid", t.HostID)
+		}
+		if r := t.Reconnect; r.LossTimeoutSeconds != 0 {
+			args = append(args, "--ctrl-loss-tmo", strconv.Itoa(r.LossTimeoutSeconds))
+		}
+		if r := t.Reconnect; r.DelaySeconds != 0 {
+			args = append(args, "--reconnect-delay", strconv.Itoa(r.DelaySeconds))
+		}
+		if _, err := n.exec(ctx, "nvme", args...); err != nil {
 			return "", err
 		}
 	}
@@ -116,43 +136,105 @@ func (n *NVMeCLI) Disconnect(ctx context.Context, nqn string) error {
 	if len(n.controllers(nqn)) == 0 {
 		return nil
 	}
-	_, err := run(ctx, "nvme", "disconnect", "-n", nqn)
+	_, err := n.exec(ctx, "nvme", "disconnect", "-n", nqn)
 	return err
 }
 
 // Rescan has every controller of the subsystem rescan its namespaces.
 func (n *NVMeCLI) Rescan(ctx context.Context, nqn string) error {
 	for _, c := range n.controllers(nqn) {
-		if _, err := run(ctx, "nvme", "ns-rescan", "/dev/"+c); err != nil {
+		if _, err := n.exec(ctx, "nvme", "ns-rescan", "/dev/"+c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// HostNQN reads the host NQN nvme-cli uses from file; when the file does
-// not exist it writes a new uuid-based one there, so nvme-cli and the
-// driver agree.
-func HostNQN(file string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err == nil {
-		if nqn := strings.TrimSpace(string(b)); strings.HasPrefix(nqn, "nqn.") {
-			return nqn, nil
+// Identity is the host's NVMe identity: its host NQN and host ID, the
+// pair nvme-cli reads from /etc/nvme/hostnqn and /etc/nvme/hostid.
+type Identity struct{ NQN, ID string }
+
+// HostIdentity reads the host's identity from nqnFile and idFile, writing
+// what is missing: a new uuid-based NQN
+// (nqn.2014-08.org.nvmexpress:uuid:<uuid>) and a host ID equal to that
+// uuid, as `nvme gen-hostnqn` and nvme-cli 2 expect. The files live on the
+// host (the chart mounts its /etc/nvme), so each node keeps one identity
+// across restarts and every node has its own.
+func HostIdentity(nqnFile, idFile string) (Identity, error) {
+	var id Identity
+	b, err := os.ReadFile(nqnFile)
+	switch {
+	case err == nil:
+		if id.NQN = strings.TrimSpace(string(b)); !strings.HasPrefix(id.NQN, "nqn.") {
+			return id, fmt.Errorf("%s does not hold an NQN", nqnFile)
 		}
-		return "", fmt.Errorf("%s does not hold an NQN", file)
+	case os.IsNotExist(err):
+		u, err := newUUID()
+		if err != nil {
+			return id, err
+		}
+		id.NQN = uuidNQNPrefix + u
+		if err := writeNew(nqnFile, id.NQN); err != nil {
+			return id, err
+		}
+	default:
+		return id, err
 	}
-	if !os.IsNotExist(err) {
-		return "", err
+	if idFile == "" {
+		return id, nil
 	}
+	b, err = os.ReadFile(idFile)
+	switch {
+	case err == nil:
+		id.ID = strings.TrimSpace(string(b))
+		if !uuidRE.MatchString(id.ID) {
+			return id, fmt.Errorf("%s does not hold a host ID (a uuid)", idFile)
+		}
+		return id, nil
+	case os.IsNotExist(err):
+		if u, ok := strings.CutPrefix(id.NQN, uuidNQNPrefix); ok && uuidRE.MatchString(u) {
+			id.ID = u
+		} else if id.ID, err = newUUID(); err != nil {
+			return id, err
+		}
+		return id, writeNew(idFile, id.ID)
+	}
+	return id, err
+}
+
+const uuidNQNPrefix = "nqn.2014-08.org.nvmexpress:uuid:"
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+func newUUID() (string, error) {
 	u := make([]byte, 16)
 	if _, err := rand.Read(u); err != nil {
 		return "", err
 	}
 	u[6] = (u[6] & 0x0f) | 0x40
 	u[8] = (u[8] & 0x3f) | 0x80
-	nqn := fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), nil
+}
+
+// writeNew writes a file that did not exist, refusing to overwrite one
+// another process wrote meanwhile.
+func writeNew(file, v string) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return "", err
+		return err
 	}
-	return nqn, os.WriteFile(file, []byte(nqn+"\n"), 0o644)
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(v + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// HostNQN is HostIdentity's NQN alone (no host ID file).
+func HostNQN(file string) (string, error) {
+	id, err := HostIdentity(file, "")
+	return id.NQN, err
 }

@@ -28,6 +28,10 @@ type Fixture struct {
 	Granule int64
 	// Layout is what Discover must report.
 	Layout backend.Layout
+	// AddForeign, when set, creates a volume of size bytes named name in
+	// the placement the way another user of the pool or group would,
+	// outside the backend (an untagged LV in a shared volume group).
+	AddForeign func(t *testing.T, name string, size int64)
 }
 
 // Target is one backend configuration to exercise.
@@ -47,6 +51,9 @@ type Target struct {
 	// DenyDevices, when set, returns a backend on a host where the tools
 	// cannot open the storage devices (an unprivileged agent).
 	DenyDevices func(t *testing.T) backend.Backend
+	// Shared means the placement may hold other users' volumes (an LVM
+	// volume group); its fixtures set AddForeign.
+	Shared bool
 	// BadParams are CreateVolume parameters the backend must refuse.
 	BadParams map[string]string
 }
@@ -158,7 +165,75 @@ func names(vols []backend.Volume) string {
 	return strings.Join(n, ",")
 }
 
+// readAt reads n bytes of a volume's device at off.
+func readAt(t *testing.T, path string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatalf("read %s at %d: %v", path, off, err)
+	}
+	return b
+}
+
+func writeAt(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_SYNC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatalf("write %s at %d: %v", path, off, err)
+	}
+}
+
 var cases = []testCase{
+	{name: "a new volume never reads what a deleted one wrote", run: func(t *testing.T, _ Target, f Fixture) {
+		// Offsets past the 4 KiB lvcreate zeroes by itself, spread over the
+		// volume; the same size, so a linear LV lands on the same extents.
+		secret := []byte("previous tenant's data")
+		offs := []int64{1 * mib, 17*mib + 512, 31 * mib}
+		old := create(t, f, "tenant-a", 32*mib)
+		waitDevice(t, old.DevicePath)
+		for _, off := range offs {
+			writeAt(t, old.DevicePath, off, secret)
+		}
+		if err := f.Backend.DeleteVolume(context.Background(), "tenant-a"); err != nil {
+			t.Fatalf("DeleteVolume: %v", err)
+		}
+		waitDeviceGone(t, old.DevicePath)
+		v := create(t, f, "tenant-b", 32*mib)
+		waitDevice(t, v.DevicePath)
+		for _, off := range offs {
+			if got := readAt(t, v.DevicePath, off, len(secret)); !bytes.Equal(got, make([]byte, len(secret))) {
+				t.Fatalf("new volume reads %q at %d, want zeros", got, off)
+			}
+		}
+	}},
+	{name: "volumes the backend did not create are left alone", applies: func(tg Target) bool { return tg.Shared }, run: func(t *testing.T, _ Target, f Fixture) {
+		f.AddForeign(t, "foreign", 8*mib)
+		create(t, f, "mine", 8*mib)
+		vols := must[[]backend.Volume](t, "ListVolumes")(f.Backend.ListVolumes(context.Background()))
+		if names(vols) != "mine:"+fmt.Sprint(vols[0].SizeBytes) || len(vols) != 1 {
+			t.Fatalf("ListVolumes = %s, want only the backend's own volume", names(vols))
+		}
+		_, err := f.Backend.GetVolume(context.Background(), "foreign")
+		wantErr(t, "GetVolume of a foreign volume", err, backend.ErrNotFound)
+		_, err = f.Backend.CreateVolume(context.Background(), "foreign", 8*mib, f.Params)
+		wantErr(t, "CreateVolume over a foreign volume", err, backend.ErrNotOwned)
+		_, err = f.Backend.ExpandVolume(context.Background(), "foreign", 16*mib)
+		wantErr(t, "ExpandVolume of a foreign volume", err, backend.ErrNotOwned)
+		err = f.Backend.DeleteVolume(context.Background(), "foreign")
+		wantErr(t, "DeleteVolume of a foreign volume", err, backend.ErrNotOwned)
+		if _, err := os.Stat(f.Backend.DevicePath("foreign")); err != nil {
+			t.Fatalf("the foreign volume's device is gone: %v", err)
+		}
+	}},
 	{name: "create rounds the size up to the granule", run: func(t *testing.T, _ Target, f Fixture) {
 		req := 64*mib + 1
 		v := create(t, f, "round", req)

@@ -2,6 +2,17 @@
 // linear volumes (lvcreate -L) or thin volumes in a thin pool
 // (lvcreate -V --thinpool), through the LVM tools.
 //
+// Ownership: every LV the backend creates carries the tag TagOwned, and
+// the backend lists, expands, exports and deletes only tagged LVs, so a
+// volume group shared with other users keeps their LVs out of reach.
+//
+// Wiping: a linear LV is placed on extents a deleted volume may have
+// written, and lvcreate zeroes only its first 4 KiB, so a new linear
+// volume is zeroed whole (blkdiscard -z) before it is handed out; until
+// that finishes it carries TagUnwiped, and a retried create finishes the
+// job. Thin LVs read zeros without it (thin pools zero new chunks unless
+// created with --zero n).
+//
 // Sizes: LVM allocates whole physical extents (4 MiB unless the volume
 // group was created otherwise), for thin volumes too, so sizes are rounded
 // up to the extent size before the tools see them; the reported size is
@@ -25,6 +36,14 @@ import (
 // mode, backend.ModeLinear or backend.ModeThin; without it the configured
 // default applies.
 const ParamProvisioningMode = "provisioningMode"
+
+// LV tags of the backend's volumes.
+const (
+	// TagOwned marks an LV as a pillar-csi volume.
+	TagOwned = "pillar-csi"
+	// TagUnwiped marks a linear LV whose zeroing has not finished.
+	TagUnwiped = "pillar-csi-unwiped"
+)
 
 // Config places a backend.
 type Config struct {
@@ -113,7 +132,20 @@ type lv struct {
 	size int64
 	attr string
 	pool string
+	tags []string
 }
+
+func (l lv) tagged(tag string) bool {
+	for _, t := range l.tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// owned says the LV is one of this driver's volumes.
+func (l lv) owned() bool { return l.tagged(TagOwned) }
 
 // mode is the volume's provisioning mode, "" for LVs that are not volumes
 // (thin pools, snapshots, …).
@@ -130,7 +162,7 @@ func (l lv) mode() string {
 	return ""
 }
 
-const lvColumns = "lv_name,lv_size,lv_attr,pool_lv"
+const lvColumns = "lv_name,lv_size,lv_attr,pool_lv,lv_tags"
 
 func parseLVs(out []byte) ([]lv, error) {
 	rows, err := parseReport(out, "lv")
@@ -143,7 +175,11 @@ func parseLVs(out []byte) ([]lv, error) {
 		if err != nil {
 			return nil, err
 		}
-		lvs = append(lvs, lv{name: r["lv_name"], size: size, attr: r["lv_attr"], pool: r["pool_lv"]})
+		var tags []string
+		if t := r["lv_tags"]; t != "" {
+			tags = strings.Split(t, ",")
+		}
+		lvs = append(lvs, lv{name: r["lv_name"], size: size, attr: r["lv_attr"], pool: r["pool_lv"], tags: tags})
 	}
 	return lvs, nil
 }
@@ -307,13 +343,13 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 		return backend.Volume{}, err
 	}
 	if found {
-		return b.compatible(existing, size, mode)
+		return b.finish(ctx, existing, size, mode)
 	}
 	var args []string
 	if mode == backend.ModeThin {
-		args = []string{"-y", "-n", name, "-V", strconv.FormatInt(size, 10) + "b", "--thinpool", b.cfg.ThinPool, b.cfg.VolumeGroup}
+		args = []string{"-y", "-n", name, "-V", strconv.FormatInt(size, 10) + "b", "--thinpool", b.cfg.ThinPool, "--addtag", TagOwned, b.cfg.VolumeGroup}
 	} else {
-		args = []string{"-y", "-n", name, "-L", strconv.FormatInt(size, 10) + "b", b.cfg.VolumeGroup}
+		args = []string{"-y", "-n", name, "-L", strconv.FormatInt(size, 10) + "b", "--addtag", TagOwned, "--addtag", TagUnwiped, b.cfg.VolumeGroup}
 	}
 	if _, err := b.run.Run(ctx, "lvcreate", args...); err != nil {
 		err = classify(err)
@@ -329,9 +365,38 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 	if !found {
 		return backend.Volume{}, fmt.Errorf("lvm: %s/%s vanished after create", b.cfg.VolumeGroup, name)
 	}
-	return b.compatible(created, size, mode)
+	return b.finish(ctx, created, size, mode)
 }
 
+// finish checks an existing or new LV against the request and completes
+// its zeroing when that has not finished.
+func (b *Backend) finish(ctx context.Context, l lv, size int64, mode string) (backend.Volume, error) {
+	if !l.owned() {
+		return backend.Volume{}, b.notOwned(l.name)
+	}
+	v, err := b.compatible(l, size, mode)
+	if err != nil || !l.tagged(TagUnwiped) {
+		return v, err
+	}
+	// The zeroing runs to its end even when the caller gives up: a retry
+	// waits for it (the agent serialises calls per volume) instead of
+	// starting over.
+	wctx := context.WithoutCancel(ctx)
+	if _, err := b.run.Run(wctx, "blkdiscard", "-z", v.DevicePath); err != nil {
+		return backend.Volume{}, fmt.Errorf("lvm: zero %s before first use: %w", v.Native, classify(err))
+	}
+	if _, err := b.run.Run(wctx, "lvchange", "--deltag", TagUnwiped, v.Native); err != nil {
+		return backend.Volume{}, fmt.Errorf("lvm: mark %s zeroed: %w", v.Native, classify(err))
+	}
+	return v, nil
+}
+
+// notOwned is the refusal to touch an LV the driver did not create.
+func (b *Backend) notOwned(name string) error {
+	native := b.cfg.VolumeGroup + "/" + name
+	return fmt.Errorf("lvm: %s exists without the %q tag, so pillar-csi leaves it alone (a volume an earlier pillar-csi version created is adopted with `lvchange --addtag %s %s`): %w",
+		native, TagOwned, TagOwned, native, backend.ErrNotOwned)
+}
 func (b *Backend) compatible(l lv, size int64, mode string) (backend.Volume, error) {
 	native := b.cfg.VolumeGroup + "/" + l.name
 	switch got := l.mode(); {
@@ -366,6 +431,9 @@ func (b *Backend) GetVolume(ctx context.Context, name string) (backend.Volume, e
 	if !found || l.mode() == "" {
 		return backend.Volume{}, b.missing(ctx, name)
 	}
+	if !l.owned() {
+		return backend.Volume{}, fmt.Errorf("%w (%w)", b.notOwned(name), backend.ErrNotFound)
+	}
 	return b.volume(l), nil
 }
 
@@ -381,7 +449,7 @@ func (b *Backend) ListVolumes(ctx context.Context) ([]backend.Volume, error) {
 	}
 	list := []backend.Volume{}
 	for _, l := range lvs {
-		if l.mode() != "" {
+		if l.mode() != "" && l.owned() {
 			list = append(list, b.volume(l))
 		}
 	}
@@ -399,6 +467,9 @@ func (b *Backend) ExpandVolume(ctx context.Context, name string, sizeBytes int64
 	}
 	if !found || l.mode() == "" {
 		return backend.Volume{}, b.missing(ctx, name)
+	}
+	if !l.owned() {
+		return backend.Volume{}, b.notOwned(name)
 	}
 	vg, err := b.vg(ctx)
 	if err != nil {
@@ -437,6 +508,9 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 	if l.mode() == "" {
 		// Never remove the thin pool (and with it every thin volume).
 		return fmt.Errorf("lvm: %s is not a volume (attributes %s); refusing to remove it: %w", lvPath, l.attr, backend.ErrInvalid)
+	}
+	if !l.owned() {
+		return b.notOwned(name)
 	}
 	if _, err := b.run.Run(ctx, "lvremove", "-y", lvPath); err != nil {
 		err = classify(err)

@@ -13,7 +13,7 @@ type call = backendtest.Call
 
 const (
 	vgsCmd  = "vgs --reportformat json --units b --nosuffix -o vg_name,vg_size,vg_free,vg_extent_size vg0"
-	lvsPVC  = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv vg0/pvc-1"
+	lvsPVC  = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv,lv_tags vg0/pvc-1"
 	lvsPool = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,data_percent vg0/thin0"
 	// A vgs report as LVM prints it; sizes carry the B suffix here to check
 	// the parser does not depend on --nosuffix.
@@ -47,8 +47,11 @@ func TestCreateLinearCommands(t *testing.T) {
 		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
 		// 1 GiB + 1 byte is rounded up to whole 4 MiB extents before lvcreate
 		// sees it (and -L in bytes must be a multiple of 512).
-		call{Cmd: "lvcreate -y -n pvc-1 -L 1077936128b vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"1077936128", "lv_attr":"-wi-a-----", "pool_lv":""}`)},
+		call{Cmd: "lvcreate -y -n pvc-1 -L 1077936128b --addtag pillar-csi --addtag pillar-csi-unwiped vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"1077936128", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi,pillar-csi-unwiped"}`)},
+		// A linear LV is zeroed whole before it is handed out, then marked so.
+		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
+		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 changed.\n"},
 	)
 	v, err := b.CreateVolume(context.Background(), "pvc-1", 1<<30+1, nil)
 	if err != nil {
@@ -65,8 +68,8 @@ func TestCreateThinCommands(t *testing.T) {
 	b := newScripted(t, Config{ThinPool: "thin0"},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
 		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
-		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0"}`)},
+		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 --addtag pillar-csi vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)},
 	)
 	v, err := b.CreateVolume(context.Background(), "pvc-1", 1, map[string]string{ParamProvisioningMode: "thin"})
 	if err != nil || v.Mode != "thin" || v.SizeBytes != 4194304 {
@@ -78,7 +81,7 @@ func TestCreateExistingOtherModeIsAlreadyExists(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{ThinPool: "thin0"},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0"}`)},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)},
 	)
 	_, err := b.CreateVolume(context.Background(), "pvc-1", 4194304, nil)
 	if !errors.Is(err, backend.ErrAlreadyExists) {
@@ -108,7 +111,7 @@ func TestModes(t *testing.T) {
 func TestDeleteRefusesThinPool(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{ThinPool: "thin0"},
-		call{Cmd: "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv vg0/thin0",
+		call{Cmd: "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv,lv_tags vg0/thin0",
 			Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"536870912", "lv_attr":"twi-aotz--", "pool_lv":""}`)},
 	)
 	if err := b.DeleteVolume(context.Background(), "thin0"); !errors.Is(err, backend.ErrInvalid) {
@@ -119,11 +122,48 @@ func TestDeleteRefusesThinPool(t *testing.T) {
 func TestDeleteCommands(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-ao----", "pool_lv":""}`)},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-ao----", "pool_lv":"", "lv_tags":"pillar-csi"}`)},
 		call{Cmd: "lvremove -y vg0/pvc-1", Stderr: "  Logical volume vg0/pvc-1 in use.\n", Exit: 5},
 	)
 	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrInUse) {
 		t.Fatalf("delete of an open volume: %v", err)
+	}
+}
+
+// A create interrupted after lvcreate (the LV still tagged unwiped) is
+// finished by the retry: zeroed, then marked.
+func TestCreateRetryFinishesZeroing(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi,pillar-csi-unwiped"}`)},
+		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
+		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1"},
+	)
+	if _, err := b.CreateVolume(context.Background(), "pvc-1", 4194304, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An LV without the pillar-csi tag is someone else's: create over it is
+// refused, deletion refused, and it is invisible to Get.
+func TestForeignLVIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	foreign := lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":""}`)
+	b := newScripted(t, Config{},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvsPVC, Stdout: foreign},
+		call{Cmd: lvsPVC, Stdout: foreign},
+		call{Cmd: lvsPVC, Stdout: foreign},
+	)
+	if _, err := b.CreateVolume(context.Background(), "pvc-1", 4194304, nil); !errors.Is(err, backend.ErrNotOwned) {
+		t.Errorf("create over a foreign LV: %v", err)
+	}
+	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrNotOwned) {
+		t.Errorf("delete of a foreign LV: %v", err)
+	}
+	if _, err := b.GetVolume(context.Background(), "pvc-1"); backend.Classify(err) != backend.ErrNotFound {
+		t.Errorf("get of a foreign LV: %v", err)
 	}
 }
 
