@@ -52,11 +52,14 @@ const DefaultFS = "ext4"
 // Server implements csi.NodeServer.
 type Server struct {
 	csi.UnimplementedNodeServer
-	NodeName  string
-	HostNQN   string
-	Connector Connector
-	Mounter   *mountutils.SafeFormatAndMount
-	Log       *slog.Logger
+	NodeName string
+	HostNQN  string
+	// TopologyKey, when set, is reported with the node's name as its
+	// accessible topology (csiids.TopologyKey).
+	TopologyKey string
+	Connector   Connector
+	Mounter     *mountutils.SafeFormatAndMount
+	Log         *slog.Logger
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -409,7 +412,12 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// NodeGetInfo names the node and its host NQN (the node id).
+// NodeGetInfo names the node and its host NQN (the node id), and the
+// node's topology segment.
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}, nil
+	resp := &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}
+	if s.TopologyKey != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{s.TopologyKey: s.NodeName}}
+	}
+	return resp, nil
 }
