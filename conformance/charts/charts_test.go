@@ -464,6 +464,49 @@ var _ = Describe("pillar-csi chart", func() {
 		Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("existing"))
 	})
 
+	// Issue 20.8: capacity tracking (on by default) and the agent's metrics
+	// port (off by default).
+	It("turns on storage capacity tracking with its provisioner flags, downward-API env and RBAC, or leaves it all out", func() {
+		objs := render(nil)
+		d := decode[storagev1.CSIDriver](find(objs, "CSIDriver", domain))
+		Expect(d.Spec.StorageCapacity).NotTo(BeNil())
+		Expect(*d.Spec.StorageCapacity).To(BeTrue())
+		dep := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-pillar-csi-controller"))
+		prov := container(dep.Spec.Template.Spec.Containers, "csi-provisioner")
+		Expect(prov.Args).To(ContainElements("--enable-capacity", "--capacity-ownerref-level=2", "--capacity-poll-interval=1m"))
+		Expect(prov.Env).To(ContainElements(
+			And(HaveField("Name", "POD_NAME"), HaveField("ValueFrom.FieldRef.FieldPath", "metadata.name")),
+			And(HaveField("Name", "NAMESPACE"), HaveField("ValueFrom.FieldRef.FieldPath", "metadata.namespace"))))
+		role := decode[rbacv1.Role](find(objs, "Role", "pillar-pillar-csi-controller-capacity"))
+		Expect(role.Rules).To(ContainElement(And(HaveField("APIGroups", []string{"storage.k8s.io"}), HaveField("Resources", []string{"csistoragecapacities"}),
+			HaveField("Verbs", ContainElements("get", "list", "watch", "create", "update", "patch", "delete")))))
+		Expect(role.Rules).To(ContainElement(HaveField("Resources", ContainElement("replicasets"))))
+		rb := decode[rbacv1.RoleBinding](find(objs, "RoleBinding", "pillar-pillar-csi-controller-capacity"))
+		Expect(rb.Subjects[0].Name).To(Equal("pillar-pillar-csi-controller"))
+
+		objs = render(map[string]any{"csiDriver": map[string]any{"storageCapacity": false}})
+		d = decode[storagev1.CSIDriver](find(objs, "CSIDriver", domain))
+		Expect(*d.Spec.StorageCapacity).To(BeFalse())
+		dep = decode[appsv1.Deployment](find(objs, "Deployment", "pillar-pillar-csi-controller"))
+		prov = container(dep.Spec.Template.Spec.Containers, "csi-provisioner")
+		Expect(prov.Args).NotTo(ContainElement("--enable-capacity"))
+		Expect(prov.Env).To(BeEmpty())
+		for _, o := range objs {
+			Expect(o.Name).NotTo(HaveSuffix("-capacity"))
+		}
+	})
+
+	It("serves the agent's metrics on agent.metricsPort when set, and opens no port by default", func() {
+		ds := decode[appsv1.DaemonSet](find(render(nil), "DaemonSet", "pillar-pillar-csi-agent"))
+		agent := container(ds.Spec.Template.Spec.Containers, "agent")
+		Expect(agent.Args).NotTo(ContainElement(HavePrefix("--metrics-listen")))
+		Expect(agent.Ports).To(HaveLen(1))
+		ds = decode[appsv1.DaemonSet](find(render(map[string]any{"agent": map[string]any{"metricsPort": 9501}}), "DaemonSet", "pillar-pillar-csi-agent"))
+		agent = container(ds.Spec.Template.Spec.Containers, "agent")
+		Expect(agent.Args).To(ContainElement("--metrics-listen=:9501"))
+		Expect(agent.Ports).To(ContainElement(And(HaveField("Name", "metrics"), HaveField("ContainerPort", int32(9501)), HaveField("HostPort", int32(0)))))
+	})
+
 	It("renders a ServiceMonitor only when enabled, with its labels and interval", Label("S-GL-4"), func() {
 		for _, o := range render(nil) {
 			Expect(o.Kind).NotTo(Equal("ServiceMonitor"))

@@ -76,6 +76,16 @@ func (a *Agent) Restart(crash bool) {
 	a.launch()
 }
 
+// Reboot stands for the storage node's reboot (issue 20.2): the agent is
+// killed and started again on a fresh, empty target (the simulated
+// configfs's state removed, as the kernel loses it), its pools and
+// volumes kept.
+func (a *Agent) Reboot() {
+	a.Kill()
+	Expect(os.Remove(filepath.Join(a.SimRoot, "configfs.json"))).To(Or(Succeed(), MatchError(os.ErrNotExist)))
+	a.launch()
+}
+
 // Client dials the agent in plaintext.
 func (a *Agent) Client() agentv1.AgentServiceClient {
 	return a.ClientWith(insecure.NewCredentials())

@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -52,6 +55,7 @@ type options struct {
 	simPoolSize string
 	logLevel    string
 	version     bool
+	metrics     string // issue 20.8: Prometheus /metrics listen address
 }
 
 func main() {
@@ -81,6 +85,7 @@ func run(args []string) int {
 	fs.StringVar(&o.simPoolSize, "sim-pool-size", "", "with --sim-root: create configured pools and volume groups missing from the simulation with this size (e.g. 10G)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "address of the Prometheus /metrics endpoint (pool capacity, exports, call durations); empty disables it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -145,7 +150,24 @@ func serve(ctx context.Context, o options, cfg *agentconfig.Config, log *slog.Lo
 	srv := agent.New(agent.Options{Backends: backends, Exporter: exp, Logger: log, Version: Version})
 
 	var opts []grpc.ServerOption
-	opts = append(opts, grpc.ChainUnaryInterceptor(agent.LogCalls(log)))
+	interceptors := []grpc.UnaryServerInterceptor{agent.LogCalls(log)}
+	var metricsSrv *http.Server
+	if o.metrics != "" {
+		reg := prometheus.NewRegistry()
+		m := agent.NewMetrics(srv, reg)
+		interceptors = append(interceptors, m.Interceptor())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		ml, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = metricsSrv.Serve(ml) }()
+		defer metricsSrv.Close()
+		log.Info("metrics_listening", "address", ml.Addr().String())
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(interceptors...))
 	if o.mtlsDir != "" {
 		tc, err := mtls.Server(o.mtlsDir)
 		if err != nil {

@@ -97,7 +97,7 @@ func serveCSI(ctx context.Context, o options, ctrl *csicontroller.Server, log *s
 	// The manager serves controller-runtime's registry on its metrics
 	// address (the chart's controller.metricsPort).
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(csiserver.Logging(log), csiserver.Metrics(ctrlmetrics.Registry)))
-	csi.RegisterIdentityServer(gs, &csiserver.Identity{Name: o.driver, Version: Version, Controller: true})
+	csi.RegisterIdentityServer(gs, &csiserver.Identity{Name: o.driver, Version: Version, Controller: true, Topology: true})
 	csi.RegisterControllerServer(gs, ctrl)
 	go func() { <-ctx.Done(); gs.GracefulStop() }()
 	log.Info("controller_started", "endpoint", o.endpoint, "standalone", o.standalone != "", "mtls", o.mtlsDir != "", "version", Version)

@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
+	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/csinode"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
@@ -81,6 +82,7 @@ func run(args []string) int {
 	}
 	node := &csinode.Server{NodeName: *nodeID, HostNQN: hostNQN, HostID: ident.ID, Connector: conn, Mounter: csinode.NewMounter(), Log: log,
 		Reconnect: csinode.Reconnect{LossTimeoutSeconds: *ctrlLossTmo, DelaySeconds: *reconnectDelay}}
+	node.TopologyKey = csiids.TopologyKey(*driver) // issue 20.8
 	lis, err := csiserver.Listen(*endpoint)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pillar-node: %v\n", err)
@@ -89,7 +91,7 @@ func run(args []string) int {
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(csiserver.Logging(log)))
 	// The driver as a whole offers the controller service (served by
 	// pillar-controller); tools that only see the node socket ask here.
-	csi.RegisterIdentityServer(gs, &csiserver.Identity{Name: *driver, Version: Version, Controller: true})
+	csi.RegisterIdentityServer(gs, &csiserver.Identity{Name: *driver, Version: Version, Controller: true, Topology: true})
 	csi.RegisterNodeServer(gs, node)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

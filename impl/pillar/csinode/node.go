@@ -98,9 +98,12 @@ type Server struct {
 	HostID string
 	// Reconnect is the default of volumes whose StorageClass names none.
 	Reconnect Reconnect
-	Connector Connector
-	Mounter   *mountutils.SafeFormatAndMount
-	Log       *slog.Logger
+	// TopologyKey, when set, is reported with the node's name as its
+	// accessible topology (csiids.TopologyKey).
+	TopologyKey string
+	Connector   Connector
+	Mounter     *mountutils.SafeFormatAndMount
+	Log         *slog.Logger
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -497,7 +500,12 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// NodeGetInfo names the node and its host NQN (the node id).
+// NodeGetInfo names the node and its host NQN (the node id), and the
+// node's topology segment.
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}, nil
+	resp := &csi.NodeGetInfoResponse{NodeId: csiids.Node{Name: s.NodeName, HostNQN: s.HostNQN}.String()}
+	if s.TopologyKey != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{s.TopologyKey: s.NodeName}}
+	}
+	return resp, nil
 }

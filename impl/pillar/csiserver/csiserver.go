@@ -54,6 +54,9 @@ type Identity struct {
 	Name, Version string
 	// Controller says whether the controller service is offered.
 	Controller bool
+	// Topology says nodes report topology segments (issue 20.8), which
+	// the provisioner's capacity tracking needs.
+	Topology bool
 	// Ready is the Probe answer; nil means always ready.
 	Ready func(ctx context.Context) error
 }
@@ -68,6 +71,10 @@ func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 	if i.Controller {
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}})
+	}
+	if i.Topology {
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}}})
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }

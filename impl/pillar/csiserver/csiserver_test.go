@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -44,5 +45,24 @@ func TestMetricsObservesCalls(t *testing.T) {
 	}
 	if counts["grpc_status_code=OK,method=CreateVolume"] != 2 || counts["grpc_status_code=NotFound,method=DeleteVolume"] != 1 {
 		t.Fatalf("sample counts %v", counts)
+	}
+}
+
+// Topology is advertised only when asked for (issue 20.8).
+func TestIdentityAdvertisesTopology(t *testing.T) {
+	has := func(i *Identity) bool {
+		resp, err := i.GetPluginCapabilities(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range resp.Capabilities {
+			if c.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+				return true
+			}
+		}
+		return false
+	}
+	if has(&Identity{Controller: true}) || !has(&Identity{Controller: true, Topology: true}) {
+		t.Fatal("VOLUME_ACCESSIBILITY_CONSTRAINTS must follow Identity.Topology")
 	}
 }
