@@ -37,6 +37,24 @@ step "unit tests (race detector on the concurrent request-path packages)"
 CGO_ENABLED=1 go test -race -count=1 ./impl/gateway/relay/... ./impl/gateway/snapshot/... ./impl/gateway/usage/... ./impl/gateway/secret/... ./impl/gateway/oauth/... ./impl/gateway/quota/... ./impl/gateway/warmup/... ./impl/gateway/keepalive/...
 go test -count=1 ./impl/... ./sim/...
 
+step "fuzz: each target for a bounded time (seed corpora run in the unit tests above)"
+# A crash writes its input under testdata/fuzz/ and fails the run; commit it
+# as a regression seed once fixed.
+for target in \
+  "FuzzScanRequest ./impl/gateway/relay/" \
+  "FuzzSSETap ./impl/gateway/relay/" \
+  "FuzzRelayStreamPassthrough ./impl/gateway/relay/" \
+  "FuzzDecode ./impl/gateway/admin/" \
+  "FuzzParse ./impl/pillar/agentconfig/"; do
+  read -r name pkg <<<"$target"
+  log=bin/artifacts/fuzz-$name.log
+  if ! go test -run='^$' -fuzz="^${name}\$" -fuzztime="${PILLAR_FUZZTIME:-8s}" "$pkg" >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    die "fuzz target $name found a failure (its input is under testdata/fuzz/$name in $pkg)"
+  fi
+  note "$name: $(grep -oE 'execs: [0-9]+' "$log" | tail -1 | cut -d' ' -f2) executions, no failure"
+done
+
 step "envtest assets (kube-apiserver and etcd built from the Go module proxy; cached by version)"
 KUBEBUILDER_ASSETS=$(bash scripts/kube-assets.sh)
 export KUBEBUILDER_ASSETS
