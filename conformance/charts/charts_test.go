@@ -464,10 +464,10 @@ var _ = Describe("pillar-csi chart", func() {
 		Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("existing"))
 	})
 
-	// Issue 20.8: capacity tracking (on by default) and the agent's metrics
+	// Issue 20.8: capacity tracking (off by default) and the agent's metrics
 	// port (off by default).
 	It("turns on storage capacity tracking with its provisioner flags, downward-API env and RBAC, or leaves it all out", func() {
-		objs := render(nil)
+		objs := render(map[string]any{"csiDriver": map[string]any{"storageCapacity": true}})
 		d := decode[storagev1.CSIDriver](find(objs, "CSIDriver", domain))
 		Expect(d.Spec.StorageCapacity).NotTo(BeNil())
 		Expect(*d.Spec.StorageCapacity).To(BeTrue())
