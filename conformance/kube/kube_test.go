@@ -168,58 +168,6 @@ var _ = Describe("controller", Ordered, func() {
 		Expect(r.Volume.VolumeId).To(Equal("fast/tank/pvc-ok"))
 	})
 
-	// Issue 20.2: the storage node reboots (the agent killed and started
-	// on an empty target); the controller re-exports every volume with a
-	// live VolumeAttachment, allowing the attached node's host NQN from
-	// its CSINode, without any call from the CO.
-	It("re-exports attached volumes after the storage node's target was emptied", func() {
-		const hostNQN = "nqn.2014-08.org.nvmexpress:uuid:5e1f0000-0000-4000-8000-00000000a001"
-		r, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-reboot", Parameters: map[string]string{"store": "fast"},
-			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20}})
-		Expect(err).NotTo(HaveOccurred())
-		id := r.Volume.VolumeId
-		pub, err := csiCt.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "worker-1/" + hostNQN, VolumeCapability: mountCap()})
-		Expect(err).NotTo(HaveOccurred())
-		// What kubelet, the provisioner and the attacher leave in the API.
-		Expect(cl.Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
-			Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: group, NodeID: "worker-1/" + hostNQN}}}})).To(Succeed())
-		Expect(cl.Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-reboot"}, Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resourceQuantity("32Mi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: group, VolumeHandle: id, FSType: "ext4"}},
-		}})).To(Succeed())
-		pvName := "pv-reboot"
-		va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "csi-reboot"},
-			Spec: storagev1.VolumeAttachmentSpec{Attacher: group, NodeName: "worker-1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
-		Expect(cl.Create(ctx, va)).To(Succeed())
-		va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: pub.PublishContext}
-		Expect(cl.Status().Update(ctx, va)).To(Succeed())
-
-		agent.Reboot()
-		Expect(h.LogEvents(agent.Proc, "msg", "exports_recovered")).To(ContainElement(HaveKeyWithValue("count", BeNumerically("==", 0))),
-			"the agent started on an empty target")
-		export := func() *agentv1.Export {
-			list, err := agent.Client().ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "tank"})
-			if err != nil {
-				return nil
-			}
-			for _, v := range list.Volumes {
-				if v.Name == "pvc-reboot" {
-					return v.Export
-				}
-			}
-			return nil
-		}
-		// The agent reconciler's resync (30 s) finds the agent reachable and
-		// the attached volume unexported.
-		Eventually(export, 90*time.Second, time.Second).ShouldNot(BeNil())
-		ex := export()
-		Expect(ex.AllowedHosts).To(Equal([]string{hostNQN}))
-		Expect(ex.Nqn).To(Equal(pub.PublishContext["nqn"]), "the node reconnects to the same subsystem")
-		Expect(ex.Uuid).To(Equal(pub.PublishContext["uuid"]))
-	})
-
 	// Issue 20.8: capacity for the provisioner's CSIStorageCapacity
 	// objects: a StorageClass's store, asked for from a node's topology
 	// segment, offers its pool's free bytes (every node reaches every store
@@ -299,6 +247,60 @@ var _ = Describe("controller", Ordered, func() {
 		_, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-x", Parameters: map[string]string{"store": "bulk", "profile": "missing"},
 			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
 		Expect(status.Code(err)).To(Equal(codes.InvalidArgument))
+	})
+
+	// Last in this ordered container: the rebooted agent is the spec's own
+	// process, stopped when the spec ends.
+	// Issue 20.2: the storage node reboots (the agent killed and started
+	// on an empty target); the controller re-exports every volume with a
+	// live VolumeAttachment, allowing the attached node's host NQN from
+	// its CSINode, without any call from the CO.
+	It("re-exports attached volumes after the storage node's target was emptied", func() {
+		const hostNQN = "nqn.2014-08.org.nvmexpress:uuid:5e1f0000-0000-4000-8000-00000000a001"
+		r, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-reboot", Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		id := r.Volume.VolumeId
+		pub, err := csiCt.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "worker-1/" + hostNQN, VolumeCapability: mountCap()})
+		Expect(err).NotTo(HaveOccurred())
+		// What kubelet, the provisioner and the attacher leave in the API.
+		Expect(cl.Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
+			Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: group, NodeID: "worker-1/" + hostNQN}}}})).To(Succeed())
+		Expect(cl.Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-reboot"}, Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resourceQuantity("32Mi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: group, VolumeHandle: id, FSType: "ext4"}},
+		}})).To(Succeed())
+		pvName := "pv-reboot"
+		va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "csi-reboot"},
+			Spec: storagev1.VolumeAttachmentSpec{Attacher: group, NodeName: "worker-1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
+		Expect(cl.Create(ctx, va)).To(Succeed())
+		va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: pub.PublishContext}
+		Expect(cl.Status().Update(ctx, va)).To(Succeed())
+
+		agent.Reboot()
+		Expect(h.LogEvents(agent.Proc, "msg", "exports_recovered")).To(ContainElement(HaveKeyWithValue("count", BeNumerically("==", 0))),
+			"the agent started on an empty target")
+		export := func() *agentv1.Export {
+			list, err := agent.Client().ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "tank"})
+			if err != nil {
+				return nil
+			}
+			for _, v := range list.Volumes {
+				if v.Name == "pvc-reboot" {
+					return v.Export
+				}
+			}
+			return nil
+		}
+		// The agent reconciler's resync (30 s) finds the agent reachable and
+		// the attached volume unexported.
+		Eventually(export, 90*time.Second, time.Second).ShouldNot(BeNil())
+		ex := export()
+		Expect(ex.AllowedHosts).To(Equal([]string{hostNQN}))
+		Expect(ex.Nqn).To(Equal(pub.PublishContext["nqn"]), "the node reconnects to the same subsystem")
+		Expect(ex.Uuid).To(Equal(pub.PublishContext["uuid"]))
 	})
 })
 
