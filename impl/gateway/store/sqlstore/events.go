@@ -50,24 +50,7 @@ func (s *Store) SearchRequestEvents(ctx context.Context, q store.EventQuery) ([]
 		cond = "WHERE " + strings.Join(where, " AND ")
 	}
 	args = append(args, q.Limit)
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
-		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms
-		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`), args...)
-	if err != nil {
-		return nil, s.d.classify(err)
-	}
-	defer rows.Close()
-	out := []store.RequestEvent{}
-	for rows.Next() {
-		var e store.RequestEvent
-		if err := rows.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
-			&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
-			&e.DurationMillis); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, s.d.classify(rows.Err())
+	return s.queryRequestEvents(ctx, cond, args...)
 }
 
 // AggregateRequestEvents implements store.EventReader with the same grouping

@@ -855,9 +855,15 @@ func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit in
 	if limit <= 0 {
 		limit = 100
 	}
+	return s.queryRequestEvents(ctx, `WHERE at >= ?`, s.d.t(since), limit)
+}
+
+// queryRequestEvents reads request events matching cond (a WHERE clause
+// with ? placeholders, or empty), newest first, at most the last argument.
+func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms
-		FROM request_events WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?`), s.d.t(since), limit)
+		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`), args...)
 	if err != nil {
 		return nil, s.d.classify(err)
 	}
