@@ -251,8 +251,13 @@ func TestRefreshTokenTimeout(t *testing.T) {
 	errImpatient := make(chan error, 1)
 	go func() { errImpatient <- w.s.RefreshToken(impatient, w.u.ID) }()
 	<-w.arrived
+	joined := make(chan struct{}, 1)
+	w.s.joined = func(string) { joined <- struct{}{} }
 	errc := make(chan error, 1)
 	go func() { errc <- w.s.RefreshToken(ctx, w.u.ID) }()
+	// The patient caller must be waiting on the shared refresh before the
+	// timer fires; one arriving after it would start a refresh of its own.
+	<-joined
 	cancel()
 	if err := <-errImpatient; !errors.Is(err, context.Canceled) {
 		t.Fatalf("impatient caller: %v", err)

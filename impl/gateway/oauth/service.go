@@ -100,6 +100,9 @@ type Service struct {
 	lazyMu    sync.Mutex
 	inflight  map[string]*lazyCall
 	refreshed map[string]time.Time // last successful refresh on this replica
+	// joined, when set (tests), is told each time a caller joins a lazy
+	// refresh already in flight.
+	joined func(upstreamID string)
 }
 
 // lazyCall is one in-flight lazy refresh that concurrent callers share.
@@ -465,6 +468,8 @@ func (s *Service) RefreshToken(ctx context.Context, upstreamID string) error {
 		c = &lazyCall{done: make(chan struct{})}
 		s.inflight[upstreamID] = c
 		go s.lazyRefresh(upstreamID, c)
+	} else if s.joined != nil {
+		s.joined(upstreamID)
 	}
 	s.lazyMu.Unlock()
 	select {
