@@ -50,7 +50,8 @@ mount -t configfs configfs /sys/kernel/config || echo "PILLAR-E2E: mounting conf
 nvme gen-hostnqn >/etc/nvme/hostnqn
 echo "PILLAR-E2E: modules loaded; host $(cat /etc/nvme/hostnqn)"
 cd /tmp
-/payload/guest.test -test.v -test.timeout 40m -test.parallel 2
+run=$(cat /payload/run 2>/dev/null)
+/payload/guest.test -test.v -test.timeout 40m -test.parallel 2 ${run:+-test.run "$run"}
 rc=$?
 if [ $rc -eq 0 ]; then echo "PILLAR-E2E: PASS"; else echo "PILLAR-E2E: FAIL (exit $rc)"; fi
 sync
@@ -58,6 +59,9 @@ echo o >/proc/sysrq-trigger
 sleep 30
 INIT
 chmod 0755 "$payload/init"
+# PILLAR_KERNEL_RUN narrows the guest's run to matching tests (go test -run),
+# for a quick loop on one failure; CI runs them all.
+printf '%s' "${PILLAR_KERNEL_RUN:-}" >"$payload/run"
 size_mb=$(( $(du -sm "$payload" | cut -f1) + 32 ))
 truncate -s "${size_mb}M" "$work/payload.img"
 mkfs.ext4 -q -F -L payload -d "$payload" "$work/payload.img"
