@@ -13,7 +13,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/keylock"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )
 
@@ -38,13 +38,7 @@ type Server struct {
 
 	// locks serialises the calls on one volume, so a retried create racing
 	// the original, or an export racing a delete, see each other's result.
-	mu    sync.Mutex
-	locks map[string]*volumeLock
-}
-
-type volumeLock struct {
-	sync.Mutex
-	users int
+	locks keylock.Set
 }
 
 // Options configure a Server.
@@ -67,28 +61,11 @@ func New(o Options) *Server {
 	if o.DeviceWait == 0 {
 		o.DeviceWait = 10 * time.Second
 	}
-	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait, locks: map[string]*volumeLock{}}
+	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait}
 }
 
 func (s *Server) lock(pool, name string) func() {
-	key := nvmet.ExportID(pool, name)
-	s.mu.Lock()
-	l := s.locks[key]
-	if l == nil {
-		l = &volumeLock{}
-		s.locks[key] = l
-	}
-	l.users++
-	s.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		s.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(s.locks, key)
-		}
-		s.mu.Unlock()
-	}
+	return s.locks.Lock(nvmet.ExportID(pool, name))
 }
 
 // volumeArgs checks the (pool, name) of a request and finds the backend.

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/keylock"
 )
 
 // ParamProvisioningMode is the CreateVolume/Capacity parameter naming the
@@ -63,6 +64,10 @@ type Config struct {
 type Backend struct {
 	cfg Config
 	run backend.Runner
+	// creating serialises creates of one name in this process: the
+	// losers of a race must not zero the LV beside the winner (blkdiscard
+	// opens the device exclusively, so the second one fails EBUSY).
+	creating keylock.Set
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -333,6 +338,7 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 	if err != nil {
 		return backend.Volume{}, err
 	}
+	defer b.creating.Lock(name)()
 	vg, err := b.vg(ctx)
 	if err != nil {
 		return backend.Volume{}, err

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
 )
@@ -36,6 +37,25 @@ type Config struct {
 type Backend struct {
 	cfg Config
 	run backend.Runner
+	// busyWait bounds how long a destroy waits out "dataset is busy":
+	// right after its last writer closes a zvol, udev's probe of the
+	// device (or an initiator's last close after an unexport) holds it
+	// open for a moment. Past it the busy error is returned (FailedPrecondition).
+	busyWait time.Duration
+	sleep    func(context.Context, time.Duration) error
+}
+
+const defaultBusyWait = 10 * time.Second
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -45,7 +65,7 @@ func New(cfg Config, run backend.Runner) *Backend {
 	if cfg.DeviceRoot == "" {
 		cfg.DeviceRoot = "/dev"
 	}
-	return &Backend{cfg: cfg, run: run}
+	return &Backend{cfg: cfg, run: run, busyWait: defaultBusyWait, sleep: sleepCtx}
 }
 
 func (b *Backend) Kind() backend.Kind { return backend.KindZFS }
@@ -337,14 +357,25 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 	if v.dsType != "volume" {
 		return fmt.Errorf("zfs: %s is a %s, not a volume; refusing to destroy it: %w", ds, v.dsType, backend.ErrInvalid)
 	}
-	if _, err := b.run.Run(ctx, "zfs", "destroy", ds); err != nil {
+	delay, waited := 100*time.Millisecond, time.Duration(0)
+	for {
+		_, err := b.run.Run(ctx, "zfs", "destroy", ds)
+		if err == nil {
+			return nil
+		}
 		err = classify(err)
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil
 		}
-		return fmt.Errorf("zfs: destroy %s: %w", ds, err)
+		if !errors.Is(err, backend.ErrInUse) || waited >= b.busyWait {
+			return fmt.Errorf("zfs: destroy %s: %w", ds, err)
+		}
+		if serr := b.sleep(ctx, delay); serr != nil {
+			return fmt.Errorf("zfs: destroy %s: %w (gave up waiting: %w)", ds, err, serr)
+		}
+		waited += delay
+		delay = min(2*delay, time.Second)
 	}
-	return nil
 }
 
 // Capacity is the pool's usable size (used + available of its root

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
 	"github.com/pillarhq/pillar/impl/pillar/backend/backendtest"
@@ -161,5 +162,38 @@ func TestDevicePathRoot(t *testing.T) {
 	b := New(Config{Pool: "tank", DeviceRoot: "/sim/dev"}, nil)
 	if got := b.DevicePath("v"); got != "/sim/dev/zvol/tank/v" {
 		t.Fatalf("DevicePath = %s", got)
+	}
+}
+
+// A destroy refused with "dataset is busy" (udev probing a zvol its last
+// writer just closed) is retried with growing pauses; a zvol still busy
+// after the bound is reported in use.
+func TestDeleteWaitsOutBusy(t *testing.T) {
+	const list = "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1"
+	const busy = "cannot destroy 'tank/k8s/pvc-1': dataset is busy\n"
+	b := newScripted(t,
+		call{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"},
+		call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1},
+		call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1},
+		call{Cmd: "zfs destroy tank/k8s/pvc-1"},
+	)
+	var slept []time.Duration
+	b.sleep = func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }
+	if err := b.DeleteVolume(context.Background(), "pvc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(slept) != 2 || slept[0] != 100*time.Millisecond || slept[1] != 200*time.Millisecond {
+		t.Fatalf("pauses %v", slept)
+	}
+
+	calls := []call{{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"}}
+	for i := 0; i < 4; i++ {
+		calls = append(calls, call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1})
+	}
+	b = newScripted(t, calls...)
+	b.busyWait = 700 * time.Millisecond // 100+200+400 ms, then give up
+	b.sleep = func(context.Context, time.Duration) error { return nil }
+	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrInUse) {
+		t.Fatalf("still busy: %v", err)
 	}
 }
