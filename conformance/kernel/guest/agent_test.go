@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
+	"github.com/pillarhq/pillar/impl/pillar/csiids"
+	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )
 
@@ -188,7 +190,7 @@ func TestAgentEndToEnd(t *testing.T) {
 
 	// Crash and restart: exports live in the kernel and are found again.
 	first.kill()
-	startAgent(t, cfg)
+	second := startAgent(t, cfg)
 	c = dial(t)
 	list, err := c.ListVolumes(ctx(t), &agentv1.ListVolumesRequest{})
 	if err != nil {
@@ -205,6 +207,36 @@ func TestAgentEndToEnd(t *testing.T) {
 	for _, v := range vols {
 		if !sameBytes(readAt(t, v.dev, 8*mib, len(v.data)), v.data) {
 			t.Fatalf("%s: data differs after the agent restart", v.name)
+		}
+	}
+
+	// Storage node reboot (issue 20.2): the target is emptied as a reboot
+	// empties it, with the hosts still connected; the agent starts on the
+	// empty target and the controller's recovery re-exports the attached
+	// volumes for their host. The hosts' controllers reconnect on their
+	// own (reconnect delay, within ctrl-loss-tmo) and I/O resumes on the
+	// same devices.
+	second.kill()
+	resetTarget(t)
+	startAgent(t, cfg)
+	c = dial(t)
+	var attached []kubecontroller.Attached
+	for _, v := range vols {
+		attached = append(attached, kubecontroller.Attached{Volume: csiids.Volume{Store: "guest", Pool: v.pool, Name: v.name}, Hosts: []string{host}})
+	}
+	restored, err := kubecontroller.RestoreExports(ctx(t), c, attached)
+	if err != nil || len(restored) != len(vols) {
+		t.Fatalf("restore after reboot: %v %v", restored, err)
+	}
+	for _, v := range vols {
+		waitFor(t, v.name+"'s controller to reconnect", 120*time.Second, func() bool { return controllerLive(v.nqn) })
+		if !sameBytes(readAt(t, v.dev, 8*mib, len(v.data)), v.data) {
+			t.Fatalf("%s: data differs after the reboot", v.name)
+		}
+		fresh := pattern(t)
+		writeAt(t, v.dev, 16*mib, fresh)
+		if !sameBytes(readAt(t, v.dev, 16*mib, len(fresh)), fresh) {
+			t.Fatalf("%s: a write after the reboot does not read back", v.name)
 		}
 	}
 
@@ -228,4 +260,18 @@ func TestAgentEndToEnd(t *testing.T) {
 	if _, err := c.ExportVolume(ctx(t), &agentv1.ExportVolumeRequest{Pool: "tankagent", Name: "pvc-zvol"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("export of a deleted volume: %v", err)
 	}
+}
+
+// controllerLive reports whether a host controller of the subsystem nqn
+// is connected ("live").
+func controllerLive(nqn string) bool {
+	ctrls, _ := filepath.Glob("/sys/class/nvme/nvme*")
+	for _, c := range ctrls {
+		sub, _ := os.ReadFile(filepath.Join(c, "subsysnqn"))
+		st, _ := os.ReadFile(filepath.Join(c, "state"))
+		if strings.TrimSpace(string(sub)) == nqn && strings.TrimSpace(string(st)) == "live" {
+			return true
+		}
+	}
+	return false
 }

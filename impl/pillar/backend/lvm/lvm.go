@@ -80,6 +80,10 @@ func New(cfg Config, run backend.Runner) *Backend {
 	if cfg.ProvisioningMode == "" {
 		cfg.ProvisioningMode = backend.ModeLinear
 	}
+	if cfg.DeviceRoot == "/dev" {
+		// The real tools on a real node (the simulator has no fabrics).
+		run = fabricsFilter{run: run, sysfs: "/sys"}
+	}
 	return &Backend{cfg: cfg, run: run}
 }
 
