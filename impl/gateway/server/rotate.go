@@ -10,10 +10,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -22,7 +22,7 @@ import (
 func sealedAD(v store.Sealed) ([]byte, error) {
 	switch v.Kind {
 	case store.SealedUpstreamCredential:
-		return snapshot.CredentialAD(v.UpstreamID), nil
+		return credential.AD(v.UpstreamID), nil
 	case store.SealedOAuthVerifier:
 		return oauth.FlowAD(v.State), nil
 	case store.SealedKeepAliveSnapshot:

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -271,7 +272,7 @@ func TestCycleComplete(t *testing.T) {
 	if req["max_tokens"] != 1.0 || req["model"] != DefaultModel {
 		t.Fatalf("warm-up request %v", req)
 	}
-	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+oauth.Beta {
+	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+credential.OAuthBeta {
 		t.Fatalf("credentials sent: %q", e.prov.auth[0])
 	}
 	ws, _ := e.st.GetWarmupState(context.Background(), e.up.ID)
