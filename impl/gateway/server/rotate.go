@@ -99,7 +99,7 @@ func encodeKey(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
 // PROXY_MASTER_KEY (on SQLite, absent both, the key file beside the
 // database, which is then also rewritten), and --new-key-file or
 // PROXY_NEW_MASTER_KEY. Key files must be mode 0600 or stricter.
-func rotationKeys(driver, dsn, oldFile, newFile string, getenv func(string) string) (oldKey, newKey []byte, keyFile string, err error) {
+func rotationKeys(db DatabaseURL, oldFile, newFile string, getenv func(string) string) (oldKey, newKey []byte, keyFile string, err error) {
 	load := func(file, env string) ([]byte, error) {
 		if file != "" {
 			data, err := secret.ReadSecretFile(file)
@@ -124,8 +124,8 @@ func rotationKeys(driver, dsn, oldFile, newFile string, getenv func(string) stri
 	if oldKey, err = load(oldFile, "PROXY_MASTER_KEY"); err != nil {
 		return nil, nil, "", fmt.Errorf("old key: %w", err)
 	}
-	if oldKey == nil && driver == "sqlite" {
-		keyFile = dsn + ".key"
+	if path, beside := db.fileBeside(".key"); oldKey == nil && beside {
+		keyFile = path
 		data, rerr := secret.ReadSecretFile(keyFile)
 		if rerr != nil {
 			return nil, nil, "", fmt.Errorf("old key: %w", rerr)
