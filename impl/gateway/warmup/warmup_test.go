@@ -405,3 +405,31 @@ func TestJitter(t *testing.T) {
 		t.Fatalf("only %d distinct jitters", len(seen))
 	}
 }
+
+// A warm-up dialect may shape the request's headers, but the credential is
+// the warm-up's own: its bearer token and the OAuth beta alone, whatever
+// Authorization or anthropic-beta the dialect set.
+func TestDialectCannotChangeTheCredential(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	v := "1.0.0"
+	entry, err := e.st.CreateRegistryEntry(ctx, store.RegistryEntry{Name: "dialect", Version: &v, Digest: "d-dialect", Slots: []string{store.SlotWarmupDialect}}, []byte("\x00asm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.PatchUpstream(ctx, e.up.ID, store.AnyRevision, store.UpstreamPatch{SetWarmupDialect: true, WarmupDialectPlugin: &entry.ID}); err != nil {
+		t.Fatal(err)
+	}
+	e.connect(t)
+	e.w.Shape = func(_ context.Context, _ string, _ *store.Upstream, body []byte, h http.Header) ([]byte, error) {
+		h.Set("Anthropic-Beta", "dialect-beta")
+		h.Set("Authorization", "Bearer dialect")
+		return body, nil
+	}
+	if out, err := e.run(t); err != nil || out != scheduler.OutcomeDone {
+		t.Fatalf("outcome %q err %v", out, err)
+	}
+	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+credential.OAuthBeta {
+		t.Fatalf("credentials sent: %q", e.prov.auth[0])
+	}
+}
