@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -185,7 +186,7 @@ func (a *api) credential(id, kind string, env, value *string, required bool) ([]
 		}
 		return nil, nil
 	}
-	return a.Sealer.Seal([]byte(plain), []byte("upstream-credential:"+id))
+	return a.Sealer.Seal([]byte(plain), credential.AD(id))
 }
 
 func validKind(kind string) error {
@@ -229,7 +230,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 		spec.WarmupEnabled = *b.WarmupEnabled
 	}
 	if cred != nil {
-		spec.Credential, spec.CredentialKind = cred, "api_key"
+		spec.Credential, spec.CredentialKind = cred, credential.APIKey
 	}
 	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), b.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL, "", ""); err != nil {
 		return err
@@ -321,7 +322,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 		spec.WarmupEnabled = *b.WarmupEnabled
 	}
 	if cred != nil {
-		spec.Credential, spec.CredentialKind = cred, "api_key"
+		spec.Credential, spec.CredentialKind = cred, credential.APIKey
 	}
 	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), cur.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL,
 		cur.OAuthAuthorizeURL, cur.OAuthTokenURL); err != nil {
@@ -341,7 +342,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 }
 
 func hasOAuth(u *store.Upstream) bool {
-	return u.Kind == store.KindVendorOAuth && u.CredentialKind == "oauth" && len(u.Credential) > 0
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0
 }
 
 func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -93,12 +93,12 @@ func TestUpstreamCredentialFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, err := e.box.Open(stored.Credential, snapshot.CredentialAD(id))
+	pt, err := e.box.Open(stored.Credential, credential.AD(id))
 	if err != nil || string(pt) != serverEnv["ANTHROPIC_KEY"] {
 		t.Fatalf("stored credential opens to %q, %v", pt, err)
 	}
 	// Sealed to this upstream: the ciphertext does not open for another id.
-	if _, err := e.box.Open(stored.Credential, snapshot.CredentialAD("up_other")); err == nil {
+	if _, err := e.box.Open(stored.Credential, credential.AD("up_other")); err == nil {
 		t.Fatal("credential not bound to the upstream id")
 	}
 	// Changing the variable later changes nothing: the value was copied.
@@ -235,7 +235,7 @@ func TestUpstreamGetAndHead(t *testing.T) {
 	if _, err := e.st.WriteCycleKey(ctx, id, "5h:1", now); err != nil {
 		t.Fatal(err)
 	}
-	ct, _ := e.box.Seal([]byte("sk-ant-rotated"), snapshot.CredentialAD(id))
+	ct, _ := e.box.Seal([]byte("sk-ant-rotated"), credential.AD(id))
 	if _, err := e.st.SetUpstreamCredential(ctx, id, "api_key", ct); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestUpstreamWarmupRequiresOAuthCredentials(t *testing.T) {
 	}
 	wantErr(t, e.do("PUT", "/admin/v1/upstreams/"+oauth, map[string]any{"name": "sub", "base_url": "https://api.example", "warmup_enabled": true}), 400, "warmup_requires_oauth_credentials")
 	// Once the OAuth flow stored credentials, warm-up can be turned on.
-	ct, _ := e.box.Seal([]byte(`{"access_token":"at"}`), snapshot.CredentialAD(oauth))
+	ct, _ := e.box.Seal([]byte(`{"access_token":"at"}`), credential.AD(oauth))
 	if _, err := e.st.SetUpstreamCredential(context.Background(), oauth, "oauth", ct); err != nil {
 		t.Fatal(err)
 	}

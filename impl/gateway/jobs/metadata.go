@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -80,12 +81,7 @@ func fetchModels(ctx context.Context, c *http.Client, u *snapshot.Upstream) ([]a
 		return nil, err
 	}
 	req.Header.Set("anthropic-version", "2023-06-01")
-	if u.CredentialKind == "oauth" {
-		req.Header.Set("Authorization", "Bearer "+u.Credential)
-		req.Header.Set("anthropic-beta", "oauth-2025-04-20")
-	} else {
-		req.Header.Set("x-api-key", u.Credential)
-	}
+	credential.Set(req.Header, u.CredentialKind, u.Credential)
 	res, err := c.Do(req)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -322,7 +323,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("anthropic-version", "2023-06-01")
-	relay.SetCredential(req.Header, up)
+	credential.Set(req.Header, up.CredentialKind, up.Credential)
 	client := s.HTTP
 	if client == nil {
 		client = &http.Client{Timeout: time.Minute}

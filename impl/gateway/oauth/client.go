@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 )
 
 // The real provider's endpoints and the public client of its CLI, used
@@ -28,8 +30,6 @@ const (
 	DefaultClientID     = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 	DefaultRedirectURI  = "https://console.anthropic.com/oauth/code/callback"
 	DefaultScopes       = "org:create_api_key user:profile user:inference"
-	// Beta is the beta flag the provider requires with OAuth bearer tokens.
-	Beta = "oauth-2025-04-20"
 	// InferenceScope lets a token call the Messages API directly.
 	InferenceScope = "user:inference"
 )
@@ -247,8 +247,7 @@ func (c *Client) bearer(ctx context.Context, method, url, access string, body an
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+access)
-	req.Header.Set("anthropic-beta", Beta)
+	credential.Set(req.Header, credential.OAuth, access)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -245,18 +245,18 @@ func (s *Service) Complete(ctx context.Context, upstreamID, state, code string) 
 	if s.Connected != nil {
 		s.Connected(ctx, u)
 	}
-	return u, "oauth", nil
+	return u, credential.OAuth, nil
 }
 
 // storeToken seals tok as u's credential, schedules its refresh and
 // refreshes this replica's snapshot.
 func (s *Service) storeToken(ctx context.Context, u *store.Upstream, tok *Token) (*store.Upstream, error) {
 	pt, _ := json.Marshal(tok)
-	sealed, err := s.Box.Seal(pt, snapshot.CredentialAD(u.ID))
+	sealed, err := s.Box.Seal(pt, credential.AD(u.ID))
 	if err != nil {
 		return nil, err
 	}
-	u, err = s.Store.SetUpstreamCredential(ctx, u.ID, "oauth", sealed)
+	u, err = s.Store.SetUpstreamCredential(ctx, u.ID, credential.OAuth, sealed)
 	if err != nil {
 		return nil, err
 	}
@@ -305,10 +305,10 @@ func (s *Service) scheduleRefresh(ctx context.Context, u *store.Upstream, tok *T
 
 // Token opens an upstream's OAuth credential.
 func (s *Service) Token(u *store.Upstream) (*Token, error) {
-	if u.Kind != store.KindVendorOAuth || u.CredentialKind != "oauth" || len(u.Credential) == 0 {
+	if u.Kind != store.KindVendorOAuth || u.CredentialKind != credential.OAuth || len(u.Credential) == 0 {
 		return nil, ErrNoCredential
 	}
-	pt, err := s.Box.Open(u.Credential, snapshot.CredentialAD(u.ID))
+	pt, err := s.Box.Open(u.Credential, credential.AD(u.ID))
 	if err != nil {
 		return nil, fmt.Errorf("open the upstream's credential: %w", err)
 	}
@@ -329,7 +329,7 @@ func (s *Service) Revoke(ctx context.Context, upstreamID string) (*store.Upstrea
 	if u.Kind != store.KindVendorOAuth {
 		return nil, ErrNotOAuth
 	}
-	if u.CredentialKind != "oauth" {
+	if u.CredentialKind != credential.OAuth {
 		return u, nil // nothing to revoke: idempotent
 	}
 	u, err = s.Store.SetUpstreamCredential(ctx, upstreamID, "", nil)
@@ -373,7 +373,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	if err != nil {
 		return "", err
 	}
-	if u.CredentialVersion != p.CredentialVersion || u.CredentialKind != "oauth" {
+	if u.CredentialVersion != p.CredentialVersion || u.CredentialKind != credential.OAuth {
 		return scheduler.OutcomeNoop, nil // replaced or revoked since: this version's refresh is moot
 	}
 	moot, err := s.rotate(ctx, u)
@@ -516,7 +516,7 @@ func (s *Service) lazyRefreshOnce(ctx context.Context, upstreamID string, timeou
 	if u.Kind != store.KindVendorOAuth {
 		return ErrNotOAuth
 	}
-	if u.CredentialKind != "oauth" || len(u.Credential) == 0 {
+	if u.CredentialKind != credential.OAuth || len(u.Credential) == 0 {
 		return ErrNoCredential
 	}
 	if u.Status.RefreshRefused {

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -104,7 +105,7 @@ type pollPayload struct {
 // pollable: connected OAuth upstreams (enabled or not: an operator may want
 // to see a disabled upstream's windows before enabling it).
 func pollable(u *store.Upstream) bool {
-	return u.Kind == store.KindVendorOAuth && u.CredentialKind == "oauth" && len(u.Credential) > 0
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0
 }
 
 // sweep enqueues one poll per connected upstream for this tick.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 )
 
@@ -37,7 +38,7 @@ type refresher struct {
 
 // expired reports whether up's OAuth access token is past its expiry.
 func expired(up *snapshot.Upstream, now time.Time) bool {
-	return up.CredentialKind == "oauth" && !up.CredentialExpiresAt.IsZero() && !now.Before(up.CredentialExpiresAt)
+	return up.CredentialKind == credential.OAuth && !up.CredentialExpiresAt.IsZero() && !now.Before(up.CredentialExpiresAt)
 }
 
 // trigger starts a refresh of the upstream unless one is running or ended

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -466,7 +467,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 	var lastUp *snapshot.Upstream
 	for i, up := range cands {
 		last := i == len(cands)-1
-		if up.CredentialKind == "oauth" && expired(up, now) {
+		if up.CredentialKind == credential.OAuth && expired(up, now) {
 			h.refreshToken(up)
 			if !last {
 				// The provider would refuse it: do not spend a round trip.
@@ -510,7 +511,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			continue
 		}
 		a.headersIn()
-		if resp.StatusCode == http.StatusUnauthorized && up.CredentialKind == "oauth" {
+		if resp.StatusCode == http.StatusUnauthorized && up.CredentialKind == credential.OAuth {
 			// An OAuth token the provider refuses (expired early, revoked
 			// or rotated elsewhere): refresh it and move on.
 			h.refreshToken(up)
@@ -833,7 +834,7 @@ func copyRequestHeaders(dst, src http.Header) {
 // the operator's organisation limits, which the SDKs use for backoff).
 func copyResponseHeaders(dst, src http.Header, up *snapshot.Upstream) {
 	conn := src["Connection"]
-	oauth := up.CredentialKind == "oauth"
+	oauth := up.CredentialKind == credential.OAuth
 	for k, vs := range src {
 		if hopHeader(k) || connectionNames(conn, k) {
 			continue
@@ -862,26 +863,10 @@ func connectionNames(conn []string, k string) bool {
 	return false
 }
 
-// OAuthBeta is the beta flag a provider requires with OAuth bearer tokens.
-const OAuthBeta = "oauth-2025-04-20"
-
-// SetCredential puts the upstream's credential on an outbound request:
-// x-api-key, or for OAuth upstreams a bearer token with the OAuth beta.
-func SetCredential(h http.Header, up *snapshot.Upstream) { setCredential(h, up) }
-
+// setCredential puts the upstream's credential on an outbound request (the
+// header by credential kind is the credential package's).
 func setCredential(h http.Header, up *snapshot.Upstream) {
-	if up.CredentialKind == "oauth" {
-		h.Set("Authorization", "Bearer "+up.Credential)
-		if b := h.Get("Anthropic-Beta"); !strings.Contains(b, OAuthBeta) {
-			if b == "" {
-				h.Set("Anthropic-Beta", OAuthBeta)
-			} else {
-				h.Set("Anthropic-Beta", b+","+OAuthBeta)
-			}
-		}
-		return
-	}
-	h.Set("X-Api-Key", up.Credential)
+	credential.Set(h, up.CredentialKind, up.Credential)
 }
 
 func hopHeader(k string) bool {

@@ -23,6 +23,8 @@ type Config struct {
 	ProxyListen string `yaml:"proxy_listen"`
 	AdminListen string `yaml:"admin_listen"`
 	DatabaseURL string `yaml:"database_url"`
+	// db is DatabaseURL as Validate parsed it: the one parse it gets.
+	db DatabaseURL
 	// ReconcileInterval is how often the reconciler polls for missed changes.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	// ReplicaID names this replica in status and logs (default: host name).
@@ -328,8 +330,10 @@ func (c *Config) Validate() error {
 	if c.ProxyListen == c.AdminListen {
 		bad("admin_listen", "must differ from proxy_listen: the admin and proxy listeners are separate")
 	}
-	if _, _, err := ParseDatabaseURL(c.DatabaseURL); err != nil {
+	if db, err := ParseDatabaseURL(c.DatabaseURL); err != nil {
 		bad("database_url", "%v", err)
+	} else {
+		c.db = db
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("reconcile_interval", "must be at least 1s, got %s", c.ReconcileInterval)
@@ -403,23 +407,6 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
-}
-
-// ParseDatabaseURL splits a database URL into its driver and the driver's
-// connection string.
-func ParseDatabaseURL(u string) (driver, dsn string, err error) {
-	switch {
-	case strings.HasPrefix(u, "sqlite://"):
-		p := strings.TrimPrefix(u, "sqlite://")
-		if p == "" {
-			return "", "", errors.New("sqlite:// needs a file path, e.g. sqlite://proxy.db")
-		}
-		return "sqlite", p, nil
-	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
-		return "postgres", u, nil
-	default:
-		return "", "", fmt.Errorf("%q: want sqlite://PATH or postgres://…", redactURL(u))
-	}
 }
 
 // redactURL hides a password in a URL before it is printed.

@@ -69,7 +69,7 @@ func TestRedactURL(t *testing.T) {
 	if got := redactURL("postgres://user:secret@host:5432/db"); strings.Contains(got, "secret") {
 		t.Fatalf("password shown: %s", got)
 	}
-	if _, _, err := ParseDatabaseURL("mysql://user:secret@h/db"); err == nil || strings.Contains(err.Error(), "secret") {
+	if _, err := ParseDatabaseURL("mysql://user:secret@h/db"); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -156,5 +156,44 @@ func TestConfigListenersAndDrain(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("error %v does not name %s", err, key)
 		}
+	}
+}
+
+// The database URL is parsed once, by validation, and the configuration
+// carries the result: driver, connection string and the files beside an
+// embedded database (none on PostgreSQL, whose replicas share no disk).
+func TestDatabaseURLParsedOnce(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig([]string{"--database-url", "sqlite:///var/lib/proxy/p.db"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.db.Driver != SQLite || c.db.DSN != "/var/lib/proxy/p.db" {
+		t.Fatalf("sqlite: %+v", c.db)
+	}
+	if p, ok := c.db.fileBeside(".key"); !ok || p != "/var/lib/proxy/p.db.key" {
+		t.Fatalf("key file %q %v", p, ok)
+	}
+	pg := "postgres://u:secret@db:5432/proxy"
+	c, err = ParseConfig([]string{"--database-url", pg}, env(map[string]string{"PROXY_DATABASE_URL": "sqlite://ignored.db"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.db.Driver != Postgres || c.db.DSN != pg {
+		t.Fatalf("postgres: %+v", c.db)
+	}
+	if _, ok := c.db.fileBeside(".key"); ok {
+		t.Fatal("PostgreSQL offered a file beside the database")
+	}
+	if s := c.db.String(); strings.Contains(s, "secret") {
+		t.Fatalf("printed form shows the password: %s", s)
+	}
+	// Without files beside it, the master key and the admin token must come
+	// from the environment.
+	if _, _, err := masterKey(c.db, env(nil)); err == nil || !strings.Contains(err.Error(), "PROXY_MASTER_KEY is required") {
+		t.Fatalf("master key on PostgreSQL: %v", err)
+	}
+	if _, _, err := adminAuth(c, env(nil)); err == nil || !strings.Contains(err.Error(), "no admin token") {
+		t.Fatalf("admin token on PostgreSQL: %v", err)
 	}
 }

@@ -230,23 +230,27 @@ func TestAdminTokenFileMode(t *testing.T) {
 	dir := t.TempDir()
 	dsn := filepath.Join(dir, "proxy.db")
 	cfg := defaults()
-	if _, _, err := adminAuth(&cfg, "sqlite", dsn, env(nil)); err != nil {
+	cfg.DatabaseURL = "sqlite://" + dsn
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := adminAuth(&cfg, env(nil)); err != nil {
 		t.Fatal(err) // creates it at 0600
 	}
-	if _, _, err := adminAuth(&cfg, "sqlite", dsn, env(nil)); err != nil {
+	if _, _, err := adminAuth(&cfg, env(nil)); err != nil {
 		t.Fatalf("0600 token file refused: %v", err)
 	}
 	os.Chmod(dsn+".admin-token", 0o644)
-	_, _, err := adminAuth(&cfg, "sqlite", dsn, env(nil))
+	_, _, err := adminAuth(&cfg, env(nil))
 	if err == nil || !strings.Contains(err.Error(), dsn+".admin-token") || !strings.Contains(err.Error(), "0644") {
 		t.Fatalf("0644 token file: %v", err)
 	}
 	// The master key file likewise.
-	if _, _, err := masterKey("sqlite", dsn, env(nil)); err != nil {
+	if _, _, err := masterKey(cfg.db, env(nil)); err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(dsn+".key", 0o640)
-	if _, _, err := masterKey("sqlite", dsn, env(nil)); err == nil || !strings.Contains(err.Error(), "0640") {
+	if _, _, err := masterKey(cfg.db, env(nil)); err == nil || !strings.Contains(err.Error(), "0640") {
 		t.Fatalf("0640 key file: %v", err)
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -22,7 +22,7 @@ import (
 func sealedAD(v store.Sealed) ([]byte, error) {
 	switch v.Kind {
 	case store.SealedUpstreamCredential:
-		return snapshot.CredentialAD(v.UpstreamID), nil
+		return credential.AD(v.UpstreamID), nil
 	case store.SealedOAuthVerifier:
 		return oauth.FlowAD(v.State), nil
 	case store.SealedKeepAliveSnapshot:
@@ -99,7 +99,7 @@ func encodeKey(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
 // PROXY_MASTER_KEY (on SQLite, absent both, the key file beside the
 // database, which is then also rewritten), and --new-key-file or
 // PROXY_NEW_MASTER_KEY. Key files must be mode 0600 or stricter.
-func rotationKeys(driver, dsn, oldFile, newFile string, getenv func(string) string) (oldKey, newKey []byte, keyFile string, err error) {
+func rotationKeys(db DatabaseURL, oldFile, newFile string, getenv func(string) string) (oldKey, newKey []byte, keyFile string, err error) {
 	load := func(file, env string) ([]byte, error) {
 		if file != "" {
 			data, err := secret.ReadSecretFile(file)
@@ -124,8 +124,8 @@ func rotationKeys(driver, dsn, oldFile, newFile string, getenv func(string) stri
 	if oldKey, err = load(oldFile, "PROXY_MASTER_KEY"); err != nil {
 		return nil, nil, "", fmt.Errorf("old key: %w", err)
 	}
-	if oldKey == nil && driver == "sqlite" {
-		keyFile = dsn + ".key"
+	if path, beside := db.fileBeside(".key"); oldKey == nil && beside {
+		keyFile = path
 		data, rerr := secret.ReadSecretFile(keyFile)
 		if rerr != nil {
 			return nil, nil, "", fmt.Errorf("old key: %w", rerr)

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 )
@@ -35,14 +35,14 @@ func rotationFixture(t *testing.T) (dsn, upstreamID string, oldKey []byte) {
 		t.Fatal(err)
 	}
 	box, _ := secret.New(oldKey)
-	ct, _ := box.Seal([]byte("sk-upstream"), snapshot.CredentialAD(u.ID))
+	ct, _ := box.Seal([]byte("sk-upstream"), credential.AD(u.ID))
 	if _, err := st.SetUpstreamCredential(ctx, u.ID, "api_key", ct); err != nil {
 		t.Fatal(err)
 	}
 	return dsn, u.ID, oldKey
 }
 
-func credential(t *testing.T, dsn, id string) []byte {
+func storedCredential(t *testing.T, dsn, id string) []byte {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), dsn, sqlite.Options{})
 	if err != nil {
@@ -75,13 +75,13 @@ func TestRotateMasterKeyCommand(t *testing.T) {
 	if err != nil || created || !bytes.Equal(k, newKey) {
 		t.Fatalf("key file after rotation: %x created=%v %v", k, created, err)
 	}
-	ct := credential(t, dsn, id)
+	ct := storedCredential(t, dsn, id)
 	nb, _ := secret.New(newKey)
-	if pt, err := nb.Open(ct, snapshot.CredentialAD(id)); err != nil || string(pt) != "sk-upstream" {
+	if pt, err := nb.Open(ct, credential.AD(id)); err != nil || string(pt) != "sk-upstream" {
 		t.Fatalf("new key opens %q, %v", pt, err)
 	}
 	ob, _ := secret.New(oldKey)
-	if _, err := ob.Open(ct, snapshot.CredentialAD(id)); err == nil {
+	if _, err := ob.Open(ct, credential.AD(id)); err == nil {
 		t.Fatal("the old key still opens the credential")
 	}
 }
@@ -91,7 +91,7 @@ func TestRotateMasterKeyCommand(t *testing.T) {
 func TestRotateMasterKeyWrongOldKey(t *testing.T) {
 	t.Parallel()
 	dsn, id, oldKey := rotationFixture(t)
-	before := credential(t, dsn, id)
+	before := storedCredential(t, dsn, id)
 	wrong := hex.EncodeToString(bytes.Repeat([]byte{1}, secret.KeySize))
 	newKey := hex.EncodeToString(bytes.Repeat([]byte{2}, secret.KeySize))
 	err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn},
@@ -102,7 +102,7 @@ func TestRotateMasterKeyWrongOldKey(t *testing.T) {
 	if strings.Contains(err.Error(), wrong) || strings.Contains(err.Error(), newKey) {
 		t.Fatalf("error repeats a key: %v", err)
 	}
-	if after := credential(t, dsn, id); !bytes.Equal(before, after) {
+	if after := storedCredential(t, dsn, id); !bytes.Equal(before, after) {
 		t.Fatal("the credential changed after a refused rotation")
 	}
 	if k, _, _ := secret.LoadOrCreateKeyFile(dsn + ".key"); !bytes.Equal(k, oldKey) {

@@ -36,7 +36,7 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 	if u == "" {
 		u = "sqlite://proxy.db"
 	}
-	driver, dsn, err := ParseDatabaseURL(u)
+	db, err := ParseDatabaseURL(u)
 	if err != nil {
 		return err
 	}
@@ -44,14 +44,14 @@ func storageCommand(ctx context.Context, args []string, getenv func(string) stri
 	var keyFile string
 	if op == "rotate-master-key" {
 		// Keys first: a missing or malformed key changes nothing.
-		if oldKey, newKey, keyFile, err = rotationKeys(driver, dsn, *oldFile, *newFile, getenv); err != nil {
+		if oldKey, newKey, keyFile, err = rotationKeys(db, *oldFile, *newFile, getenv); err != nil {
 			return err
 		}
 	}
 	cfg := defaults()
-	st, err := openStore(ctx, &cfg, driver, dsn, slog.New(slog.DiscardHandler))
+	st, err := openStore(ctx, &cfg, db, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return fmt.Errorf("open %s database: %w", driver, err)
+		return fmt.Errorf("open %s database: %w", db.Driver, err)
 	}
 	defer st.Close()
 	switch op {

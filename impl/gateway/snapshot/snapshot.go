@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -104,11 +105,6 @@ type Opener interface {
 	Open(ciphertext, associatedData []byte) ([]byte, error)
 }
 
-// CredentialAD is the associated data every upstream credential is sealed with.
-func CredentialAD(upstreamID string) []byte {
-	return []byte("upstream-credential:" + upstreamID)
-}
-
 // Build makes a snapshot from a consistent configuration read.
 func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 	s := &Snapshot{
@@ -126,7 +122,7 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision,
 		}
 		if len(u.Credential) > 0 && open != nil {
-			pt, err := open.Open(u.Credential, CredentialAD(u.ID))
+			pt, err := open.Open(u.Credential, credential.AD(u.ID))
 			if err != nil {
 				s.Errors[u.ID] = "credential cannot be decrypted with the configured master key"
 				v.CredentialKind = ""
@@ -222,7 +218,7 @@ func keepAliveEnabled(raw json.RawMessage) bool {
 // credentialToken extracts the bearer material from an opened credential.
 // OAuth credentials are a JSON token bundle; API keys are the key itself.
 func credentialToken(kind string, pt []byte) (string, time.Time) {
-	if kind == "oauth" {
+	if kind == credential.OAuth {
 		var b struct {
 			AccessToken string `json:"access_token"`
 			ExpiresAt   int64  `json:"expires_at"` // unix seconds, as the OAuth client stores it

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -23,7 +24,7 @@ func (xorOpener) Open(ct, ad []byte) ([]byte, error) {
 	return ct[len(ad):], nil
 }
 
-func sealed(id, pt string) []byte { return append(CredentialAD(id), pt...) }
+func sealed(id, pt string) []byte { return append(credential.AD(id), pt...) }
 
 func strp(s string) *string { return &s }
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -136,7 +137,7 @@ type payload struct {
 // Eligible is warm-up rule 1: only vendor_oauth upstreams holding OAuth
 // credentials, enabled and with warm-up on, are ever warmed.
 func Eligible(u *store.Upstream) bool {
-	return u.Kind == store.KindVendorOAuth && u.CredentialKind == "oauth" && len(u.Credential) > 0 && u.Enabled && u.WarmupEnabled
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0 && u.Enabled && u.WarmupEnabled
 }
 
 // Immediate enqueues an attempt due now under a new key (OAuth completed,
@@ -265,8 +266,9 @@ func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstrea
 		return "", fmt.Errorf("%v: %w", err, scheduler.ErrPermanent)
 	}
 	req.Header = h
-	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
-	req.Header.Set("anthropic-beta", oauth.Beta)
+	// The warm-up sends the OAuth beta alone, replacing any a dialect set.
+	req.Header.Del("Anthropic-Beta")
+	credential.Set(req.Header, credential.OAuth, tok.AccessToken)
 
 	log.Info("dispatch_start", "upstream_id", u.ID, "action", "dispatch_start")
 	client := w.HTTP

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -271,7 +272,7 @@ func TestCycleComplete(t *testing.T) {
 	if req["max_tokens"] != 1.0 || req["model"] != DefaultModel {
 		t.Fatalf("warm-up request %v", req)
 	}
-	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+oauth.Beta {
+	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+credential.OAuthBeta {
 		t.Fatalf("credentials sent: %q", e.prov.auth[0])
 	}
 	ws, _ := e.st.GetWarmupState(context.Background(), e.up.ID)
@@ -402,5 +403,33 @@ func TestJitter(t *testing.T) {
 	}
 	if len(seen) != 30 {
 		t.Fatalf("only %d distinct jitters", len(seen))
+	}
+}
+
+// A warm-up dialect may shape the request's headers, but the credential is
+// the warm-up's own: its bearer token and the OAuth beta alone, whatever
+// Authorization or anthropic-beta the dialect set.
+func TestDialectCannotChangeTheCredential(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	v := "1.0.0"
+	entry, err := e.st.CreateRegistryEntry(ctx, store.RegistryEntry{Name: "dialect", Version: &v, Digest: "d-dialect", Slots: []string{store.SlotWarmupDialect}}, []byte("\x00asm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.PatchUpstream(ctx, e.up.ID, store.AnyRevision, store.UpstreamPatch{SetWarmupDialect: true, WarmupDialectPlugin: &entry.ID}); err != nil {
+		t.Fatal(err)
+	}
+	e.connect(t)
+	e.w.Shape = func(_ context.Context, _ string, _ *store.Upstream, body []byte, h http.Header) ([]byte, error) {
+		h.Set("Anthropic-Beta", "dialect-beta")
+		h.Set("Authorization", "Bearer dialect")
+		return body, nil
+	}
+	if out, err := e.run(t); err != nil || out != scheduler.OutcomeDone {
+		t.Fatalf("outcome %q err %v", out, err)
+	}
+	if e.prov.auth[0] != "Bearer sk-ant-oat01-secret-access|"+credential.OAuthBeta {
+		t.Fatalf("credentials sent: %q", e.prov.auth[0])
 	}
 }

@@ -1,0 +1,50 @@
+// Package credential owns how an upstream credential is kept and presented:
+// its kinds as stored, the associated data it is sealed with, and the
+// headers that carry it to the provider. Every caller that seals, opens or
+// sends an upstream credential goes through here, so the provider's wire
+// details live in one place.
+package credential
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Kinds of upstream credential, the values of store.Upstream.CredentialKind
+// (empty: none). Untyped, so they compare with the string fields that hold
+// them.
+const (
+	// APIKey is a provider API key, sent as x-api-key.
+	APIKey = "api_key"
+	// OAuth is an OAuth token bundle; its access token is sent as a bearer
+	// token with OAuthBeta.
+	OAuth = "oauth"
+)
+
+// OAuthBeta is the beta flag the provider requires with OAuth bearer tokens.
+const OAuthBeta = "oauth-2025-04-20"
+
+// AD is the associated data an upstream's credential is sealed with: bound
+// to the upstream's id, so a ciphertext copied to another row does not open.
+func AD(upstreamID string) []byte {
+	return []byte("upstream-credential:" + upstreamID)
+}
+
+// Set puts a credential of the given kind on an outbound request's headers:
+// x-api-key, or for OAuth a bearer token with OAuthBeta added to whatever
+// anthropic-beta flags the request already lists. It allocates only the
+// header values it must build (it runs on every proxied request).
+func Set(h http.Header, kind, secret string) {
+	if kind != OAuth {
+		h.Set("X-Api-Key", secret)
+		return
+	}
+	h.Set("Authorization", "Bearer "+secret)
+	if b := h.Get("Anthropic-Beta"); !strings.Contains(b, OAuthBeta) {
+		if b == "" {
+			h.Set("Anthropic-Beta", OAuthBeta)
+		} else {
+			h.Set("Anthropic-Beta", b+","+OAuthBeta)
+		}
+	}
+}

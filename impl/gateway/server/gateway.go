@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/dashboard"
+	"github.com/pillarhq/pillar/impl/gateway/egress"
+	"github.com/pillarhq/pillar/impl/gateway/jobs"
+	"github.com/pillarhq/pillar/impl/gateway/keepalive"
+	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/pricing"
+	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/scheduler"
+	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/usage"
+)
+
+// gateway is the runtime start assembles on the opened storage: what the
+// handlers, the scheduler and the background loops share.
+type gateway struct {
+	cfg    *Config
+	log    *slog.Logger
+	getenv func(string) string
+	stor   *storage
+	box    *secret.Box
+
+	reg   *prometheus.Registry
+	plugs *plugins.Runtime
+	rt    *snapshot.Runtime
+	lim   *limits.Limiter
+	rec   *usage.Recorder
+
+	// Security (issue 19.2): every outbound client to upstreams dials
+	// through the destination policy; the listeners join it.
+	dest         *egress.Policy
+	subs         *subscriptions
+	ka           *keepalive.Service
+	prices       *pricing.Installer
+	schedMetrics *scheduler.Metrics
+	jobsHTTP     *http.Client
+
+	sched      *scheduler.Scheduler
+	closeSched func()
+}
+
+// buildRuntime loads the configuration snapshot and builds the proxy
+// path's shared state (metrics, plugins, limits, usage) and the services
+// around it. It starts nothing that outlives it; on an error the caller
+// closes the storage.
+func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
+	g := &gateway{cfg: cfg, log: log, getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
+	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
+	if err != nil {
+		return nil, fmt.Errorf("plugin runtime: %w", err)
+	}
+	g.plugs = plugs
+	st := stor.st
+	g.rt = snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
+	g.rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
+	if err := g.rt.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	// default_limits: counted in memory, shared through the database.
+	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
+	// A replica starting (or restarting) enforces the cluster's counts
+	// from its first request; a failure is logged and retried each second.
+	g.lim.Sync(ctx)
+	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), OnEvent: g.countTokens})
+	g.buildServices()
+	return g, nil
+}
+
+// countTokens feeds a recorded request's tokens to its principal's limits.
+func (g *gateway) countTokens(ev store.RequestEvent) {
+	if p := g.rt.Current().Principal(ev.PrincipalID); p != nil && len(p.Limits) > 0 {
+		g.lim.AddTokens(p.ID, p.Limits, ev.InputTokens+ev.CacheCreationInputTokens+ev.OutputTokens)
+	}
+}
+
+// buildServices wires the services beside the proxy path: subscriptions
+// (OAuth, warm-up, quota), keep-alive and the price installer.
+func (g *gateway) buildServices() {
+	cfg, st := g.cfg, g.stor.st
+	g.schedMetrics = scheduler.NewMetrics(g.reg)
+	g.dest = &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
+	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.getenv, g.dest.Client(30*time.Second))
+	g.subs.warmer.Shape = shapeWarmup(st, g.plugs)
+	g.ka = &keepalive.Service{Store: st, Box: g.box, Log: g.log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(g.reg),
+		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
+		HTTP: g.dest.Client(time.Minute)}
+	g.jobsHTTP = g.dest.Client(time.Minute)
+	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
+	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
+	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
+}
+
+// schedulerTypes are the durable job types of the gateway and its services.
+func (g *gateway) schedulerTypes() []scheduler.Type {
+	cfg := g.cfg
+	types := jobs.Types(jobs.Deps{Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
+		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return g.rt.Current().Upstreams }})
+	types = append(types, g.subs.types(cfg)...)
+	return append(types, g.ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
+}
+
+// startScheduler starts the durable scheduler on the storage's own
+// connections. It does not fail: see below.
+func (g *gateway) startScheduler(ctx context.Context) {
+	cfg, types := g.cfg, g.schedulerTypes()
+	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
+		RescueAfter: cfg.SchedulerRescueAfter}
+	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
+	if err == nil {
+		g.bindScheduler(sched)
+		if err = sched.Start(ctx); err != nil {
+			closeSched()
+		}
+	}
+	if err != nil {
+		// scheduler area (issue 18.6): a scheduler that cannot start (its
+		// migration, its pool) must not take the proxy down: this replica
+		// serves without it, svc_scheduler_init_failure 1, the scheduler
+		// endpoints answer 503 scheduler_unavailable; other replicas'
+		// schedulers run the jobs.
+		g.log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
+		sched, closeSched = scheduler.Down(types, scheduler.Options{Metrics: g.schedMetrics}, err), func() {}
+		g.bindScheduler(sched)
+	}
+	g.sched, g.closeSched = sched, closeSched
+}
+
+// bindScheduler gives the services the scheduler once it exists.
+func (g *gateway) bindScheduler(s *scheduler.Scheduler) {
+	g.subs.bind(s)
+	g.ka.Jobs = s
+}
+
+// handlers are what the listeners serve.
+type handlers struct {
+	relay, admin, metrics http.Handler
+}
+
+// handlers builds the proxy path and the admin API.
+func (g *gateway) handlers(sec *secrets) handlers {
+	cfg := g.cfg
+	startedAt := time.Now()
+	outbound := relay.NewTransport()
+	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
+	relayOpts := relay.Options{
+		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: relay.NewMetrics(g.reg), Logger: g.log.With("component", "relay"),
+	}
+	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
+	// A request meeting an expired or refused OAuth token asks the OAuth
+	// service for a refresh (issue 18.5) and fails over meanwhile.
+	relayOpts.Refresher = g.subs.Service
+	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
+	h.admin = admin.New(admin.Deps{
+		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt}, Auth: sec.auth,
+		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
+		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
+		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
+		// Security (issue 19.1, 19.2): what api_key_env may read and where
+		// upstreams may point.
+		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
+		Extra: map[string]http.Handler{
+			"/metrics":          h.metrics,
+			"/admin/scheduler/": schedulerHandler{g.sched},
+		},
+	})
+	return h
+}
+
+// startBackground starts the loops that run until shutdown and returns
+// the running process that stops them.
+func (g *gateway) startBackground() *running {
+	cfg := g.cfg
+	bg, cancel := context.WithCancel(context.Background())
+	go g.rt.Reconcile(bg, cfg.ReconcileInterval)
+	limCtx, limCancel := context.WithCancel(context.Background())
+	limDone := make(chan struct{})
+	go func() { g.lim.Run(limCtx); close(limDone) }()
+	g.ka.Start(bg)
+	// Local price catalog installation runs in-process on every replica.
+	go g.prices.Run(bg, cfg.ReconcileInterval)
+	// Other replicas announce committed changes; the reconciler above
+	// repairs any notification this session misses.
+	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
+		go l.Run(bg)
+	}
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
+}
+
+// applyChange refreshes the snapshot after another replica announced a
+// change (payload: its generation).
+func (g *gateway) applyChange(ctx context.Context, payload string) {
+	if gen, err := strconv.ParseInt(payload, 10, 64); err == nil && gen <= g.rt.Current().Generation {
+		return // our own change, already applied
+	}
+	if _, err := g.rt.RefreshIfChanged(ctx); err != nil {
+		g.log.Warn("refresh after notification", "error", err)
+	}
+}
+
+// runtimeInfo adapts the snapshot runtime to the admin API's view of it.
+type runtimeInfo struct{ rt *snapshot.Runtime }
+
+func (r runtimeInfo) Refresh(ctx context.Context) error { return r.rt.Refresh(ctx) }
+
+func (r runtimeInfo) Info() admin.SnapshotInfo {
+	s := r.rt.Current()
+	u, p, k := s.Counts()
+	return admin.SnapshotInfo{Generation: s.Generation, BuiltAt: s.BuiltAt, Upstreams: u, Principals: p, Keys: k}
+}
+
+// schedulerHandler serves /admin/scheduler/* behind the admin authentication.
+type schedulerHandler struct{ s *scheduler.Scheduler }
+
+func (h schedulerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.s.Handler().ServeHTTP(w, r)
+}
+
+// installedCatalog adapts the price installer to the admin API.
+type installedCatalog struct{ i *pricing.Installer }
+
+func (c installedCatalog) Installed() (string, time.Time, json.RawMessage, bool) {
+	cur := c.i.Current()
+	if cur == nil {
+		return "", time.Time{}, nil, false
+	}
+	return cur.Version, cur.InstalledAt, cur.Body, true
+}
