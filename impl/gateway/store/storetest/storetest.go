@@ -17,35 +17,21 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
-// Clock is a settable clock a driver's open function wires into the store.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock starts at a fixed instant.
-func NewClock() *Clock { return &Clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-// Now returns the current fake time.
-func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-// Advance moves the clock.
-func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 // Opener opens a fresh store driven by clk.
-type Opener func(t *testing.T, clk *Clock) store.Store
+type Opener func(t *testing.T, clk *fakeclock.Clock) store.Store
 
 type bundle struct {
 	st  store.Store
-	clk *Clock
+	clk *fakeclock.Clock
 	ctx context.Context
 }
 
 func setup(t *testing.T, open Opener) *bundle {
 	t.Helper()
-	clk := NewClock()
+	clk := fakeclock.New(time.Time{})
 	st := open(t, clk)
 	t.Cleanup(func() { st.Close() })
 	return &bundle{st: st, clk: clk, ctx: context.Background()}
