@@ -65,7 +65,7 @@ var sqliteDriver = driver{
 }
 
 var postgresDriver = driver{
-	name: "postgres",
+	name:   "postgres",
 	shared: func(t testing.TB) string { return pgtest.Schema(t) },
 	open: func(t testing.TB, dsn string, types []Type, o Options) (*Scheduler, error) {
 		pool, err := pgxpool.New(context.Background(), dsn)
