@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"sort"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -16,39 +15,26 @@ const registryCols = `r.id, r.name, r.version, r.digest, r.slots, r.size_bytes, 
 	(SELECT count(*) FROM plugin_chain_entries c WHERE c.wasm_registry_id = r.id) +
 	(SELECT count(*) FROM upstreams u WHERE u.warmup_dialect_plugin = r.id AND u.deleted_at IS NULL)`
 
+func scanRegistry(r scanner, e *store.RegistryEntry) error {
+	var version sql.NullString
+	var slots string
+	if err := r.Scan(&e.ID, &e.Name, &version, &e.Digest, &slots, &e.SizeBytes, &e.Revision, reqTime{&e.CreatedAt},
+		reqTime{&e.UpdatedAt}, &e.Refcount); err != nil {
+		return err
+	}
+	if version.Valid {
+		e.Version = &version.String
+	}
+	_ = json.Unmarshal([]byte(slots), &e.Slots)
+	return nil
+}
+
 func (s *Store) queryRegistry(ctx context.Context, q querier, where string, args ...any) ([]store.RegistryEntry, error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT "+registryCols+" FROM plugin_registry r "+where+" ORDER BY r.created_at, r.id"), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []store.RegistryEntry{}
-	for rows.Next() {
-		var e store.RegistryEntry
-		var version sql.NullString
-		var slots string
-		if err := rows.Scan(&e.ID, &e.Name, &version, &e.Digest, &slots, &e.SizeBytes, &e.Revision, reqTime{&e.CreatedAt},
-			reqTime{&e.UpdatedAt}, &e.Refcount); err != nil {
-			return nil, err
-		}
-		if version.Valid {
-			e.Version = &version.String
-		}
-		_ = json.Unmarshal([]byte(slots), &e.Slots)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return list(ctx, s.d, q, scanRegistry, "SELECT "+registryCols+" FROM plugin_registry r "+where+" ORDER BY r.created_at, r.id", args...)
 }
 
 func (s *Store) getRegistry(ctx context.Context, q querier, id string) (*store.RegistryEntry, error) {
-	es, err := s.queryRegistry(ctx, q, "WHERE r.id = ?", id)
-	if err != nil {
-		return nil, err
-	}
-	if len(es) == 0 {
-		return nil, store.ErrNotFound
-	}
-	return &es[0], nil
+	return one(ctx, s.d, q, scanRegistry, "SELECT "+registryCols+" FROM plugin_registry r WHERE r.id = ? ORDER BY r.created_at, r.id", id)
 }
 
 func versionKey(v *string) string {
@@ -97,12 +83,11 @@ func (s *Store) ListRegistryEntries(ctx context.Context) ([]store.RegistryEntry,
 }
 
 func (s *Store) RegistryModule(ctx context.Context, id string) ([]byte, error) {
-	var m []byte
-	err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT module FROM plugin_registry WHERE id = ?"), id).Scan(&m)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
+	m, err := one(ctx, s.d, s.db, func(r scanner, m *[]byte) error { return r.Scan(m) }, "SELECT module FROM plugin_registry WHERE id = ?", id)
+	if err != nil {
+		return nil, s.d.classify(err)
 	}
-	return m, s.d.classify(err)
+	return *m, nil
 }
 
 func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64, name, version *string) (*store.RegistryEntry, error) {
@@ -232,6 +217,53 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 }
 
 // ---------------------------------------------------------------- chains
+
+const chainCols = `id, principal_id, slot, builtin, wasm_registry_id, config, position, enabled,
+	revision, created_at, updated_at`
+
+func scanChainEntry(r scanner, e *store.ChainEntry) error {
+	var builtin, wasm sql.NullString
+	var cfg string
+	if err := r.Scan(&e.ID, &e.PrincipalID, &e.Slot, &builtin, &wasm, &cfg, &e.Position, &e.Enabled, &e.Revision,
+		reqTime{&e.CreatedAt}, reqTime{&e.UpdatedAt}); err != nil {
+		return err
+	}
+	if builtin.Valid {
+		e.Builtin = &builtin.String
+	}
+	if wasm.Valid {
+		e.WasmRegistryID = &wasm.String
+	}
+	e.Config = json.RawMessage(cfg)
+	return nil
+}
+
+// queryChain returns entries in chain order: by principal, slot, position.
+func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
+	out, err := list(ctx, s.d, q, scanChainEntry, "SELECT "+chainCols+" FROM plugin_chain_entries "+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.PrincipalID != b.PrincipalID {
+			return a.PrincipalID < b.PrincipalID
+		}
+		if a.Slot != b.Slot {
+			return a.Slot < b.Slot
+		}
+		if a.Position != b.Position {
+			return a.Position < b.Position
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
+}
+
+// getChainEntry reads one chain entry; ErrNotFound when there is none.
+func (s *Store) getChainEntry(ctx context.Context, q querier, id string) (*store.ChainEntry, error) {
+	return one(ctx, s.d, q, scanChainEntry, "SELECT "+chainCols+" FROM plugin_chain_entries WHERE id = ?", id)
+}
 
 // checkSlot verifies, inside tx, that a registry entry exists and supports
 // slot; on PostgreSQL it share-locks the row so a concurrent delete waits.
@@ -384,16 +416,31 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	return out, err
 }
 
-// getChainEntry reads one chain entry; ErrNotFound when there is none.
-func (s *Store) getChainEntry(ctx context.Context, q querier, id string) (*store.ChainEntry, error) {
-	es, err := s.queryChain(ctx, q, "WHERE id = ?", id)
-	if err != nil {
+func (s *Store) ListChain(ctx context.Context, principalID string) ([]store.ChainEntry, error) {
+	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
 		return nil, err
 	}
-	if len(es) == 0 {
-		return nil, store.ErrNotFound
+	es, err := s.queryChain(ctx, s.db, "WHERE principal_id = ?", principalID)
+	return es, s.d.classify(err)
+}
+
+func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, config json.RawMessage, enabled bool) (*store.ChainEntry, error) {
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
 	}
-	return &es[0], nil
+	var out *store.ChainEntry
+	ch := audit("update", "plugin_chain_entry", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
+			return err
+		}
+		var err error
+		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
+			ch.revision = out.Revision
+		}
+		return err
+	})
+	return out, err
 }
 
 func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
