@@ -10,12 +10,13 @@ import (
 
 const keyCols = `id, principal_id, name, prefix, hash, created_at, revoked_at`
 
-func scanKey(r scanner, k *store.Key) error {
-	return r.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt})
+// keyTable has no revision: keys are issued and revoked, never edited.
+var keyTable = &table[store.Key]{
+	sel: "SELECT " + keyCols + " FROM principal_keys ", byID: "WHERE id = ?", order: " ORDER BY created_at, id", scan: scanKey,
 }
 
-func (s *Store) queryKeys(ctx context.Context, q querier, where string, args ...any) ([]store.Key, error) {
-	return list(ctx, s.d, q, scanKey, "SELECT "+keyCols+" FROM principal_keys "+where+" ORDER BY created_at, id", args...)
+func scanKey(r scanner, k *store.Key) error {
+	return r.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt})
 }
 
 func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
@@ -25,7 +26,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) 
 	k.CreatedAt = s.nowT()
 	k.RevokedAt = nil
 	err := s.tx(ctx, audit("issue", "key", k.ID), func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, k.PrincipalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, k.PrincipalID); err != nil {
 			return err
 		}
 		_, err := s.exec(ctx, tx, "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -46,7 +47,7 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, 
 	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
 		return nil, err
 	}
-	ks, err := s.queryKeys(ctx, s.db, "WHERE principal_id = ?", principalID)
+	ks, err := keyTable.list(ctx, s.d, s.db, "WHERE principal_id = ?", principalID)
 	return ks, s.d.classify(err)
 }
 
@@ -60,7 +61,7 @@ func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*stor
 			return err
 		}
 		ch.none = n == 0 // already revoked (or missing): not a change
-		out, err = one(ctx, s.d, tx, scanKey, "SELECT "+keyCols+" FROM principal_keys WHERE id = ? AND principal_id = ? ORDER BY created_at, id", keyID, principalID)
+		out, err = one(ctx, s.d, tx, scanKey, keyTable.sel+"WHERE id = ? AND principal_id = ?"+keyTable.order, keyID, principalID)
 		return err
 	})
 	return out, err

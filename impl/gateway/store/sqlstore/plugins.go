@@ -29,12 +29,9 @@ func scanRegistry(r scanner, e *store.RegistryEntry) error {
 	return nil
 }
 
-func (s *Store) queryRegistry(ctx context.Context, q querier, where string, args ...any) ([]store.RegistryEntry, error) {
-	return list(ctx, s.d, q, scanRegistry, "SELECT "+registryCols+" FROM plugin_registry r "+where+" ORDER BY r.created_at, r.id", args...)
-}
-
-func (s *Store) getRegistry(ctx context.Context, q querier, id string) (*store.RegistryEntry, error) {
-	return one(ctx, s.d, q, scanRegistry, "SELECT "+registryCols+" FROM plugin_registry r WHERE r.id = ? ORDER BY r.created_at, r.id", id)
+var registryTable = &table[store.RegistryEntry]{
+	sel: "SELECT " + registryCols + " FROM plugin_registry r ", byID: "WHERE r.id = ?", order: " ORDER BY r.created_at, r.id",
+	scan: scanRegistry, revision: func(e *store.RegistryEntry) int64 { return e.Revision },
 }
 
 func versionKey(v *string) string {
@@ -63,22 +60,19 @@ func (s *Store) CreateRegistryEntry(ctx context.Context, e store.RegistryEntry, 
 			return err
 		}
 		var err error
-		out, err = s.getRegistry(ctx, tx, id)
-		if err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = registryTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
 }
 
 func (s *Store) GetRegistryEntry(ctx context.Context, id string) (*store.RegistryEntry, error) {
-	e, err := s.getRegistry(ctx, s.db, id)
+	e, err := registryTable.get(ctx, s.d, s.db, id)
 	return e, s.d.classify(err)
 }
 
 func (s *Store) ListRegistryEntries(ctx context.Context) ([]store.RegistryEntry, error) {
-	es, err := s.queryRegistry(ctx, s.db, "")
+	es, err := registryTable.list(ctx, s.d, s.db, "")
 	return es, s.d.classify(err)
 }
 
@@ -94,7 +88,7 @@ func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64,
 	var out *store.RegistryEntry
 	ch := audit("update", "plugin_registry_entry", id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		cur, err := s.getRegistry(ctx, tx, id)
+		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
 		}
@@ -119,10 +113,7 @@ func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64,
 		if n == 0 {
 			return store.ErrStaleRevision
 		}
-		out, err = s.getRegistry(ctx, tx, id)
-		if err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = registryTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -137,7 +128,7 @@ func (s *Store) registryRefs(ctx context.Context, tx querier, id string) ([]stor
 	for _, c := range chains {
 		refs = append(refs, store.Reference{Kind: "plugin_chain_entry", ID: c.ID, Owner: c.PrincipalID})
 	}
-	ups, err := s.queryUpstreams(ctx, tx, "WHERE warmup_dialect_plugin = ? AND deleted_at IS NULL", id)
+	ups, err := upstreamTable.list(ctx, s.d, tx, "WHERE warmup_dialect_plugin = ? AND deleted_at IS NULL", id)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +150,7 @@ func (s *Store) registryRefs(ctx context.Context, tx querier, id string) ([]stor
 func (s *Store) RegistryReferences(ctx context.Context, id string) ([]store.Reference, error) {
 	var refs []store.Reference
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if _, err := s.getRegistry(ctx, tx, id); err != nil {
+		if _, err := registryTable.get(ctx, s.d, tx, id); err != nil {
 			return err
 		}
 		var err error
@@ -175,7 +166,7 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		// Lock the entry first: concurrent binders check it in their own
 		// transaction and wait for this one.
-		cur, err := s.getRegistry(ctx, tx, id)
+		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
 		}
@@ -238,9 +229,15 @@ func scanChainEntry(r scanner, e *store.ChainEntry) error {
 	return nil
 }
 
+// chainTable lists in no SQL order: queryChain sorts.
+var chainTable = &table[store.ChainEntry]{
+	sel: "SELECT " + chainCols + " FROM plugin_chain_entries ", byID: "WHERE id = ?",
+	scan: scanChainEntry, revision: func(e *store.ChainEntry) int64 { return e.Revision },
+}
+
 // queryChain returns entries in chain order: by principal, slot, position.
 func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
-	out, err := list(ctx, s.d, q, scanChainEntry, "SELECT "+chainCols+" FROM plugin_chain_entries "+where, args...)
+	out, err := chainTable.list(ctx, s.d, q, where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -260,11 +257,6 @@ func (s *Store) queryChain(ctx context.Context, q querier, where string, args ..
 	return out, nil
 }
 
-// getChainEntry reads one chain entry; ErrNotFound when there is none.
-func (s *Store) getChainEntry(ctx context.Context, q querier, id string) (*store.ChainEntry, error) {
-	return one(ctx, s.d, q, scanChainEntry, "SELECT "+chainCols+" FROM plugin_chain_entries WHERE id = ?", id)
-}
-
 // checkSlot verifies, inside tx, that a registry entry exists and supports
 // slot; on PostgreSQL it share-locks the row so a concurrent delete waits.
 func (s *Store) checkSlot(ctx context.Context, tx *sql.Tx, registryID, slot string) error {
@@ -273,7 +265,7 @@ func (s *Store) checkSlot(ctx context.Context, tx *sql.Tx, registryID, slot stri
 			return err
 		}
 	}
-	es, err := s.queryRegistry(ctx, tx, "WHERE r.id = ?", registryID)
+	es, err := registryTable.list(ctx, s.d, tx, "WHERE r.id = ?", registryID)
 	if err != nil {
 		return err
 	}
@@ -296,7 +288,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 	var out *store.ChainEntry
 	ch := audit("create", "plugin_chain_entry", id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		if e.WasmRegistryID == nil {
@@ -333,9 +325,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 			VALUES (?, ?, ?, NULL, ?, ?, ?, ?, 1, ?, ?)`, id, principalID, e.Slot, *e.WasmRegistryID, string(e.Config), pos, true, now, now); err != nil {
 			return err
 		}
-		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = chainTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -345,7 +335,7 @@ func (s *Store) ReorderChain(ctx context.Context, principalID, slot string, orde
 	var out []store.ChainEntry
 	ch := audit("reorder", "plugin_chain", principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		chain, err := s.queryChain(ctx, tx, "WHERE principal_id = ? AND slot = ?"+s.d.ForUpdate, principalID, slot)
@@ -387,7 +377,7 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	var out []store.ChainEntry
 	ch := audit("rebalance", "plugin_chain", principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		chain, err := s.queryChain(ctx, tx, "WHERE principal_id = ?"+s.d.ForUpdate, principalID)
@@ -435,16 +425,14 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 			return err
 		}
 		var err error
-		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = chainTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
 }
 
 func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
-	e, err := s.getChainEntry(ctx, s.db, id)
+	e, err := chainTable.get(ctx, s.d, s.db, id)
 	return e, s.d.classify(err)
 }
 
@@ -456,7 +444,7 @@ func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) e
 			return err
 		}
 		if n == 0 {
-			if _, err := s.getChainEntry(ctx, tx, id); err != nil {
+			if _, err := chainTable.get(ctx, s.d, tx, id); err != nil {
 				return err
 			}
 			return store.ErrStaleRevision

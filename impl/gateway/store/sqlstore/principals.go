@@ -31,21 +31,18 @@ func scanPrincipal(r scanner, p *store.Principal) error {
 	return nil
 }
 
-func (s *Store) queryPrincipals(ctx context.Context, q querier, where string, args ...any) ([]store.Principal, error) {
-	return list(ctx, s.d, q, scanPrincipal, "SELECT "+principalCols+" FROM principals "+where+" ORDER BY created_at, id", args...)
-}
-
-func (s *Store) getPrincipal(ctx context.Context, q querier, id string) (*store.Principal, error) {
-	p, err := one(ctx, s.d, q, scanPrincipal, "SELECT "+principalCols+" FROM principals WHERE id = ? ORDER BY created_at, id", id)
-	return p, s.d.classify(err)
+var principalTable = &table[store.Principal]{
+	sel: "SELECT " + principalCols + " FROM principals ", byID: "WHERE id = ?", order: " ORDER BY created_at, id",
+	scan: scanPrincipal, revision: func(p *store.Principal) int64 { return p.Revision },
 }
 
 func (s *Store) GetPrincipal(ctx context.Context, id string) (*store.Principal, error) {
-	return s.getPrincipal(ctx, s.db, id)
+	p, err := principalTable.get(ctx, s.d, s.db, id)
+	return p, s.d.classify(err)
 }
 
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	ps, err := s.queryPrincipals(ctx, s.db, "")
+	ps, err := principalTable.list(ctx, s.d, s.db, "")
 	return ps, s.d.classify(err)
 }
 
@@ -93,9 +90,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 			return err
 		}
 		var err error
-		if out, err = s.getPrincipal(ctx, tx, id); err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = principalTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -109,9 +104,7 @@ func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, se
 			return err
 		}
 		var err error
-		if out, err = s.getPrincipal(ctx, tx, id); err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = principalTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err

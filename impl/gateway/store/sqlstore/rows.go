@@ -52,3 +52,32 @@ func one[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], qu
 	}
 	return &vs[0], nil
 }
+
+// table is how one kind of row is read: the SELECT up to its WHERE clause,
+// the clause picking one live row by id, the ORDER BY of lists, the row
+// scanner and, for a revisioned row, where its revision is.
+type table[T any] struct {
+	sel, byID, order string
+	scan             scanFunc[T]
+	revision         func(*T) int64
+}
+
+// list reads the rows matching where (a WHERE clause, or empty).
+func (tb *table[T]) list(ctx context.Context, d *Dialect, q querier, where string, args ...any) ([]T, error) {
+	return list(ctx, d, q, tb.scan, tb.sel+where+tb.order, args...)
+}
+
+// get reads one live row; store.ErrNotFound when there is none.
+func (tb *table[T]) get(ctx context.Context, d *Dialect, q querier, id string) (*T, error) {
+	return one(ctx, d, q, tb.scan, tb.sel+tb.byID+tb.order, id)
+}
+
+// reread reads back the row a change wrote, inside the change's
+// transaction, and notes its new revision for the audit entry.
+func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx *sql.Tx, ch *change, id string) (*T, error) {
+	v, err := tb.get(ctx, d, tx, id)
+	if err == nil {
+		ch.revision = tb.revision(v)
+	}
+	return v, err
+}

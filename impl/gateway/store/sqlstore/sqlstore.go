@@ -169,19 +169,19 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 			return err
 		}
 		var err error
-		if cfg.Upstreams, err = s.queryUpstreams(ctx, tx, "WHERE deleted_at IS NULL"); err != nil {
+		if cfg.Upstreams, err = upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL"); err != nil {
 			return err
 		}
-		if cfg.Principals, err = s.queryPrincipals(ctx, tx, ""); err != nil {
+		if cfg.Principals, err = principalTable.list(ctx, s.d, tx, ""); err != nil {
 			return err
 		}
-		if cfg.Keys, err = s.queryKeys(ctx, tx, "WHERE revoked_at IS NULL"); err != nil {
+		if cfg.Keys, err = keyTable.list(ctx, s.d, tx, "WHERE revoked_at IS NULL"); err != nil {
 			return err
 		}
 		if cfg.Chains, err = s.queryChain(ctx, tx, ""); err != nil {
 			return err
 		}
-		cfg.Plugins, err = s.queryRegistry(ctx, tx, "")
+		cfg.Plugins, err = registryTable.list(ctx, s.d, tx, "")
 		return err
 	})
 	if err != nil {

@@ -36,21 +36,18 @@ func scanUpstream(r scanner, u *store.Upstream) error {
 	return nil
 }
 
-func (s *Store) queryUpstreams(ctx context.Context, q querier, where string, args ...any) ([]store.Upstream, error) {
-	return list(ctx, s.d, q, scanUpstream, "SELECT "+upstreamCols+" FROM upstreams "+where+" ORDER BY created_at, id", args...)
-}
-
-func (s *Store) getUpstream(ctx context.Context, q querier, id string) (*store.Upstream, error) {
-	u, err := one(ctx, s.d, q, scanUpstream, "SELECT "+upstreamCols+" FROM upstreams WHERE id = ? AND deleted_at IS NULL ORDER BY created_at, id", id)
-	return u, s.d.classify(err)
+var upstreamTable = &table[store.Upstream]{
+	sel: "SELECT " + upstreamCols + " FROM upstreams ", byID: "WHERE id = ? AND deleted_at IS NULL", order: " ORDER BY created_at, id",
+	scan: scanUpstream, revision: func(u *store.Upstream) int64 { return u.SpecRevision },
 }
 
 func (s *Store) GetUpstream(ctx context.Context, id string) (*store.Upstream, error) {
-	return s.getUpstream(ctx, s.db, id)
+	u, err := upstreamTable.get(ctx, s.d, s.db, id)
+	return u, s.d.classify(err)
 }
 
 func (s *Store) ListUpstreams(ctx context.Context) ([]store.Upstream, error) {
-	us, err := s.queryUpstreams(ctx, s.db, "WHERE deleted_at IS NULL")
+	us, err := upstreamTable.list(ctx, s.d, s.db, "WHERE deleted_at IS NULL")
 	return us, s.d.classify(err)
 }
 
@@ -79,9 +76,7 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		if err != nil {
 			return err
 		}
-		if out, err = s.getUpstream(ctx, tx, id); err == nil {
-			ch.revision = out.SpecRevision
-		}
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -104,9 +99,7 @@ func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int
 			return err
 		}
 		var err error
-		if out, err = s.getUpstream(ctx, tx, id); err == nil {
-			ch.revision = out.SpecRevision
-		}
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -160,7 +153,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "upstream", id)
 	return s.tx(ctx, ch, func(tx *sql.Tx) error {
-		u, err := s.getUpstream(ctx, tx, id)
+		u, err := upstreamTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
 		}
@@ -264,9 +257,7 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		if out, err = s.getUpstream(ctx, tx, id); err == nil {
-			ch.revision = out.SpecRevision
-		}
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
