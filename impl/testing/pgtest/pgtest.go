@@ -48,11 +48,7 @@ func name() string {
 // (search_path); the schema is dropped when the test ends.
 func Schema(t TB) string {
 	t.Helper()
-	base := URL(t)
-	n := name()
-	exec(t, base, "CREATE SCHEMA "+n)
-	t.Cleanup(func() { drop(base, "DROP SCHEMA "+n+" CASCADE") })
-	u := parse(t, base)
+	u, n := create(t, "CREATE SCHEMA %s", "DROP SCHEMA %s CASCADE")
 	q := u.Query()
 	q.Set("search_path", n)
 	u.RawQuery = q.Encode()
@@ -64,13 +60,20 @@ func Schema(t TB) string {
 // to a database, not a schema.
 func Database(t TB) string {
 	t.Helper()
-	base := URL(t)
-	n := name()
-	exec(t, base, "CREATE DATABASE "+n)
-	t.Cleanup(func() { drop(base, "DROP DATABASE "+n+" WITH (FORCE)") })
-	u := parse(t, base)
+	u, n := create(t, "CREATE DATABASE %s", "DROP DATABASE %s WITH (FORCE)")
 	u.Path = "/" + n
 	return u.String()
+}
+
+// create runs the create statement for a fresh name on the server, arranges
+// the drop, and returns the server's URL to derive the test's URL from.
+func create(t TB, createStmt, dropStmt string) (*url.URL, string) {
+	t.Helper()
+	base := URL(t)
+	n := name()
+	exec(t, base, fmt.Sprintf(createStmt, n))
+	t.Cleanup(func() { drop(base, fmt.Sprintf(dropStmt, n)) })
+	return parse(t, base), n
 }
 
 func parse(t TB, base string) *url.URL {
