@@ -14,44 +14,20 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/sim/provider"
 )
 
-// fakeClock is the load generator's clock in tests: it moves only when a
+// newFakeClock is the load generator's clock in tests: it moves only when a
 // test server says so, and announces every reading so a server can wait
 // until the client has taken its measurement.
-type fakeClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	reads chan struct{}
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Unix(1_000_000, 0), reads: make(chan struct{}, 1024)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	t := c.now
-	c.mu.Unlock()
-	select {
-	case c.reads <- struct{}{}:
-	default:
-	}
-	return t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_000_000, 0)) }
 
 // awaitRead blocks until the client reads the clock; the bound only turns a
 // broken measurement into a failure instead of a hung test.
-func (c *fakeClock) awaitRead(t *testing.T) {
+func awaitRead(t *testing.T, c *fakeclock.Clock) {
 	select {
-	case <-c.reads:
+	case <-c.Reads():
 	case <-time.After(10 * time.Second):
 		t.Error("the client never read the clock")
 	}
@@ -68,7 +44,7 @@ func TestOnceMeasuresToLastByteAndToFirstEvent(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		clock := newFakeClock()
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			clock.awaitRead(t) // the client's start reading
+			awaitRead(t, clock) // the client's start reading
 			clock.Advance(2 * time.Millisecond)
 			if !stream {
 				io.WriteString(w, messageJSON)
@@ -77,7 +53,7 @@ func TestOnceMeasuresToLastByteAndToFirstEvent(t *testing.T) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, event("message_start"))
 			w.(http.Flusher).Flush()
-			clock.awaitRead(t) // the client has the first event and reads the clock now
+			awaitRead(t, clock) // the client has the first event and reads the clock now
 			clock.Advance(5 * time.Millisecond)
 			io.WriteString(w, event("content_block_delta")+event("message_stop"))
 		}))

@@ -24,6 +24,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
 var binDir = flag.String("bin-dir", "", "directory holding the built binaries (default: <module root>/bin)")
@@ -82,29 +84,11 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Proc is a running binary.
 type Proc struct {
 	Name    string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *lockedbuf.Buffer
 	done    chan struct{}
 	secrets []string
 }
@@ -124,7 +108,7 @@ func Start(name, bin string, args []string, env map[string]string, secrets ...st
 
 // spawn starts bin with a minimal environment plus env, its output kept.
 func spawn(name, bin string, args []string, env map[string]string) *Proc {
-	p := &Proc{Name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Proc{Name: name, out: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range env {

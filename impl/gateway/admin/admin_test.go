@@ -22,6 +22,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
 const token = "test-admin-token"
@@ -37,7 +38,7 @@ type env struct {
 	dbPath string
 	rt     *snapshot.Runtime
 	box    *secret.Box
-	logs   *lockedBuffer
+	logs   *lockedbuf.Buffer
 	// getenvCalls counts reads of the server environment.
 	getenvMu    sync.Mutex
 	getenvCalls map[string]int
@@ -69,23 +70,6 @@ func (r runtimeAdapter) Info() admin.SnapshotInfo {
 	return admin.SnapshotInfo{Generation: s.Generation, BuiltAt: s.BuiltAt, Upstreams: u, Principals: p, Keys: k}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serverEnv is the environment api_key_env reads from.
 var serverEnv = map[string]string{"ANTHROPIC_KEY": "sk-ant-from-env-0123456789", "OTHER_KEY": "sk-ant-other-9876543210",
 	"PROXY_MASTER_KEY": "master-key-never-sent", "PROXY_ADMIN_TOKEN": "admin-token-never-sent", "MY_ADMIN_TOKEN": "provider-token-never-sent",
@@ -108,7 +92,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		t.Fatal(err)
 	}
 	rt := snapshot.NewRuntime(st, box, nil, func() time.Time { return now })
-	e := &env{t: t, st: st, dbPath: dbPath, rt: rt, box: box, logs: &lockedBuffer{}, getenvCalls: map[string]int{}}
+	e := &env{t: t, st: st, dbPath: dbPath, rt: rt, box: box, logs: &lockedbuf.Buffer{}, getenvCalls: map[string]int{}}
 	var apiStore store.Store = st
 	if o.wrap != nil {
 		apiStore = o.wrap(st)

@@ -139,10 +139,7 @@ func (a *api) requestEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]RequestEventResponse, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
-			UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
-			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
-			CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis})
+		out = append(out, requestEventResponse(e)) // the request log's conversion (requestlog.go)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -8,25 +8,17 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
-// start is the beginning of a minute (and of an hour).
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+// newClock starts at the beginning of a minute (and of an hour).
+func newClock() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 func parse(t *testing.T, s string) []limits.Limit {
 	t.Helper()
@@ -66,7 +58,7 @@ func TestParse(t *testing.T) {
 
 func TestRequestsSlidingWindow(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.now})
+	l := limits.New(limits.Options{Now: clk.Now})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":3}]`)
 	for i := 0; i < 3; i++ {
 		if r := l.Admit("pr_a", ls); r != nil {
@@ -87,11 +79,11 @@ func TestRequestsSlidingWindow(t *testing.T) {
 		t.Fatal("another principal refused")
 	}
 	// At the next window's start the previous one still weighs fully.
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	if l.Admit("pr_a", ls) == nil {
 		t.Fatal("a burst at the window boundary went through twice")
 	}
-	clk.add(20*time.Second + time.Millisecond)
+	clk.Advance(20*time.Second + time.Millisecond)
 	if r := l.Admit("pr_a", ls); r != nil {
 		t.Fatalf("refused after the retry-after: %+v", r)
 	}
@@ -99,7 +91,7 @@ func TestRequestsSlidingWindow(t *testing.T) {
 		t.Fatal("estimate 2 + 1 admitted over max 3")
 	}
 	// Refused requests are not counted: two windows later everything is free.
-	clk.add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	for i := 0; i < 3; i++ {
 		if r := l.Admit("pr_a", ls); r != nil {
 			t.Fatalf("request %d after two windows refused: %+v", i, r)
@@ -109,7 +101,7 @@ func TestRequestsSlidingWindow(t *testing.T) {
 
 func TestTokensAndSeveralLimits(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.now})
+	l := limits.New(limits.Options{Now: clk.Now})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":100},{"kind":"tokens","window_secs":3600,"max":1000}]`)
 	if l.Admit("pr_a", ls) != nil {
 		t.Fatal("first request refused")
@@ -149,8 +141,8 @@ func openSQLite(t *testing.T) store.Store {
 func TestReplicasShareCounts(t *testing.T) {
 	st := openSQLite(t)
 	clk := newClock()
-	a := limits.New(limits.Options{Store: st, Now: clk.now})
-	b := limits.New(limits.Options{Store: st, Now: clk.now})
+	a := limits.New(limits.Options{Store: st, Now: clk.Now})
+	b := limits.New(limits.Options{Store: st, Now: clk.Now})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":4},{"kind":"tokens","window_secs":60,"max":1000}]`)
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
@@ -167,7 +159,7 @@ func TestReplicasShareCounts(t *testing.T) {
 		t.Fatal("replicas admitted past the cluster-wide limit after syncing")
 	}
 	// Tokens counted on one replica refuse on the other.
-	clk.add(3 * time.Minute)
+	clk.Advance(3 * time.Minute)
 	if a.Admit("pr_a", ls) != nil {
 		t.Fatal("refused in a fresh window")
 	}
@@ -201,7 +193,7 @@ func TestSyncFailureKeepsCounts(t *testing.T) {
 	st := &failing{Store: openSQLite(t), fail: true}
 	clk := newClock()
 	var logs bytes.Buffer
-	a := limits.New(limits.Options{Store: st, Now: clk.now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	a := limits.New(limits.Options{Store: st, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ls := parse(t, `[{"kind":"requests","window_secs":3600,"max":2}]`)
 	ctx := context.Background()
 	a.Admit("pr_a", ls)
@@ -224,7 +216,7 @@ func TestSyncFailureKeepsCounts(t *testing.T) {
 	if !strings.Contains(logs.String(), "synced again") {
 		t.Fatalf("recovery not logged:\n%s", logs.String())
 	}
-	rows, err := st.Store.SyncLimitWindows(ctx, nil, clk.now())
+	rows, err := st.Store.SyncLimitWindows(ctx, nil, clk.Now())
 	if err != nil || len(rows) != 1 || rows[0].Count != 2 {
 		t.Fatalf("stored %v (%v), want one window with 2", rows, err)
 	}
@@ -232,7 +224,7 @@ func TestSyncFailureKeepsCounts(t *testing.T) {
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rows, _ := st.Store.SyncLimitWindows(ctx, nil, clk.now()); rows[0].Count != 2 {
+	if rows, _ := st.Store.SyncLimitWindows(ctx, nil, clk.Now()); rows[0].Count != 2 {
 		t.Fatalf("count %d after a second sync, want 2", rows[0].Count)
 	}
 }

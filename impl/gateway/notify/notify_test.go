@@ -3,28 +3,18 @@ package notify
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-func databaseURL(t *testing.T) string {
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is required in CI (scripts/postgres.sh starts one)")
-		}
-		t.Skip("TEST_DATABASE_URL not set")
-	}
-	return u
-}
+	"github.com/pillarhq/pillar/impl/testing/pgtest"
+)
 
 // P-RUNTIME-3: notifications arrive; a killed session is re-established and
 // announces itself with an empty-payload callback (missed changes).
 func TestListenerDeliversAndReconnects(t *testing.T) {
-	url := databaseURL(t)
+	url := pgtest.URL(t)
 	old := PingInterval
 	PingInterval = 150 * time.Millisecond
 	t.Cleanup(func() { PingInterval = old })

@@ -9,11 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,18 +22,13 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	_ "modernc.org/sqlite"
+
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
+	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
 // fast is a retry class for tests: the seed's shape with millisecond delays.
 var fast = RetryClass{Name: "fast", MaxAttempts: 3, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func openSQLite(t testing.TB, path string) *sql.DB {
 	t.Helper()
@@ -73,37 +65,8 @@ var sqliteDriver = driver{
 }
 
 var postgresDriver = driver{
-	name: "postgres",
-	shared: func(t testing.TB) string {
-		base := os.Getenv("TEST_DATABASE_URL")
-		if base == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("TEST_DATABASE_URL is required in CI")
-			}
-			t.Skip("TEST_DATABASE_URL not set")
-		}
-		ctx := context.Background()
-		name := fmt.Sprintf("s_%d_%d", time.Now().UnixNano()%1e12, schemaSeq.Add(1))
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if c, err := pgx.Connect(ctx, base); err == nil {
-				c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
-				c.Close(ctx)
-			}
-		})
-		u, _ := url.Parse(base)
-		q := u.Query()
-		q.Set("search_path", name)
-		u.RawQuery = q.Encode()
-		return u.String()
-	},
+	name:   "postgres",
+	shared: func(t testing.TB) string { return pgtest.Schema(t) },
 	open: func(t testing.TB, dsn string, types []Type, o Options) (*Scheduler, error) {
 		pool, err := pgxpool.New(context.Background(), dsn)
 		if err != nil {
@@ -113,8 +76,6 @@ var postgresDriver = driver{
 		return NewPostgres(context.Background(), pool, types, o)
 	},
 }
-
-var schemaSeq atomic.Int64
 
 // eachDriver runs one test body against every driver.
 func eachDriver(t *testing.T, body func(t *testing.T, d driver)) {
@@ -308,7 +269,7 @@ func TestCronOneJobPerTickAcrossReplicas(t *testing.T) { eachDriver(t, testCronO
 
 func testCronOneJobPerTick(t *testing.T, d driver) {
 	path := d.shared(t)
-	clk := &clock{t: time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC))
 	var runs atomic.Int64
 	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
 		runs.Add(1)
@@ -355,7 +316,7 @@ func TestNextRunAtFromTheJobTable(t *testing.T) { eachDriver(t, testNextRunAt) }
 
 func testNextRunAt(t *testing.T, d driver) {
 	tick := time.Now().Truncate(time.Hour) // due in River's (real) time
-	clk := &clock{t: tick.Add(30 * time.Minute)}
+	clk := fakeclock.New(tick.Add(30 * time.Minute))
 	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
 		return OutcomeDone, nil
 	}}

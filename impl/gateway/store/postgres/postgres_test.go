@@ -2,11 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"net/url"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,55 +11,14 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
+	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
-func databaseURL(t *testing.T) string {
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is required in CI (scripts/postgres.sh starts one); the PostgreSQL suite must not be skipped")
-		}
-		t.Skip("TEST_DATABASE_URL not set; run: export TEST_DATABASE_URL=$(bash scripts/postgres.sh)")
-	}
-	return u
-}
-
-var schemaSeq atomic.Int64
-
-// freshSchema creates an empty schema and returns a URL whose connections
-// use it, so every test gets its own database namespace.
-func freshSchema(t *testing.T, base string) string {
-	t.Helper()
-	name := fmt.Sprintf("t_%d_%d", time.Now().UnixNano()%1e12, schemaSeq.Add(1))
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE SCHEMA " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", base)
-		if err == nil {
-			db.Exec("DROP SCHEMA " + name + " CASCADE")
-			db.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func TestExercise(t *testing.T) {
-	base := databaseURL(t)
-	storetest.Exercise(t, func(t *testing.T, clk *storetest.Clock) store.Store {
-		st, err := postgres.Open(context.Background(), freshSchema(t, base), postgres.Options{Now: clk.Now, MaxConns: 8})
+	pgtest.URL(t) // skips (or fails in CI) before any subtest starts
+	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
+		st, err := postgres.Open(context.Background(), pgtest.Schema(t), postgres.Options{Now: clk.Now, MaxConns: 8})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +29,7 @@ func TestExercise(t *testing.T) {
 // Replicas starting at once migrate once: the advisory lock serialises them.
 func TestConcurrentMigrations(t *testing.T) {
 	t.Parallel()
-	u := freshSchema(t, databaseURL(t))
+	u := pgtest.Schema(t)
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
 		go func() {
@@ -96,7 +50,7 @@ func TestConcurrentMigrations(t *testing.T) {
 // Time columns are timestamps on PostgreSQL (unix seconds on SQLite).
 func TestTimeColumnsAreTimestamps(t *testing.T) {
 	t.Parallel()
-	u := freshSchema(t, databaseURL(t))
+	u := pgtest.Schema(t)
 	st, err := postgres.Open(context.Background(), u, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,41 +65,13 @@ func TestTimeColumnsAreTimestamps(t *testing.T) {
 	}
 }
 
-// freshDatabase creates an empty database and returns its URL. Notifications
-// are scoped to a database, so a listener on it hears only its own test.
-func freshDatabase(t *testing.T, base string) string {
-	t.Helper()
-	name := fmt.Sprintf("t_%d_%d", time.Now().UnixNano()%1e12, schemaSeq.Add(1))
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", base)
-		if err == nil {
-			db.Exec("DROP DATABASE " + name + " WITH (FORCE)")
-			db.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
 // P-RUNTIME-3: every configuration transaction announces its new generation
 // on the configuration channel when it commits; background writes, request
 // events and rolled-back (stale) mutations announce nothing. Notifications
 // arrive in commit order, so the payloads must be exactly 1, 2, 3.
 func TestConfigChangesNotify(t *testing.T) {
 	t.Parallel()
-	u := freshDatabase(t, databaseURL(t))
+	u := pgtest.Database(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := postgres.Open(ctx, u, postgres.Options{})

@@ -9,10 +9,11 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 func TestExercise(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T, clk *storetest.Clock) store.Store {
+	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
 		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -23,7 +24,7 @@ func TestExercise(t *testing.T) {
 
 // The private in-memory database passes the same suite (one connection).
 func TestExerciseInMemory(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T, clk *storetest.Clock) store.Store {
+	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
 		st, err := sqlite.Open(context.Background(), sqlite.Memory, sqlite.Options{Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)

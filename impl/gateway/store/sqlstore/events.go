@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"strings"
 	"time"
 
@@ -56,24 +58,128 @@ func (s *Store) SearchRequestEvents(ctx context.Context, q store.EventQuery) ([]
 // AggregateRequestEvents implements store.EventReader with the same grouping
 // as RollupUsage, without writing anything.
 func (s *Store) AggregateRequestEvents(ctx context.Context, from, to time.Time) ([]store.UsageRollup, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, COUNT(*),
+	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, COUNT(*),
 		SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_input_tokens),
 		SUM(cache_read_input_tokens)
 		FROM request_events WHERE at >= ? AND at < ?
 		GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model
-		ORDER BY bucket, principal_id, upstream_id, model`), s.d.t(from), s.d.t(to))
-	if err != nil {
-		return nil, s.d.classify(err)
+		ORDER BY bucket, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
+	return rs, s.d.classify(err)
+}
+
+func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestEvent) error {
+	if len(events) == 0 {
+		return nil
 	}
-	defer rows.Close()
-	out := []store.UsageRollup{}
-	for rows.Next() {
-		var r store.UsageRollup
-		if err := rows.Scan(reqTime{&r.BucketStart}, &r.PrincipalID, &r.UpstreamID, &r.Model, &r.Requests, &r.Errors,
-			&r.InputTokens, &r.OutputTokens, &r.CacheCreationInputTokens, &r.CacheReadInputTokens); err != nil {
-			return nil, err
+	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
+			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
+		if err != nil {
+			return err
 		}
-		out = append(out, r)
+		defer stmt.Close()
+		// The newest use of each (principal, upstream) pair feeds
+		// upstream_affinity, upserted in the same transaction.
+		latest := map[[2]string]time.Time{}
+		for _, e := range events {
+			if e.UpstreamID != "" && e.PrincipalID != "" {
+				k := [2]string{e.PrincipalID, e.UpstreamID}
+				if e.At.After(latest[k]) {
+					latest[k] = e.At
+				}
+			}
+		}
+		for k, at := range latest {
+			if _, err := s.exec(ctx, tx, `INSERT INTO upstream_affinity (principal_id, upstream_id, last_used_at) VALUES (?, ?, ?)
+				ON CONFLICT (principal_id, upstream_id) DO UPDATE SET last_used_at = excluded.last_used_at
+				WHERE upstream_affinity.last_used_at < excluded.last_used_at`, k[0], k[1], s.d.t(at)); err != nil {
+				return err
+			}
+		}
+		for _, e := range events {
+			if e.ID == "" {
+				e.ID = store.NewID("ev")
+			}
+			if _, err := stmt.ExecContext(ctx, e.ID, s.d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
+				e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
+				e.DurationMillis); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]store.RequestEvent, error) {
+	if limit <= 0 {
+		limit = 100
 	}
-	return out, s.d.classify(rows.Err())
+	return s.queryRequestEvents(ctx, `WHERE at >= ?`, s.d.t(since), limit)
+}
+
+func scanEvent(r scanner, e *store.RequestEvent) error {
+	return r.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
+		&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
+		&e.DurationMillis)
+}
+
+// queryRequestEvents reads request events matching cond (a WHERE clause
+// with ? placeholders, or empty), newest first, at most the last argument.
+func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
+	es, err := list(ctx, s.d, s.db, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms
+		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`, args...)
+	return es, s.d.classify(err)
+}
+
+func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, error) {
+	from = from.UTC().Truncate(time.Hour)
+	to = to.UTC().Truncate(time.Hour)
+	if !to.After(from) {
+		to = from.Add(time.Hour)
+	}
+	var n int64
+	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "DELETE FROM usage_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
+			return err
+		}
+		var err error
+		n, err = s.exec(ctx, tx, `INSERT INTO usage_rollups (bucket_start, principal_id, upstream_id, model, requests, errors,
+			input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens)
+			SELECT `+s.d.HourBucket+`, principal_id, upstream_id, model, COUNT(*), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END),
+			SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_input_tokens), SUM(cache_read_input_tokens)
+			FROM request_events WHERE at >= ? AND at < ?
+			GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
+		return err
+	})
+	return n, err
+}
+
+// scanRollup reads an hourly usage row, stored (usage_rollups) or computed
+// (AggregateRequestEvents): both select the same columns in this order.
+func scanRollup(r scanner, u *store.UsageRollup) error {
+	return r.Scan(reqTime{&u.BucketStart}, &u.PrincipalID, &u.UpstreamID, &u.Model, &u.Requests, &u.Errors,
+		&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens)
+}
+
+func (s *Store) ListUsageRollups(ctx context.Context, since time.Time) ([]store.UsageRollup, error) {
+	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT bucket_start, principal_id, upstream_id, model, requests, errors, input_tokens,
+		output_tokens, cache_creation_input_tokens, cache_read_input_tokens FROM usage_rollups WHERE bucket_start >= ?
+		ORDER BY bucket_start, principal_id, upstream_id, model`, s.d.t(since.UTC().Truncate(time.Hour)))
+	return rs, s.d.classify(err)
+}
+
+var pruneColumn = map[string]string{"request_events": "at", "audit_log": "at", "upstream_affinity": "last_used_at"}
+
+func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int64, error) {
+	col, ok := pruneColumn[table]
+	if !ok {
+		return 0, fmt.Errorf("prune: %q is not prunable", table)
+	}
+	res, err := s.db.ExecContext(ctx, s.d.rebind("DELETE FROM "+table+" WHERE "+col+" < ?"), s.d.t(before))
+	if err != nil {
+		return 0, s.d.classify(err)
+	}
+	return res.RowsAffected()
 }

@@ -11,27 +11,19 @@ import (
 const keepaliveCols = `id, principal_id, session_hash, upstream_id, model, generation, ttl_secs, turn_started_at, anchor_at,
 	expires_at, refreshes, refresh_budget, snapshot, state, stop_reason, updated_at`
 
-func (s *Store) getKeepAlive(ctx context.Context, q querier, where string, args ...any) (*store.KeepAliveSession, error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT "+keepaliveCols+" FROM keepalive_sessions "+where), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return nil, store.ErrNotFound
-	}
-	var k store.KeepAliveSession
+func scanKeepAlive(r scanner, k *store.KeepAliveSession) error {
 	var ttl int64
-	if err := rows.Scan(&k.ID, &k.PrincipalID, &k.SessionHash, &k.UpstreamID, &k.Model, &k.Generation, &ttl,
+	if err := r.Scan(&k.ID, &k.PrincipalID, &k.SessionHash, &k.UpstreamID, &k.Model, &k.Generation, &ttl,
 		reqTime{&k.TurnStartedAt}, reqTime{&k.AnchorAt}, reqTime{&k.ExpiresAt}, &k.Refreshes, &k.RefreshBudget,
 		&k.Snapshot, &k.State, &k.StopReason, reqTime{&k.UpdatedAt}); err != nil {
-		return nil, err
+		return err
 	}
 	k.TTL = time.Duration(ttl) * time.Second
-	return &k, nil
+	return nil
+}
+
+func (s *Store) getKeepAlive(ctx context.Context, q querier, where string, args ...any) (*store.KeepAliveSession, error) {
+	return one(ctx, s.d, q, scanKeepAlive, "SELECT "+keepaliveCols+" FROM keepalive_sessions "+where, args...)
 }
 
 func (s *Store) UpsertKeepAliveSession(ctx context.Context, in store.KeepAliveSession) (*store.KeepAliveSession, error) {

@@ -28,20 +28,12 @@ func (s *Store) SyncLimitWindows(ctx context.Context, deltas []store.LimitWindow
 		if _, err := s.exec(ctx, tx, "DELETE FROM limit_windows WHERE expires_at <= ?", now.Unix()); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT principal_id, kind, window_secs, window_start, count FROM limit_windows
-			WHERE expires_at > ? ORDER BY principal_id, kind, window_secs, window_start`), now.Unix())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var w store.LimitWindow
-			if err := rows.Scan(&w.PrincipalID, &w.Kind, &w.WindowSecs, &w.Start, &w.Count); err != nil {
-				return err
-			}
-			out = append(out, w)
-		}
-		return rows.Err()
+		var err error
+		out, err = list(ctx, s.d, tx, func(r scanner, w *store.LimitWindow) error {
+			return r.Scan(&w.PrincipalID, &w.Kind, &w.WindowSecs, &w.Start, &w.Count)
+		}, `SELECT principal_id, kind, window_secs, window_start, count FROM limit_windows
+			WHERE expires_at > ? ORDER BY principal_id, kind, window_secs, window_start`, now.Unix())
+		return err
 	})
 	return out, err
 }

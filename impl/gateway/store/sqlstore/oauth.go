@@ -20,55 +20,41 @@ func (s *Store) CreateOAuthFlow(ctx context.Context, f store.OAuthFlow) error {
 	})
 }
 
+func scanFlow(r scanner, f *store.OAuthFlow) error {
+	return r.Scan(&f.State, &f.UpstreamID, &f.Verifier, &f.RedirectURI, reqTime{&f.CreatedAt}, reqTime{&f.ExpiresAt})
+}
+
 func (s *Store) TakeOAuthFlow(ctx context.Context, state string, now time.Time) (*store.OAuthFlow, error) {
-	var f store.OAuthFlow
+	var f *store.OAuthFlow
 	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
 		// DELETE … RETURNING: of two concurrent completions only one gets the row.
-		return tx.QueryRowContext(ctx, s.d.rebind(`DELETE FROM oauth_flows WHERE state = ?
-			RETURNING state, upstream_id, verifier, redirect_uri, created_at, expires_at`), state).
-			Scan(&f.State, &f.UpstreamID, &f.Verifier, &f.RedirectURI, reqTime{&f.CreatedAt}, reqTime{&f.ExpiresAt})
+		var err error
+		f, err = one(ctx, s.d, tx, scanFlow, `DELETE FROM oauth_flows WHERE state = ?
+			RETURNING state, upstream_id, verifier, redirect_uri, created_at, expires_at`, state)
+		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
 	if err != nil {
 		return nil, err
 	}
 	if !now.Before(f.ExpiresAt) {
 		return nil, store.ErrNotFound
 	}
-	return &f, nil
+	return f, nil
 }
 
 const quotaCols = `upstream_id, credential_version, polled_at, observed_at, five_hour_utilization, five_hour_resets_at,
 	seven_day_utilization, seven_day_resets_at, extra_usage, coupon_reported, coupon_available, coupon_id, coupon_expires_at,
 	account_uuid, identity_version, fence_id, fence_state, fence_at, fence_resolved_at`
 
-func (s *Store) getQuota(ctx context.Context, q querier, id string, lock bool) (*store.QuotaObservation, error) {
-	query := "SELECT " + quotaCols + " FROM upstream_quota WHERE upstream_id = ?"
-	if lock && s.d.Name == "postgres" {
-		query += " FOR UPDATE"
-	}
-	rows, err := q.QueryContext(ctx, s.d.rebind(query), id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return nil, store.ErrNotFound
-	}
-	var o store.QuotaObservation
+func scanQuota(r scanner, o *store.QuotaObservation) error {
 	var extra, couponID, account, fenceID, fenceState sql.NullString
 	var identity sql.NullInt64
 	var fenceAt, fenceResolved *time.Time
-	if err := rows.Scan(&o.UpstreamID, &o.CredentialVersion, reqTime{&o.PolledAt}, reqTime{&o.ObservedAt},
+	if err := r.Scan(&o.UpstreamID, &o.CredentialVersion, reqTime{&o.PolledAt}, reqTime{&o.ObservedAt},
 		&o.FiveHour.Utilization, timeCol{&o.FiveHour.ResetsAt}, &o.SevenDay.Utilization, timeCol{&o.SevenDay.ResetsAt},
 		&extra, &o.CouponReported, &o.CouponAvailable, &couponID, timeCol{&o.CouponExpiresAt},
 		&account, &identity, &fenceID, &fenceState, timeCol{&fenceAt}, timeCol{&fenceResolved}); err != nil {
-		return nil, err
+		return err
 	}
 	if extra.Valid {
 		o.ExtraUsage = []byte(extra.String)
@@ -77,7 +63,15 @@ func (s *Store) getQuota(ctx context.Context, q querier, id string, lock bool) (
 	if fenceState.Valid && fenceAt != nil {
 		o.Fence = &store.CouponFence{ID: fenceID.String, State: fenceState.String, AcquiredAt: *fenceAt, ResolvedAt: fenceResolved}
 	}
-	return &o, nil
+	return nil
+}
+
+func (s *Store) getQuota(ctx context.Context, q querier, id string, lock bool) (*store.QuotaObservation, error) {
+	query := "SELECT " + quotaCols + " FROM upstream_quota WHERE upstream_id = ?"
+	if lock && s.d.Name == "postgres" {
+		query += " FOR UPDATE"
+	}
+	return one(ctx, s.d, q, scanQuota, query, id)
 }
 
 func (s *Store) GetQuota(ctx context.Context, upstreamID string) (*store.QuotaObservation, error) {
@@ -203,18 +197,22 @@ func (s *Store) ResolveCouponFence(ctx context.Context, upstreamID, fenceID, out
 }
 
 func (s *Store) GetWarmupState(ctx context.Context, upstreamID string) (*store.WarmupState, error) {
-	w := &store.WarmupState{UpstreamID: upstreamID}
-	var cycle, reset, owner sql.NullString
-	err := s.db.QueryRowContext(ctx, s.d.rebind(`SELECT cycle_key, cycle_written_at, reset_cycle_key, reset_recorded_at, lease_owner, lease_until
-		FROM upstream_warmup WHERE upstream_id = ?`), upstreamID).
-		Scan(&cycle, timeCol{&w.CycleWrittenAt}, &reset, timeCol{&w.ResetRecordedAt}, &owner, timeCol{&w.LeaseUntil})
-	if errors.Is(err, sql.ErrNoRows) {
-		return w, nil
+	w, err := one(ctx, s.d, s.db, func(r scanner, w *store.WarmupState) error {
+		var cycle, reset, owner sql.NullString
+		if err := r.Scan(&cycle, timeCol{&w.CycleWrittenAt}, &reset, timeCol{&w.ResetRecordedAt}, &owner, timeCol{&w.LeaseUntil}); err != nil {
+			return err
+		}
+		w.CycleKey, w.ResetCycleKey, w.LeaseOwner = cycle.String, reset.String, owner.String
+		return nil
+	}, `SELECT cycle_key, cycle_written_at, reset_cycle_key, reset_recorded_at, lease_owner, lease_until
+		FROM upstream_warmup WHERE upstream_id = ?`, upstreamID)
+	if errors.Is(err, store.ErrNotFound) {
+		return &store.WarmupState{UpstreamID: upstreamID}, nil // never warmed: the empty state
 	}
 	if err != nil {
 		return nil, s.d.classify(err)
 	}
-	w.CycleKey, w.ResetCycleKey, w.LeaseOwner = cycle.String, reset.String, owner.String
+	w.UpstreamID = upstreamID
 	return w, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"sort"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -16,39 +15,23 @@ const registryCols = `r.id, r.name, r.version, r.digest, r.slots, r.size_bytes, 
 	(SELECT count(*) FROM plugin_chain_entries c WHERE c.wasm_registry_id = r.id) +
 	(SELECT count(*) FROM upstreams u WHERE u.warmup_dialect_plugin = r.id AND u.deleted_at IS NULL)`
 
-func (s *Store) queryRegistry(ctx context.Context, q querier, where string, args ...any) ([]store.RegistryEntry, error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT "+registryCols+" FROM plugin_registry r "+where+" ORDER BY r.created_at, r.id"), args...)
-	if err != nil {
-		return nil, err
+func scanRegistry(r scanner, e *store.RegistryEntry) error {
+	var version sql.NullString
+	var slots string
+	if err := r.Scan(&e.ID, &e.Name, &version, &e.Digest, &slots, &e.SizeBytes, &e.Revision, reqTime{&e.CreatedAt},
+		reqTime{&e.UpdatedAt}, &e.Refcount); err != nil {
+		return err
 	}
-	defer rows.Close()
-	out := []store.RegistryEntry{}
-	for rows.Next() {
-		var e store.RegistryEntry
-		var version sql.NullString
-		var slots string
-		if err := rows.Scan(&e.ID, &e.Name, &version, &e.Digest, &slots, &e.SizeBytes, &e.Revision, reqTime{&e.CreatedAt},
-			reqTime{&e.UpdatedAt}, &e.Refcount); err != nil {
-			return nil, err
-		}
-		if version.Valid {
-			e.Version = &version.String
-		}
-		_ = json.Unmarshal([]byte(slots), &e.Slots)
-		out = append(out, e)
+	if version.Valid {
+		e.Version = &version.String
 	}
-	return out, rows.Err()
+	_ = json.Unmarshal([]byte(slots), &e.Slots)
+	return nil
 }
 
-func (s *Store) getRegistry(ctx context.Context, q querier, id string) (*store.RegistryEntry, error) {
-	es, err := s.queryRegistry(ctx, q, "WHERE r.id = ?", id)
-	if err != nil {
-		return nil, err
-	}
-	if len(es) == 0 {
-		return nil, store.ErrNotFound
-	}
-	return &es[0], nil
+var registryTable = &table[store.RegistryEntry]{
+	sel: "SELECT " + registryCols + " FROM plugin_registry r ", byID: "WHERE r.id = ?", order: " ORDER BY r.created_at, r.id",
+	scan: scanRegistry, revision: func(e *store.RegistryEntry) int64 { return e.Revision },
 }
 
 func versionKey(v *string) string {
@@ -77,39 +60,35 @@ func (s *Store) CreateRegistryEntry(ctx context.Context, e store.RegistryEntry, 
 			return err
 		}
 		var err error
-		out, err = s.getRegistry(ctx, tx, id)
-		if err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = registryTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
 }
 
 func (s *Store) GetRegistryEntry(ctx context.Context, id string) (*store.RegistryEntry, error) {
-	e, err := s.getRegistry(ctx, s.db, id)
+	e, err := registryTable.get(ctx, s.d, s.db, id)
 	return e, s.d.classify(err)
 }
 
 func (s *Store) ListRegistryEntries(ctx context.Context) ([]store.RegistryEntry, error) {
-	es, err := s.queryRegistry(ctx, s.db, "")
+	es, err := registryTable.list(ctx, s.d, s.db, "")
 	return es, s.d.classify(err)
 }
 
 func (s *Store) RegistryModule(ctx context.Context, id string) ([]byte, error) {
-	var m []byte
-	err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT module FROM plugin_registry WHERE id = ?"), id).Scan(&m)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
+	m, err := one(ctx, s.d, s.db, func(r scanner, m *[]byte) error { return r.Scan(m) }, "SELECT module FROM plugin_registry WHERE id = ?", id)
+	if err != nil {
+		return nil, s.d.classify(err)
 	}
-	return m, s.d.classify(err)
+	return *m, nil
 }
 
 func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64, name, version *string) (*store.RegistryEntry, error) {
 	var out *store.RegistryEntry
 	ch := audit("update", "plugin_registry_entry", id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		cur, err := s.getRegistry(ctx, tx, id)
+		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
 		}
@@ -134,10 +113,7 @@ func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64,
 		if n == 0 {
 			return store.ErrStaleRevision
 		}
-		out, err = s.getRegistry(ctx, tx, id)
-		if err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = registryTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -152,7 +128,7 @@ func (s *Store) registryRefs(ctx context.Context, tx querier, id string) ([]stor
 	for _, c := range chains {
 		refs = append(refs, store.Reference{Kind: "plugin_chain_entry", ID: c.ID, Owner: c.PrincipalID})
 	}
-	ups, err := s.queryUpstreams(ctx, tx, "WHERE warmup_dialect_plugin = ? AND deleted_at IS NULL", id)
+	ups, err := upstreamTable.list(ctx, s.d, tx, "WHERE warmup_dialect_plugin = ? AND deleted_at IS NULL", id)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +150,7 @@ func (s *Store) registryRefs(ctx context.Context, tx querier, id string) ([]stor
 func (s *Store) RegistryReferences(ctx context.Context, id string) ([]store.Reference, error) {
 	var refs []store.Reference
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if _, err := s.getRegistry(ctx, tx, id); err != nil {
+		if _, err := registryTable.get(ctx, s.d, tx, id); err != nil {
 			return err
 		}
 		var err error
@@ -190,7 +166,7 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		// Lock the entry first: concurrent binders check it in their own
 		// transaction and wait for this one.
-		cur, err := s.getRegistry(ctx, tx, id)
+		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
 		}
@@ -233,6 +209,54 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 
 // ---------------------------------------------------------------- chains
 
+const chainCols = `id, principal_id, slot, builtin, wasm_registry_id, config, position, enabled,
+	revision, created_at, updated_at`
+
+func scanChainEntry(r scanner, e *store.ChainEntry) error {
+	var builtin, wasm sql.NullString
+	var cfg string
+	if err := r.Scan(&e.ID, &e.PrincipalID, &e.Slot, &builtin, &wasm, &cfg, &e.Position, &e.Enabled, &e.Revision,
+		reqTime{&e.CreatedAt}, reqTime{&e.UpdatedAt}); err != nil {
+		return err
+	}
+	if builtin.Valid {
+		e.Builtin = &builtin.String
+	}
+	if wasm.Valid {
+		e.WasmRegistryID = &wasm.String
+	}
+	e.Config = json.RawMessage(cfg)
+	return nil
+}
+
+// chainTable lists in no SQL order: queryChain sorts.
+var chainTable = &table[store.ChainEntry]{
+	sel: "SELECT " + chainCols + " FROM plugin_chain_entries ", byID: "WHERE id = ?",
+	scan: scanChainEntry, revision: func(e *store.ChainEntry) int64 { return e.Revision },
+}
+
+// queryChain returns entries in chain order: by principal, slot, position.
+func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
+	out, err := chainTable.list(ctx, s.d, q, where, args...)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.PrincipalID != b.PrincipalID {
+			return a.PrincipalID < b.PrincipalID
+		}
+		if a.Slot != b.Slot {
+			return a.Slot < b.Slot
+		}
+		if a.Position != b.Position {
+			return a.Position < b.Position
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
+}
+
 // checkSlot verifies, inside tx, that a registry entry exists and supports
 // slot; on PostgreSQL it share-locks the row so a concurrent delete waits.
 func (s *Store) checkSlot(ctx context.Context, tx *sql.Tx, registryID, slot string) error {
@@ -241,7 +265,7 @@ func (s *Store) checkSlot(ctx context.Context, tx *sql.Tx, registryID, slot stri
 			return err
 		}
 	}
-	es, err := s.queryRegistry(ctx, tx, "WHERE r.id = ?", registryID)
+	es, err := registryTable.list(ctx, s.d, tx, "WHERE r.id = ?", registryID)
 	if err != nil {
 		return err
 	}
@@ -264,7 +288,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 	var out *store.ChainEntry
 	ch := audit("create", "plugin_chain_entry", id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		if e.WasmRegistryID == nil {
@@ -301,9 +325,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 			VALUES (?, ?, ?, NULL, ?, ?, ?, ?, 1, ?, ?)`, id, principalID, e.Slot, *e.WasmRegistryID, string(e.Config), pos, true, now, now); err != nil {
 			return err
 		}
-		if out, err = s.getChainEntry(ctx, tx, id); err == nil {
-			ch.revision = out.Revision
-		}
+		out, err = chainTable.reread(ctx, s.d, tx, ch, id)
 		return err
 	})
 	return out, err
@@ -313,7 +335,7 @@ func (s *Store) ReorderChain(ctx context.Context, principalID, slot string, orde
 	var out []store.ChainEntry
 	ch := audit("reorder", "plugin_chain", principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		chain, err := s.queryChain(ctx, tx, "WHERE principal_id = ? AND slot = ?"+s.d.ForUpdate, principalID, slot)
@@ -355,7 +377,7 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	var out []store.ChainEntry
 	ch := audit("rebalance", "plugin_chain", principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
-		if _, err := s.getPrincipal(ctx, tx, principalID); err != nil {
+		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
 		chain, err := s.queryChain(ctx, tx, "WHERE principal_id = ?"+s.d.ForUpdate, principalID)
@@ -384,20 +406,33 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	return out, err
 }
 
-// getChainEntry reads one chain entry; ErrNotFound when there is none.
-func (s *Store) getChainEntry(ctx context.Context, q querier, id string) (*store.ChainEntry, error) {
-	es, err := s.queryChain(ctx, q, "WHERE id = ?", id)
-	if err != nil {
+func (s *Store) ListChain(ctx context.Context, principalID string) ([]store.ChainEntry, error) {
+	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
 		return nil, err
 	}
-	if len(es) == 0 {
-		return nil, store.ErrNotFound
+	es, err := s.queryChain(ctx, s.db, "WHERE principal_id = ?", principalID)
+	return es, s.d.classify(err)
+}
+
+func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, config json.RawMessage, enabled bool) (*store.ChainEntry, error) {
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
 	}
-	return &es[0], nil
+	var out *store.ChainEntry
+	ch := audit("update", "plugin_chain_entry", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
+			return err
+		}
+		var err error
+		out, err = chainTable.reread(ctx, s.d, tx, ch, id)
+		return err
+	})
+	return out, err
 }
 
 func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
-	e, err := s.getChainEntry(ctx, s.db, id)
+	e, err := chainTable.get(ctx, s.d, s.db, id)
 	return e, s.d.classify(err)
 }
 
@@ -409,7 +444,7 @@ func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) e
 			return err
 		}
 		if n == 0 {
-			if _, err := s.getChainEntry(ctx, tx, id); err != nil {
+			if _, err := chainTable.get(ctx, s.d, tx, id); err != nil {
 				return err
 			}
 			return store.ErrStaleRevision

@@ -13,7 +13,7 @@ type sealedColumn struct {
 	kind   string
 	query  string
 	update string
-	scan   func(rows *sql.Rows, v *store.Sealed) (key []any, err error)
+	scan   func(r scanner, v *store.Sealed) (key []any, err error)
 }
 
 var sealedColumns = []sealedColumn{
@@ -21,7 +21,7 @@ var sealedColumns = []sealedColumn{
 		kind:   store.SealedUpstreamCredential,
 		query:  "SELECT id, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id",
 		update: "UPDATE upstreams SET credential = ? WHERE id = ?",
-		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
 			err := rows.Scan(&v.UpstreamID, &v.Ciphertext)
 			return []any{v.UpstreamID}, err
 		},
@@ -30,7 +30,7 @@ var sealedColumns = []sealedColumn{
 		kind:   store.SealedOAuthVerifier,
 		query:  "SELECT state, upstream_id, verifier FROM oauth_flows ORDER BY state",
 		update: "UPDATE oauth_flows SET verifier = ? WHERE state = ?",
-		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
 			err := rows.Scan(&v.State, &v.UpstreamID, &v.Ciphertext)
 			return []any{v.State}, err
 		},
@@ -41,7 +41,7 @@ var sealedColumns = []sealedColumn{
 		// placeholder byte (see keepalive.Service): nothing to re-seal.
 		query:  "SELECT id, principal_id, session_hash, upstream_id, generation, snapshot FROM keepalive_sessions ORDER BY id",
 		update: "UPDATE keepalive_sessions SET snapshot = ? WHERE id = ?",
-		scan: func(rows *sql.Rows, v *store.Sealed) ([]any, error) {
+		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
 			var id string
 			err := rows.Scan(&id, &v.PrincipalID, &v.SessionHash, &v.UpstreamID, &v.Generation, &v.Ciphertext)
 			return []any{id}, err
@@ -57,21 +57,14 @@ func (s *Store) ResealAll(ctx context.Context, reseal func(store.Sealed) ([]byte
 				key []any
 				v   store.Sealed
 			}
-			var todo []row
-			rows, err := tx.QueryContext(ctx, s.d.rebind(col.query))
-			if err != nil {
+			// Read the column to the end before writing: a connection
+			// cannot update while it is still streaming rows.
+			todo, err := list(ctx, s.d, tx, func(r scanner, x *row) (err error) {
+				x.v.Kind = col.kind
+				x.key, err = col.scan(r, &x.v)
 				return err
-			}
-			for rows.Next() {
-				r := row{v: store.Sealed{Kind: col.kind}}
-				if r.key, err = col.scan(rows, &r.v); err != nil {
-					rows.Close()
-					return err
-				}
-				todo = append(todo, r)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
+			}, col.query)
+			if err != nil {
 				return err
 			}
 			for _, r := range todo {

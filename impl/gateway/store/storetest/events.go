@@ -7,9 +7,107 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-func exerciseEventReader(t *testing.T, open Opener) {
+func exerciseEvents(t *testing.T, open Opener) {
+	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
+	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
+	t.Run("AuditAndAffinity", func(t *testing.T) { run(t, open, testAuditAndAffinity) })
 	t.Run("EventSearch", func(t *testing.T) { run(t, open, testEventSearch) })
 	t.Run("EventAggregate", func(t *testing.T) { run(t, open, testEventAggregate) })
+}
+
+func testEvents(t *testing.T, open Opener) {
+	b := setup(t, open)
+	base := b.clk.Now()
+	var evs []store.RequestEvent
+	for i := 0; i < 5; i++ {
+		evs = append(evs, store.RequestEvent{At: base.Add(time.Duration(i) * time.Minute), PrincipalID: "pr_1", KeyID: "key_1",
+			UpstreamID: "up_1", Model: "m", Stream: i%2 == 0, Status: 200, InputTokens: int64(i), OutputTokens: 2,
+			CacheCreationInputTokens: 3, CacheReadInputTokens: 4, DurationMillis: 5})
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got := must(b.st.ListRequestEvents(b.ctx, base.Add(2*time.Minute), 10))
+	if len(got) != 3 || got[0].InputTokens != 4 || !got[0].At.Equal(base.Add(4*time.Minute)) || !got[0].Stream || got[0].CacheReadInputTokens != 4 {
+		t.Fatalf("events %+v", got)
+	}
+	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
+		t.Fatal("limit ignored")
+	}
+}
+
+// P-JOB-2 (singletons' storage side): hourly rollups recomputed idempotently;
+// pruning removes only rows older than the cut-off.
+func testRollupAndPrune(t *testing.T, open Opener) {
+	b := setup(t, open)
+	hour := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	if err := b.st.InsertRequestEvents(b.ctx, usageEvents(hour)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // twice: idempotent
+		n := must(b.st.RollupUsage(b.ctx, hour, hour.Add(2*time.Hour)))
+		if n != 3 {
+			t.Fatalf("run %d: %d buckets, want 3", i, n)
+		}
+	}
+	checkUsageHours(t, must(b.st.ListUsageRollups(b.ctx, hour)), hour)
+	n := must(b.st.Prune(b.ctx, "request_events", hour.Add(30*time.Minute)))
+	if n != 2 {
+		t.Fatalf("pruned %d, want 2", n)
+	}
+	if left := must(b.st.ListRequestEvents(b.ctx, time.Time{}, 10)); len(left) != 2 {
+		t.Fatalf("left %d", len(left))
+	}
+	for _, table := range store.PrunableTables {
+		must(b.st.Prune(b.ctx, table, hour))
+	}
+	if _, err := b.st.Prune(b.ctx, "principals", hour); err == nil {
+		t.Fatal("pruned a configuration table")
+	}
+}
+
+// Every configuration change leaves an audit row with its actor; request
+// events keep upstream affinity current. Both are what pruning trims.
+func testAuditAndAffinity(t *testing.T, open Opener) {
+	b := setup(t, open)
+	ctx := store.WithActor(b.ctx, "alice")
+	u := must(b.st.CreateUpstream(ctx, apiKeySpec("a")))
+	on := true
+	must(b.st.PatchUpstream(ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Enabled: &on}))
+	p := must(b.st.CreatePrincipal(b.ctx, principal("p")))
+	_, err := b.st.PatchUpstream(ctx, u.ID, 1, store.UpstreamPatch{Enabled: &on}) // stale: no audit row
+	wantErr(t, err, store.ErrStaleRevision)
+	es := must(b.st.ListAudit(b.ctx, time.Time{}, 10))
+	if len(es) != 3 {
+		t.Fatalf("audit %+v", es)
+	}
+	seen := map[string]string{}
+	for _, e := range es {
+		seen[e.ResourceKind+" "+e.Action+" "+e.ResourceID] = e.Actor
+	}
+	if seen["upstream create "+u.ID] != "alice" || seen["upstream update "+u.ID] != "alice" || seen["principal create "+p.ID] != "system" {
+		t.Fatalf("audit %v", seen)
+	}
+	t0 := b.clk.Now()
+	evs := []store.RequestEvent{
+		{At: t0, PrincipalID: p.ID, UpstreamID: u.ID, Model: "m", Status: 200},
+		{At: t0.Add(time.Minute), PrincipalID: p.ID, UpstreamID: u.ID, Model: "m", Status: 200},
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs[:1]); err != nil { // an older event never moves it back
+		t.Fatal(err)
+	}
+	if n := must(b.st.Prune(b.ctx, "upstream_affinity", t0.Add(30*time.Second))); n != 0 {
+		t.Fatalf("affinity at %v pruned: last use was not the newest event", t0)
+	}
+	if n := must(b.st.Prune(b.ctx, "upstream_affinity", t0.Add(2*time.Minute))); n != 1 {
+		t.Fatalf("affinity rows pruned %d, want 1", n)
+	}
+	if n := must(b.st.Prune(b.ctx, "audit_log", b.clk.Now().Add(time.Second))); n != 3 {
+		t.Fatalf("audit rows pruned %d, want 3", n)
+	}
 }
 
 // The request log: filters combine, pages follow (at, id) newest first,
@@ -81,17 +179,34 @@ func testEventSearch(t *testing.T, open Opener) {
 func testEventAggregate(t *testing.T, open Opener) {
 	b := setup(t, open)
 	hour := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	ev := func(at time.Time, principal string, status int, in int64) store.RequestEvent {
-		return store.RequestEvent{At: at, PrincipalID: principal, KeyID: "k", UpstreamID: "u", Model: "m", Status: status, InputTokens: in, OutputTokens: 1}
-	}
-	if err := b.st.InsertRequestEvents(b.ctx, []store.RequestEvent{
-		ev(hour.Add(5*time.Minute), "p1", 200, 10), ev(hour.Add(50*time.Minute), "p1", 500, 5),
-		ev(hour.Add(70*time.Minute), "p1", 200, 7), ev(hour.Add(10*time.Minute), "p2", 200, 1),
-		ev(hour.Add(130*time.Minute), "p1", 200, 100),
-	}); err != nil {
+	// One more event after the two hours: outside the range, not summed.
+	evs := append(usageEvents(hour), usageEvent(hour.Add(130*time.Minute), "p1", 200, 100))
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	got := must(b.st.AggregateRequestEvents(b.ctx, hour, hour.Add(2*time.Hour)))
+	checkUsageHours(t, must(b.st.AggregateRequestEvents(b.ctx, hour, hour.Add(2*time.Hour))), hour)
+	if n := len(must(b.st.ListUsageRollups(b.ctx, hour))); n != 0 {
+		t.Fatalf("aggregation wrote %d rollups", n)
+	}
+}
+
+func usageEvent(at time.Time, principal string, status int, in int64) store.RequestEvent {
+	return store.RequestEvent{At: at, PrincipalID: principal, KeyID: "k", UpstreamID: "u", Model: "m", Status: status, InputTokens: in, OutputTokens: 1}
+}
+
+// usageEvents are the events the rollup job and the live aggregation are
+// both checked against: in the first hour two of p1 (one failed) and one of
+// p2, in the second hour one of p1.
+func usageEvents(hour time.Time) []store.RequestEvent {
+	return []store.RequestEvent{
+		usageEvent(hour.Add(5*time.Minute), "p1", 200, 10), usageEvent(hour.Add(50*time.Minute), "p1", 500, 5),
+		usageEvent(hour.Add(70*time.Minute), "p1", 200, 7), usageEvent(hour.Add(10*time.Minute), "p2", 200, 1),
+	}
+}
+
+// checkUsageHours checks the hourly sums of usageEvents, in bucket order.
+func checkUsageHours(t *testing.T, got []store.UsageRollup, hour time.Time) {
+	t.Helper()
 	if len(got) != 3 {
 		t.Fatalf("buckets %+v", got)
 	}
@@ -101,8 +216,5 @@ func testEventAggregate(t *testing.T, open Opener) {
 	}
 	if !got[2].BucketStart.Equal(hour.Add(time.Hour)) || got[2].InputTokens != 7 {
 		t.Fatalf("second hour %+v", got[2])
-	}
-	if n := len(must(b.st.ListUsageRollups(b.ctx, hour))); n != 0 {
-		t.Fatalf("aggregation wrote %d rollups", n)
 	}
 }

@@ -1,0 +1,68 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+const keyCols = `id, principal_id, name, prefix, hash, created_at, revoked_at`
+
+// keyTable has no revision: keys are issued and revoked, never edited.
+var keyTable = &table[store.Key]{
+	sel: "SELECT " + keyCols + " FROM principal_keys ", byID: "WHERE id = ?", order: " ORDER BY created_at, id", scan: scanKey,
+}
+
+func scanKey(r scanner, k *store.Key) error {
+	return r.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt})
+}
+
+func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
+	if k.ID == "" {
+		k.ID = store.NewID("key")
+	}
+	k.CreatedAt = s.nowT()
+	k.RevokedAt = nil
+	err := s.tx(ctx, audit("issue", "key", k.ID), func(tx *sql.Tx) error {
+		if _, err := principalTable.get(ctx, s.d, tx, k.PrincipalID); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+			k.ID, k.PrincipalID, k.Name, k.Prefix, k.Hash, s.d.t(k.CreatedAt))
+		if err != nil && s.d.IsForeignKey != nil && s.d.IsForeignKey(err) {
+			// The principal was deleted after the check above.
+			return fmt.Errorf("principal %s: %w", k.PrincipalID, store.ErrNotFound)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, error) {
+	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
+		return nil, err
+	}
+	ks, err := keyTable.list(ctx, s.d, s.db, "WHERE principal_id = ?", principalID)
+	return ks, s.d.classify(err)
+}
+
+func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*store.Key, error) {
+	var out *store.Key
+	ch := audit("revoke", "key", keyID)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
+			s.d.t(s.nowT()), keyID, principalID)
+		if err != nil {
+			return err
+		}
+		ch.none = n == 0 // already revoked (or missing): not a change
+		out, err = one(ctx, s.d, tx, scanKey, keyTable.sel+"WHERE id = ? AND principal_id = ?"+keyTable.order, keyID, principalID)
+		return err
+	})
+	return out, err
+}

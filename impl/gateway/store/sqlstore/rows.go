@@ -1,0 +1,83 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// querier is a *sql.DB or a *sql.Tx: reads run alone or inside a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+// scanner is the row being read (*sql.Rows).
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// scanFunc reads the current row into v; each table has one, next to its
+// column list, so every read of the table decodes its rows alike.
+type scanFunc[T any] func(r scanner, v *T) error
+
+// list runs query (? placeholders, rebound for the dialect) and scans every
+// row. No rows is an empty, non-nil slice: lists render as [] in JSON.
+func list[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, d.rebind(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// one is list for a query meant to match a single row: the first row, or
+// store.ErrNotFound when none matched.
+func one[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], query string, args ...any) (*T, error) {
+	vs, err := list(ctx, d, q, scan, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) == 0 {
+		return nil, store.ErrNotFound
+	}
+	return &vs[0], nil
+}
+
+// table is how one kind of row is read: the SELECT up to its WHERE clause,
+// the clause picking one live row by id, the ORDER BY of lists, the row
+// scanner and, for a revisioned row, where its revision is.
+type table[T any] struct {
+	sel, byID, order string
+	scan             scanFunc[T]
+	revision         func(*T) int64
+}
+
+// list reads the rows matching where (a WHERE clause, or empty).
+func (tb *table[T]) list(ctx context.Context, d *Dialect, q querier, where string, args ...any) ([]T, error) {
+	return list(ctx, d, q, tb.scan, tb.sel+where+tb.order, args...)
+}
+
+// get reads one live row; store.ErrNotFound when there is none.
+func (tb *table[T]) get(ctx context.Context, d *Dialect, q querier, id string) (*T, error) {
+	return one(ctx, d, q, tb.scan, tb.sel+tb.byID+tb.order, id)
+}
+
+// reread reads back the row a change wrote, inside the change's
+// transaction, and notes its new revision for the audit entry.
+func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx *sql.Tx, ch *change, id string) (*T, error) {
+	v, err := tb.get(ctx, d, tx, id)
+	if err == nil {
+		ch.revision = tb.revision(v)
+	}
+	return v, err
+}

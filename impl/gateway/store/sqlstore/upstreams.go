@@ -1,0 +1,277 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
+	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
+	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused`
+
+func scanUpstream(r scanner, u *store.Upstream) error {
+	var dialect, applyErr, refreshErr sql.NullString
+	if err := r.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
+		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
+		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
+		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused); err != nil {
+		return err
+	}
+	if refreshErr.Valid {
+		u.Status.RefreshError = &refreshErr.String
+	}
+	if dialect.Valid {
+		u.WarmupDialectPlugin = &dialect.String
+	}
+	if applyErr.Valid {
+		u.Status.LastApplyError = &applyErr.String
+	}
+	if len(u.Credential) == 0 {
+		u.Credential = nil
+	}
+	return nil
+}
+
+var upstreamTable = &table[store.Upstream]{
+	sel: "SELECT " + upstreamCols + " FROM upstreams ", byID: "WHERE id = ? AND deleted_at IS NULL", order: " ORDER BY created_at, id",
+	scan: scanUpstream, revision: func(u *store.Upstream) int64 { return u.SpecRevision },
+}
+
+func (s *Store) GetUpstream(ctx context.Context, id string) (*store.Upstream, error) {
+	u, err := upstreamTable.get(ctx, s.d, s.db, id)
+	return u, s.d.classify(err)
+}
+
+func (s *Store) ListUpstreams(ctx context.Context) ([]store.Upstream, error) {
+	us, err := upstreamTable.list(ctx, s.d, s.db, "WHERE deleted_at IS NULL")
+	return us, s.d.classify(err)
+}
+
+func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*store.Upstream, error) {
+	id := spec.ID
+	if id == "" {
+		id = store.NewID("up")
+	}
+	now := s.nowT()
+	var out *store.Upstream
+	ch := audit("create", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		var cred any
+		if spec.Credential != nil {
+			cred = spec.Credential
+		}
+		version := 0
+		if spec.Credential != nil {
+			version = 1
+		}
+		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
+			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
+			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL)
+		if err != nil {
+			return err
+		}
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Upstream, error) {
+	return s.updateUpstreamChecked(ctx, id, expect, nil, set, args...)
+}
+
+func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int64, check func(*sql.Tx) error, set string, args ...any) (*store.Upstream, error) {
+	var out *store.Upstream
+	ch := audit("update", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		if check != nil {
+			if err := check(tx); err != nil {
+				return err
+			}
+		}
+		if err := s.optimistic(ctx, tx, "upstreams", "spec_revision", " AND deleted_at IS NULL", id, expect, set, args); err != nil {
+			return err
+		}
+		var err error
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
+	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?"
+	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL}
+	if spec.Credential != nil {
+		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
+		args = append(args, spec.Credential, spec.CredentialKind)
+	}
+	return s.updateUpstream(ctx, id, expect, set, args...)
+}
+
+func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p store.UpstreamPatch) (*store.Upstream, error) {
+	set := "id = id"
+	var args []any
+	add := func(col string, v any) {
+		set += ", " + col + " = ?"
+		args = append(args, v)
+	}
+	if p.Name != nil {
+		add("name", *p.Name)
+	}
+	if p.BaseURL != nil {
+		add("base_url", *p.BaseURL)
+	}
+	if p.Enabled != nil {
+		add("enabled", *p.Enabled)
+	}
+	if p.WarmupEnabled != nil {
+		add("warmup_enabled", *p.WarmupEnabled)
+	}
+	if p.SetWarmupDialect {
+		var v any
+		if p.WarmupDialectPlugin != nil {
+			v = *p.WarmupDialectPlugin
+		}
+		add("warmup_dialect_plugin", v)
+	}
+	var check func(*sql.Tx) error
+	if p.SetWarmupDialect && p.WarmupDialectPlugin != nil {
+		// The binding is checked in the update's transaction, so a plugin
+		// deleted meanwhile cannot end up bound.
+		check = func(tx *sql.Tx) error { return s.checkSlot(ctx, tx, *p.WarmupDialectPlugin, store.SlotWarmupDialect) }
+	}
+	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
+}
+
+func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
+	ch := audit("delete", "upstream", id)
+	return s.tx(ctx, ch, func(tx *sql.Tx) error {
+		u, err := upstreamTable.get(ctx, s.d, tx, id)
+		if err != nil {
+			return err
+		}
+		if expect != store.AnyRevision && u.SpecRevision != expect {
+			return store.ErrStaleRevision
+		}
+		ch.revision = u.SpecRevision
+		// The entries are read under a share lock (PostgreSQL) so a chain
+		// update still in flight is waited for and seen, and none can
+		// start until this delete commits.
+		chains, err := s.queryChain(ctx, tx, s.d.ForShare)
+		if err != nil {
+			return err
+		}
+		var refs []store.Reference
+		for _, e := range chains {
+			if configNamesUpstream(e.Config, id) {
+				refs = append(refs, store.Reference{Kind: "plugin_chain_entry", ID: e.ID, Owner: e.PrincipalID})
+			}
+		}
+		if len(refs) > 0 {
+			return &store.ReferencedError{References: refs}
+		}
+		n, err := s.exec(ctx, tx, "UPDATE upstreams SET deleted_at = ?, updated_at = ? WHERE id = ? AND deleted_at IS NULL AND spec_revision = ?",
+			s.d.t(s.nowT()), s.d.t(s.nowT()), id, u.SpecRevision)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrStaleRevision
+		}
+		return nil
+	})
+}
+
+func configNamesUpstream(cfg json.RawMessage, id string) bool {
+	var c struct {
+		UpstreamID  string   `json:"upstream_id"`
+		UpstreamIDs []string `json:"upstream_ids"`
+	}
+	if json.Unmarshal(cfg, &c) != nil {
+		return false
+	}
+	if c.UpstreamID == id {
+		return true
+	}
+	for _, u := range c.UpstreamIDs {
+		if u == id {
+			return true
+		}
+	}
+	return false
+}
+
+// SetUpstreamStatus writes the apply columns only: a rebuild holding a
+// stale read must not undo a warm-up stamp or a refresh failure written
+// meanwhile by their own writers.
+func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.UpstreamStatus) error {
+	var applyErr any
+	if st.LastApplyError != nil {
+		applyErr = *st.LastApplyError
+	}
+	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ? WHERE id = ? AND deleted_at IS NULL"),
+		applyErr, s.d.tp(st.LastApplyAt), id)
+	if err != nil {
+		return s.d.classify(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// RecordRefreshFailure writes the refresh columns only, and only while
+// the failed credential version is still the stored one.
+func (s *Store) RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.d.rebind(`UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
+		WHERE id = ? AND credential_version = ? AND deleted_at IS NULL`), msg, s.d.t(at), refused, id, credentialVersion)
+	if err != nil {
+		return false, s.d.classify(err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
+	var out *store.Upstream
+	ch := audit("set_credential", "upstream", id)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		var cred any
+		if ciphertext != nil {
+			cred = ciphertext
+		}
+		// A new credential starts with a clean refresh record.
+		n, err := s.exec(ctx, tx, `UPDATE upstreams SET credential = ?, credential_kind = ?, credential_version = credential_version + 1,
+			refresh_error = NULL, refresh_error_at = NULL, refresh_refused = ? WHERE id = ? AND deleted_at IS NULL`,
+			cred, kind, false, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		out, err = upstreamTable.reread(ctx, s.d, tx, ch, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error) {
+	var n int64
+	ch := audit("disable_oauth_warmup", "upstream", "*")
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+		var err error
+		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
+			WHERE kind = ? AND deleted_at IS NULL AND warmup_enabled = ?`, false, s.d.t(s.nowT()), store.KindVendorOAuth, true)
+		ch.none = n == 0 // nothing to disable: no new generation, no audit row
+		return err
+	})
+	return n, err
+}
