@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -32,7 +33,8 @@ func Usage(err error) error {
 	return &UsageError{Err: err}
 }
 
-// ExitCode prints err as "name: err" on stderr (unless already printed)
+// ExitCode prints err as "name: err" on stderr (a usage error: a line per
+// problem, unless already printed)
 // and returns the process's exit status: 0 without error, 2 for a usage
 // error, 1 otherwise.
 func ExitCode(name string, err error, stderr io.Writer) int {
@@ -45,7 +47,10 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 		return 1
 	}
 	if !u.Printed {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		// One line per problem, each as a lone error always read.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "%s: %s\n", name, line)
+		}
 	}
 	return 2
 }

@@ -16,7 +16,7 @@ func TestExitCode(t *testing.T) {
 	}{
 		{"nil", nil, 0, ""},
 		{"failure", errors.New("listen: busy"), 1, "bin: listen: busy\n"},
-		{"usage, every error", Usage(errors.Join(errors.New("--a: bad"), errors.New("--b: bad"))), 2, "bin: --a: bad\n--b: bad\n"},
+		{"usage, every error", Usage(errors.Join(errors.New("--a: bad"), errors.New("--b: bad"))), 2, "bin: --a: bad\nbin: --b: bad\n"},
 		{"usage wrapped", fmt.Errorf("x: %w", Usage(errors.New("bad"))), 2, "bin: x: bad\n"},
 		{"usage already printed", &UsageError{Err: errors.New("flag provided but not defined: -x"), Printed: true}, 2, ""},
 	} {
