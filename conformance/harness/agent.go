@@ -16,7 +16,7 @@ import (
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 )
 
-// AgentOptions configure a simulated pillar-agent.
+// AgentOptions configure a pillar-agent on simulated storage.
 type AgentOptions struct {
 	// Config is the agent configuration file's text.
 	Config string
@@ -30,7 +30,7 @@ type AgentOptions struct {
 	Args []string
 }
 
-// Agent is a running bin/pillar-agent on simulated storage.
+// Agent is a running bin/pillar-agent-sim on simulated storage.
 type Agent struct {
 	*Proc
 	Addr    string
