@@ -6,6 +6,10 @@ GO ?= go
 BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/pillarhq/pillar/impl/gateway/server.Version=$(VERSION)
+# pillar-csi: each binary's Main reads the Version of its product package
+# (-X of a package a binary does not link is ignored).
+PILLAR_PKG := github.com/pillarhq/pillar/impl/pillar
+PILLAR_LDFLAGS := -s -w -X $(PILLAR_PKG)/agent.Version=$(VERSION) -X $(PILLAR_PKG)/controller.Version=$(VERSION) -X $(PILLAR_PKG)/csinode.Version=$(VERSION)
 export CGO_ENABLED ?= 0
 
 PLUGINS := modelrouter pinrouter hostile dialect
@@ -20,9 +24,11 @@ build: ## Build every binary into bin/
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/proxy ./impl/cmd/proxy
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sim ./sim/cmd/sim
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/fakestorage ./sim/cmd/fakestorage
-	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-agent ./impl/cmd/pillar-agent
-	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-controller ./impl/cmd/pillar-controller
-	$(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/pillar-node ./impl/cmd/pillar-node
+	$(GO) build -trimpath -ldflags '$(PILLAR_LDFLAGS)' -o $(BIN)/pillar-agent ./impl/cmd/pillar-agent
+	$(GO) build -trimpath -ldflags '$(PILLAR_LDFLAGS)' -o $(BIN)/pillar-controller ./impl/cmd/pillar-controller
+	$(GO) build -trimpath -ldflags '$(PILLAR_LDFLAGS)' -o $(BIN)/pillar-node ./impl/cmd/pillar-node
+	$(GO) build -trimpath -ldflags '$(PILLAR_LDFLAGS)' -o $(BIN)/pillar-agent-sim ./conformance/cmd/pillar-agent-sim
+	$(GO) build -trimpath -ldflags '$(PILLAR_LDFLAGS)' -o $(BIN)/pillar-node-sim ./conformance/cmd/pillar-node-sim
 	@$(MAKE) --no-print-directory plugins
 
 # run and demo build only what they start (go build is incremental).
@@ -68,7 +74,7 @@ images: ## Build the container images offline (Docker engine started if needed)
 test-conformance: build ## Conformance suites against the real binaries
 	$(GO) test -count=1 -timeout 20m ./conformance/... -args -bin-dir=$(BIN)
 
-sanity: build ## csi-sanity (csi-test's sanity package) against pillar-agent (simulated storage), pillar-controller (standalone) and pillar-node (loop devices; root)
+sanity: build ## csi-sanity (csi-test's sanity package) against pillar-agent-sim (simulated storage), pillar-controller (standalone) and pillar-node-sim (loop devices; root)
 	$(GO) test -count=1 -v ./conformance/sanity/ -args -bin-dir=$(BIN) -ginkgo.no-color | grep -vE '^\s*(STEP|reusing|\[38)' | tail -40
 
 e2e-kernel: ## The agent on a real kernel under qemu: LVM, ZFS, nvmet, nvme connect (guest image cached)

@@ -5,6 +5,8 @@
 #   pillar/storage-base  the base plus LVM, ZFS userland, nvme-cli, mkfs, busybox
 #   pillar/proxy, pillar/sim, pillar/pillar-controller   FROM scratch
 #   pillar/pillar-agent, pillar/pillar-node   the storage base plus the binary
+#   pillar/pillar-agent-sim, pillar/pillar-node-sim   the same with the
+#                        simulators (conformance/cmd; the kind e2e runs them)
 #   pillar/busybox       Debian's static busybox (the charts' init image)
 # Every image is tagged by a hash of what it is made of (skipped when it
 # exists) and with a stable local tag the tests use (…:local, …:15-local).
@@ -74,7 +76,7 @@ build_image() {
   local name=$1 pkg=$2 from=$3 ctx h
   shift 3
   ctx=$(mktemp -d)
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$VERSION" -o "$ctx/$name" "$pkg"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$VERSION $pillar_version" -o "$ctx/$name" "$pkg"
   mkdir -p "$ctx/tmp"
   printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nCOPY tmp /tmp\nENTRYPOINT ["/usr/local/bin/%s"]\n' "$from" "$name" "$name" "$name" > "$ctx/Dockerfile"
   [ "$from" = scratch ] && sed -i "s|/usr/local/bin/$name|/$name|g" "$ctx/Dockerfile"
@@ -92,6 +94,9 @@ build_image() {
   rm -rf "$ctx"
 }
 VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
+# The pillar binaries' Main reads the Version of its product package.
+pillar_pkg=github.com/pillarhq/pillar/impl/pillar
+pillar_version="-X $pillar_pkg/agent.Version=$VERSION -X $pillar_pkg/controller.Version=$VERSION -X $pillar_pkg/csinode.Version=$VERSION"
 csi_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/pillar-csi/Chart.yaml)
 proxy_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/proxy/Chart.yaml)
 build_image proxy ./impl/cmd/proxy scratch "ghcr.io/pillarhq/pillar/proxy:$proxy_version"
@@ -99,6 +104,8 @@ build_image sim ./sim/cmd/sim scratch
 build_image pillar-controller ./impl/cmd/pillar-controller scratch "ghcr.io/pillarhq/pillar-csi/controller:$csi_version"
 build_image pillar-agent ./impl/cmd/pillar-agent pillar/storage-base:local "ghcr.io/pillarhq/pillar-csi/agent:$csi_version"
 build_image pillar-node ./impl/cmd/pillar-node pillar/storage-base:local "ghcr.io/pillarhq/pillar-csi/node:$csi_version"
+build_image pillar-agent-sim ./conformance/cmd/pillar-agent-sim pillar/storage-base:local
+build_image pillar-node-sim ./conformance/cmd/pillar-node-sim pillar/storage-base:local
 
 # ---- busybox ----------------------------------------------------------------
 # The charts' module-loading init containers name docker.io/library/busybox;
@@ -126,6 +133,8 @@ if [ "${1:-}" = --print-tags ]; then
   echo "PILLAR_AGENT=pillar/pillar-agent:local"
   echo "PILLAR_CONTROLLER=pillar/pillar-controller:local"
   echo "PILLAR_NODE=pillar/pillar-node:local"
+  echo "PILLAR_AGENT_SIM=pillar/pillar-agent-sim:local"
+  echo "PILLAR_NODE_SIM=pillar/pillar-node-sim:local"
   echo "BUSYBOX=pillar/busybox:local"
 fi
 step "images ready"

@@ -1,6 +1,7 @@
 package agent_test
 
-// The real pillar-agent binary on simulated storage (--sim-root): its
+// The real pillar-agent binary (pillar-agent-sim: the same Main with the
+// simulators, on simulated storage with --sim-root): its
 // configuration refusals, the gRPC API over both backends, exports that
 // survive restarts, degraded health, and mTLS.
 
@@ -83,7 +84,7 @@ var _ = Describe("Configuration", func() {
 	It("refuses to start on an invalid file", Label("S-AG-1", "S-AG-8"), func() {
 		f := filepath.Join(GinkgoT().TempDir(), "config.yaml")
 		Expect(os.WriteFile(f, []byte("backends:\n  - zfs: {pool: a}\n    extra: 1\n"), 0o644)).To(Succeed())
-		out, err := h.RunCommand(h.Bin("pillar-agent"), "--config", f, "--listen", h.FreeAddr(), "--sim-root", GinkgoT().TempDir())
+		out, err := h.RunCommand(h.Bin("pillar-agent-sim"), "--config", f, "--listen", h.FreeAddr(), "--sim-root", GinkgoT().TempDir())
 		Expect(err).To(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("backends[0].extra"))
 		Expect(out).NotTo(ContainSubstring("agent_started"))

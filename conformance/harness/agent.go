@@ -16,7 +16,7 @@ import (
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 )
 
-// AgentOptions configure a simulated pillar-agent.
+// AgentOptions configure a pillar-agent on simulated storage.
 type AgentOptions struct {
 	// Config is the agent configuration file's text.
 	Config string
@@ -30,7 +30,7 @@ type AgentOptions struct {
 	Args []string
 }
 
-// Agent is a running bin/pillar-agent on simulated storage.
+// Agent is a running bin/pillar-agent-sim on simulated storage.
 type Agent struct {
 	*Proc
 	Addr    string
@@ -38,7 +38,8 @@ type Agent struct {
 	opts    AgentOptions
 }
 
-// StartAgent starts pillar-agent with --sim-root and waits until it serves.
+// StartAgent starts pillar-agent-sim (pillar-agent with the simulators,
+// conformance/simnode) with --sim-root and waits until it serves.
 func StartAgent(o AgentOptions) *Agent {
 	dir := GinkgoT().TempDir()
 	if o.SimRoot == "" {
@@ -60,7 +61,7 @@ func StartAgent(o AgentOptions) *Agent {
 }
 
 func (a *Agent) launch() {
-	a.Proc = Start("pillar-agent", Bin("pillar-agent"), a.opts.Args, nil)
+	a.Proc = Start("pillar-agent", Bin("pillar-agent-sim"), a.opts.Args, nil)
 	Eventually(func() []map[string]any { return LogEvents(a.Proc, "msg", "agent_started") }, 20*time.Second, 50*time.Millisecond).
 		ShouldNot(BeEmpty(), "agent did not start:\n%s", a.Output())
 }
@@ -126,7 +127,7 @@ func StartAgentAt(o AgentOptions, dir string) *Agent {
 	if o.PoolSize != "" {
 		args = append(args, "--sim-pool-size", o.PoolSize)
 	}
-	a.Proc = StartDaemon("pillar-agent", Bin("pillar-agent"), args)
+	a.Proc = StartDaemon("pillar-agent", Bin("pillar-agent-sim"), args)
 	Eventually(func() []map[string]any { return LogEvents(a.Proc, "msg", "agent_started") }, 20*time.Second, 50*time.Millisecond).
 		ShouldNot(BeEmpty(), "agent did not start:\n%s", a.Output())
 	return a

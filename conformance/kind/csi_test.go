@@ -40,7 +40,10 @@ import (
 const simRoot = "/var/lib/pillar-sim"
 
 // csiValues are the chart values of the e2e: the defaults, plus the
-// agent and node on simulated storage through extraArgs and extraVolumes.
+// agent and node on simulated storage through extraArgs and extraVolumes,
+// run by their simulated variants (pillar-agent-sim, pillar-node-sim:
+// the product's Main with conformance/simnode; scripts/images.sh builds
+// them on the same base as the production images).
 func csiValues(extra map[string]any) map[string]any {
 	simVol := []any{map[string]any{"name": "sim", "hostPath": map[string]any{"path": simRoot, "type": "DirectoryOrCreate"}}}
 	simMount := []any{map[string]any{"name": "sim", "mountPath": simRoot}}
@@ -50,11 +53,13 @@ func csiValues(extra map[string]any) map[string]any {
 				map[string]any{"lvm": map[string]any{"volumeGroup": "vg0", "thinPool": "thin", "provisioningMode": "thin"}},
 				map[string]any{"zfs": map[string]any{"pool": "tank", "parentDataset": "k8s"}},
 			},
+			"image":             map[string]any{"repository": "pillar/pillar-agent-sim", "tag": "local"},
 			"extraArgs":         []any{"--sim-root=" + simRoot, "--sim-pool-size=20G"},
 			"extraVolumes":      simVol,
 			"extraVolumeMounts": simMount,
 		},
 		"node": map[string]any{
+			"image":             map[string]any{"repository": "pillar/pillar-node-sim", "tag": "local"},
 			"extraArgs":         []any{"--connector=loop", "--sim-root=" + simRoot, "--state-dir=" + simRoot + "/node"},
 			"extraVolumes":      simVol,
 			"extraVolumeMounts": simMount,

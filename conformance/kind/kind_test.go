@@ -49,9 +49,11 @@ var (
 // images the suite loads into the node: every image the two charts' pods
 // use with default values (tagged so by scripts/images.sh and
 // scripts/kind/sidecar-images.sh; a chart bump that the scripts do not
-// follow fails the load, loudly), and the test workloads'.
+// follow fails the load, loudly), the simulated agent and node that
+// csiValues runs, and the test workloads'.
 func images() []string {
-	out := []string{"pillar/sim:local", "pillar/postgres:15-local", "docker.io/library/busybox:1.38.0"}
+	out := []string{"pillar/sim:local", "pillar/postgres:15-local", "docker.io/library/busybox:1.38.0",
+		"pillar/pillar-agent-sim:local", "pillar/pillar-node-sim:local"}
 	for _, name := range []string{"pillar-csi", "proxy"} {
 		objs, err := charts.Render(name, nil)
 		Expect(err).NotTo(HaveOccurred(), name)

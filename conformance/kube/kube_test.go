@@ -2,9 +2,10 @@ package kube_test
 
 // The controller's Kubernetes side against a real API server (envtest;
 // scripts/kube-assets.sh builds kube-apiserver and etcd): the chart's CRDs
-// and webhook configurations installed as rendered, the manager running
-// the reconcilers and webhooks in process, and a real pillar-agent on
-// simulated storage behind the PillarAgent.
+// and webhook configurations installed as rendered, pillar-controller's
+// own Main (controller.Main: its flags, agent pool and manager) running
+// in process, its CSI service reached over its socket, and a real
+// pillar-agent on simulated storage behind the PillarAgent.
 
 import (
 	"context"
@@ -36,10 +37,8 @@ import (
 	"github.com/pillarhq/pillar/conformance/charts"
 	h "github.com/pillarhq/pillar/conformance/harness"
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
-	"github.com/pillarhq/pillar/impl/pillar/agentclient"
-	"github.com/pillarhq/pillar/impl/pillar/csicontroller"
+	"github.com/pillarhq/pillar/impl/pillar/controller"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
-	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
 )
 
 func TestKube(t *testing.T) {
@@ -53,7 +52,7 @@ var _ = Describe("controller", Ordered, func() {
 	var (
 		cl    client.Client
 		agent *h.Agent
-		csiCt *csicontroller.Server
+		csiCt csi.ControllerClient
 		ctx   = context.Background()
 	)
 
@@ -117,27 +116,8 @@ var _ = Describe("controller", Ordered, func() {
 			Config:   "backends:\n  - zfs: {pool: tank, parentDataset: k8s}\n  - lvm: {volumeGroup: vg0, thinPool: thin}\n",
 			PoolSize: "4G",
 		})
-		pool, err := agentclient.New("", "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pool.Close)
 		wo := env.WebhookInstallOptions
-		mctx, cancel := context.WithCancel(ctx)
-		DeferCleanup(cancel)
-		mgr, err := kubecontroller.NewManager(cfg, kubecontroller.Options{
-			Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0", InProcessReplicas: true,
-			WebhookPort: wo.LocalServingPort, WebhookHost: wo.LocalServingHost, WebhookCertDir: wo.LocalServingCertDir,
-			Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
-				csiCt = &csicontroller.Server{Stores: src, Agents: pool, Overrides: ov}
-				<-ctx.Done()
-				return nil
-			},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		go func() {
-			defer GinkgoRecover()
-			Expect(mgr.Start(mctx)).To(Succeed())
-		}()
-		Eventually(func() *csicontroller.Server { return csiCt }, 30*time.Second).ShouldNot(BeNil())
+		csiCt, _ = runController(cfg, []string{"--webhook-port", strconv.Itoa(wo.LocalServingPort), "--webhook-cert-dir", wo.LocalServingCertDir})
 
 		Expect(cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "storage-1"}})).To(Succeed())
 		host, port, _ := net.SplitHostPort(agent.Addr)
@@ -339,34 +319,16 @@ var _ = Describe("replicas", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}})).To(Succeed())
 		agent := h.StartAgent(h.AgentOptions{Config: "backends:\n  - zfs: {pool: tank}\n", PoolSize: "2G"})
-		pool, err := agentclient.New("", "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pool.Close)
 
 		type replica struct {
 			cancel  context.CancelFunc
-			csi     *csicontroller.Server
+			csi     csi.ControllerClient
 			elected chan struct{}
 		}
 		start := func() *replica {
 			r := &replica{elected: make(chan struct{})}
-			var mu = make(chan *csicontroller.Server, 1)
-			mctx, cancel := context.WithCancel(ctx)
-			r.cancel = cancel
-			DeferCleanup(cancel)
-			mgr, err := kubecontroller.NewManager(cfg, kubecontroller.Options{
-				Group: group, AgentPort: 9500, Agents: pool, MetricsAddr: "0", ProbeAddr: "0", InProcessReplicas: true,
-				LeaderElect: true, LeaderElectionNamespace: "storage",
-				Elected: func() { close(r.elected) },
-				Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
-					mu <- &csicontroller.Server{Stores: src, Agents: pool, Overrides: ov}
-					<-ctx.Done()
-					return nil
-				},
-			})
-			Expect(err).NotTo(HaveOccurred())
-			go func() { defer GinkgoRecover(); Expect(mgr.Start(mctx)).To(Succeed()) }()
-			Eventually(mu, 30*time.Second).Should(Receive(&r.csi))
+			r.csi, r.cancel = runController(cfg, []string{"--leader-elect", "--leader-election-namespace", "storage"},
+				controller.WithElected(func() { close(r.elected) }))
 			return r
 		}
 		a, b := start(), start()

@@ -1,8 +1,8 @@
 package node_test
 
-// pillar-node on this machine with the loop connector: real mkfs (ext4,
-// xfs), real mounts, read-only publishing, raw block volumes, online
-// expansion and clean teardown, driven through the CSI API of the real
+// pillar-node on this machine with the loop connector (pillar-node-sim):
+// real mkfs (ext4, xfs), real mounts, read-only publishing, raw block
+// volumes, online expansion and clean teardown, driven through the CSI API of the real
 // controller (standalone) and node binaries over a simulated agent.
 // Needs root (loop devices, mounts): the suite fails, not skips, without.
 
@@ -53,7 +53,7 @@ var _ = BeforeSuite(func() {
 	stores := filepath.Join(dir, "stores.yaml")
 	Expect(os.WriteFile(stores, []byte("stores:\n  - name: fast\n    agent: "+agent.Addr+"\n    backend: {lvm: {volumeGroup: vg0, thinPool: thin, provisioningMode: thin}}\n"), 0o644)).To(Succeed())
 	h.StartDaemon("pillar-controller", h.Bin("pillar-controller"), []string{"--standalone-stores", stores, "--csi-endpoint", "unix://" + dir + "/c.sock"})
-	h.StartDaemon("pillar-node", h.Bin("pillar-node"), []string{"--node-id", "worker-1", "--csi-endpoint", "unix://" + dir + "/n.sock",
+	h.StartDaemon("pillar-node", h.Bin("pillar-node-sim"), []string{"--node-id", "worker-1", "--csi-endpoint", "unix://" + dir + "/n.sock",
 		"--connector", "loop", "--sim-root", simRoot, "--state-dir", dir + "/node-state", "--host-nqn-file", dir + "/hostnqn"})
 	dial := func(sock string) *grpc.ClientConn {
 		Eventually(func() error { _, err := os.Stat(sock); return err }, 20*time.Second, 50*time.Millisecond).Should(Succeed())
@@ -226,7 +226,7 @@ var _ = Describe("two nodes", Ordered, func() {
 	var procB *h.Proc
 	BeforeAll(func() {
 		etcB := filepath.Join(dir, "node-b", "etc-nvme")
-		procB = h.StartDaemon("pillar-node-b", h.Bin("pillar-node"), []string{"--node-id", "worker-2", "--csi-endpoint", "unix://" + dir + "/nb.sock",
+		procB = h.StartDaemon("pillar-node-b", h.Bin("pillar-node-sim"), []string{"--node-id", "worker-2", "--csi-endpoint", "unix://" + dir + "/nb.sock",
 			"--connector", "loop", "--sim-root", simRoot, "--state-dir", dir + "/node-b/state",
 			"--host-nqn-file", etcB + "/hostnqn", "--host-id-file", etcB + "/hostid"})
 		Eventually(func() error { _, err := os.Stat(dir + "/nb.sock"); return err }, 20*time.Second, 50*time.Millisecond).Should(Succeed())

@@ -2,9 +2,10 @@ package sanity_test
 
 // kubernetes-csi's csi-sanity suite (csi-test's sanity package) against the
 // real binaries: pillar-agent on simulated storage, pillar-controller in
-// standalone mode, pillar-node with the loop connector, so staging runs
-// real mkfs and mount on loop devices (root needed; the suite fails, not
-// skips, without it). `make sanity` runs only this.
+// standalone mode, pillar-node with the loop connector (the agent and
+// node as pillar-agent-sim and pillar-node-sim: the product's Main with
+// conformance/simnode's options), so staging runs real mkfs and mount on
+// loop devices (root needed; the suite fails, not skips, without it). `make sanity` runs only this.
 
 import (
 	"os"
@@ -57,7 +58,7 @@ var _ = SynchronizedBeforeSuite(func() {
     backend: {lvm: {volumeGroup: vg0, thinPool: thin, provisioningMode: thin}}
 `), 0o644)).To(Succeed())
 	h.StartDaemon("pillar-controller", h.Bin("pillar-controller"), []string{"--standalone-stores", storesFile, "--csi-endpoint", config.ControllerAddress, "--log-level", "debug"})
-	h.StartDaemon("pillar-node", h.Bin("pillar-node"), []string{"--node-id", "sanity-node", "--csi-endpoint", config.Address,
+	h.StartDaemon("pillar-node", h.Bin("pillar-node-sim"), []string{"--node-id", "sanity-node", "--csi-endpoint", config.Address,
 		"--connector", "loop", "--sim-root", simRoot, "--state-dir", filepath.Join(dir, "node-state"), "--host-nqn-file", filepath.Join(dir, "hostnqn"), "--log-level", "debug"})
 	for _, s := range []string{"controller.sock", "node.sock"} {
 		Eventually(func() error { _, err := os.Stat(filepath.Join(dir, s)); return err }, 20*time.Second, 50*time.Millisecond).Should(Succeed())

@@ -117,7 +117,15 @@ func Metrics(reg prometheus.Registerer) grpc.UnaryServerInterceptor {
 		Help:    "Duration of CSI calls served by the driver, by method and gRPC status code.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"method", "grpc_status_code"})
-	reg.MustRegister(h)
+	// A second server on the same registry (controller replicas in one
+	// process, the envtest suite) shares the first one's histogram.
+	if err := reg.Register(h); err != nil {
+		are, ok := err.(prometheus.AlreadyRegisteredError)
+		if !ok {
+			panic(err)
+		}
+		h = are.ExistingCollector.(*prometheus.HistogramVec)
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)

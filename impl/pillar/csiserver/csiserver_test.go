@@ -48,6 +48,24 @@ func TestMetricsObservesCalls(t *testing.T) {
 	}
 }
 
+// Two servers on one registry (controller replicas in one process) share
+// the histogram instead of panicking on the second registration.
+func TestMetricsSharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, b := Metrics(reg), Metrics(reg)
+	info := &grpc.UnaryServerInfo{FullMethod: "/csi.v1.Controller/CreateVolume"}
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	a(context.Background(), nil, info, ok)
+	b(context.Background(), nil, info, ok)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mfs[0].GetMetric()[0].GetHistogram().GetSampleCount(); n != 2 {
+		t.Fatalf("%d samples, want 2 (one per server)", n)
+	}
+}
+
 // Topology is advertised only when asked for (issue 20.8).
 func TestIdentityAdvertisesTopology(t *testing.T) {
 	has := func(i *Identity) bool {

@@ -4,16 +4,26 @@ package logging
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 )
 
-// New is a JSON logger on stderr at level ("debug", "info", "warn",
-// "error").
-func New(level string) (*slog.Logger, error) {
+// New is a JSON logger on w (the command's stderr) at level ("debug",
+// "info", "warn", "error").
+func New(w io.Writer, level string) (*slog.Logger, error) {
+	lvl, err := Level(level)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// Level parses the --log-level flag (checked with the other flags,
+// before anything starts).
+func Level(level string) (slog.Level, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return lvl, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	return lvl, nil
 }
