@@ -1,0 +1,64 @@
+package harness
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	"github.com/pillarhq/pillar/conformance/harness/runner"
+)
+
+// One harness, two runners (CONTRIBUTING.md, "Runners"): a suite's specs
+// start binaries through Runner, which is the process runner unless the
+// suite offers its Mains (AllowInProcess) and the run asks for them.
+var runnerFlag = flag.String("runner", "", "how suites that allow it run the binaries: process (default) or inprocess; also CONFORMANCE_RUNNER")
+
+var (
+	runnerOnce sync.Once
+	chosen     runner.Runner
+	mains      map[string]runner.MainFunc
+)
+
+// AllowInProcess lets this suite run the binaries in the table (see
+// conformance/harness/mains) in-process when -runner=inprocess. Suites
+// whose specs crash binaries (SIGKILL, failpoints that exit) do not call
+// it. Call it from a package-level var, before any spec starts a binary.
+func AllowInProcess(table map[string]runner.MainFunc) bool {
+	mains = table
+	return true
+}
+
+// Runner is the suite's runner, chosen once per test binary.
+func Runner() runner.Runner {
+	runnerOnce.Do(func() {
+		proc := runner.Process{Dir: binDirPath()}
+		chosen = proc
+		kind := *runnerFlag
+		if kind == "" {
+			kind = os.Getenv("CONFORMANCE_RUNNER")
+		}
+		switch kind {
+		case "", "process":
+		case "inprocess":
+			if mains == nil {
+				fmt.Fprintln(GinkgoWriter, "harness: this suite runs real processes only (its specs crash binaries); -runner=inprocess ignored")
+				return
+			}
+			chosen = runner.InProcess{Mains: mains, Else: proc}
+		default:
+			Fail(fmt.Sprintf("-runner=%q: want process or inprocess", kind))
+		}
+	})
+	return chosen
+}
+
+func binDirPath() string {
+	if *binDir != "" {
+		return *binDir
+	}
+	return filepath.Join(ModuleRoot(), "bin")
+}
