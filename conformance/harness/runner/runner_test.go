@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The test binary doubles as the process runner's binary: with
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("RUNNER_HELPER") {
 	case "serve":
 		fmt.Println("ready secret-123 HOME=" + os.Getenv("HOME") + " LEAK=" + os.Getenv("RUNNER_LEAK"))
-		select {} // until a signal ends it
+		time.Sleep(time.Hour) // a daemon: until a signal ends it
 	case "fail":
 		fmt.Fprintln(os.Stderr, "bad flag")
 		os.Exit(3)
