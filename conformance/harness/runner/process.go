@@ -59,6 +59,14 @@ func (c *process) terminate()    { _ = c.cmd.Process.Signal(syscall.SIGTERM) }
 func (c *process) kill()         { _ = c.cmd.Process.Kill() }
 func (c *process) exitCode() int { return c.cmd.ProcessState.ExitCode() }
 
+// Pid is the process's id; 0 for a binary run in-process.
+func (p *Proc) Pid() int {
+	if c, ok := p.ctl.(*process); ok {
+		return c.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Release leaves a started process running after the caller exits (make
 // demo KEEP=1); it must log to Options.Log, since a pipe would close.
 func (p *Proc) Release() {
