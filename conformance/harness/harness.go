@@ -86,12 +86,12 @@ type Proc = runner.Proc
 // suite's runner (Runner); output is kept and printed, secrets redacted,
 // only when the spec fails.
 func Start(name, bin string, args []string, env map[string]string, secrets ...string) *Proc {
-	return runner.StartTB(GinkgoT(), Runner(), bin, args, runner.Options{Label: name, Env: env, Secrets: secrets})
+	return runner.StartTB(GinkgoT(), runnerFor(env), bin, args, runner.Options{Label: name, Env: env, Secrets: secrets})
 }
 
 // spawn starts bin with a minimal environment plus env, its output kept.
 func spawn(name, bin string, args []string, env map[string]string) *Proc {
-	p, err := Runner().Start(bin, args, runner.Options{Label: name, Env: env})
+	p, err := runnerFor(env).Start(bin, args, runner.Options{Label: name, Env: env})
 	Expect(err).NotTo(HaveOccurred())
 	return p
 }

@@ -62,3 +62,14 @@ func binDirPath() string {
 	}
 	return filepath.Join(ModuleRoot(), "bin")
 }
+
+// runnerFor is Runner, except that a proxy armed with a failpoint
+// (PROXY_FAILPOINTS: it exits the process at that point) always runs as a
+// process: in-process it would end the test binary.
+func runnerFor(env map[string]string) runner.Runner {
+	r := Runner()
+	if env["PROXY_FAILPOINTS"] != "" {
+		r = runner.Process{Dir: binDirPath()}
+	}
+	return r
+}
