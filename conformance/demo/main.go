@@ -26,10 +26,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{keep: os.Getenv("KEEP") != "", bin: "bin"}
+	bin := "bin"
 	if len(os.Args) > 1 {
-		d.bin = os.Args[1]
+		bin = os.Args[1]
 	}
+	// The demo's processes see the caller's environment, as they did
+	// from the shell.
+	d := &demo{keep: os.Getenv("KEEP") != "", runner: runner.Process{Dir: bin, InheritEnv: true}, out: os.Stdout, log: os.Stderr}
 	err := d.run(ctx)
 	if err != nil || !d.keep {
 		d.cleanup()
@@ -40,16 +43,17 @@ func main() {
 	}
 }
 
-// step and note print as scripts/lib.sh does.
-func step(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "\033[1m==> %s\033[0m\n", fmt.Sprintf(format, a...))
+// step prints as scripts/lib.sh's step does.
+func (d *demo) step(format string, a ...any) {
+	fmt.Fprintf(d.log, "\033[1m==> %s\033[0m\n", fmt.Sprintf(format, a...))
 }
 
 type demo struct {
-	keep  bool
-	bin   string
-	tmp   string
-	procs []*runner.Proc
+	keep     bool
+	runner   runner.Runner
+	out, log io.Writer // what the demo shows, and its steps
+	tmp      string
+	procs    []*runner.Proc
 }
 
 func (d *demo) cleanup() {
@@ -61,14 +65,13 @@ func (d *demo) cleanup() {
 	}
 }
 
-// start runs a binary with its output in tmp/<name>.log. The demo's
-// processes see the caller's environment, as they did from the shell.
+// start runs a binary with its output in tmp/<name>.log.
 func (d *demo) start(name string, args []string, env map[string]string) error {
 	log, err := os.Create(filepath.Join(d.tmp, name+".log"))
 	if err != nil {
 		return err
 	}
-	p, err := runner.Process{Dir: d.bin, InheritEnv: true}.Start(name, args, runner.Options{Env: env, Log: log})
+	p, err := d.runner.Start(name, args, runner.Options{Env: env, Log: log})
 	if err != nil {
 		return err
 	}
@@ -100,57 +103,57 @@ func (d *demo) run(ctx context.Context) error {
 	token := fmt.Sprintf("demo-admin-%d", time.Now().Unix())
 	const simKey = "sk-sim-demo"
 
-	step("starting the provider sim on %s", simAddr)
+	d.step("starting the provider sim on %s", simAddr)
 	if err := d.start("sim", []string{"--listen", simAddr, "--api-key", simKey}, nil); err != nil {
 		return err
 	}
-	step("starting the proxy (proxy %s, admin %s, database %s/demo.db)", proxyAddr, adminAddr, d.tmp)
+	d.step("starting the proxy (proxy %s, admin %s, database %s/demo.db)", proxyAddr, adminAddr, d.tmp)
 	if err := d.start("proxy", []string{"--proxy-listen", proxyAddr, "--admin-listen", adminAddr,
 		"--database-url", "sqlite://" + d.tmp + "/demo.db", "--allow-private-upstreams"}, map[string]string{"PROXY_ADMIN_TOKEN": token}); err != nil {
 		return err
 	}
 	c := &client{admin: "http://" + adminAddr + "/admin/v1", proxy: "http://" + proxyAddr + "/v1/messages", token: token}
 	if err := c.waitReady(ctx, 10*time.Second); err != nil {
-		fmt.Fprint(os.Stderr, d.procs[1].Output())
+		fmt.Fprint(d.log, d.procs[1].Output())
 		return errors.New("proxy did not start")
 	}
 
-	step("POST /admin/v1/upstreams (vendor_api_key → the sim)")
+	d.step("POST /admin/v1/upstreams (vendor_api_key → the sim)")
 	up, err := c.api("POST", "/upstreams", fmt.Sprintf(`{"name":"sim","kind":"vendor_api_key","base_url":"http://%s","api_key_value":"%s"}`, simAddr, simKey))
 	if err != nil {
 		return err
 	}
-	fmt.Println(strings.TrimRight(up, "\n"))
-	step("POST /admin/v1/principals")
+	fmt.Fprintln(d.out, strings.TrimRight(up, "\n"))
+	d.step("POST /admin/v1/principals")
 	pr, err := c.api("POST", "/principals", `{"name":"demo-app","kind":"machine","allowed_models":["claude-*"]}`)
 	if err != nil {
 		return err
 	}
-	fmt.Println(strings.TrimRight(pr, "\n"))
+	fmt.Fprintln(d.out, strings.TrimRight(pr, "\n"))
 	pid := field(pr, "id")
-	step("POST /admin/v1/principals/%s/keys (the plaintext key is shown once)", pid)
+	d.step("POST /admin/v1/principals/%s/keys (the plaintext key is shown once)", pid)
 	kr, err := c.api("POST", "/principals/"+pid+"/keys", `{"name":"demo"}`)
 	if err != nil {
 		return err
 	}
 	key := field(kr, "key")
-	fmt.Printf("key: %s… (hidden)\n", prefix(key, 12))
+	fmt.Fprintf(d.out, "key: %s… (hidden)\n", prefix(key, 12))
 
-	step("POST /v1/messages through the proxy")
-	if err := c.messages(os.Stdout, "x-api-key", key, `{"model":"claude-sonnet-4-5","max_tokens":32,"messages":[{"role":"user","content":"Hello from the demo"}]}`); err != nil {
+	d.step("POST /v1/messages through the proxy")
+	if err := c.messages(d.out, "x-api-key", key, `{"model":"claude-sonnet-4-5","max_tokens":32,"messages":[{"role":"user","content":"Hello from the demo"}]}`); err != nil {
 		return err
 	}
-	fmt.Println()
-	step("the same request, streaming")
-	if err := c.messages(os.Stdout, "Authorization", "Bearer "+key, `{"model":"claude-sonnet-4-5","max_tokens":32,"stream":true,"messages":[{"role":"user","content":"Hello again"}]}`); err != nil {
+	fmt.Fprintln(d.out)
+	d.step("the same request, streaming")
+	if err := c.messages(d.out, "Authorization", "Bearer "+key, `{"model":"claude-sonnet-4-5","max_tokens":32,"stream":true,"messages":[{"role":"user","content":"Hello again"}]}`); err != nil {
 		return err
 	}
-	step("a model outside allowed_models is refused")
-	if err := c.messages(os.Stdout, "x-api-key", key, `{"model":"gpt-4o","max_tokens":8,"messages":[]}`); err != nil {
+	d.step("a model outside allowed_models is refused")
+	if err := c.messages(d.out, "x-api-key", key, `{"model":"gpt-4o","max_tokens":8,"messages":[]}`); err != nil {
 		return err
 	}
-	fmt.Println()
-	step("a few more requests, so the dashboard has traffic to show")
+	fmt.Fprintln(d.out)
+	d.step("a few more requests, so the dashboard has traffic to show")
 	for i := 1; i <= 5; i++ {
 		if err := c.messages(io.Discard, "x-api-key", key, fmt.Sprintf(`{"model":"claude-haiku-4-5","max_tokens":16,"messages":[{"role":"user","content":"ping %d"}]}`, i)); err != nil {
 			return err
@@ -162,15 +165,15 @@ func (d *demo) run(ctx context.Context) error {
 			pids[i] = fmt.Sprint(p.Pid())
 			p.Release()
 		}
-		step("demo done; the sim and the proxy keep running (KEEP=1)")
-		fmt.Printf(`  dashboard   http://%s/dashboard/   (admin token: %s)
+		d.step("demo done; the sim and the proxy keep running (KEEP=1)")
+		fmt.Fprintf(d.out, `  dashboard   http://%s/dashboard/   (admin token: %s)
   proxy       %s
   data        %s
   stop them:  kill %s && rm -rf %s
 `, adminAddr, token, c.proxy, d.tmp, strings.Join(pids, " "), d.tmp)
 		return nil
 	}
-	step("demo done; everything was on loopback and is being stopped")
+	d.step("demo done; everything was on loopback and is being stopped")
 	return nil
 }
 

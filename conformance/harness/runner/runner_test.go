@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 )
+
+// go test ./conformance/... passes -bin-dir to every suite.
+var _ = flag.String("bin-dir", "", "unused here")
 
 // The test binary doubles as the process runner's binary: with
 // RUNNER_HELPER set it acts as a small daemon instead of running tests.
