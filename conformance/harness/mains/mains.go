@@ -13,16 +13,19 @@ import (
 	"github.com/pillarhq/pillar/sim/provider"
 )
 
-// Table maps a binary's name to its Main. One line per binary; a binary
-// missing here runs as a process under either runner.
+// Table maps a binary's name to its Main. One entry per binary; a binary
+// missing here runs as a process under either runner. Each Main is called
+// through a closure, so one that takes options (opts ...Option) fits too.
 var Table = map[string]runner.MainFunc{
-	"proxy": server.Main,
+	"proxy": func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+		return server.Main(ctx, args, getenv, stderr)
+	},
 	"sim": func(ctx context.Context, args []string, _ func(string) string, stderr io.Writer) error {
 		return provider.Main(ctx, args, stderr)
 	},
-	// pillar binaries (their Main is on branch h/bin): wire one line each
-	// after the merge, e.g.
-	// "pillar-agent":      agent.Main,
-	// "pillar-controller": controller.Main,
-	// "pillar-node":       node.Main,
+	// pillar binaries (their Main is on branch h/bin): one entry each after
+	// the merge, in the shape of "proxy" above, e.g.
+	// "pillar-agent": func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	//	return agent.Main(ctx, args, getenv, stderr)
+	// },
 }
