@@ -35,25 +35,37 @@ func AllowInProcess(table map[string]runner.MainFunc) bool {
 // Runner is the suite's runner, chosen once per test binary.
 func Runner() runner.Runner {
 	runnerOnce.Do(func() {
-		proc := runner.Process{Dir: binDirPath()}
-		chosen = proc
 		kind := *runnerFlag
 		if kind == "" {
 			kind = os.Getenv("CONFORMANCE_RUNNER")
 		}
-		switch kind {
-		case "", "process":
-		case "inprocess":
-			if mains == nil {
-				fmt.Fprintln(GinkgoWriter, "harness: this suite runs real processes only (its specs crash binaries); -runner=inprocess ignored")
-				return
-			}
-			chosen = runner.InProcess{Mains: mains, Else: proc}
-		default:
-			Fail(fmt.Sprintf("-runner=%q: want process or inprocess", kind))
+		r, note, err := chooseRunner(kind, mains, binDirPath())
+		if note != "" {
+			fmt.Fprintln(GinkgoWriter, "harness:", note)
+		}
+		chosen = r
+		if err != nil {
+			Fail(err.Error())
 		}
 	})
 	return chosen
+}
+
+// chooseRunner maps -runner's value to a runner for a suite that offers
+// table (nil: processes only).
+func chooseRunner(kind string, table map[string]runner.MainFunc, dir string) (runner.Runner, string, error) {
+	proc := runner.Process{Dir: dir}
+	switch kind {
+	case "", "process":
+		return proc, "", nil
+	case "inprocess":
+		if table == nil {
+			return proc, "this suite runs real processes only (its specs crash binaries); -runner=inprocess ignored", nil
+		}
+		return runner.InProcess{Mains: table, Else: proc}, "", nil
+	default:
+		return proc, "", fmt.Errorf("-runner=%q: want process or inprocess", kind)
+	}
 }
 
 func binDirPath() string {
@@ -67,9 +79,8 @@ func binDirPath() string {
 // (PROXY_FAILPOINTS: it exits the process at that point) always runs as a
 // process: in-process it would end the test binary.
 func runnerFor(env map[string]string) runner.Runner {
-	r := Runner()
 	if env["PROXY_FAILPOINTS"] != "" {
-		r = runner.Process{Dir: binDirPath()}
+		return runner.Process{Dir: binDirPath()}
 	}
-	return r
+	return Runner()
 }
