@@ -57,7 +57,7 @@ run: build-proxy ## Run the proxy on the embedded SQLite default (proxy :8080, a
 	$(BIN)/proxy $(ARGS)
 
 demo: build-proxy build-sim ## Sim + proxy, seeded, real requests; KEEP=1 leaves both running for the dashboard
-	KEEP=$(KEEP) bash scripts/demo.sh
+	KEEP=$(KEEP) $(GO) run ./conformance/demo
 
 setup: ## Install what a fresh Debian machine lacks for the tests
 	bash scripts/setup.sh

@@ -16,13 +16,7 @@ source scripts/lib.sh
 for b in proxy sim; do [ -x "bin/$b" ] || die "bin/$b missing: run make bench (it builds first) or make build"; done
 
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
+cleanup() { rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # The helpers are built like bin/proxy (see the Makefile), so no path has a
@@ -34,84 +28,21 @@ go build -trimpath -ldflags '-s -w' -o "$tmp/loadgen" ./conformance/bench/cmd/lo
 go build -trimpath -ldflags '-s -w' -o "$tmp/propagation" ./conformance/bench/cmd/propagation
 go build -trimpath -ldflags '-s -w' -o "$tmp/benchtable" ./conformance/bench/cmd/benchtable
 
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-# start NAME CMD...: run a process in the background, its output in $tmp/NAME.log.
-start() { local name=$1; shift; "$@" >"$tmp/$name.log" 2>&1 & pids+=($!); }
-# wait_up NAME URL: wait until URL answers anything over HTTP; die with the
-# process's log when it does not within 10 s.
-wait_up() {
-  local i
-  for i in $(seq 1 100); do
-    curl -s -o /dev/null --max-time 1 "$2" && return 0
-    sleep 0.1
-  done
-  die "$1 did not come up at $2: $(tail -20 "$tmp/$1.log")"
-}
-
-sim=127.0.0.1:$(port); px=127.0.0.1:$(port); adm=127.0.0.1:$(port); bare=127.0.0.1:$(port); ctl=127.0.0.1:$(port)
-simkey=sk-sim-bench-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
-token=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-step "starting the simulator, the gateway, the baseline and its control"
-start sim bin/sim --listen "$sim" --api-key "$simkey"
-PROXY_ADMIN_TOKEN=$token start proxy bin/proxy --proxy-listen "$px" --admin-listen "$adm" \
-  --database-url "sqlite://$tmp/bench.db" --log-level warn --allow-private-upstreams
-BAREPROXY_API_KEY=$simkey start bare "$tmp/bareproxy" --listen "$bare" --target "http://$sim"
-# The control is a second, identical baseline: its ratio to the first is the noise floor.
-BAREPROXY_API_KEY=$simkey start control "$tmp/bareproxy" --listen "$ctl" --target "http://$sim"
-wait_up sim "http://$sim/_sim/clock"
-wait_up proxy "http://$adm/admin/v1/status"
-wait_up bare "http://$bare/"
-wait_up control "http://$ctl/"
-
-api() { curl -fsS -X POST -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data "$3" "http://$1/admin/v1$2"; }
-json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$1"; }
-# seed ADMIN SIM: one upstream on the sim, one principal allowed every model;
-# prints a fresh key for it.
-seed() {
-  api "$1" /upstreams "{\"name\":\"sim\",\"kind\":\"vendor_api_key\",\"base_url\":\"http://$2\",\"api_key_value\":\"$simkey\"}" >/dev/null
-  local pid
-  pid=$(api "$1" /principals '{"name":"bench","kind":"machine","allowed_models":["*"]}' | json_field id)
-  [ -n "$pid" ] || return 1
-  api "$1" "/principals/$pid/keys" '{}' | json_field key
-}
-gwkey=$(seed "$adm" "$sim") && [ -n "$gwkey" ] || die "could not seed the gateway: $(tail -20 "$tmp/proxy.log")"
-
-step "load: gateway vs bare reverse proxy (c=1 latency, time to first event, throughput)"
+# The Go commands start, wait for and stop the processes they measure
+# (through conformance/harness/runner), each logging into a temporary
+# directory that goes with them.
+step "load: gateway vs bare reverse proxy (c=1 latency, time to first event, throughput); loadgen starts the simulator, the gateway, the baseline and its control"
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
-LOADGEN_GATEWAY_KEY=$gwkey "$tmp/loadgen" --gateway "http://$px" --bare "http://$bare" --control "http://$ctl" \
+"$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" \
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
   --commit "$commit" --out "$tmp/overhead.md"
-# The load section is done: stop its processes so they do not compete with what follows.
-kill "${pids[@]}" 2>/dev/null || true
-for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-pids=()
 
 : >"$tmp/propagation.md"
 if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
-  step "replica propagation on PostgreSQL"
+  step "replica propagation on PostgreSQL (the simulator and two replicas on a fresh schema)"
   pgurl=$(bash scripts/postgres.sh)
-  schema=bench_$(date +%s)_$$
-  psql -q "$pgurl" -c "CREATE SCHEMA $schema" >/dev/null
-  dropschema() { PGOPTIONS=--client-min-messages=warning psql -q "$pgurl" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null || true; }
-  trap 'dropschema; cleanup' EXIT
-  dburl="${pgurl}&search_path=$schema"
-  master=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  sim=127.0.0.1:$(port); pa=127.0.0.1:$(port); aa=127.0.0.1:$(port); pb=127.0.0.1:$(port); ab=127.0.0.1:$(port)
-  start sim bin/sim --listen "$sim" --api-key "$simkey"
-  # Replica A migrates the schema; B starts once A is up so they do not race to.
-  PROXY_ADMIN_TOKEN=$token PROXY_MASTER_KEY=$master start replica-a bin/proxy --proxy-listen "$pa" --admin-listen "$aa" \
-    --database-url "$dburl" --log-level warn --allow-private-upstreams
-  wait_up replica-a "http://$aa/admin/v1/status"
-  PROXY_ADMIN_TOKEN=$token PROXY_MASTER_KEY=$master start replica-b bin/proxy --proxy-listen "$pb" --admin-listen "$ab" \
-    --database-url "$dburl" --log-level warn --allow-private-upstreams
-  wait_up replica-b "http://$ab/admin/v1/status"
-  wait_up sim "http://$sim/_sim/clock"
-  PROXY_ADMIN_TOKEN=$token "$tmp/propagation" --admin-a "http://$aa" --proxy-b "http://$pb" --sim "http://$sim" --sim-key "$simkey" \
+  "$tmp/propagation" --bin-dir bin --database-url "$pgurl" \
     --n "${BENCH_PROPAGATION_N:-200}" --out "$tmp/propagation.md"
-  kill "${pids[@]}" 2>/dev/null || true
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
 fi
 
 step "micro-benchmarks of the proxy path (in-process)"

@@ -19,24 +19,19 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
+	"github.com/pillarhq/pillar/conformance/harness/runner"
 )
 
 var binDir = flag.String("bin-dir", "", "directory holding the built binaries (default: <module root>/bin)")
 
 // Bin returns the path of a built binary, failing the spec when it is missing.
 func Bin(name string) string {
-	dir := *binDir
-	if dir == "" {
-		dir = filepath.Join(ModuleRoot(), "bin")
-	}
-	p := filepath.Join(dir, name)
+	p := filepath.Join(binDirPath(), name)
 	if _, err := os.Stat(p); err != nil {
 		Fail(fmt.Sprintf("binary %s not found (run make build, or pass -bin-dir): %v", p, err))
 	}
@@ -84,98 +79,21 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Proc is a running binary.
-type Proc struct {
-	Name    string
-	cmd     *exec.Cmd
-	out     *lockedbuf.Buffer
-	done    chan struct{}
-	secrets []string
-}
+// Proc is a running binary (see package runner).
+type Proc = runner.Proc
 
-// Start runs bin with args and env; output is kept for failure reports.
+// Start runs bin with args and env for the current spec, through the
+// suite's runner (Runner); output is kept and printed, secrets redacted,
+// only when the spec fails.
 func Start(name, bin string, args []string, env map[string]string, secrets ...string) *Proc {
-	p := spawn(name, bin, args, env)
-	p.secrets = secrets
-	DeferCleanup(func() {
-		if CurrentSpecReport().Failed() {
-			GinkgoWriter.Printf("\n----- output of %s -----\n%s\n", p.Name, p.Output())
-		}
-		p.Stop()
-	})
-	return p
+	return runner.StartTB(GinkgoT(), runnerFor(env), bin, args, runner.Options{Label: name, Env: env, Secrets: secrets})
 }
 
 // spawn starts bin with a minimal environment plus env, its output kept.
 func spawn(name, bin string, args []string, env map[string]string) *Proc {
-	p := &Proc{Name: name, out: &lockedbuf.Buffer{}, done: make(chan struct{})}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	Expect(cmd.Start()).To(Succeed())
-	p.cmd = cmd
-	go func() { cmd.Wait(); close(p.done) }()
+	p, err := runnerFor(env).Start(bin, args, runner.Options{Label: name, Env: env})
+	Expect(err).NotTo(HaveOccurred())
 	return p
-}
-
-// Output is the process's output so far, secrets redacted.
-func (p *Proc) Output() string {
-	s := p.out.String()
-	for _, sec := range p.secrets {
-		if sec != "" {
-			s = strings.ReplaceAll(s, sec, "[REDACTED]")
-		}
-	}
-	return s
-}
-
-// RawOutput is the process's output with nothing redacted, for specs that
-// check secrets never reach the logs.
-func (p *Proc) RawOutput() string { return p.out.String() }
-
-// Stop sends SIGTERM and waits, then SIGKILL after a grace period.
-func (p *Proc) Stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// Kill stops the process at once, as a crash would.
-func (p *Proc) Kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// Terminate sends SIGTERM and returns at once, for specs that watch the
-// drain (lifecycle faults); Done reports the exit.
-func (p *Proc) Terminate() { _ = p.cmd.Process.Signal(syscall.SIGTERM) }
-
-// Done is closed when the process has ended.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// ExitCode is the process's exit status once it has ended.
-func (p *Proc) ExitCode() int { <-p.done; return p.cmd.ProcessState.ExitCode() }
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // ---------------------------------------------------------------- sim

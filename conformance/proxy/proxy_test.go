@@ -19,7 +19,12 @@ import (
 	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
+	"github.com/pillarhq/pillar/conformance/harness/mains"
 )
+
+// The proxy suite stops and restarts the proxy only gracefully, so it may
+// run in-process (-runner=inprocess; CONTRIBUTING.md, "Runners").
+var _ = h.AllowInProcess(mains.Table)
 
 func TestProxy(t *testing.T) {
 	RegisterFailHandler(Fail)

@@ -13,7 +13,6 @@ package guest
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/pillarhq/pillar/conformance/harness/runner"
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
@@ -41,27 +41,27 @@ const agentConfig = `backends:
 
 const agentAddr = "127.0.0.1:9500"
 
-type agentProc struct {
-	cmd *exec.Cmd
-	log *os.File
-}
+// guestRunner starts the payload's binaries as real processes with the
+// guest's whole environment (the agent crashes and restarts below).
+var guestRunner = runner.Process{Dir: "/payload", InheritEnv: true}
+
+type agentProc struct{ *runner.Proc }
 
 func startAgent(t *testing.T, cfg string) *agentProc {
 	t.Helper()
 	bin := os.Getenv("PILLAR_AGENT")
 	if bin == "" {
-		bin = "/payload/pillar-agent"
+		bin = "pillar-agent"
 	}
 	logf, err := os.OpenFile("/tmp/agent.log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config", cfg, "--listen", agentAddr, "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	proc, err := guestRunner.Start(bin, []string{"--config", cfg, "--listen", agentAddr, "--log-level", "debug"}, runner.Options{Log: logf})
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{cmd: cmd, log: logf}
+	p := &agentProc{proc}
 	t.Cleanup(func() { p.kill() })
 	waitFor(t, "the agent to serve", 60*time.Second, func() bool {
 		b, _ := os.ReadFile("/tmp/agent.log")
@@ -73,12 +73,7 @@ func startAgent(t *testing.T, cfg string) *agentProc {
 
 var starts int
 
-func (p *agentProc) kill() {
-	if p.cmd.ProcessState == nil {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
-	}
-}
+func (p *agentProc) kill() { p.Kill() }
 
 func dial(t *testing.T) agentv1.AgentServiceClient {
 	conn, err := grpc.NewClient(agentAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -12,7 +12,6 @@ package guest
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/pillarhq/pillar/conformance/harness/runner"
 )
 
 func startDaemon(t *testing.T, name string, args ...string) {
@@ -32,14 +33,12 @@ func startDaemon(t *testing.T, name string, args ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	p, err := guestRunner.Start(name, args, runner.Options{Log: logf})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		p.Kill()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("%s log:\n%s", name, b)

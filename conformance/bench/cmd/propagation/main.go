@@ -2,10 +2,15 @@
 // one replica takes to be enforced by another (PostgreSQL LISTEN/NOTIFY and
 // snapshot swap), by flipping a principal on replica A and polling the proxy
 // path of replica B.
+//
+// With --bin-dir and --database-url it starts what it measures (make
+// bench): bin/sim and two bin/proxy replicas on a fresh schema of that
+// PostgreSQL server, and stops them (and drops the schema) afterwards.
 package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +21,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/pillarhq/pillar/conformance/bench"
 )
 
 var token string
@@ -31,13 +38,13 @@ func admin(base, method, path string, body any) map[string]any {
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		log.Fatal(err)
+		fatal(err)
 	}
 	defer res.Body.Close()
 	var m map[string]any
 	b, _ := io.ReadAll(res.Body)
 	if res.StatusCode >= 300 {
-		log.Fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
+		fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
 	}
 	json.Unmarshal(b, &m)
 	return m
@@ -49,7 +56,7 @@ func probe(proxy, key string) int {
 	req.Header.Set("anthropic-version", "2023-06-01")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		log.Fatal(err)
+		fatal(err)
 	}
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
@@ -63,8 +70,19 @@ func main() {
 	simKey := flag.String("sim-key", "", "sim API key")
 	n := flag.Int("n", 200, "changes to measure")
 	out := flag.String("out", "", "markdown file to append to")
+	binDir := flag.String("bin-dir", "", "start bin/sim and two bin/proxy replicas from this directory (with --database-url)")
+	dbURL := flag.String("database-url", "", "PostgreSQL server for the replicas (with --bin-dir; a fresh schema is used)")
 	flag.Parse()
 	token = os.Getenv("PROXY_ADMIN_TOKEN")
+	if *binDir != "" {
+		if *dbURL == "" {
+			log.Fatal("--bin-dir needs --database-url")
+		}
+		token = "bench-" + bench.RandomHex(16)
+		*simKey = "sk-sim-bench-" + bench.RandomHex(8)
+		startStack(*binDir, *dbURL, *simKey, adminA, proxyB, sim)
+		defer stopStack()
+	}
 	admin(*adminA, "POST", "/admin/v1/upstreams", map[string]any{"name": "sim", "kind": "vendor_api_key", "base_url": *sim, "api_key_value": *simKey})
 	pr := admin(*adminA, "POST", "/admin/v1/principals", map[string]any{"name": "prop", "kind": "machine", "allowed_models": []string{"*"}})["id"].(string)
 	key := admin(*adminA, "POST", "/admin/v1/principals/"+pr+"/keys", nil)["key"].(string)
@@ -81,7 +99,7 @@ func main() {
 		admin(*adminA, "POST", "/admin/v1/principals/"+pr+"/"+op, nil)
 		for probe(*proxyB, key) != want {
 			if time.Since(start) > 5*time.Second {
-				log.Fatalf("change %d not seen by replica B after 5s", i)
+				fatalf("change %d not seen by replica B after 5s", i)
 			}
 		}
 		ds = append(ds, time.Since(start))
@@ -98,11 +116,74 @@ func main() {
 	if *out != "" {
 		f, err := os.OpenFile(*out, os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			log.Fatal(err)
+			fatal(err)
 		}
 		fmt.Fprintf(f, "\n## Replica propagation (PostgreSQL)\n\nTime from an admin change committed through replica A to the first request on replica B that obeys it\n(the admin round trip included): LISTEN/NOTIFY, generation check, snapshot rebuild and swap.\n\n%s", table)
 		f.Close()
 	}
+}
+
+// cleanups run before an exit, on success or failure: the stack's
+// processes stop and the schema is dropped.
+var cleanups []func()
+
+func stopStack() {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	cleanups = nil
+}
+
+func fatal(err error) { stopStack(); log.Fatal(err) }
+
+func fatalf(format string, a ...any) { stopStack(); log.Fatalf(format, a...) }
+
+// startStack starts the simulator and replica A, then replica B once A
+// is up (A migrates the schema; they do not race to), and sets the URLs.
+func startStack(binDir, serverURL, simKey string, adminA, proxyB, simURL *string) {
+	dir, err := os.MkdirTemp("", "propagation.")
+	if err != nil {
+		fatal(err)
+	}
+	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+	dburl, drop, err := bench.FreshSchema(context.Background(), serverURL)
+	if err != nil {
+		fatal(err)
+	}
+	cleanups = append(cleanups, drop)
+	st := bench.NewStack(binDir, dir)
+	cleanups = append(cleanups, st.Stop)
+	addr := func() string {
+		a, err := bench.FreeAddr()
+		if err != nil {
+			fatal(err)
+		}
+		return a
+	}
+	sim, pa, aa, pb, ab := addr(), addr(), addr(), addr(), addr()
+	env := map[string]string{"PROXY_ADMIN_TOKEN": token, "PROXY_MASTER_KEY": bench.RandomHex(32)}
+	start := func(label, bin, up string, args ...string) {
+		p, err := st.Start(label, bin, args, env)
+		if err == nil {
+			err = st.WaitUp(p, up)
+		}
+		if err != nil {
+			fatal(err)
+		}
+	}
+	replica := func(p, a string) []string {
+		return []string{"--proxy-listen", p, "--admin-listen", a, "--database-url", dburl, "--log-level", "warn", "--allow-private-upstreams"}
+	}
+	p, err := st.Start("sim", "sim", []string{"--listen", sim, "--api-key", simKey}, nil)
+	if err != nil {
+		fatal(err)
+	}
+	start("replica-a", "proxy", "http://"+aa+"/admin/v1/status", replica(pa, aa)...)
+	start("replica-b", "proxy", "http://"+ab+"/admin/v1/status", replica(pb, ab)...)
+	if err := st.WaitUp(p, "http://"+sim+"/_sim/clock"); err != nil {
+		fatal(err)
+	}
+	*adminA, *proxyB, *simURL = "http://"+aa, "http://"+pb, "http://"+sim
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
