@@ -15,7 +15,7 @@ GOLANGCI_LINT_VERSION ?= $(call version,GOLANGCI_LINT_VERSION)
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind generate chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
+.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
