@@ -1,5 +1,6 @@
 # Pillar: the LLM gateway ("proxy") and the pillar-csi storage driver.
-# `make help` lists the targets. Tool versions are pinned in the scripts that install them.
+# `make help` lists the targets. Tool and component versions: scripts/versions.env (also
+# loaded by every script through scripts/lib.sh).
 
 SHELL := /bin/bash
 GO ?= go
@@ -11,10 +12,14 @@ LDFLAGS := -s -w -X github.com/pillarhq/pillar/impl/gateway/server.Version=$(VER
 PILLAR_PKG := github.com/pillarhq/pillar/impl/pillar
 PILLAR_LDFLAGS := -s -w -X $(PILLAR_PKG)/agent.Version=$(VERSION) -X $(PILLAR_PKG)/controller.Version=$(VERSION) -X $(PILLAR_PKG)/csinode.Version=$(VERSION)
 export CGO_ENABLED ?= 0
+# Read, not included: an included file would override (and export over) a
+# version given in the environment, which the scripts honour.
+version = $(shell sed -n 's/^$(1)=//p' scripts/versions.env)
+GOLANGCI_LINT_VERSION ?= $(call version,GOLANGCI_LINT_VERSION)
 
 PLUGINS := modelrouter pinrouter hostile dialect
 
-.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet fmt verify setup clean
+.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -43,6 +48,8 @@ build-sim: ## Build bin/sim (the provider simulator) only
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@mkdir -p $(BIN)/plugins
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
+
+generate: proto chart-docs ## Regenerate every generated file (protobuf Go code, chart READMEs and schemas)
 
 proto: ## Regenerate the Go code of impl/**/*.proto (protoc from Debian, pinned Go plugins)
 	bash scripts/proto.sh
@@ -86,12 +93,19 @@ e2e-kind: ## Charts on an offline kind cluster: pillar-csi (PVC lifecycle, webho
 bench: build ## Benchmarks: proxy overhead vs a bare reverse proxy; writes docs/benchmarks.md
 	bash scripts/bench.sh
 
-vet: ## go vet and gofmt check
+vet: ## go vet, gofmt check, shellcheck on scripts/
 	$(GO) vet ./...
 	@out=$$(gofmt -l impl sim conformance 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@bash scripts/shellcheck.sh
 
-verify: vet ## Check that generated files are current
-	@git diff --exit-code -- go.mod go.sum >/dev/null || (echo "go.mod/go.sum changed"; exit 1)
+# Not part of make test: building golangci-lint takes minutes on 2 cores.
+lint: ## golangci-lint with .golangci.yml (installed into bin/tools at the pinned version)
+	@mkdir -p $(BIN)/tools
+	@[ -x $(BIN)/tools/golangci-lint ] && $(BIN)/tools/golangci-lint version 2>/dev/null | grep -q " $(GOLANGCI_LINT_VERSION:v%=%) " || GOBIN=$(BIN)/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(BIN)/tools/golangci-lint run ./...
+
+verify: vet ## Fail when make generate or go mod tidy would change anything; pins and the impl/sim dependency boundary
+	@bash scripts/verify.sh
 
 clean: ## Remove build outputs
 	rm -rf $(BIN)

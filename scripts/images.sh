@@ -25,7 +25,7 @@ fi
 docker tag "pillar/debian-base:$base_hash" pillar/debian-base:local
 
 # ---- postgres -------------------------------------------------------------
-pg_hash=$(cat scripts/images/pg-entrypoint.sh | { cat; echo "$base_hash postgresql-15"; } | hashof)
+pg_hash=$( { cat scripts/images/pg-entrypoint.sh; echo "$base_hash postgresql-15"; } | hashof)
 pg_tar=$cache/postgres-$pg_hash.tar
 # Only binaries go into the image: the cluster is made by the entrypoint.
 pg_prep() {

@@ -6,8 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# KUBE_VERSION, ETCD_VERSION: scripts/versions.env (loaded by lib.sh).
 out="$PILLAR_CACHE/kube/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 # One build at a time: scripts/test.sh builds the kind node image, which
 # needs etcd from here, beside the envtest step.

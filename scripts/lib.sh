@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the project's scripts. Source it; do not run it.
 step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 note() { printf '    %s\n' "$*" >&2; }
@@ -12,3 +13,14 @@ pg_bindir() {
 # Heavy artifacts are cached outside the repository, keyed by content.
 PILLAR_CACHE=${PILLAR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pillar}
 export PILLAR_CACHE
+# Pinned versions (scripts/versions.env), exported for the scripts and the
+# Go builds they start; a variable already set in the environment wins.
+load_versions() {
+  local key value
+  while IFS='=' read -r key value; do
+    case $key in '' | '#'*) continue ;; esac
+    [ -n "${!key:-}" ] || printf -v "$key" '%s' "$value"
+    export "${key?}"
+  done <"$(dirname "${BASH_SOURCE[0]}")/versions.env"
+}
+load_versions

@@ -25,7 +25,7 @@ id postgres >/dev/null 2>&1 || as_root useradd --system --create-home postgres
 run_pg() { if [ "$(id -un)" = postgres ]; then "$@"; elif [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
 
 if [ "${1:-}" = stop ]; then
-  [ -d "$dir/data" ] && run_pg "$bin/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true
+  if [ -d "$dir/data" ]; then run_pg "$bin/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true; fi
   exit 0
 fi
 

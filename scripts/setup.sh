@@ -17,6 +17,8 @@ command -v debootstrap >/dev/null || need_apt+=(debootstrap)            # … bu
 command -v mkfs.ext4 >/dev/null || need_apt+=(e2fsprogs)                # guest images, csi-sanity staging
 command -v mkfs.xfs >/dev/null || need_apt+=(xfsprogs)
 command -v losetup >/dev/null || need_apt+=(mount)
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)             # make vet
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)          # make generate, make verify
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing ${need_apt[*]} with apt-get"

@@ -28,6 +28,10 @@ go vet -tags kinde2e ./conformance/kind/
 go vet -tags kernelguest ./conformance/kernel/...
 out=$(gofmt -l impl sim conformance 2>/dev/null || true)
 [ -z "$out" ] || die "gofmt needed: $out"
+bash scripts/shellcheck.sh
+
+step "verify (make generate and go mod tidy change nothing; pins; impl/sim dependency boundary)"
+bash scripts/verify.sh
 
 step "PostgreSQL for the store suite"
 TEST_DATABASE_URL=$(bash scripts/postgres.sh)

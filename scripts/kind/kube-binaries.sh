@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib.sh
-KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
+# KUBE_VERSION: scripts/versions.env (loaded by lib.sh).
 bins="kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy"
 out="$PILLAR_CACHE/kube/node-bin-$KUBE_VERSION"
 done_all=1

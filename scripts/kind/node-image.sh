@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib.sh
-KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
+# KUBE_VERSION: scripts/versions.env (loaded by lib.sh).
 KIND_VERSION=$(go list -m -f '{{.Version}}' sigs.k8s.io/kind)
 COREDNS_MODULE=github.com/coredns/coredns
 bash scripts/docker.sh >&2
@@ -32,7 +32,7 @@ kubeadm=$kbin/kubeadm
 images=$("$kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null)
 img() { echo "$images" | grep -E "/$1:" | head -1; }
 coredns_ref=$(img coredns); etcd_ref=$(img etcd); pause_ref=$(img pause)
-[ -n "$coredns_ref" ] && [ -n "$etcd_ref" ] && [ -n "$pause_ref" ] || die "kubeadm lists no coredns/etcd/pause image: $images"
+if [ -z "$coredns_ref" ] || [ -z "$etcd_ref" ] || [ -z "$pause_ref" ]; then die "kubeadm lists no coredns/etcd/pause image: $images"; fi
 coredns_version=${coredns_ref##*:}
 coredns_bin=$kcache/coredns-$coredns_version
 if [ ! -x "$coredns_bin" ]; then
@@ -73,6 +73,7 @@ d=$(mktemp -d -p "$ctx"); cp "$kbin/kube-proxy" "$d/"
 printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\nENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n' "$kp_base" >"$d/Dockerfile"
 DOCKER_BUILDKIT=0 docker build -q -t "$(img kube-proxy)" "$d" >/dev/null 2>&1 || die "docker build kube-proxy failed"
 note "$(echo "$images" | tr '\n' ' ')"
+# shellcheck disable=SC2086 # one argument per image kubeadm listed
 docker save -o "$ctx/images.tar" $images
 
 # ---- the node root ----------------------------------------------------------
