@@ -124,7 +124,9 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", backend.ErrResourceExhausted, err)
 	case strings.Contains(s, "dataset already exists"):
 		return fmt.Errorf("%w: %w", backend.ErrAlreadyExists, err)
-	case strings.Contains(s, "dataset is busy"), strings.Contains(s, "pool or dataset is busy"):
+	case strings.Contains(s, "dataset is busy"), strings.Contains(s, "pool or dataset is busy"),
+		// Snapshots: a volume with snapshots, a snapshot with clones.
+		strings.Contains(s, "has children"), strings.Contains(s, "has dependent clones"):
 		return fmt.Errorf("%w: %w", backend.ErrInUse, err)
 	case strings.Contains(s, "dataset does not exist"):
 		return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
@@ -337,12 +339,27 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 	if v.dsType != "volume" {
 		return fmt.Errorf("zfs: %s is a %s, not a volume; refusing to destroy it: %w", ds, v.dsType, backend.ErrInvalid)
 	}
+	// A clone of a volume leaves its hidden origin snapshot to clean up.
+	origin, err := b.origin(ctx, ds)
+	if err != nil {
+		return err
+	}
 	if _, err := b.run.Run(ctx, "zfs", "destroy", ds); err != nil {
 		err = classify(err)
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil
 		}
+		if errors.Is(err, backend.ErrInUse) {
+			return fmt.Errorf("zfs: volume %s has snapshots or clones (ZFS keeps them dependent on it); delete them first: %w", ds, err)
+		}
 		return fmt.Errorf("zfs: destroy %s: %w", ds, err)
+	}
+	if _, snap, _ := strings.Cut(origin, "@"); strings.HasPrefix(snap, backend.HiddenSnapshotPrefix) {
+		if _, err := b.run.Run(ctx, "zfs", "destroy", origin); err != nil {
+			if err = classify(err); !errors.Is(err, backend.ErrNotFound) {
+				return fmt.Errorf("zfs: destroy the clone origin %s: %w", origin, err)
+			}
+		}
 	}
 	return nil
 }
