@@ -272,15 +272,19 @@ func (b *Backend) CreateVolumeFrom(ctx context.Context, name string, sizeBytes i
 		}
 		// Whatever tags the new LV took over from its origin, it is a
 		// volume now.
+		retag := false
 		for _, t := range l.tags {
 			if t == TagSnapshot || strings.HasPrefix(t, TagSourcePrefix) || (strings.HasPrefix(t, TagContentPrefix) && t != TagContentPrefix+content) {
 				if _, err := b.run.Run(ctx, "lvchange", "--deltag", t, b.cfg.VolumeGroup+"/"+name); err != nil {
 					return backend.Volume{}, fmt.Errorf("lvm: untag %s/%s: %w", b.cfg.VolumeGroup, name, classify(err))
 				}
+				retag = true
 			}
 		}
-		if l, _, err = b.get(ctx, name); err != nil {
-			return backend.Volume{}, err
+		if retag {
+			if l, _, err = b.get(ctx, name); err != nil {
+				return backend.Volume{}, err
+			}
 		}
 	}
 	native := b.cfg.VolumeGroup + "/" + name
