@@ -215,7 +215,8 @@ func (t *tool) zfsDestroySnapshot(name string) int {
 		return zfsFailed
 	}
 	if clones := t.clonesOf(name); len(clones) > 0 {
-		t.errorf("cannot destroy '%s': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n%s\n", name, strings.Join(clones, "\n"))
+		// libzfs's message for EEXIST from lzc_destroy_snaps.
+		t.errorf("cannot destroy snapshot %s: snapshot is cloned\n", name)
 		return zfsFailed
 	}
 	os.Remove(t.host.zfsSnapPath(name))

@@ -126,9 +126,10 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", backend.ErrAlreadyExists, err)
 	case strings.Contains(s, "dataset is busy"), strings.Contains(s, "pool or dataset is busy"),
 		// Snapshots: a volume with snapshots, a snapshot with clones.
-		strings.Contains(s, "has children"), strings.Contains(s, "has dependent clones"):
+		strings.Contains(s, "has children"), strings.Contains(s, "has dependent clones"),
+		strings.Contains(s, "snapshot is cloned"):
 		return fmt.Errorf("%w: %w", backend.ErrInUse, err)
-	case strings.Contains(s, "dataset does not exist"):
+	case strings.Contains(s, "dataset does not exist"), strings.Contains(s, "could not find any snapshots to destroy"):
 		return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
 	case strings.Contains(s, "no such pool"), strings.Contains(s, "parent does not exist"),
 		strings.Contains(s, "pool I/O is currently suspended"), deviceProblem(s):
