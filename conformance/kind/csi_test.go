@@ -184,6 +184,28 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		}, 2*time.Minute, time.Second).Should(BeZero())
 	})
 
+	// Snapshots and clones (storage issue part 7): a claim cloned from
+	// another (dataSource PersistentVolumeClaim: the provisioner's
+	// CreateVolume with a volume content source, an LVM thin snapshot) has
+	// its data. VolumeSnapshots need the snapshot CRDs and
+	// snapshot-controller, which this offline cluster lacks. Unrun: written
+	// and vetted without a kind cluster.
+	It("clones a claim with the data its source holds", func() {
+		c := ctx()
+		clone := pvc("data-clone", "pillar-thin", "1Gi", false)
+		clone.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data"}
+		_, err := kc.Client.CoreV1().PersistentVolumeClaims(appNS).Create(c, clone, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		pvName := waitBound(c, "data-clone").Spec.VolumeName
+		Expect(runPod(c, pod("clone-reader", "data-clone", false, "cat /data/f"))).To(ContainSubstring("pillar-data"))
+		Expect(csiOperations(c, "CreateVolume")).To(BeNumerically(">=", 2))
+		Expect(kc.Client.CoreV1().PersistentVolumeClaims(appNS).Delete(c, "data-clone", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func() bool {
+			_, err := kc.Client.CoreV1().PersistentVolumes().Get(c, pvName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}, 2*time.Minute, time.Second).Should(BeTrue())
+	})
+
 	It("grows a claim and its filesystem while a pod uses it", Label("S-CT-1"), func() {
 		c := ctx()
 		_, err := kc.Client.CoreV1().PersistentVolumeClaims(appNS).Create(c, pvc("grow", "pillar-xfs", "1Gi", false), metav1.CreateOptions{})

@@ -30,7 +30,9 @@ upstream() {
     [ -f "$gomod" ] || die "could not download $mod@$ver"
     src=$(mktemp -d)
     { echo "module pillar.local/$cmd"; echo; grep -m1 '^go ' "$gomod"; echo; echo "require $mod $ver"; echo
-      grep -E '^replace [^(]' "$gomod" || true; } >"$src/go.mod"
+      # Replaces pointing into the module's own tree (external-snapshotter's
+      # ./client) cannot apply outside it; the required version is used.
+      grep -E '^replace [^(]' "$gomod" | grep -v '=> \./' || true; } >"$src/go.mod"
     (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$out.$$" "$mod/cmd/$cmd") || die "$cmd build failed"
     mv "$out.$$" "$out"; rm -rf "$src"
   fi

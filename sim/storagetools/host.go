@@ -74,6 +74,11 @@ type dataset struct {
 	Refreservation int64             `json:"refreservation,omitempty"`
 	Props          map[string]string `json:"props,omitempty"`
 	GUID           uint64            `json:"guid"`
+	// Origin is a clone's origin snapshot (snapshot.go).
+	Origin string `json:"origin,omitempty"`
+	// Creation is when the dataset was created, in Unix seconds; zero
+	// for datasets from before snapshots were simulated.
+	Creation int64 `json:"creation,omitempty"`
 }
 
 type volumeGroup struct {
@@ -100,6 +105,13 @@ type logicalVolume struct {
 	UUID        string `json:"uuid"`
 	// Tags are the LV's tags (lvcreate/lvchange --addtag), in order added.
 	Tags []string `json:"tags,omitempty"`
+	// Origin is a thin snapshot's origin LV (snapshot.go); lvs reports it
+	// empty once the origin is removed.
+	Origin string `json:"origin,omitempty"`
+	// ActivationSkip is the activation-skip flag of thin snapshots.
+	ActivationSkip bool `json:"activationSkip,omitempty"`
+	// Created is lv_time in Unix seconds.
+	Created int64 `json:"created,omitempty"`
 }
 
 // Host is one simulated storage node rooted at a directory.
@@ -262,6 +274,9 @@ func (h *Host) DestroyPool(name string) error {
 			if poolOf(ds) == name {
 				if d.Type == typeVolume {
 					os.Remove(h.zvolPath(ds))
+				}
+				if d.Type == typeSnapshot {
+					os.Remove(h.zfsSnapPath(ds))
 				}
 				delete(st.Datasets, ds)
 			}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // LVM exit statuses (tools/errors.h).
@@ -132,6 +133,8 @@ var lvmSpecs = map[string][]option{
 		option{name: "chunksize", short: 'c', long: "chunksize", arg: true},
 		option{name: "poolmetadatasize", long: "poolmetadatasize", arg: true},
 		option{name: "snapshot", short: 's', long: "snapshot"},
+		option{name: "setactivationskip", short: 'k', long: "setactivationskip", arg: true},
+		option{name: "ignoreactivationskip", short: 'K', long: "ignoreactivationskip"},
 		option{name: "addtag", long: "addtag", arg: true},
 	),
 	"lvchange": withCommon(
@@ -200,8 +203,7 @@ func (t *tool) lvcreate(args []string) int {
 		return t.lvmUsage("lvcreate", err)
 	}
 	if opts.has("snapshot") {
-		t.errorf("  fakestorage: snapshots are not simulated\n")
-		return lvmInvalidCmdLine
+		return t.lvcreateSnapshot(opts, pos)
 	}
 	if len(pos) == 0 {
 		t.errorf("  Please provide a volume group name\n")
@@ -315,7 +317,7 @@ func (t *tool) lvcreate(args []string) int {
 		t.errorf("  Unable to create new logical volume with no extents.\n")
 		return lvmFailed
 	}
-	lv := &logicalVolume{Type: segType, Extents: extents, UUID: lvmUUID()}
+	lv := &logicalVolume{Type: segType, Extents: extents, UUID: lvmUUID(), Created: time.Now().Unix()}
 	for _, tag := range opts["addtag"] {
 		if msg := checkTag(tag); msg != "" {
 			t.errorf("  %s\n", msg)
@@ -568,11 +570,11 @@ var (
 	lvmFieldHeaders  = map[string]string{
 		"lv_name": "LV", "vg_name": "VG", "lv_attr": "Attr", "lv_size": "LSize", "pool_lv": "Pool", "origin": "Origin",
 		"data_percent": "Data%", "metadata_percent": "Meta%", "move_pv": "Move", "mirror_log": "Log",
-		"copy_percent": "Cpy%Sync", "convert_lv": "Convert", "lv_path": "Path", "lv_uuid": "LV UUID", "segtype": "Type", "lv_tags": "LV Tags",
+		"copy_percent": "Cpy%Sync", "convert_lv": "Convert", "lv_path": "Path", "lv_uuid": "LV UUID", "segtype": "Type", "lv_tags": "LV Tags", "lv_time": "CTime",
 		"pv_count": "#PV", "lv_count": "#LV", "snap_count": "#SN", "vg_attr": "Attr", "vg_size": "VSize", "vg_free": "VFree",
 		"vg_extent_size": "Ext", "vg_extent_count": "#Ext", "vg_free_count": "Free", "vg_uuid": "VG UUID",
 	}
-	lvsFields = []string{"lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin", "data_percent", "metadata_percent", "move_pv", "mirror_log", "copy_percent", "convert_lv", "lv_path", "lv_uuid", "segtype", "lv_tags"}
+	lvsFields = []string{"lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin", "data_percent", "metadata_percent", "move_pv", "mirror_log", "copy_percent", "convert_lv", "lv_path", "lv_uuid", "segtype", "lv_tags", "lv_time"}
 	vgsFields = []string{"vg_name", "pv_count", "lv_count", "snap_count", "vg_attr", "vg_size", "vg_free", "vg_extent_size", "vg_extent_count", "vg_free_count", "vg_uuid"}
 )
 
@@ -782,9 +784,19 @@ func (t *tool) lvmField(r lvmRow, f string, units byte, suffix bool) string {
 			}
 			return "twi-a-tz--"
 		case lvThin:
+			if lv.ActivationSkip {
+				return "Vwi---tz-k"
+			}
 			return "Vwi-a-tz--"
 		}
 		return "-wi-a-----"
+	case "origin":
+		if _, ok := vg.LVs[lv.Origin]; !ok {
+			return ""
+		}
+		return lv.Origin
+	case "lv_time":
+		return time.Unix(lv.Created, 0).Format("2006-01-02 15:04:05 -0700")
 	case "pool_lv":
 		return lv.Pool
 	case "lv_tags":

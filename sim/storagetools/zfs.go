@@ -2,11 +2,13 @@ package storagetools
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ZFS exit statuses: 1 for a failed operation, 2 for a usage error.
@@ -90,7 +92,8 @@ func parentOf(ds string) string {
 func isDescendant(ds, of string) bool { return strings.HasPrefix(ds, of+"/") }
 
 func depthBelow(ds, of string) int {
-	return strings.Count(ds, "/") - strings.Count(of, "/")
+	// A snapshot is one level below its dataset.
+	return strings.Count(ds, "/") - strings.Count(of, "/") + strings.Count(ds, "@")
 }
 
 // lessDataset orders datasets as zfs list walks them: parents first, then
@@ -221,6 +224,10 @@ func (t *tool) zfs(args []string) int {
 		return t.zfsList(args[1:])
 	case "set":
 		return t.zfsSet(args[1:])
+	case "snapshot", "snap":
+		return t.zfsSnapshot(args[1:])
+	case "clone":
+		return t.zfsClone(args[1:])
 	default:
 		t.errorf("unrecognized command '%s'\n", args[0])
 		return zfsUsage
@@ -431,9 +438,12 @@ func (t *tool) zfsDestroy(args []string) int {
 		return zfsUsage
 	}
 	name := pos[0]
-	if strings.ContainsAny(name, "@#") {
-		t.errorf("fakestorage: destroying snapshots and bookmarks is not simulated\n")
+	if strings.Contains(name, "#") || (strings.Contains(name, "@") && (opts.has("r") || opts.has("R"))) {
+		t.errorf("fakestorage: destroying bookmarks, or snapshots recursively, is not simulated\n")
 		return zfsUsage
+	}
+	if strings.Contains(name, "@") {
+		return t.zfsDestroySnapshot(name)
 	}
 	if _, ok := t.st.Datasets[name]; !ok {
 		t.errorf("cannot open '%s': dataset does not exist\n", name)
@@ -450,22 +460,31 @@ func (t *tool) zfsDestroy(args []string) int {
 	}
 	var children []string
 	for ds := range t.st.Datasets {
-		if isDescendant(ds, name) {
+		if isDescendant(ds, name) || strings.HasPrefix(ds, name+"@") {
 			children = append(children, ds)
 		}
 	}
 	sort.Slice(children, func(i, j int) bool { return lessDataset(children[i], children[j]) })
 	if len(children) > 0 && !recursive {
-		t.errorf("cannot destroy '%s': filesystem has children\nuse '-r' to destroy the following datasets:\n%s\n", name, strings.Join(children, "\n"))
+		t.errorf("cannot destroy '%s': %s has children\nuse '-r' to destroy the following datasets:\n%s\n", name, t.st.Datasets[name].Type, strings.Join(children, "\n"))
 		return zfsFailed
+	}
+	for _, ds := range children {
+		if clones := t.clonesOf(ds); len(clones) > 0 && t.st.Datasets[ds].Type == typeSnapshot && !opts.has("R") {
+			t.errorf("cannot destroy '%s': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n%s\n", ds, strings.Join(clones, "\n"))
+			return zfsFailed
+		}
 	}
 	victims := children
 	if strings.Contains(name, "/") {
 		victims = append(victims, name)
 	}
 	for _, ds := range victims {
-		if t.st.Datasets[ds].Type == typeVolume {
+		switch t.st.Datasets[ds].Type {
+		case typeVolume:
 			removeBacking(t.host.zvolPath(ds), filepath.Join(t.host.DeviceRoot(), "zvol"))
+		case typeSnapshot:
+			os.Remove(t.host.zfsSnapPath(ds))
 		}
 		delete(t.st.Datasets, ds)
 	}
@@ -572,7 +591,7 @@ var zfsListColumns = map[string]string{
 	"name": "NAME", "type": "TYPE", "used": "USED", "available": "AVAIL", "avail": "AVAIL",
 	"referenced": "REFER", "refer": "REFER", "volsize": "VOLSIZE", "volblocksize": "VOLBLOCK",
 	"refreservation": "REFRESERV", "refreserv": "REFRESERV", "reservation": "RESERV", "reserv": "RESERV",
-	"mountpoint": "MOUNTPOINT", "guid": "GUID",
+	"mountpoint": "MOUNTPOINT", "guid": "GUID", "origin": "ORIGIN", "creation": "CREATION",
 }
 
 func (t *tool) zfsList(args []string) int {
@@ -609,10 +628,12 @@ func (t *tool) zfsList(args []string) int {
 				types[typeFilesystem] = true
 			case "volume", "vol":
 				types[typeVolume] = true
-			case "snapshot", "snap", "bookmark":
+			case "snapshot", "snap":
+				types[typeSnapshot] = true
+			case "bookmark":
 				// none are simulated
 			case "all":
-				types[typeFilesystem], types[typeVolume] = true, true
+				types[typeFilesystem], types[typeVolume], types[typeSnapshot] = true, true, true
 			default:
 				t.errorf("invalid type '%s'\n%s", ty, usage)
 				return zfsUsage
@@ -727,10 +748,20 @@ func (t *tool) zfsListValue(ds, col string, parsable bool) string {
 	case "referenced", "refer":
 		return num(t.referenced(ds))
 	case "volsize":
-		if d.Type != typeVolume {
+		if d.Type != typeVolume && (d.Type != typeSnapshot || d.Volsize == 0) {
 			return "-"
 		}
 		return num(d.Volsize)
+	case "origin":
+		if d.Origin == "" {
+			return "-"
+		}
+		return d.Origin
+	case "creation":
+		if parsable {
+			return strconv.FormatInt(d.Creation, 10)
+		}
+		return time.Unix(d.Creation, 0).Format("Mon Jan _2 15:04 2006")
 	case "volblocksize":
 		if d.Type != typeVolume {
 			return "-"

@@ -112,6 +112,8 @@ func (s *Server) statusOf(err error) error {
 		code = codes.Unavailable
 	case backend.ErrInUse, backend.ErrNotOwned:
 		code = codes.FailedPrecondition
+	case backend.ErrOutOfRange:
+		code = codes.OutOfRange
 	default:
 		switch {
 		case errors.Is(err, context.Canceled):
@@ -226,14 +228,20 @@ func (s *Server) exported(pool, name string) (*nvmet.Target, error) {
 // CreateVolume creates a volume, or returns the matching existing one.
 func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
 	b, err := s.volumeArgs(req.GetPool(), req.GetName())
-	if err == nil {
+	if err == nil && req.GetSource() == nil {
 		err = positive(req.GetSizeBytes())
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	v, err := b.CreateVolume(ctx, req.GetName(), req.GetSizeBytes(), req.GetParameters())
+	var v backend.Volume
+	if src := req.GetSource(); src != nil {
+		// Snapshots and clones (snapshots.go).
+		v, err = b.CreateVolumeFrom(ctx, req.GetName(), req.GetSizeBytes(), backend.Source{Snapshot: src.GetSnapshot(), Volume: src.GetVolume()}, req.GetParameters())
+	} else {
+		v, err = b.CreateVolume(ctx, req.GetName(), req.GetSizeBytes(), req.GetParameters())
+	}
 	if err != nil {
 		return nil, s.statusOf(err)
 	}

@@ -71,6 +71,9 @@ type Backend interface {
 	// DevicePath is the block device of a volume, the path an exporter
 	// hands to the target. It is computed, not checked.
 	DevicePath(name string) string
+
+	// Snapshots and volumes with content (snapshot.go).
+	Snapshotter
 }
 
 // Layout is a backend's placement inside its pool or group. The controller

@@ -23,9 +23,12 @@ var (
 	// create, e.g. another user's LV in a shared volume group; it is left
 	// alone (FailedPrecondition).
 	ErrNotOwned = errors.New("not a pillar-csi volume")
+	// ErrOutOfRange: a size the request cannot have, e.g. a volume smaller
+	// than the snapshot it is restored from (OutOfRange).
+	ErrOutOfRange = errors.New("out of range")
 )
 
-var sentinels = []error{ErrNotFound, ErrAlreadyExists, ErrResourceExhausted, ErrInvalid, ErrUnavailable, ErrInUse, ErrNotOwned}
+var sentinels = []error{ErrNotFound, ErrAlreadyExists, ErrResourceExhausted, ErrInvalid, ErrUnavailable, ErrInUse, ErrNotOwned, ErrOutOfRange}
 
 // Classify returns the sentinel an error carries, or nil for errors with
 // no particular meaning (which the API edge reports as Internal).

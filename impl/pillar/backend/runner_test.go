@@ -100,6 +100,15 @@ func (fakeBackend) ExpandVolume(context.Context, string, int64) (Volume, error) 
 }
 func (fakeBackend) DeleteVolume(context.Context, string) error { return nil }
 func (fakeBackend) DevicePath(string) string                   { return "" }
+func (fakeBackend) CreateSnapshot(context.Context, string, string) (Snapshot, error) {
+	return Snapshot{}, nil
+}
+func (fakeBackend) GetSnapshot(context.Context, string) (Snapshot, error) { return Snapshot{}, nil }
+func (fakeBackend) ListSnapshots(context.Context) ([]Snapshot, error)     { return nil, nil }
+func (fakeBackend) DeleteSnapshot(context.Context, string) error          { return nil }
+func (fakeBackend) CreateVolumeFrom(context.Context, string, int64, Source, map[string]string) (Volume, error) {
+	return Volume{}, nil
+}
 
 func TestValidateVolumeName(t *testing.T) {
 	t.Parallel()

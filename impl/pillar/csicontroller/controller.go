@@ -228,9 +228,6 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume content sources (snapshots, clones) are not supported")
-	}
 	storeName := req.GetParameters()[ParamStore]
 	if storeName == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "parameters.%s is required: the StorageClass names the store volumes are placed on", ParamStore)
@@ -238,6 +235,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	size, err := requestedSize(req.GetCapacityRange())
 	if err != nil {
 		return nil, err
+	}
+	if req.GetVolumeContentSource() != nil && req.GetCapacityRange().GetRequiredBytes() == 0 {
+		size = 0 // the source's size (snapshots.go)
 	}
 	reconnect, err := reconnectParams(req.GetParameters())
 	if err != nil {
@@ -258,7 +258,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	name := VolumeName(req.GetName())
-	r, err := c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{Pool: st.Pool(), Name: name, SizeBytes: size, Parameters: params})
+	source, err := s.contentSource(ctx, st, req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{Pool: st.Pool(), Name: name, SizeBytes: size, Parameters: params, Source: source})
 	if err != nil {
 		return nil, agentError("create volume", err)
 	}
@@ -275,7 +279,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if m := r.GetVolume().GetProvisioningMode(); m != "" {
 		vctx[ParamProvisioningMode] = m
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: got, VolumeContext: vctx}}, nil
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: got, VolumeContext: vctx, ContentSource: req.GetVolumeContentSource()}}, nil
 }
 
 // reconnectParams checks the StorageClass's NVMe/TCP reconnect settings,
@@ -603,6 +607,10 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		// snapshots.go
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}

@@ -58,3 +58,21 @@ func ParseNode(id string) (Node, error) {
 // segments. Volumes carry no topology: NVMe/TCP reaches a store's agent
 // from every node (docs/pillar-csi.md, "Topology and capacity").
 func TopologyKey(driver string) string { return driver + "/node" }
+
+// Snapshot is a parsed snapshot id, "<store>/<pool>/<name>" like a volume
+// id: the store reaches the agent, the pool and name the backend's
+// snapshot (names are unique per pool whatever the source volume).
+type Snapshot struct {
+	Store, Pool, Name string
+}
+
+func (s Snapshot) String() string { return s.Store + "/" + s.Pool + "/" + s.Name }
+
+// ParseSnapshot parses "<store>/<pool>/<name>".
+func ParseSnapshot(id string) (Snapshot, error) {
+	v, err := ParseVolume(id)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot id %q is not <store>/<pool>/<name>", id)
+	}
+	return Snapshot(v), nil
+}

@@ -30,3 +30,16 @@ func TestNodeRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	s := Snapshot{Store: "fast", Pool: "tank", Name: "sn-0a"}
+	got, err := ParseSnapshot(s.String())
+	if err != nil || got != s || s.String() != "fast/tank/sn-0a" {
+		t.Fatalf("%v, %v", got, err)
+	}
+	for _, bad := range []string{"", "fast/tank", "fast//x", "a/b/c/d"} {
+		if _, err := ParseSnapshot(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

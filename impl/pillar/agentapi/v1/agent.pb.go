@@ -6,7 +6,9 @@
 // Status codes (what a caller acts on):
 //   INVALID_ARGUMENT     malformed name, size or parameter; do not retry as is
 //   NOT_FOUND            the pool is not configured here, or the volume is missing
-//   ALREADY_EXISTS       a volume of that name exists with another size or mode
+//   ALREADY_EXISTS       a volume of that name exists with another size, mode or
+//                        source, or a snapshot of that name of another volume
+//   OUT_OF_RANGE         a volume smaller than the snapshot or volume it copies
 //   RESOURCE_EXHAUSTED   not enough space in the pool or group
 //   FAILED_PRECONDITION  the volume is in use, or the target is configured against it
 //   UNAVAILABLE          the pool, its devices or the kernel target cannot be reached now
@@ -759,7 +761,10 @@ type CreateVolumeRequest struct {
 	// parameters go to the pool's backend: for LVM "provisioningMode"
 	// ("linear" or "thin"); for ZFS, properties set on the zvol
 	// (e.g. "compression": "lz4").
-	Parameters    map[string]string `protobuf:"bytes,4,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Parameters map[string]string `protobuf:"bytes,4,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// source, when set, is the new volume's content; size_bytes may then be
+	// 0 (the source's size) and below the source's size is OUT_OF_RANGE.
+	Source        *VolumeSource `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,6 +827,96 @@ func (x *CreateVolumeRequest) GetParameters() map[string]string {
 	return nil
 }
 
+func (x *CreateVolumeRequest) GetSource() *VolumeSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+// VolumeSource names a snapshot or a volume of the same pool.
+type VolumeSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Source:
+	//
+	//	*VolumeSource_Snapshot
+	//	*VolumeSource_Volume
+	Source        isVolumeSource_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSource) Reset() {
+	*x = VolumeSource{}
+	mi := &file_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSource) ProtoMessage() {}
+
+func (x *VolumeSource) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSource.ProtoReflect.Descriptor instead.
+func (*VolumeSource) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VolumeSource) GetSource() isVolumeSource_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *VolumeSource) GetSnapshot() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeSource_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return ""
+}
+
+func (x *VolumeSource) GetVolume() string {
+	if x != nil {
+		if x, ok := x.Source.(*VolumeSource_Volume); ok {
+			return x.Volume
+		}
+	}
+	return ""
+}
+
+type isVolumeSource_Source interface {
+	isVolumeSource_Source()
+}
+
+type VolumeSource_Snapshot struct {
+	Snapshot string `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
+}
+
+type VolumeSource_Volume struct {
+	Volume string `protobuf:"bytes,2,opt,name=volume,proto3,oneof"`
+}
+
+func (*VolumeSource_Snapshot) isVolumeSource_Source() {}
+
+func (*VolumeSource_Volume) isVolumeSource_Source() {}
+
 type CreateVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
@@ -831,7 +926,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +938,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +951,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -876,7 +971,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +983,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +996,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteVolumeRequest) GetPool() string {
@@ -926,7 +1021,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1033,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1046,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type ExpandVolumeRequest struct {
@@ -965,7 +1060,7 @@ type ExpandVolumeRequest struct {
 
 func (x *ExpandVolumeRequest) Reset() {
 	*x = ExpandVolumeRequest{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1072,7 @@ func (x *ExpandVolumeRequest) String() string {
 func (*ExpandVolumeRequest) ProtoMessage() {}
 
 func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1085,7 @@ func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExpandVolumeRequest) GetPool() string {
@@ -1023,7 +1118,7 @@ type ExpandVolumeResponse struct {
 
 func (x *ExpandVolumeResponse) Reset() {
 	*x = ExpandVolumeResponse{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1130,7 @@ func (x *ExpandVolumeResponse) String() string {
 func (*ExpandVolumeResponse) ProtoMessage() {}
 
 func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1143,7 @@ func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExpandVolumeResponse) GetVolume() *Volume {
@@ -1068,7 +1163,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1175,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1188,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListVolumesRequest) GetPool() string {
@@ -1112,7 +1207,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1219,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1232,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -1158,7 +1253,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1265,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1278,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExportVolumeRequest) GetPool() string {
@@ -1216,7 +1311,7 @@ type ExportVolumeResponse struct {
 
 func (x *ExportVolumeResponse) Reset() {
 	*x = ExportVolumeResponse{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1323,7 @@ func (x *ExportVolumeResponse) String() string {
 func (*ExportVolumeResponse) ProtoMessage() {}
 
 func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1336,7 @@ func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExportVolumeResponse) GetExport() *Export {
@@ -1261,7 +1356,7 @@ type UnexportVolumeRequest struct {
 
 func (x *UnexportVolumeRequest) Reset() {
 	*x = UnexportVolumeRequest{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1368,7 @@ func (x *UnexportVolumeRequest) String() string {
 func (*UnexportVolumeRequest) ProtoMessage() {}
 
 func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1381,7 @@ func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnexportVolumeRequest) GetPool() string {
@@ -1311,7 +1406,7 @@ type UnexportVolumeResponse struct {
 
 func (x *UnexportVolumeResponse) Reset() {
 	*x = UnexportVolumeResponse{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1418,7 @@ func (x *UnexportVolumeResponse) String() string {
 func (*UnexportVolumeResponse) ProtoMessage() {}
 
 func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1431,7 @@ func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 type AllowHostRequest struct {
@@ -1350,7 +1445,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1457,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1470,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AllowHostRequest) GetPool() string {
@@ -1408,7 +1503,7 @@ type AllowHostResponse struct {
 
 func (x *AllowHostResponse) Reset() {
 	*x = AllowHostResponse{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1515,7 @@ func (x *AllowHostResponse) String() string {
 func (*AllowHostResponse) ProtoMessage() {}
 
 func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1528,7 @@ func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostResponse.ProtoReflect.Descriptor instead.
 func (*AllowHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AllowHostResponse) GetExport() *Export {
@@ -1454,7 +1549,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1561,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1574,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DenyHostRequest) GetPool() string {
@@ -1512,7 +1607,7 @@ type DenyHostResponse struct {
 
 func (x *DenyHostResponse) Reset() {
 	*x = DenyHostResponse{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1619,7 @@ func (x *DenyHostResponse) String() string {
 func (*DenyHostResponse) ProtoMessage() {}
 
 func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,12 +1632,382 @@ func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostResponse.ProtoReflect.Descriptor instead.
 func (*DenyHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DenyHostResponse) GetExport() *Export {
 	if x != nil {
 		return x.Export
+	}
+	return nil
+}
+
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// source_volume is the volume the snapshot was taken of.
+	SourceVolume string `protobuf:"bytes,3,opt,name=source_volume,json=sourceVolume,proto3" json:"source_volume,omitempty"`
+	// size_bytes is the source's size when taken: the least a volume
+	// restored from it has.
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// creation_unix is when it was taken, in seconds since the epoch.
+	CreationUnix int64 `protobuf:"varint,5,opt,name=creation_unix,json=creationUnix,proto3" json:"creation_unix,omitempty"`
+	// native is the tools' name: "pool/dataset/vol@snap" or "vg/lv".
+	Native        string `protobuf:"bytes,6,opt,name=native,proto3" json:"native,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Snapshot) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSourceVolume() string {
+	if x != nil {
+		return x.SourceVolume
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetCreationUnix() int64 {
+	if x != nil {
+		return x.CreationUnix
+	}
+	return 0
+}
+
+func (x *Snapshot) GetNative() string {
+	if x != nil {
+		return x.Native
+	}
+	return ""
+}
+
+type CreateSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	SourceVolume  string                 `protobuf:"bytes,3,opt,name=source_volume,json=sourceVolume,proto3" json:"source_volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateSnapshotRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetSourceVolume() string {
+	if x != nil {
+		return x.SourceVolume
+	}
+	return ""
+}
+
+type CreateSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteSnapshotRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{31}
+}
+
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool restricts the list to one pool; empty lists every pool.
+	Pool          string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListSnapshotsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
 	}
 	return nil
 }
@@ -1610,7 +2075,7 @@ const file_agent_proto_rawDesc = "" +
 	"devicePath\x12+\n" +
 	"\x11provisioning_mode\x18\x05 \x01(\tR\x10provisioningMode\x12\x16\n" +
 	"\x06native\x18\x06 \x01(\tR\x06native\x12/\n" +
-	"\x06export\x18\a \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"\xf1\x01\n" +
+	"\x06export\x18\a \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"\xa8\x02\n" +
 	"\x13CreateVolumeRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -1618,10 +2083,15 @@ const file_agent_proto_rawDesc = "" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12T\n" +
 	"\n" +
 	"parameters\x18\x04 \x03(\v24.pillar.agent.v1.CreateVolumeRequest.ParametersEntryR\n" +
-	"parameters\x1a=\n" +
+	"parameters\x125\n" +
+	"\x06source\x18\x05 \x01(\v2\x1d.pillar.agent.v1.VolumeSourceR\x06source\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\fVolumeSource\x12\x1c\n" +
+	"\bsnapshot\x18\x01 \x01(\tH\x00R\bsnapshot\x12\x18\n" +
+	"\x06volume\x18\x02 \x01(\tH\x00R\x06volumeB\b\n" +
+	"\x06source\"G\n" +
 	"\x14CreateVolumeResponse\x12/\n" +
 	"\x06volume\x18\x01 \x01(\v2\x17.pillar.agent.v1.VolumeR\x06volume\"=\n" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
@@ -1660,11 +2130,34 @@ const file_agent_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
 	"\bhost_nqn\x18\x03 \x01(\tR\ahostNqn\"C\n" +
 	"\x10DenyHostResponse\x12/\n" +
-	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export*W\n" +
+	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"\xb3\x01\n" +
+	"\bSnapshot\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
+	"\rsource_volume\x18\x03 \x01(\tR\fsourceVolume\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12#\n" +
+	"\rcreation_unix\x18\x05 \x01(\x03R\fcreationUnix\x12\x16\n" +
+	"\x06native\x18\x06 \x01(\tR\x06native\"d\n" +
+	"\x15CreateSnapshotRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
+	"\rsource_volume\x18\x03 \x01(\tR\fsourceVolume\"O\n" +
+	"\x16CreateSnapshotResponse\x125\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x19.pillar.agent.v1.SnapshotR\bsnapshot\"?\n" +
+	"\x15DeleteSnapshotRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"*\n" +
+	"\x14ListSnapshotsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"P\n" +
+	"\x15ListSnapshotsResponse\x127\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x19.pillar.agent.v1.SnapshotR\tsnapshots*W\n" +
 	"\vBackendKind\x12\x1c\n" +
 	"\x18BACKEND_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10BACKEND_KIND_ZFS\x10\x01\x12\x14\n" +
-	"\x10BACKEND_KIND_LVM\x10\x022\xe6\a\n" +
+	"\x10BACKEND_KIND_LVM\x10\x022\x8c\n" +
+	"\n" +
 	"\fAgentService\x12R\n" +
 	"\tGetHealth\x12!.pillar.agent.v1.GetHealthRequest\x1a\".pillar.agent.v1.GetHealthResponse\x12R\n" +
 	"\tListPools\x12!.pillar.agent.v1.ListPoolsRequest\x1a\".pillar.agent.v1.ListPoolsResponse\x12X\n" +
@@ -1676,7 +2169,10 @@ const file_agent_proto_rawDesc = "" +
 	"\fExportVolume\x12$.pillar.agent.v1.ExportVolumeRequest\x1a%.pillar.agent.v1.ExportVolumeResponse\x12a\n" +
 	"\x0eUnexportVolume\x12&.pillar.agent.v1.UnexportVolumeRequest\x1a'.pillar.agent.v1.UnexportVolumeResponse\x12R\n" +
 	"\tAllowHost\x12!.pillar.agent.v1.AllowHostRequest\x1a\".pillar.agent.v1.AllowHostResponse\x12O\n" +
-	"\bDenyHost\x12 .pillar.agent.v1.DenyHostRequest\x1a!.pillar.agent.v1.DenyHostResponseB<Z:github.com/pillarhq/pillar/impl/pillar/agentapi/v1;agentv1b\x06proto3"
+	"\bDenyHost\x12 .pillar.agent.v1.DenyHostRequest\x1a!.pillar.agent.v1.DenyHostResponse\x12a\n" +
+	"\x0eCreateSnapshot\x12&.pillar.agent.v1.CreateSnapshotRequest\x1a'.pillar.agent.v1.CreateSnapshotResponse\x12a\n" +
+	"\x0eDeleteSnapshot\x12&.pillar.agent.v1.DeleteSnapshotRequest\x1a'.pillar.agent.v1.DeleteSnapshotResponse\x12^\n" +
+	"\rListSnapshots\x12%.pillar.agent.v1.ListSnapshotsRequest\x1a&.pillar.agent.v1.ListSnapshotsResponseB<Z:github.com/pillarhq/pillar/impl/pillar/agentapi/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1691,7 +2187,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_agent_proto_goTypes = []any{
 	(BackendKind)(0),               // 0: pillar.agent.v1.BackendKind
 	(*Layout)(nil),                 // 1: pillar.agent.v1.Layout
@@ -1705,65 +2201,82 @@ var file_agent_proto_goTypes = []any{
 	(*Export)(nil),                 // 9: pillar.agent.v1.Export
 	(*Volume)(nil),                 // 10: pillar.agent.v1.Volume
 	(*CreateVolumeRequest)(nil),    // 11: pillar.agent.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 12: pillar.agent.v1.CreateVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 13: pillar.agent.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 14: pillar.agent.v1.DeleteVolumeResponse
-	(*ExpandVolumeRequest)(nil),    // 15: pillar.agent.v1.ExpandVolumeRequest
-	(*ExpandVolumeResponse)(nil),   // 16: pillar.agent.v1.ExpandVolumeResponse
-	(*ListVolumesRequest)(nil),     // 17: pillar.agent.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 18: pillar.agent.v1.ListVolumesResponse
-	(*ExportVolumeRequest)(nil),    // 19: pillar.agent.v1.ExportVolumeRequest
-	(*ExportVolumeResponse)(nil),   // 20: pillar.agent.v1.ExportVolumeResponse
-	(*UnexportVolumeRequest)(nil),  // 21: pillar.agent.v1.UnexportVolumeRequest
-	(*UnexportVolumeResponse)(nil), // 22: pillar.agent.v1.UnexportVolumeResponse
-	(*AllowHostRequest)(nil),       // 23: pillar.agent.v1.AllowHostRequest
-	(*AllowHostResponse)(nil),      // 24: pillar.agent.v1.AllowHostResponse
-	(*DenyHostRequest)(nil),        // 25: pillar.agent.v1.DenyHostRequest
-	(*DenyHostResponse)(nil),       // 26: pillar.agent.v1.DenyHostResponse
-	nil,                            // 27: pillar.agent.v1.GetCapacityRequest.ParametersEntry
-	nil,                            // 28: pillar.agent.v1.CreateVolumeRequest.ParametersEntry
+	(*VolumeSource)(nil),           // 12: pillar.agent.v1.VolumeSource
+	(*CreateVolumeResponse)(nil),   // 13: pillar.agent.v1.CreateVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 14: pillar.agent.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 15: pillar.agent.v1.DeleteVolumeResponse
+	(*ExpandVolumeRequest)(nil),    // 16: pillar.agent.v1.ExpandVolumeRequest
+	(*ExpandVolumeResponse)(nil),   // 17: pillar.agent.v1.ExpandVolumeResponse
+	(*ListVolumesRequest)(nil),     // 18: pillar.agent.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 19: pillar.agent.v1.ListVolumesResponse
+	(*ExportVolumeRequest)(nil),    // 20: pillar.agent.v1.ExportVolumeRequest
+	(*ExportVolumeResponse)(nil),   // 21: pillar.agent.v1.ExportVolumeResponse
+	(*UnexportVolumeRequest)(nil),  // 22: pillar.agent.v1.UnexportVolumeRequest
+	(*UnexportVolumeResponse)(nil), // 23: pillar.agent.v1.UnexportVolumeResponse
+	(*AllowHostRequest)(nil),       // 24: pillar.agent.v1.AllowHostRequest
+	(*AllowHostResponse)(nil),      // 25: pillar.agent.v1.AllowHostResponse
+	(*DenyHostRequest)(nil),        // 26: pillar.agent.v1.DenyHostRequest
+	(*DenyHostResponse)(nil),       // 27: pillar.agent.v1.DenyHostResponse
+	(*Snapshot)(nil),               // 28: pillar.agent.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),  // 29: pillar.agent.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil), // 30: pillar.agent.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),  // 31: pillar.agent.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 32: pillar.agent.v1.DeleteSnapshotResponse
+	(*ListSnapshotsRequest)(nil),   // 33: pillar.agent.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 34: pillar.agent.v1.ListSnapshotsResponse
+	nil,                            // 35: pillar.agent.v1.GetCapacityRequest.ParametersEntry
+	nil,                            // 36: pillar.agent.v1.CreateVolumeRequest.ParametersEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: pillar.agent.v1.Pool.kind:type_name -> pillar.agent.v1.BackendKind
 	1,  // 1: pillar.agent.v1.Pool.layout:type_name -> pillar.agent.v1.Layout
 	2,  // 2: pillar.agent.v1.GetHealthResponse.pools:type_name -> pillar.agent.v1.Pool
 	2,  // 3: pillar.agent.v1.ListPoolsResponse.pools:type_name -> pillar.agent.v1.Pool
-	27, // 4: pillar.agent.v1.GetCapacityRequest.parameters:type_name -> pillar.agent.v1.GetCapacityRequest.ParametersEntry
+	35, // 4: pillar.agent.v1.GetCapacityRequest.parameters:type_name -> pillar.agent.v1.GetCapacityRequest.ParametersEntry
 	9,  // 5: pillar.agent.v1.Volume.export:type_name -> pillar.agent.v1.Export
-	28, // 6: pillar.agent.v1.CreateVolumeRequest.parameters:type_name -> pillar.agent.v1.CreateVolumeRequest.ParametersEntry
-	10, // 7: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	10, // 8: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	10, // 9: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
-	9,  // 10: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
-	9,  // 11: pillar.agent.v1.AllowHostResponse.export:type_name -> pillar.agent.v1.Export
-	9,  // 12: pillar.agent.v1.DenyHostResponse.export:type_name -> pillar.agent.v1.Export
-	3,  // 13: pillar.agent.v1.AgentService.GetHealth:input_type -> pillar.agent.v1.GetHealthRequest
-	5,  // 14: pillar.agent.v1.AgentService.ListPools:input_type -> pillar.agent.v1.ListPoolsRequest
-	7,  // 15: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
-	11, // 16: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
-	13, // 17: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
-	15, // 18: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
-	17, // 19: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
-	19, // 20: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
-	21, // 21: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
-	23, // 22: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
-	25, // 23: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
-	4,  // 24: pillar.agent.v1.AgentService.GetHealth:output_type -> pillar.agent.v1.GetHealthResponse
-	6,  // 25: pillar.agent.v1.AgentService.ListPools:output_type -> pillar.agent.v1.ListPoolsResponse
-	8,  // 26: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
-	12, // 27: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
-	14, // 28: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
-	16, // 29: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
-	18, // 30: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
-	20, // 31: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
-	22, // 32: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
-	24, // 33: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
-	26, // 34: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	36, // 6: pillar.agent.v1.CreateVolumeRequest.parameters:type_name -> pillar.agent.v1.CreateVolumeRequest.ParametersEntry
+	12, // 7: pillar.agent.v1.CreateVolumeRequest.source:type_name -> pillar.agent.v1.VolumeSource
+	10, // 8: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	10, // 9: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	10, // 10: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
+	9,  // 11: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
+	9,  // 12: pillar.agent.v1.AllowHostResponse.export:type_name -> pillar.agent.v1.Export
+	9,  // 13: pillar.agent.v1.DenyHostResponse.export:type_name -> pillar.agent.v1.Export
+	28, // 14: pillar.agent.v1.CreateSnapshotResponse.snapshot:type_name -> pillar.agent.v1.Snapshot
+	28, // 15: pillar.agent.v1.ListSnapshotsResponse.snapshots:type_name -> pillar.agent.v1.Snapshot
+	3,  // 16: pillar.agent.v1.AgentService.GetHealth:input_type -> pillar.agent.v1.GetHealthRequest
+	5,  // 17: pillar.agent.v1.AgentService.ListPools:input_type -> pillar.agent.v1.ListPoolsRequest
+	7,  // 18: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
+	11, // 19: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
+	14, // 20: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
+	16, // 21: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
+	18, // 22: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
+	20, // 23: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
+	22, // 24: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
+	24, // 25: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
+	26, // 26: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
+	29, // 27: pillar.agent.v1.AgentService.CreateSnapshot:input_type -> pillar.agent.v1.CreateSnapshotRequest
+	31, // 28: pillar.agent.v1.AgentService.DeleteSnapshot:input_type -> pillar.agent.v1.DeleteSnapshotRequest
+	33, // 29: pillar.agent.v1.AgentService.ListSnapshots:input_type -> pillar.agent.v1.ListSnapshotsRequest
+	4,  // 30: pillar.agent.v1.AgentService.GetHealth:output_type -> pillar.agent.v1.GetHealthResponse
+	6,  // 31: pillar.agent.v1.AgentService.ListPools:output_type -> pillar.agent.v1.ListPoolsResponse
+	8,  // 32: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
+	13, // 33: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
+	15, // 34: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
+	17, // 35: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
+	19, // 36: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
+	21, // 37: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
+	23, // 38: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
+	25, // 39: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
+	27, // 40: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
+	30, // 41: pillar.agent.v1.AgentService.CreateSnapshot:output_type -> pillar.agent.v1.CreateSnapshotResponse
+	32, // 42: pillar.agent.v1.AgentService.DeleteSnapshot:output_type -> pillar.agent.v1.DeleteSnapshotResponse
+	34, // 43: pillar.agent.v1.AgentService.ListSnapshots:output_type -> pillar.agent.v1.ListSnapshotsResponse
+	30, // [30:44] is the sub-list for method output_type
+	16, // [16:30] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1771,13 +2284,17 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
+	file_agent_proto_msgTypes[11].OneofWrappers = []any{
+		(*VolumeSource_Snapshot)(nil),
+		(*VolumeSource_Volume)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

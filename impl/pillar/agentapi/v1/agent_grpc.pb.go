@@ -6,7 +6,9 @@
 // Status codes (what a caller acts on):
 //   INVALID_ARGUMENT     malformed name, size or parameter; do not retry as is
 //   NOT_FOUND            the pool is not configured here, or the volume is missing
-//   ALREADY_EXISTS       a volume of that name exists with another size or mode
+//   ALREADY_EXISTS       a volume of that name exists with another size, mode or
+//                        source, or a snapshot of that name of another volume
+//   OUT_OF_RANGE         a volume smaller than the snapshot or volume it copies
 //   RESOURCE_EXHAUSTED   not enough space in the pool or group
 //   FAILED_PRECONDITION  the volume is in use, or the target is configured against it
 //   UNAVAILABLE          the pool, its devices or the kernel target cannot be reached now
@@ -44,6 +46,9 @@ const (
 	AgentService_UnexportVolume_FullMethodName = "/pillar.agent.v1.AgentService/UnexportVolume"
 	AgentService_AllowHost_FullMethodName      = "/pillar.agent.v1.AgentService/AllowHost"
 	AgentService_DenyHost_FullMethodName       = "/pillar.agent.v1.AgentService/DenyHost"
+	AgentService_CreateSnapshot_FullMethodName = "/pillar.agent.v1.AgentService/CreateSnapshot"
+	AgentService_DeleteSnapshot_FullMethodName = "/pillar.agent.v1.AgentService/DeleteSnapshot"
+	AgentService_ListSnapshots_FullMethodName  = "/pillar.agent.v1.AgentService/ListSnapshots"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -71,6 +76,14 @@ type AgentServiceClient interface {
 	UnexportVolume(ctx context.Context, in *UnexportVolumeRequest, opts ...grpc.CallOption) (*UnexportVolumeResponse, error)
 	AllowHost(ctx context.Context, in *AllowHostRequest, opts ...grpc.CallOption) (*AllowHostResponse, error)
 	DenyHost(ctx context.Context, in *DenyHostRequest, opts ...grpc.CallOption) (*DenyHostResponse, error)
+	// Snapshots (docs/decisions.md, "Snapshots and clones"). CreateSnapshot
+	// returns the existing snapshot of that name and source; a snapshot of
+	// that name of another volume is ALREADY_EXISTS; a linear LVM volume is
+	// INVALID_ARGUMENT. DeleteSnapshot of a missing snapshot succeeds; one
+	// other volumes depend on (ZFS clones) is FAILED_PRECONDITION.
+	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -191,6 +204,36 @@ func (c *agentServiceClient) DenyHost(ctx context.Context, in *DenyHostRequest, 
 	return out, nil
 }
 
+func (c *agentServiceClient) CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSnapshotResponse)
+	err := c.cc.Invoke(ctx, AgentService_CreateSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -216,6 +259,14 @@ type AgentServiceServer interface {
 	UnexportVolume(context.Context, *UnexportVolumeRequest) (*UnexportVolumeResponse, error)
 	AllowHost(context.Context, *AllowHostRequest) (*AllowHostResponse, error)
 	DenyHost(context.Context, *DenyHostRequest) (*DenyHostResponse, error)
+	// Snapshots (docs/decisions.md, "Snapshots and clones"). CreateSnapshot
+	// returns the existing snapshot of that name and source; a snapshot of
+	// that name of another volume is ALREADY_EXISTS; a linear LVM volume is
+	// INVALID_ARGUMENT. DeleteSnapshot of a missing snapshot succeeds; one
+	// other volumes depend on (ZFS clones) is FAILED_PRECONDITION.
+	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -258,6 +309,15 @@ func (UnimplementedAgentServiceServer) AllowHost(context.Context, *AllowHostRequ
 }
 func (UnimplementedAgentServiceServer) DenyHost(context.Context, *DenyHostRequest) (*DenyHostResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DenyHost not implemented")
+}
+func (UnimplementedAgentServiceServer) CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSnapshot not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -478,6 +538,60 @@ func _AgentService_DenyHost_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CreateSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CreateSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CreateSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CreateSnapshot(ctx, req.(*CreateSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -528,6 +642,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DenyHost",
 			Handler:    _AgentService_DenyHost_Handler,
+		},
+		{
+			MethodName: "CreateSnapshot",
+			Handler:    _AgentService_CreateSnapshot_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _AgentService_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _AgentService_ListSnapshots_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -412,6 +412,8 @@ func (b *Backend) compatible(l lv, size int64, mode string) (backend.Volume, err
 	switch got := l.mode(); {
 	case got == "":
 		return backend.Volume{}, fmt.Errorf("lvm: %s exists and is not a volume (attributes %s): %w", native, l.attr, backend.ErrAlreadyExists)
+	case l.snapshot():
+		return backend.Volume{}, fmt.Errorf("lvm: %s exists and is a snapshot: %w", native, backend.ErrAlreadyExists)
 	case got != mode:
 		return backend.Volume{}, fmt.Errorf("lvm: volume %s exists as %s, request is %s: %w", native, got, mode, backend.ErrAlreadyExists)
 	case mode == backend.ModeThin && l.pool != b.cfg.ThinPool:
@@ -438,7 +440,7 @@ func (b *Backend) GetVolume(ctx context.Context, name string) (backend.Volume, e
 	if err != nil {
 		return backend.Volume{}, err
 	}
-	if !found || l.mode() == "" {
+	if !found || l.mode() == "" || l.snapshot() {
 		return backend.Volume{}, b.missing(ctx, name)
 	}
 	if !l.owned() {
@@ -459,7 +461,7 @@ func (b *Backend) ListVolumes(ctx context.Context) ([]backend.Volume, error) {
 	}
 	list := []backend.Volume{}
 	for _, l := range lvs {
-		if l.mode() != "" && l.owned() {
+		if l.mode() != "" && l.owned() && !l.snapshot() {
 			list = append(list, b.volume(l))
 		}
 	}
@@ -475,7 +477,7 @@ func (b *Backend) ExpandVolume(ctx context.Context, name string, sizeBytes int64
 	if err != nil {
 		return backend.Volume{}, err
 	}
-	if !found || l.mode() == "" {
+	if !found || l.mode() == "" || l.snapshot() {
 		return backend.Volume{}, b.missing(ctx, name)
 	}
 	if !l.owned() {
@@ -521,6 +523,9 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 	}
 	if !l.owned() {
 		return b.notOwned(name)
+	}
+	if l.snapshot() {
+		return fmt.Errorf("lvm: %s is a snapshot, not a volume; refusing to remove it: %w", lvPath, backend.ErrInvalid)
 	}
 	if _, err := b.run.Run(ctx, "lvremove", "-y", lvPath); err != nil {
 		err = classify(err)

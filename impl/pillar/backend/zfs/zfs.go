@@ -130,6 +130,13 @@ func parseZvols(out []byte) ([]zvol, error) {
 }
 
 // classify gives a failed zfs/zpool run its meaning.
+// transientBusy tells "dataset is busy" (an open device, which passes)
+// from a volume's dependents (snapshots, clones), which waiting cannot end.
+func transientBusy(err error) bool {
+	var ce *backend.CommandError
+	return errors.As(err, &ce) && strings.Contains(ce.Stderr, "is busy")
+}
+
 func classify(err error) error {
 	var ce *backend.CommandError
 	if !errors.As(err, &ce) {
@@ -144,9 +151,12 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", backend.ErrResourceExhausted, err)
 	case strings.Contains(s, "dataset already exists"):
 		return fmt.Errorf("%w: %w", backend.ErrAlreadyExists, err)
-	case strings.Contains(s, "dataset is busy"), strings.Contains(s, "pool or dataset is busy"):
+	case strings.Contains(s, "dataset is busy"), strings.Contains(s, "pool or dataset is busy"),
+		// Snapshots: a volume with snapshots, a snapshot with clones.
+		strings.Contains(s, "has children"), strings.Contains(s, "has dependent clones"),
+		strings.Contains(s, "snapshot is cloned"):
 		return fmt.Errorf("%w: %w", backend.ErrInUse, err)
-	case strings.Contains(s, "dataset does not exist"):
+	case strings.Contains(s, "dataset does not exist"), strings.Contains(s, "could not find any snapshots to destroy"):
 		return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
 	case strings.Contains(s, "no such pool"), strings.Contains(s, "parent does not exist"),
 		strings.Contains(s, "pool I/O is currently suspended"), deviceProblem(s):
@@ -357,17 +367,28 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 	if v.dsType != "volume" {
 		return fmt.Errorf("zfs: %s is a %s, not a volume; refusing to destroy it: %w", ds, v.dsType, backend.ErrInvalid)
 	}
+	// A clone of a volume leaves its hidden origin snapshot to clean up.
+	origin, err := b.origin(ctx, ds)
+	if err != nil {
+		return err
+	}
 	delay, waited := 100*time.Millisecond, time.Duration(0)
 	for {
 		_, err := b.run.Run(ctx, "zfs", "destroy", ds)
 		if err == nil {
-			return nil
+			break
 		}
 		err = classify(err)
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil
 		}
-		if !errors.Is(err, backend.ErrInUse) || waited >= b.busyWait {
+		if !errors.Is(err, backend.ErrInUse) {
+			return fmt.Errorf("zfs: destroy %s: %w", ds, err)
+		}
+		if !transientBusy(err) {
+			return fmt.Errorf("zfs: volume %s has snapshots or clones (ZFS keeps them dependent on it); delete them first: %w", ds, err)
+		}
+		if waited >= b.busyWait {
 			return fmt.Errorf("zfs: destroy %s: %w", ds, err)
 		}
 		if serr := b.sleep(ctx, delay); serr != nil {
@@ -376,6 +397,14 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 		waited += delay
 		delay = min(2*delay, time.Second)
 	}
+	if _, snap, _ := strings.Cut(origin, "@"); strings.HasPrefix(snap, backend.HiddenSnapshotPrefix) {
+		if _, err := b.run.Run(ctx, "zfs", "destroy", origin); err != nil {
+			if err = classify(err); !errors.Is(err, backend.ErrNotFound) {
+				return fmt.Errorf("zfs: destroy the clone origin %s: %w", origin, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Capacity is the pool's usable size (used + available of its root
