@@ -171,8 +171,10 @@ func TestDevicePathRoot(t *testing.T) {
 func TestDeleteWaitsOutBusy(t *testing.T) {
 	const list = "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1"
 	const busy = "cannot destroy 'tank/k8s/pvc-1': dataset is busy\n"
+	const origin = "zfs list -Hp -o origin tank/k8s/pvc-1"
 	b := newScripted(t,
 		call{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"},
+		call{Cmd: origin, Stdout: "-\n"},
 		call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1},
 		call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1},
 		call{Cmd: "zfs destroy tank/k8s/pvc-1"},
@@ -186,7 +188,7 @@ func TestDeleteWaitsOutBusy(t *testing.T) {
 		t.Fatalf("pauses %v", slept)
 	}
 
-	calls := []call{{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"}}
+	calls := []call{{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"}, {Cmd: origin, Stdout: "-\n"}}
 	for i := 0; i < 4; i++ {
 		calls = append(calls, call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: busy, Exit: 1})
 	}
@@ -195,5 +197,13 @@ func TestDeleteWaitsOutBusy(t *testing.T) {
 	b.sleep = func(context.Context, time.Duration) error { return nil }
 	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrInUse) {
 		t.Fatalf("still busy: %v", err)
+	}
+
+	// A volume's snapshots are no transient busy: refused at once.
+	b = newScripted(t, call{Cmd: list, Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"}, call{Cmd: origin, Stdout: "-\n"},
+		call{Cmd: "zfs destroy tank/k8s/pvc-1", Stderr: "cannot destroy 'tank/k8s/pvc-1': volume has children\n", Exit: 1})
+	b.sleep = func(context.Context, time.Duration) error { t.Fatal("waited on a volume's snapshots"); return nil }
+	if err := b.DeleteVolume(context.Background(), "pvc-1"); !errors.Is(err, backend.ErrInUse) {
+		t.Fatalf("volume with snapshots: %v", err)
 	}
 }
