@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # backticks in single quotes are Markdown, not expansions
 # make bench: what the gateway adds to a request against a bare reverse proxy
 # on the same provider simulator, replica propagation on PostgreSQL, Go
 # micro-benchmarks of the proxy path and the scheduler. Writes
