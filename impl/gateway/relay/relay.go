@@ -265,6 +265,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// Anthropic's answer to a rate limit: 429 rate_limit_error
 			// with retry-after, which the SDKs honour.
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((lr.RetryAfter+time.Second-1)/time.Second), 10))
+			// The SDKs retry only on x-should-retry: true, and wait what
+			// Retry-After says up to a minute; past that they would
+			// retry early into another 429, so the client is told not to.
+			w.Header().Set("X-Should-Retry", strconv.FormatBool(lr.RetryAfter <= maxClientRetryWait))
 			if h.metrics != nil {
 				h.metrics.limited(lr.Limit.Kind)
 			}
@@ -897,6 +901,10 @@ func errorType(body []byte) string {
 	return string(body[i : i+j])
 }
 
+// maxClientRetryWait is the longest Retry-After the official SDKs wait
+// out before retrying (longer ones they replace with their own backoff).
+const maxClientRetryWait = 60 * time.Second
+
 // writeError writes Anthropic's error shape.
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	b := make([]byte, 0, 96+len(msg))
@@ -910,7 +918,9 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("X-Should-Retry", strconv.FormatBool(status == 529 || status == http.StatusServiceUnavailable))
+	if h.Get("X-Should-Retry") == "" { // a caller that knows better set it
+		h.Set("X-Should-Retry", strconv.FormatBool(status == 529 || status == http.StatusServiceUnavailable))
+	}
 	w.WriteHeader(status)
 	w.Write(b)
 }
