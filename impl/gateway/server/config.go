@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -334,6 +335,13 @@ func (c *Config) Validate() error {
 		bad("database_url", "%v", err)
 	} else {
 		c.db = db
+		// A typo in the path must not silently start an empty database in a
+		// new directory: the directory is the operator's to create.
+		if db.Driver == SQLite && db.DSN != ":memory:" {
+			if dir := filepath.Dir(db.DSN); !isDir(dir) {
+				bad("database_url", "the directory %s of the SQLite database does not exist; create it first (the proxy creates the file, not its directory)", dir)
+			}
+		}
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("reconcile_interval", "must be at least 1s, got %s", c.ReconcileInterval)
@@ -569,4 +577,9 @@ func envVarName(s string) bool {
 		}
 	}
 	return true
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

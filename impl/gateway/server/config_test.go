@@ -164,14 +164,15 @@ func TestConfigListenersAndDrain(t *testing.T) {
 // embedded database (none on PostgreSQL, whose replicas share no disk).
 func TestDatabaseURLParsedOnce(t *testing.T) {
 	t.Parallel()
-	c, err := ParseConfig([]string{"--database-url", "sqlite:///var/lib/proxy/p.db"}, env(nil), io.Discard)
+	dir := t.TempDir()
+	c, err := ParseConfig([]string{"--database-url", "sqlite://" + dir + "/p.db"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.db.Driver != SQLite || c.db.DSN != "/var/lib/proxy/p.db" {
+	if c.db.Driver != SQLite || c.db.DSN != dir+"/p.db" {
 		t.Fatalf("sqlite: %+v", c.db)
 	}
-	if p, ok := c.db.fileBeside(".key"); !ok || p != "/var/lib/proxy/p.db.key" {
+	if p, ok := c.db.fileBeside(".key"); !ok || p != dir+"/p.db.key" {
 		t.Fatalf("key file %q %v", p, ok)
 	}
 	pg := "postgres://u:secret@db:5432/proxy"
@@ -195,5 +196,22 @@ func TestDatabaseURLParsedOnce(t *testing.T) {
 	}
 	if _, _, err := adminAuth(c, env(nil)); err == nil || !strings.Contains(err.Error(), "no admin token") {
 		t.Fatalf("admin token on PostgreSQL: %v", err)
+	}
+}
+
+// A SQLite path in a directory that does not exist is refused, naming the
+// key and the directory, and nothing is created.
+func TestSQLiteMissingDirectoryRefused(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "missing", "dir")
+	_, err := ParseConfig([]string{"--database-url", "sqlite://" + missing + "/x.db"}, env(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "database_url") || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("missing directory: %v", err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("the directory was created: %v", err)
+	}
+	if _, err := ParseConfig([]string{"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "x.db")}, env(nil), io.Discard); err != nil {
+		t.Fatalf("existing directory refused: %v", err)
 	}
 }
