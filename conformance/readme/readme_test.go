@@ -125,3 +125,41 @@ exec %q --proxy-listen 127.0.0.1:%s --admin-listen '[::1]:%s' --allow-private-up
 		Expect(len(sim.Requests())).To(BeNumerically(">=", 1))
 	})
 })
+
+var _ = Describe("the proxy's command line", func() {
+	run := func(args ...string) (stdout, stderr string, code int) {
+		var o, e bytes.Buffer
+		cmd := exec.Command(h.Bin("proxy"), args...)
+		cmd.Dir = GinkgoT().TempDir()
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		return o.String(), e.String(), code
+	}
+	It("prints its version, its usage with subcommands and environment, and one line for a bad flag (exit 2)", func() {
+		out, _, code := run("--version")
+		Expect(code).To(Equal(0))
+		Expect(out).To(MatchRegexp(`^proxy \S+\n$`))
+
+		_, errOut, code := run("--help")
+		Expect(code).To(Equal(0))
+		Expect(errOut).To(And(ContainSubstring("proxy storage rotate-master-key"), ContainSubstring("PROXY_MASTER_KEY"),
+			ContainSubstring("PROXY_UPSTREAM_KEY_*"), ContainSubstring("-database-url")))
+
+		_, errOut, code = run("--no-such-flag")
+		Expect(code).To(Equal(2))
+		Expect(strings.Count(errOut, "\n")).To(Equal(1), errOut)
+		Expect(errOut).To(ContainSubstring("no-such-flag"))
+
+		// A SQLite path whose directory is missing is refused; nothing is made.
+		dir := filepath.Join(GinkgoT().TempDir(), "missing")
+		_, errOut, code = run("--database-url", "sqlite://"+dir+"/x.db", "--proxy-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+		Expect(code).NotTo(Equal(0))
+		Expect(errOut).To(And(ContainSubstring("database_url"), ContainSubstring(dir)))
+		Expect(dir).NotTo(BeADirectory())
+	})
+})

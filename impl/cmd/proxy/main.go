@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println("proxy", server.Version)
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first signal starts the drain; a second one ends the process at
@@ -20,6 +25,9 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	if err := server.Main(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "proxy:", err)
+		if errors.As(err, new(server.UsageError)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

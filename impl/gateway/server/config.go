@@ -211,11 +211,19 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		return nil
 	})
 	applySecurity := securityFlags(fs)
+	// The flag package would print its error and the whole flag list on
+	// any mistake; a bad flag gets one line (and exit 2), --help the list.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // called on every parse error too
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stderr, fs)
+			return nil, err
+		}
+		return nil, UsageError{fmt.Errorf("%w (proxy --help lists the flags)", err)}
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return nil, UsageError{fmt.Errorf("unexpected arguments: %s (subcommands: proxy storage …; see proxy --help)", strings.Join(fs.Args(), " "))}
 	}
 	if *configPath != "" {
 		data, err := os.ReadFile(*configPath)
@@ -582,4 +590,33 @@ func envVarName(s string) bool {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
+}
+
+// UsageError is a mistake on the command line (exit status 2).
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage:
+  proxy [flags]                              run the gateway (proxy and admin listeners)
+  proxy storage rotate-master-key [flags]    re-seal every stored secret under a new master key
+  proxy storage disable-oauth-warmup [flags] turn off warm-up on every OAuth upstream
+  proxy --version                            print the version
+
+Environment:
+  PROXY_DATABASE_URL                 database, as --database-url (the flag wins)
+  PROXY_MASTER_KEY                   master key sealing stored secrets (required on PostgreSQL;
+                                     on SQLite a key file beside the database is made)
+  PROXY_NEW_MASTER_KEY               storage rotate-master-key: the new key
+  PROXY_ADMIN_TOKEN                  admin API bearer token (or admin.auth.providers in --config)
+  PROXY_METRICS_TOKEN(_FILE)         bearer token /metrics requires, when set
+  PROXY_UPSTREAM_KEY_*               upstream API keys an upstream's api_key_env may name
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -213,5 +215,24 @@ func TestSQLiteMissingDirectoryRefused(t *testing.T) {
 	}
 	if _, err := ParseConfig([]string{"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "x.db")}, env(nil), io.Discard); err != nil {
 		t.Fatalf("existing directory refused: %v", err)
+	}
+}
+
+// A bad flag is a UsageError with one message and no flag dump; --help
+// prints the usage with subcommands and environment variables.
+func TestConfigUsage(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	_, err := ParseConfig([]string{"--no-such-flag"}, env(nil), &out)
+	var ue UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "no-such-flag") || out.Len() != 0 {
+		t.Fatalf("bad flag: %v, printed %q", err, out.String())
+	}
+	if _, err := ParseConfig([]string{"stray"}, env(nil), &out); !errors.As(err, &ue) {
+		t.Fatalf("stray argument: %v", err)
+	}
+	_, err = ParseConfig([]string{"--help"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "PROXY_ADMIN_TOKEN") || !strings.Contains(out.String(), "storage rotate-master-key") {
+		t.Fatalf("help: %v\n%s", err, out.String())
 	}
 }
