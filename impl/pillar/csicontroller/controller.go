@@ -484,13 +484,9 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 // ListVolumes lists the volumes of every store, paginated by position in
 // the id order.
 func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	start := 0
-	if tok := req.GetStartingToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 {
-			return nil, status.Errorf(codes.Aborted, "starting_token %q is not one this driver issued", tok)
-		}
-		start = n
+	start, err := startingToken(req.GetStartingToken())
+	if err != nil {
+		return nil, err
 	}
 	list, err := s.Stores.List(ctx)
 	if err != nil {
@@ -512,18 +508,41 @@ func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Volume.VolumeId < all[j].Volume.VolumeId })
+	entries, next, err := page(all, start, req.GetMaxEntries(), "volumes")
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+// startingToken reads a list call's starting_token: the position this
+// driver issued as next_token (empty: the start).
+func startingToken(tok string) (int, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(tok)
+	if err != nil || n < 0 {
+		return 0, status.Errorf(codes.Aborted, "starting_token %q is not one this driver issued", tok)
+	}
+	return n, nil
+}
+
+// page cuts a sorted listing at start, at most maxEntries long (0: all),
+// with the next page's token when entries remain.
+func page[T any](all []T, start int, maxEntries int32, what string) ([]T, string, error) {
 	if start > len(all) {
-		return nil, status.Errorf(codes.Aborted, "starting_token %d is past the end (%d volumes)", start, len(all))
+		return nil, "", status.Errorf(codes.Aborted, "starting_token %d is past the end (%d %s)", start, len(all), what)
 	}
 	end := len(all)
-	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
+	if m := int(maxEntries); m > 0 && start+m < end {
 		end = start + m
 	}
-	resp := &csi.ListVolumesResponse{Entries: all[start:end]}
+	next := ""
 	if end < len(all) {
-		resp.NextToken = strconv.Itoa(end)
+		next = strconv.Itoa(end)
 	}
-	return resp, nil
+	return all[start:end], next, nil
 }
 
 // GetCapacity is one store's capacity (parameters.store), or every ready

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -150,13 +149,9 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 // ListSnapshots lists every store's snapshots, or those of one snapshot id
 // or source volume id, paginated by position like ListVolumes.
 func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	start := 0
-	if tok := req.GetStartingToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 {
-			return nil, status.Errorf(codes.Aborted, "starting_token %q is not one this driver issued", tok)
-		}
-		start = n
+	start, err := startingToken(req.GetStartingToken())
+	if err != nil {
+		return nil, err
 	}
 	var only []string
 	switch {
@@ -181,7 +176,6 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		}
 		list = []stores.Store{st}
 	} else {
-		var err error
 		if list, err = s.Stores.List(ctx); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "stores: %v", err)
 		}
@@ -206,16 +200,9 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Snapshot.SnapshotId < all[j].Snapshot.SnapshotId })
-	if start > len(all) {
-		return nil, status.Errorf(codes.Aborted, "starting_token %d is past the end (%d snapshots)", start, len(all))
+	entries, next, err := page(all, start, req.GetMaxEntries(), "snapshots")
+	if err != nil {
+		return nil, err
 	}
-	end := len(all)
-	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
-		end = start + m
-	}
-	resp := &csi.ListSnapshotsResponse{Entries: all[start:end]}
-	if end < len(all) {
-		resp.NextToken = strconv.Itoa(end)
-	}
-	return resp, nil
+	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
 }
