@@ -53,12 +53,7 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address of the Prometheus /metrics endpoint (pool capacity, exports, call durations); empty disables it")
-	var checks []func(*Config) error
-	for _, bind := range o.flags {
-		if check := bind(fs); check != nil {
-			checks = append(checks, check)
-		}
-	}
+	checks := cli.Bind(fs, o.flags)
 	if err := fs.Parse(args); err != nil {
 		return nil, &cli.UsageError{Err: err, Printed: true}
 	}
@@ -69,9 +64,7 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	if _, err := logging.Level(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
-	for _, check := range checks {
-		errs = append(errs, check(&c))
-	}
+	errs = append(errs, checks.Run(&c)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, cli.Usage(err)
 	}

@@ -23,6 +23,7 @@ import (
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/agentconfig"
 	"github.com/pillarhq/pillar/impl/pillar/backend"
+	"github.com/pillarhq/pillar/impl/pillar/cli"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/mtls"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
@@ -45,7 +46,7 @@ type Storage struct {
 type Option func(*options)
 
 type options struct {
-	flags   []func(*flag.FlagSet) func(*Config) error
+	flags   []cli.FlagBinder[Config]
 	storage func(c *Config, backends *agentconfig.Config, log *slog.Logger) (Storage, error)
 	stdout  io.Writer
 }

@@ -48,12 +48,7 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/pillar-csi/node", "node state (the loop connector's records)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
-	var checks []func(*Config) error
-	for _, bind := range o.flags {
-		if check := bind(fs); check != nil {
-			checks = append(checks, check)
-		}
-	}
+	checks := cli.Bind(fs, o.flags)
 	if err := fs.Parse(args); err != nil {
 		return nil, &cli.UsageError{Err: err, Printed: true}
 	}
@@ -73,9 +68,7 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	if _, ok := o.connectors[c.Connector]; !ok {
 		errs = append(errs, fmt.Errorf("--connector %q: %s", c.Connector, strings.Join(o.connectorNames(), " or ")))
 	}
-	for _, check := range checks {
-		errs = append(errs, check(&c))
-	}
+	errs = append(errs, checks.Run(&c)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, cli.Usage(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
+	"github.com/pillarhq/pillar/impl/pillar/cli"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
@@ -28,7 +29,7 @@ type connector struct {
 }
 
 type options struct {
-	flags      []func(*flag.FlagSet) func(*Config) error
+	flags      []cli.FlagBinder[Config]
 	connectors map[string]connector
 	stdout     io.Writer
 }
