@@ -164,6 +164,20 @@ func (t *tool) vgNotFound(vg string) int {
 	return lvmFailed
 }
 
+// findLV looks up vg/lv as the LVM tools do, telling the user which one is
+// missing; code is the tool's exit status then (0 when both exist).
+func (t *tool) findLV(vgName, lvName string) (vg *volumeGroup, lv *logicalVolume, code int) {
+	vg, ok := t.st.VolumeGroups[vgName]
+	if !ok {
+		return nil, nil, t.vgNotFound(vgName)
+	}
+	if lv, ok = vg.LVs[lvName]; !ok {
+		t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, lvName)
+		return nil, nil, lvmFailed
+	}
+	return vg, lv, 0
+}
+
 func (t *tool) lvm(name string, args []string) int {
 	if t.st.DevicesDenied {
 		// Without the device-mapper control node and the disks, LVM sees
@@ -435,14 +449,9 @@ func (t *tool) lvextend(args []string) int {
 		return lvmInvalidCmdLine
 	}
 	vgName, lvName := splitLVPath(pos[0])
-	vg, ok := t.st.VolumeGroups[vgName]
-	if !ok {
-		return t.vgNotFound(vgName)
-	}
-	lv, ok := vg.LVs[lvName]
-	if !ok {
-		t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, lvName)
-		return lvmFailed
+	vg, lv, code := t.findLV(vgName, lvName)
+	if code != 0 {
+		return code
 	}
 	if opts.has("size") {
 		if bytes%vg.ExtentSize != 0 {
@@ -507,15 +516,9 @@ func (t *tool) lvremove(args []string) int {
 			code = lvmInvalidCmdLine
 			continue
 		}
-		vg, ok := t.st.VolumeGroups[vgName]
-		if !ok {
-			code = t.vgNotFound(vgName)
-			continue
-		}
-		lv, ok := vg.LVs[lvName]
-		if !ok {
-			t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, lvName)
-			code = lvmFailed
+		vg, lv, c := t.findLV(vgName, lvName)
+		if c != 0 {
+			code = c
 			continue
 		}
 		if lv.Type == lvThinPool {
@@ -891,15 +894,9 @@ func (t *tool) lvchange(args []string) int {
 	code := 0
 	for _, arg := range pos {
 		vgName, lvName := splitLVPath(arg)
-		vg, ok := t.st.VolumeGroups[vgName]
-		if !ok {
-			code = t.vgNotFound(vgName)
-			continue
-		}
-		lv, ok := vg.LVs[lvName]
-		if !ok {
-			t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, lvName)
-			code = lvmFailed
+		_, lv, c := t.findLV(vgName, lvName)
+		if c != 0 {
+			code = c
 			continue
 		}
 		for _, tag := range opts["deltag"] {

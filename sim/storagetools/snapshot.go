@@ -237,14 +237,9 @@ func (t *tool) lvcreateSnapshot(opts parsedOpts, pos []string) int {
 		return lvmInvalidCmdLine
 	}
 	vgName, originName := splitLVPath(pos[0])
-	vg, ok := t.st.VolumeGroups[vgName]
-	if !ok {
-		return t.vgNotFound(vgName)
-	}
-	origin, ok := vg.LVs[originName]
-	if !ok {
-		t.errorf("  Failed to find logical volume \"%s/%s\"\n", vgName, originName)
-		return lvmFailed
+	vg, origin, code := t.findLV(vgName, originName)
+	if code != 0 {
+		return code
 	}
 	if origin.Type != lvThin {
 		// What lvcreate says for a sizeless snapshot of a non-thin LV.
