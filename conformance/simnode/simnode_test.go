@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/agent"
 	"github.com/pillarhq/pillar/impl/pillar/agentconfig"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
 	"github.com/pillarhq/pillar/impl/pillar/csinode"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )

@@ -11,8 +11,8 @@ import (
 	"os"
 
 	"github.com/pillarhq/pillar/conformance/simnode"
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/agent"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"io"
 
 	"github.com/pillarhq/pillar/conformance/simnode"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/csinode"
 )
 

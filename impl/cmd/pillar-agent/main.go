@@ -9,8 +9,8 @@ import (
 	"context"
 	"io"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/agent"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/controller"
 )
 

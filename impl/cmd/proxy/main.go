@@ -4,12 +4,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/gateway/server"
 )
 
@@ -23,11 +23,7 @@ func main() {
 	// The first signal starts the drain; a second one ends the process at
 	// once (the default action, restored here).
 	go func() { <-ctx.Done(); stop() }()
-	if err := server.Main(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "proxy:", err)
-		if errors.As(err, new(server.UsageError)) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	if code := cli.ExitCode("proxy", server.Main(ctx, os.Args[1:], os.Getenv, os.Stderr), os.Stderr); code != 0 {
+		os.Exit(code)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 )
@@ -220,10 +221,10 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			printUsage(stderr, fs)
 			return nil, err
 		}
-		return nil, UsageError{fmt.Errorf("%w (proxy --help lists the flags)", err)}
+		return nil, cli.Usage(fmt.Errorf("%w (proxy --help lists the flags)", err))
 	}
 	if fs.NArg() > 0 {
-		return nil, UsageError{fmt.Errorf("unexpected arguments: %s (subcommands: proxy storage …; see proxy --help)", strings.Join(fs.Args(), " "))}
+		return nil, cli.Usage(fmt.Errorf("unexpected arguments: %s (subcommands: proxy storage …; see proxy --help)", strings.Join(fs.Args(), " ")))
 	}
 	if *configPath != "" {
 		data, err := os.ReadFile(*configPath)
@@ -591,12 +592,6 @@ func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
 }
-
-// UsageError is a mistake on the command line (exit status 2).
-type UsageError struct{ Err error }
-
-func (e UsageError) Error() string { return e.Err.Error() }
-func (e UsageError) Unwrap() error { return e.Err }
 
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/cli"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -224,7 +226,7 @@ func TestConfigUsage(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	_, err := ParseConfig([]string{"--no-such-flag"}, env(nil), &out)
-	var ue UsageError
+	var ue *cli.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "no-such-flag") || out.Len() != 0 {
 		t.Fatalf("bad flag: %v, printed %q", err, out.String())
 	}

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/agentconfig"
 	"github.com/pillarhq/pillar/impl/pillar/backend"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 )
 

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/pillarhq/pillar/impl/cli"
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/agentconfig"
 	"github.com/pillarhq/pillar/impl/pillar/backend"
-	"github.com/pillarhq/pillar/impl/pillar/cli"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/mtls"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"io"
 
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
 )
 

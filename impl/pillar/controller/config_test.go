@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 )
 
 // The defaults are the chart's contract: a change here is a chart change.

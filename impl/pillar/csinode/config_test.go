@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 )
 
 // The defaults are the chart's contract: a change here is a chart change.

@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
-	"github.com/pillarhq/pillar/impl/pillar/cli"
+	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
 	"github.com/pillarhq/pillar/impl/pillar/logging"

@@ -1,4 +1,4 @@
-// Package cli holds what the pillar binaries' commands share: usage
+// Package cli holds what the binaries' commands share: usage
 // errors (exit status 2, as a flag error always was) and the few lines of
 // main that wire signals to a product package's Main.
 package cli
