@@ -170,6 +170,12 @@ func New(o Options) *Handler {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// sseBufPool serves event streams: a stream holds its buffer for as long as
+// it is open, events are small and the transport reads them 4 KB at a time,
+// so a 32 KB buffer per stream was half the proxy's memory per open stream
+// (issue 22: 2,000 streams).
+var sseBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
 type endpoint int
 
 const (
@@ -574,9 +580,13 @@ const bufferLimit = 8 << 20
 func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange) {
 	defer resp.Body.Close()
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	bp := bufPool.Get().(*[]byte)
+	pool := &bufPool
+	if isSSE {
+		pool = &sseBufPool
+	}
+	bp := pool.Get().(*[]byte)
 	buf := *bp
-	defer bufPool.Put(bp)
+	defer pool.Put(bp)
 
 	var capture []byte
 	var rerr error

@@ -1,6 +1,11 @@
 package snapshot
 
-import "github.com/pillarhq/pillar/impl/gateway/store"
+import (
+	"slices"
+	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
 
 // Routing is decided at build time for built-in routers: their choice depends
 // only on configuration, so the request path reads a precomputed list.
@@ -43,10 +48,22 @@ func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 // resolveRoutes computes a principal's candidate list from its router entries:
 // the first entry yielding a non-empty list decides. A chain with no router
 // entry falls back to the built-in preference, so removing the built-in entry
-// never leaves a principal unroutable by accident.
-func (s *Snapshot) resolveRoutes(p *Principal) {
+// never leaves a principal unroutable by accident. Lists depend only on the
+// pinned ids, so principals with the same pins share one (read-only) list:
+// without that, 10,000 principals over 1,000 upstreams built 10,000 lists of
+// 1,000 (issue 22: 2.2 s and 270 MB a build).
+func (s *Snapshot) resolveRoutes(p *Principal, memo map[string][]*Upstream) {
+	route := func(pinned []string) []*Upstream {
+		k := strings.Join(pinned, "\x00")
+		c, ok := memo[k]
+		if !ok {
+			c = slices.Clip(routeBuiltin(s.Upstreams, pinned))
+			memo[k] = c
+		}
+		return c
+	}
 	if len(p.Routers) == 0 {
-		p.Candidates = routeBuiltin(s.Upstreams, nil)
+		p.Candidates = route(nil)
 		return
 	}
 	for _, r := range p.Routers {
@@ -58,7 +75,7 @@ func (s *Snapshot) resolveRoutes(p *Principal) {
 		}
 	}
 	for _, r := range p.Routers {
-		if c := routeBuiltin(s.Upstreams, r.Pinned); len(c) > 0 {
+		if c := route(r.Pinned); len(c) > 0 {
 			p.Candidates = c
 			return
 		}

@@ -29,6 +29,11 @@ type Runtime struct {
 
 	cur atomic.Pointer[Snapshot]
 	mu  sync.Mutex // serialises rebuilds, never taken by readers
+	// started counts rebuilds that began reading configuration (changed
+	// under mu, read before taking it); lastErr is the latest one's
+	// outcome (under mu). See Refresh.
+	started atomic.Uint64
+	lastErr error
 
 	// Stage, when set, runs before every build with the configuration read:
 	// it commits what the new snapshot needs beyond configuration (compiled
@@ -55,10 +60,26 @@ func NewRuntime(loader Loader, opener Opener, log *slog.Logger, now func() time.
 // Current returns the snapshot in force. It never blocks.
 func (r *Runtime) Current() *Snapshot { return r.cur.Load() }
 
-// Refresh rebuilds the snapshot from storage and swaps it in.
+// Refresh rebuilds the snapshot from storage and swaps it in. Callers that
+// arrive while a rebuild runs share the next one: a rebuild that began
+// reading after a caller arrived has seen every change the caller
+// committed before calling, so the caller returns with its outcome instead
+// of reading the whole configuration again. Concurrent admin writes then
+// cost about two rebuilds rather than one each (issue 22: on SQLite eight
+// writers' serial rebuilds starved the proxy path of CPU).
 func (r *Runtime) Refresh(ctx context.Context) error {
+	arrived := r.started.Load()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.started.Load() > arrived && r.lastErr == nil {
+		return nil // a failed one is retried: its error may be another caller's context
+	}
+	r.started.Add(1)
+	r.lastErr = r.rebuild(ctx)
+	return r.lastErr
+}
+
+func (r *Runtime) rebuild(ctx context.Context) error {
 	cfg, err := r.loader.LoadConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("load configuration: %w", err)

@@ -213,3 +213,50 @@ func TestRefreshNeverGoesBackwards(t *testing.T) {
 		t.Fatalf("generation went back to %d", rt.Current().Generation)
 	}
 }
+
+// Callers arriving while a rebuild runs share the next rebuild, which reads
+// what they committed: five concurrent refreshes behind a running one cost
+// one more configuration read, not five, and install the newest config.
+func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
+	t.Parallel()
+	l := &fakeLoader{cfg: baseConfig(1), block: make(chan struct{})}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	first := make(chan error)
+	go func() { first <- rt.Refresh(context.Background()) }()
+	for l.loads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// A change committed while the first rebuild is reading; its writers
+	// then ask for a refresh.
+	l.set(baseConfig(2))
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for i := 0; i < 5; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- rt.Refresh(context.Background()) }()
+	}
+	// Let the five reach the lock before the first rebuild ends.
+	time.Sleep(50 * time.Millisecond)
+	close(l.block)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.loads.Load(); n != 2 {
+		t.Fatalf("%d configuration reads for six refreshes; want 2 (the running one and one shared)", n)
+	}
+	if g := rt.Current().Generation; g != 2 {
+		t.Fatalf("generation %d installed; want 2, committed before the five asked", g)
+	}
+	// A refresh alone still rebuilds.
+	l.set(baseConfig(3))
+	if err := rt.Refresh(context.Background()); err != nil || rt.Current().Generation != 3 || l.loads.Load() != 3 {
+		t.Fatalf("lone refresh: %v, generation %d, %d reads", err, rt.Current().Generation, l.loads.Load())
+	}
+}

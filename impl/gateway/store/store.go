@@ -220,7 +220,7 @@ type Config struct {
 	Generation int64
 	Upstreams  []Upstream // non-deleted, ordered by created time then id
 	Principals []Principal
-	Keys       []Key        // non-revoked keys only
+	Keys       []Key        // non-revoked keys only, in no order; only ID, PrincipalID and Hash are read
 	Chains     []ChainEntry // ordered by principal, slot, position
 	// Plugins are the registry entries (metadata, no modules).
 	Plugins []RegistryEntry

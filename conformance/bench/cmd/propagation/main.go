@@ -11,6 +11,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -22,10 +23,38 @@ import (
 	"strings"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for seeding
+
 	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/testing/scaleseed"
 )
 
 var token string
+
+// seedSizes is the configuration seeded in bulk before measuring (none by
+// default).
+var seedSizes scaleseed.Sizes
+
+// seed writes seedSizes' rows (impl/testing/scaleseed), every upstream on
+// the simulator with its key sealed under the replicas' master key.
+func seed(dburl, masterKey, simURL, simKey string) error {
+	k, err := secret.ParseKey(masterKey)
+	if err != nil {
+		return err
+	}
+	box, err := secret.New(k)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("pgx", dburl)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	log.Printf("seeding %+v", seedSizes)
+	return scaleseed.Seed(context.Background(), db, seedSizes, scaleseed.Options{Dialect: "postgres", BaseURL: simURL, APIKey: simKey, Seal: box})
+}
 
 func admin(base, method, path string, body any) map[string]any {
 	var rd io.Reader
@@ -72,6 +101,10 @@ func main() {
 	out := flag.String("out", "", "markdown file to append to")
 	binDir := flag.String("bin-dir", "", "start bin/sim and two bin/proxy replicas from this directory (with --database-url)")
 	dbURL := flag.String("database-url", "", "PostgreSQL server for the replicas (with --bin-dir; a fresh schema is used)")
+	flag.IntVar(&seedSizes.Principals, "seed-principals", 0, "seed this many principals before replica B starts (with --bin-dir)")
+	flag.IntVar(&seedSizes.Keys, "seed-keys", 0, "seeded keys, spread over the seeded principals")
+	flag.IntVar(&seedSizes.Upstreams, "seed-upstreams", 0, "seeded upstreams (all on the simulator)")
+	flag.IntVar(&seedSizes.Chains, "seed-chains", 0, "seeded principals with a custom (pinned) router chain")
 	flag.Parse()
 	token = os.Getenv("PROXY_ADMIN_TOKEN")
 	if *binDir != "" {
@@ -118,7 +151,11 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		fmt.Fprintf(f, "\n## Replica propagation (PostgreSQL)\n\nTime from an admin change committed through replica A to the first request on replica B that obeys it\n(the admin round trip included): LISTEN/NOTIFY, generation check, snapshot rebuild and swap.\n\n%s", table)
+		size := ""
+		if seedSizes != (scaleseed.Sizes{}) {
+			size = fmt.Sprintf(" at scale (%d principals, %d keys, %d upstreams, %d custom chains)", seedSizes.Principals, seedSizes.Keys, seedSizes.Upstreams, seedSizes.Chains)
+		}
+		fmt.Fprintf(f, "\n## Replica propagation (PostgreSQL)%s\n\nTime from an admin change committed through replica A to the first request on replica B that obeys it\n(the admin round trip included): LISTEN/NOTIFY, generation check, snapshot rebuild and swap.\n\n%s", size, table)
 		f.Close()
 	}
 }
@@ -179,6 +216,13 @@ func startStack(binDir, serverURL, simKey string, adminA, proxyB, simURL *string
 		fatal(err)
 	}
 	start("replica-a", "proxy", "http://"+aa+"/admin/v1/status", replica(pa, aa)...)
+	if seedSizes != (scaleseed.Sizes{}) {
+		// Seeded once A has migrated the schema and before B starts; A
+		// picks the rows up at its next rebuild.
+		if err := seed(dburl, env["PROXY_MASTER_KEY"], "http://"+sim, simKey); err != nil {
+			fatal(err)
+		}
+	}
 	start("replica-b", "proxy", "http://"+ab+"/admin/v1/status", replica(pb, ab)...)
 	if err := st.WaitUp(p, "http://"+sim+"/_sim/clock"); err != nil {
 		fatal(err)

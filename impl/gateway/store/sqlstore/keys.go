@@ -19,6 +19,11 @@ func scanKey(r scanner, k *store.Key) error {
 	return r.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt})
 }
 
+// scanLiveKey reads LoadConfig's narrow key rows (id, principal_id, hash).
+func scanLiveKey(r scanner, k *store.Key) error {
+	return r.Scan(&k.ID, &k.PrincipalID, &k.Hash)
+}
+
 func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
 	if k.ID == "" {
 		k.ID = store.NewID("key")

@@ -1,0 +1,226 @@
+// Command adminload measures the admin API under write load (issue 22,
+// part 5): principals created and patched per second and their p99, on
+// SQLite (one bin/proxy) and on PostgreSQL (three replicas sharing the
+// load), and the proxy path's c=1 latency with and without that load, to
+// show the proxy path does not stall behind admin writes.
+//
+// It starts bin/sim and the proxies from --bin-dir through the conformance
+// runner, writes a markdown section to --out, and exits non-zero only when
+// something fails (a start, a write, a proxied request).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pillarhq/pillar/conformance/bench"
+)
+
+// stallLimit: a proxied request slower than this while the admin API is
+// hammered counts as a stall.
+const stallLimit = time.Second
+
+// slowdownGoal is the largest loaded ÷ quiet p99 taken as "no stall": on
+// two shared cores the admin writes take CPU from the proxy, which shows
+// as a moderate slowdown, not as requests waiting for a write.
+const slowdownGoal = 2.0
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "adminload:", err)
+		os.Exit(1)
+	}
+}
+
+type params struct {
+	writes, workers, proxyN int
+	binDir, dbURL, out      string
+}
+
+type result struct {
+	label    string
+	load     bench.AdminLoad
+	quiet    []time.Duration
+	loaded   []time.Duration
+	replicas int
+}
+
+func run(ctx context.Context, args []string) error {
+	var p params
+	fs := flag.NewFlagSet("adminload", flag.ContinueOnError)
+	fs.IntVar(&p.writes, "writes", 2000, "admin writes per store (half creates, half patches)")
+	fs.IntVar(&p.workers, "workers", 8, "concurrent admin clients")
+	fs.IntVar(&p.proxyN, "proxy-n", 1000, "c=1 proxied requests without admin load (and at least as many with it)")
+	fs.StringVar(&p.binDir, "bin-dir", "bin", "directory of bin/proxy and bin/sim")
+	fs.StringVar(&p.dbURL, "database-url", "", "PostgreSQL server for the three-replica run (a fresh schema); none: SQLite only")
+	fs.StringVar(&p.out, "out", "", "write the markdown section here")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if p.writes < 2 || p.workers <= 0 || p.proxyN <= 0 {
+		return fmt.Errorf("--writes must be at least 2, --workers and --proxy-n positive")
+	}
+	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
+	var rs []result
+	r, err := runStore(ctx, p, "", logf)
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	rs = append(rs, r)
+	if p.dbURL != "" {
+		r, err := runStore(ctx, p, p.dbURL, logf)
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+		rs = append(rs, r)
+	}
+	md := markdown(p, rs)
+	fmt.Print(md)
+	if p.out != "" {
+		return os.WriteFile(p.out, []byte(md), 0o644)
+	}
+	return nil
+}
+
+// runStore starts the simulator and one proxy on SQLite (pgURL empty) or
+// three replicas on a fresh PostgreSQL schema, then measures.
+func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...any)) (result, error) {
+	res := result{label: "SQLite, 1 proxy", replicas: 1}
+	dir, err := os.MkdirTemp("", "adminload.")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	st := bench.NewStack(p.binDir, dir)
+	defer st.Stop()
+	dburl := "sqlite://" + dir + "/bench.db"
+	if pgURL != "" {
+		res.label, res.replicas = "PostgreSQL, 3 replicas", 3
+		u, drop, err := bench.FreshSchema(ctx, pgURL)
+		if err != nil {
+			return res, err
+		}
+		defer drop()
+		dburl = u
+	}
+	addr := func() string { a, _ := bench.FreeAddr(); return a }
+	simAddr := addr()
+	simKey, token := "sk-sim-bench-"+bench.RandomHex(8), "bench-"+bench.RandomHex(16)
+	sim, err := st.Start("sim", "sim", []string{"--listen", simAddr, "--api-key", simKey}, nil)
+	if err != nil {
+		return res, err
+	}
+	if err := st.WaitUp(sim, "http://"+simAddr+"/_sim/clock"); err != nil {
+		return res, err
+	}
+	env := map[string]string{"PROXY_ADMIN_TOKEN": token, "PROXY_MASTER_KEY": bench.RandomHex(32)}
+	var admins []string
+	var proxyURL string
+	// Replica A migrates first; the others start once it is up.
+	for i := 0; i < res.replicas; i++ {
+		px, adm := addr(), addr()
+		pr, err := st.Start(fmt.Sprintf("proxy-%d", i), "proxy", []string{"--proxy-listen", px, "--admin-listen", adm,
+			"--database-url", dburl, "--log-level", "warn", "--allow-private-upstreams"}, env)
+		if err != nil {
+			return res, err
+		}
+		if err := st.WaitUp(pr, "http://"+adm+"/admin/v1/status"); err != nil {
+			return res, err
+		}
+		admins = append(admins, "http://"+adm)
+		if i == 0 {
+			proxyURL = "http://" + px
+		}
+	}
+	key, err := bench.Seed(admins[0], token, "http://"+simAddr, simKey)
+	if err != nil {
+		return res, fmt.Errorf("seed: %w", err)
+	}
+	c := bench.NewClient(nil)
+	defer c.Close()
+	target := []bench.Target{{Name: "proxy", BaseURL: proxyURL, Key: key}}
+	// Every replica must have the key before the admin load starts.
+	if _, err := c.Series(ctx, target, false, 200, 0); err != nil {
+		return res, err
+	}
+
+	logf("%s: %d c=1 proxied requests, no admin load", res.label, p.proxyN)
+	q, err := c.Series(ctx, target, false, p.proxyN, 0)
+	if err != nil {
+		return res, err
+	}
+	res.quiet = q[0]
+
+	logf("%s: %d admin writes from %d clients, c=1 proxied requests meanwhile", res.label, p.writes, p.workers)
+	type loadDone struct {
+		l   bench.AdminLoad
+		err error
+	}
+	done := make(chan loadDone, 1)
+	go func() {
+		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
+		done <- loadDone{l, err}
+	}()
+	var ld loadDone
+	for finished := false; !finished; {
+		d, err := c.Once(ctx, target[0], false)
+		if err != nil {
+			return res, err
+		}
+		res.loaded = append(res.loaded, d)
+		select {
+		case ld = <-done:
+			finished = true
+		default:
+		}
+	}
+	if ld.err != nil {
+		return res, ld.err
+	}
+	res.load = ld.l
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func markdown(p params, rs []result) string {
+	var b strings.Builder
+	b.WriteString("\n## Admin API under write load\n\n")
+	b.WriteString("| store | creates/s | create p50 / p99 | patches/s | patch p50 / p99 |\n|---|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		l := r.load
+		fmt.Fprintf(&b, "| %s | %.0f | %.1f / %.1f ms | %.0f | %.1f / %.1f ms |\n", r.label,
+			l.PerSecond(len(l.Creates)), ms(bench.Percentile(l.Creates, .5)), ms(bench.Percentile(l.Creates, .99)),
+			l.PerSecond(len(l.Patches)), ms(bench.Percentile(l.Patches, .5)), ms(bench.Percentile(l.Patches, .99)))
+	}
+	b.WriteString("\nThe proxy path at c=1 (non-streaming) without and with that admin load:\n\n")
+	b.WriteString("| store | requests quiet / loaded | p50 quiet / loaded | p99 quiet / loaded | max loaded | p50 ratio | p99 ratio | no stall (p99 ratio ≤ 2x, none > 1 s) |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range rs {
+		p99 := bench.Slowdown(r.quiet, r.loaded, .99)
+		ok := p99 <= slowdownGoal && !bench.Stalled(r.loaded, stallLimit)
+		fmt.Fprintf(&b, "| %s | %d / %d | %.2f / %.2f ms | %.2f / %.2f ms | %.1f ms | %.2fx | %.2fx | %s |\n", r.label,
+			len(r.quiet), len(r.loaded), ms(bench.Percentile(r.quiet, .5)), ms(bench.Percentile(r.loaded, .5)),
+			ms(bench.Percentile(r.quiet, .99)), ms(bench.Percentile(r.loaded, .99)), ms(bench.Percentile(r.loaded, 1)),
+			bench.Slowdown(r.quiet, r.loaded, .5), p99, bench.MetMark(ok))
+	}
+	fmt.Fprintf(&b, `
+Method (conformance/bench/cmd/adminload). bin/sim and bin/proxy on loopback (SQLite: one proxy on a
+fresh file; PostgreSQL: three replicas on a fresh schema, replica A migrating first), one upstream
+and one principal with a key. %d admin clients send %d writes in all: each creates a principal
+(POST /admin/v1/principals), then patches its allowed models (PATCH), timed one by one; on
+PostgreSQL the clients are spread over the three replicas, so every write is also a NOTIFY and a
+snapshot rebuild on each replica. Writes per second are each kind's count over the whole run's
+time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
+requests one after another for as long as the load runs.
+`, p.workers, p.writes, p.proxyN)
+	return b.String()
+}
