@@ -34,6 +34,9 @@ type Runtime struct {
 	// outcome (under mu). See Refresh.
 	started atomic.Uint64
 	lastErr error
+	// waiting counts callers between arriving and taking mu, so a test can
+	// tell when they are queued behind a running rebuild.
+	waiting atomic.Int32
 
 	// Stage, when set, runs before every build with the configuration read:
 	// it commits what the new snapshot needs beyond configuration (compiled
@@ -69,7 +72,9 @@ func (r *Runtime) Current() *Snapshot { return r.cur.Load() }
 // writers' serial rebuilds starved the proxy path of CPU).
 func (r *Runtime) Refresh(ctx context.Context) error {
 	arrived := r.started.Load()
+	r.waiting.Add(1)
 	r.mu.Lock()
+	r.waiting.Add(-1)
 	defer r.mu.Unlock()
 	if r.started.Load() > arrived && r.lastErr == nil {
 		return nil // a failed one is retried: its error may be another caller's context

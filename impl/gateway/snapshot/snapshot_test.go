@@ -235,8 +235,10 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- rt.Refresh(context.Background()) }()
 	}
-	// Let the five reach the lock before the first rebuild ends.
-	time.Sleep(50 * time.Millisecond)
+	// Let the five queue on the lock before the first rebuild ends.
+	for rt.waiting.Load() < 5 {
+		time.Sleep(time.Millisecond)
+	}
 	close(l.block)
 	if err := <-first; err != nil {
 		t.Fatal(err)
