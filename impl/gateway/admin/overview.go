@@ -123,23 +123,38 @@ func (a *api) traffic(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// UsageTotals are summed requests and tokens.
+// UsageTotals are summed requests, tokens and cost.
 type UsageTotals struct {
 	Requests                 int64 `json:"requests"`
 	Errors                   int64 `json:"errors"`
 	InputTokens              int64 `json:"input_tokens"`
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	// CacheCreation1hInputTokens is the 1-hour part of the cache writes.
+	CacheCreation1hInputTokens int64 `json:"cache_creation_1h_input_tokens"`
+	CacheReadInputTokens       int64 `json:"cache_read_input_tokens"`
+	// CostUSD is the priced requests' cost in dollars, an exact decimal
+	// string ("1.234567"); CostNanos the same in nano-dollars.
+	CostUSD   string `json:"cost_usd"`
+	CostNanos int64  `json:"cost_nanos"`
+	// UnpricedRequests had no price (model not in the catalog): their
+	// cost is not in CostUSD.
+	UnpricedRequests int64 `json:"unpriced_requests"`
 }
 
-func (t *UsageTotals) add(u store.UsageRollup) {
+func (t *UsageTotals) add(u store.UsageRollup) { t.addCounts(u.UsageCounts) }
+
+func (t *UsageTotals) addCounts(u store.UsageCounts) {
 	t.Requests += u.Requests
 	t.Errors += u.Errors
 	t.InputTokens += u.InputTokens
 	t.OutputTokens += u.OutputTokens
 	t.CacheCreationInputTokens += u.CacheCreationInputTokens
+	t.CacheCreation1hInputTokens += u.CacheCreation1hInputTokens
 	t.CacheReadInputTokens += u.CacheReadInputTokens
+	t.CostNanos += u.CostNanos
+	t.UnpricedRequests += u.UnpricedRequests
+	t.CostUSD = formatCost(t.CostNanos)
 }
 
 // ModelUsage is today's usage of one model.

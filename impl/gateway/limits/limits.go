@@ -95,9 +95,9 @@ func Parse(raw json.RawMessage) ([]Limit, error) {
 		return nil, nil
 	}
 	var elems []struct {
-		Kind       string `json:"kind"`
-		WindowSecs int64  `json:"window_secs"`
-		Max        int64  `json:"max"`
+		Kind       string  `json:"kind"`
+		WindowSecs int64   `json:"window_secs"`
+		Max        int64   `json:"max"`
 		USD        *string `json:"limit"`
 	}
 	if err := json.Unmarshal(raw, &elems); err != nil {

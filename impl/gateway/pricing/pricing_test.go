@@ -65,8 +65,8 @@ func TestCostByTokenClass(t *testing.T) {
 		tok  Tokens
 		want money.Nanos
 	}{
-		{"input", Tokens{Input: 1000}, 3_000_000},        // 1000 × $3/M = $0.003
-		{"output", Tokens{Output: 1000}, 15_000_000},     // $0.015
+		{"input", Tokens{Input: 1000}, 3_000_000},         // 1000 × $3/M = $0.003
+		{"output", Tokens{Output: 1000}, 15_000_000},      // $0.015
 		{"5m write", Tokens{CacheWrite: 1000}, 3_750_000}, // $0.00375
 		{"1h write", Tokens{CacheWrite: 1000, CacheWrite1h: 1000}, 6_000_000},
 		{"split writes", Tokens{CacheWrite: 1000, CacheWrite1h: 400}, 600*3750 + 400*6000},

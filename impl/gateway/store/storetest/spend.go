@@ -83,7 +83,7 @@ func testSumUsage(t *testing.T, open Opener) {
 		ev(70*time.Minute, "p1", "k1", "m1", 200, 200), // whole hour 11: rolled up
 		ev(80*time.Minute, "p1", "k2", "m2", 500, -1),  // unpriced
 		ev(100*time.Minute, "p2", "k3", "m1", 200, 400),
-		ev(130*time.Minute, "p1", "k1", "m1", 200, 800), // hour 12: live, not rolled up
+		ev(130*time.Minute, "p1", "k1", "m1", 200, 800),  // hour 12: live, not rolled up
 		ev(200*time.Minute, "p1", "k1", "m1", 200, 1600), // after To
 	}
 	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
