@@ -52,6 +52,8 @@ type TrafficSeries struct {
 	Requests      []int64 `json:"requests"`
 	Errors        []int64 `json:"errors"`
 	Tokens        []int64 `json:"tokens"`
+	// CostNanos is each hour's cost of the priced requests, nano-dollars.
+	CostNanos []int64 `json:"cost_nanos"`
 }
 
 // TrafficResponse is the body of GET /admin/v1/traffic.
@@ -106,11 +108,12 @@ func (a *api) traffic(w http.ResponseWriter, r *http.Request) error {
 			index[k] = s
 			out.Series = append(out.Series, TrafficSeries{PrincipalID: u.PrincipalID, PrincipalName: names.principal(u.PrincipalID),
 				UpstreamID: u.UpstreamID, UpstreamName: names.upstream(u.UpstreamID),
-				Requests: make([]int64, hours), Errors: make([]int64, hours), Tokens: make([]int64, hours)})
+				Requests: make([]int64, hours), Errors: make([]int64, hours), Tokens: make([]int64, hours), CostNanos: make([]int64, hours)})
 		}
 		out.Series[s].Requests[i] += u.Requests
 		out.Series[s].Errors[i] += u.Errors
 		out.Series[s].Tokens[i] += u.InputTokens + u.OutputTokens
+		out.Series[s].CostNanos[i] += u.CostNanos
 	}
 	sort.SliceStable(out.Series, func(i, j int) bool {
 		a, b := out.Series[i], out.Series[j]
