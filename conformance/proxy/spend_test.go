@@ -58,7 +58,7 @@ var _ = Describe("Spend and budgets", func() {
 		from := time.Now().Add(-time.Hour).Unix()
 		rep := a.JSON("GET", fmt.Sprintf("/admin/v1/usage?from=%d&group_by=principal,model", from), nil, 200)
 		rows := rep["rows"].([]any)
-		Expect(rows).To(HaveLen(1))
+		Expect(rows).To(HaveLen(1), fmt.Sprint(rep, ev))
 		row := rows[0].(map[string]any)
 		Expect(row["principal_name"]).To(Equal("team-a"))
 		Expect(row["model"]).To(Equal("claude-sonnet-4-5"))

@@ -45,7 +45,9 @@ type usageParams struct {
 
 func parseUsageParams(r *http.Request, now time.Time) (usageParams, error) {
 	q := r.URL.Query()
-	p := usageParams{to: now, groupBy: []string{}}
+	// The default end is the next whole second, so every event recorded
+	// so far is inside [from, to) at the one-second resolution of times.
+	p := usageParams{to: now.Truncate(time.Second).Add(time.Second), groupBy: []string{}}
 	for k, vs := range q {
 		switch k {
 		case "from", "to", "format":
