@@ -133,3 +133,19 @@ func TestMeter(t *testing.T) {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 }
+
+// BenchmarkMeterPrice is the per-event cost of pricing on the usage
+// recorder's goroutine (off the request path).
+func BenchmarkMeterPrice(b *testing.B) {
+	i := NewInstaller(&fakeGetter{c: &store.PriceCatalog{Version: "v1", Body: json.RawMessage(`{"models":{"m":{"input":3,"output":15,"cache_write":3.75,"cache_read":0.3}}}`)}}, nil, nil)
+	if _, err := i.Sync(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	m := NewMeter(prometheus.NewRegistry(), i.Current, func(id string) string { return id })
+	ev := store.RequestEvent{PrincipalID: "p", Model: "m", InputTokens: 1200, OutputTokens: 300, CacheCreationInputTokens: 4000, CacheCreation1hInputTokens: 1000, CacheReadInputTokens: 20000}
+	b.ReportAllocs()
+	for b.Loop() {
+		e := ev
+		m.Price(&e)
+	}
+}
