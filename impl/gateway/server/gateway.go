@@ -81,8 +81,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	g.lim.Sync(ctx)
-	// The price installer is built here, before the recorder that prices
-	// events with it (buildServices used to build it).
+	// The price installer comes before the recorder, which prices each
+	// event with the catalog installed when it is recorded.
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.countTokens})
