@@ -99,7 +99,9 @@ var _ = Describe("Dashboard", func() {
 		sim := h.StartSim(simKey)
 		// The rollup job does not run during the spec: the charts and the
 		// overview must show the requests from the events themselves.
-		px := h.StartProxy(h.ProxyOptions{Args: []string{"--job-interval", "usage_rollup=1h"}})
+		// The sim's price catalog, installed before the traffic, prices it.
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--job-interval", "usage_rollup=1h", "--reconcile-interval", "1s",
+			"--price-catalog-url", sim.URL + "/catalog/prices.json", "--job-interval", "price_catalog_fetch=1s"}})
 		a := px.Admin()
 		ctx := browser()
 
@@ -151,6 +153,9 @@ var _ = Describe("Dashboard", func() {
 		screenshot(ctx, "04-principal")
 
 		// Traffic through the proxy: 27 successes and one upstream error.
+		Eventually(func() any {
+			return a.JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal("v1"))
 		const ok = 27
 		for i := 0; i < ok; i++ {
 			st, _, b := h.Messages(px.ProxyURL, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hello dashboard"}]}`, "x-api-key", key)
@@ -173,6 +178,9 @@ var _ = Describe("Dashboard", func() {
 		Expect(text(ctx, "#stat-err")).To(ContainSubstring("3.6 %"))
 		Expect(bodyText(ctx)).To(And(ContainSubstring("claude-sonnet-4-5"), ContainSubstring("claude-haiku-4-5"), ContainSubstring("Upstream health")))
 		Expect(text(ctx, `tr[data-upstream="sim"]`)).To(ContainSubstring("enabled"))
+		// Spend today: the priced requests' cost, exact, and a Spend column.
+		Expect(text(ctx, "#stat-spend")).To(MatchRegexp(`\$0\.0\d+`))
+		Expect(bodyText(ctx)).To(ContainSubstring("Spend"))
 		screenshot(ctx, "05-overview")
 
 		// The traffic charts: fixed size, full 24-hour axis, names, the live hour.

@@ -68,6 +68,10 @@ var codeStatus = map[string]int{
 	"reference_fingerprint_required": http.StatusBadRequest,
 	"plugins_not_configured":         http.StatusServiceUnavailable,
 	"storage_unavailable":            http.StatusServiceUnavailable,
+	// Spend: budgets and the usage report.
+	"invalid_budget":     http.StatusBadRequest,
+	"invalid_time_range": http.StatusBadRequest,
+	"invalid_group_by":   http.StatusBadRequest,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code

@@ -261,6 +261,9 @@ func TestEveryErrorCode(t *testing.T) {
 	}
 	triggers := []trigger{
 		{"invalid_request", 400, e, "POST", "/admin/v1/upstreams", `{"name":`, nil},
+		{"invalid_budget", 400, e, "POST", "/admin/v1/principals", `{"name":"b","kind":"user","default_limits":[{"kind":"usd","window_secs":60,"limit":"1.5.0"}]}`, nil},
+		{"invalid_time_range", 400, e, "GET", "/admin/v1/usage?from=10&to=5", nil, nil},
+		{"invalid_group_by", 400, e, "GET", "/admin/v1/usage?group_by=team", nil, nil},
 		{"invalid_location", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "ftp://x", "api_key_value": "k"}, nil},
 		{"conflicting_api_key", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_value": "k", "api_key_env": "ANTHROPIC_KEY"}, nil},
 		{"api_key_env_not_allowed", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_env": "PROXY_MASTER_KEY"}, nil},

@@ -192,6 +192,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RegistryReferencesResponse": RegistryReferencesResponse{}, "RegistryCascadeDeleteResponse": RegistryCascadeDeleteResponse{},
 		"PatchRegistryBody": PatchRegistryBody{}, "InsertChainBody": InsertChainBody{}, "ReorderBody": ReorderBody{},
 		"PluginChainEntryUpdate": PluginChainEntryUpdate{}, "UsageRollupResponse": UsageRollupResponse{},
+		"UsageResponse": UsageResponse{}, "UsageRow": UsageRow{}, "UsageTotals": UsageTotals{}, "ModelUsage": ModelUsage{}, "PrincipalUsage": PrincipalUsage{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

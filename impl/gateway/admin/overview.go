@@ -52,6 +52,8 @@ type TrafficSeries struct {
 	Requests      []int64 `json:"requests"`
 	Errors        []int64 `json:"errors"`
 	Tokens        []int64 `json:"tokens"`
+	// CostNanos is each hour's cost of the priced requests, nano-dollars.
+	CostNanos []int64 `json:"cost_nanos"`
 }
 
 // TrafficResponse is the body of GET /admin/v1/traffic.
@@ -106,11 +108,12 @@ func (a *api) traffic(w http.ResponseWriter, r *http.Request) error {
 			index[k] = s
 			out.Series = append(out.Series, TrafficSeries{PrincipalID: u.PrincipalID, PrincipalName: names.principal(u.PrincipalID),
 				UpstreamID: u.UpstreamID, UpstreamName: names.upstream(u.UpstreamID),
-				Requests: make([]int64, hours), Errors: make([]int64, hours), Tokens: make([]int64, hours)})
+				Requests: make([]int64, hours), Errors: make([]int64, hours), Tokens: make([]int64, hours), CostNanos: make([]int64, hours)})
 		}
 		out.Series[s].Requests[i] += u.Requests
 		out.Series[s].Errors[i] += u.Errors
 		out.Series[s].Tokens[i] += u.InputTokens + u.OutputTokens
+		out.Series[s].CostNanos[i] += u.CostNanos
 	}
 	sort.SliceStable(out.Series, func(i, j int) bool {
 		a, b := out.Series[i], out.Series[j]
@@ -123,23 +126,38 @@ func (a *api) traffic(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// UsageTotals are summed requests and tokens.
+// UsageTotals are summed requests, tokens and cost.
 type UsageTotals struct {
 	Requests                 int64 `json:"requests"`
 	Errors                   int64 `json:"errors"`
 	InputTokens              int64 `json:"input_tokens"`
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	// CacheCreation1hInputTokens is the 1-hour part of the cache writes.
+	CacheCreation1hInputTokens int64 `json:"cache_creation_1h_input_tokens"`
+	CacheReadInputTokens       int64 `json:"cache_read_input_tokens"`
+	// CostUSD is the priced requests' cost in dollars, an exact decimal
+	// string ("1.234567"); CostNanos the same in nano-dollars.
+	CostUSD   string `json:"cost_usd"`
+	CostNanos int64  `json:"cost_nanos"`
+	// UnpricedRequests had no price (model not in the catalog): their
+	// cost is not in CostUSD.
+	UnpricedRequests int64 `json:"unpriced_requests"`
 }
 
-func (t *UsageTotals) add(u store.UsageRollup) {
+func (t *UsageTotals) add(u store.UsageRollup) { t.addCounts(u.UsageCounts) }
+
+func (t *UsageTotals) addCounts(u store.UsageCounts) {
 	t.Requests += u.Requests
 	t.Errors += u.Errors
 	t.InputTokens += u.InputTokens
 	t.OutputTokens += u.OutputTokens
 	t.CacheCreationInputTokens += u.CacheCreationInputTokens
+	t.CacheCreation1hInputTokens += u.CacheCreation1hInputTokens
 	t.CacheReadInputTokens += u.CacheReadInputTokens
+	t.CostNanos += u.CostNanos
+	t.UnpricedRequests += u.UnpricedRequests
+	t.CostUSD = formatCost(t.CostNanos)
 }
 
 // ModelUsage is today's usage of one model.

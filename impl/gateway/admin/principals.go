@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/pillarhq/pillar/impl/gateway/apikey"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -83,11 +85,13 @@ func validModels(ms []string) error {
 	return nil
 }
 
-// limit is one default_limits element.
+// limit is one default_limits element: max for requests and tokens,
+// limit (decimal dollars) for a usd budget.
 type limit struct {
-	Kind       string `json:"kind"`
-	WindowSecs int64  `json:"window_secs"`
-	Max        int64  `json:"max"`
+	Kind       string  `json:"kind"`
+	WindowSecs int64   `json:"window_secs"`
+	Max        int64   `json:"max,omitempty"`
+	Limit      *string `json:"limit,omitempty"`
 }
 
 // normLimits validates default_limits and returns its normalised JSON.
@@ -99,13 +103,24 @@ func normLimits(raw json.RawMessage) (json.RawMessage, error) {
 	if err := decodeStrict(raw, &ls, "default_limits."); err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) {
-			ae.Message += ` (elements are {"kind":"requests"|"tokens","window_secs":N,"max":N})`
+			ae.Message += ` (elements are {"kind":"requests"|"tokens","window_secs":N,"max":N} or {"kind":"usd","window_secs":N,"limit":"25.00"})`
 		}
 		return nil, err
 	}
 	// The bounds are the enforcer's (package limits), checked by its parser.
 	if _, err := limits.Parse(raw); err != nil {
+		if slices.ContainsFunc(ls, func(l limit) bool { return l.Kind == "usd" || l.Limit != nil }) {
+			return nil, newErr("invalid_budget", "%s", err.Error())
+		}
 		return nil, invalid("%s", err.Error())
+	}
+	for i := range ls {
+		if ls[i].Limit != nil {
+			// Stored in its canonical spelling ("25" becomes "25.00").
+			n, _ := money.ParseUSD(*ls[i].Limit)
+			canon := n.String()
+			ls[i].Limit = &canon
+		}
 	}
 	if ls == nil {
 		ls = []limit{}

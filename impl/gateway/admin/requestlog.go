@@ -150,10 +150,15 @@ func decodeCursor(s string) (store.EventPosition, bool) {
 }
 
 func requestEventResponse(e store.RequestEvent) RequestEventResponse {
-	return RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
+	r := RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
 		UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
 		InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
-		CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis}
+		CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis, CacheCreation1hInputTokens: e.CacheCreation1hInputTokens}
+	if e.CostNanos != nil {
+		c, v := formatCost(*e.CostNanos), e.PriceVersion
+		r.CostUSD, r.PriceVersion = &c, &v
+	}
+	return r
 }
 
 // nameBook maps ids to the current names; an id whose resource is gone

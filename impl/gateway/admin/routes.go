@@ -63,6 +63,7 @@ func (a *api) routes() []route {
 		{"GET", "/admin/v1/request-log", a.requestLog}, // dashboard: operator's views (overview.go, requestlog.go)
 		{"GET", "/admin/v1/traffic", a.traffic},
 		{"GET", "/admin/v1/overview", a.overview},
+		{"GET", "/admin/v1/usage", a.usageReport}, // spend (spend.go)
 		{"GET", "/admin/v1/price-catalog", a.priceCatalog},
 		{"GET", "/admin/v1/openapi.json", a.openAPI},
 	}

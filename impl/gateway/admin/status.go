@@ -113,6 +113,11 @@ type RequestEventResponse struct {
 	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
 	DurationMillis           int64  `json:"duration_ms"`
+	// Spend: the 1-hour cache writes, the cost (null when the model was not
+	// priced) and the catalog version that priced it.
+	CacheCreation1hInputTokens int64   `json:"cache_creation_1h_input_tokens"`
+	CostUSD                    *string `json:"cost_usd"`
+	PriceVersion               *string `json:"price_version"`
 }
 
 // requestEvents lists recent proxied requests, newest first (?limit=N, at
@@ -177,6 +182,11 @@ type UsageRollupResponse struct {
 	OutputTokens             int64  `json:"output_tokens"`
 	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	// Spend (see UsageTotals).
+	CacheCreation1hInputTokens int64  `json:"cache_creation_1h_input_tokens"`
+	CostUSD                    string `json:"cost_usd"`
+	CostNanos                  int64  `json:"cost_nanos"`
+	UnpricedRequests           int64  `json:"unpriced_requests"`
 }
 
 // usageRollups serves the hourly rollups the usage_rollup job computed
@@ -198,7 +208,9 @@ func (a *api) usageRollups(w http.ResponseWriter, r *http.Request) error {
 	for _, u := range rs {
 		out = append(out, UsageRollupResponse{BucketStartUnixSecs: u.BucketStart.Unix(), PrincipalID: u.PrincipalID, UpstreamID: u.UpstreamID,
 			Model: u.Model, Requests: u.Requests, Errors: u.Errors, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens})
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
+			CacheCreation1hInputTokens: u.CacheCreation1hInputTokens, CostUSD: formatCost(u.CostNanos), CostNanos: u.CostNanos,
+			UnpricedRequests: u.UnpricedRequests})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

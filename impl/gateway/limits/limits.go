@@ -1,5 +1,5 @@
 // Package limits enforces a principal's default_limits: at most max requests,
-// or max tokens, per window of window_secs. Counting happens in memory on the
+// max tokens, or a budget of limit US dollars, per window of window_secs. Counting happens in memory on the
 // request path (a map lookup under a mutex); a background sync adds each
 // replica's counts to shared windows in the database once a second and reads
 // back the cluster's totals, so every replica enforces the cluster-wide
@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -35,6 +36,13 @@ const (
 	// requests (cache reads are not counted, as with the provider's own
 	// input-token limits).
 	Tokens
+	// USD counts the cost of finished requests in nano-dollars (package
+	// money): a budget. Like Tokens it refuses once the window's spend
+	// reached the limit, since a request's cost is known only afterwards,
+	// so a budget is overshot by at most the cost of the requests in
+	// flight when it was reached (plus, across replicas, what the others
+	// admitted since their last sync).
+	USD
 )
 
 func (k Kind) String() string {
@@ -43,6 +51,8 @@ func (k Kind) String() string {
 		return "requests"
 	case Tokens:
 		return "tokens"
+	case USD:
+		return "usd"
 	}
 	return "unknown"
 }
@@ -53,6 +63,8 @@ func kindOf(s string) (Kind, bool) {
 		return Requests, true
 	case "tokens":
 		return Tokens, true
+	case "usd":
+		return USD, true
 	}
 	return 0, false
 }
@@ -68,20 +80,25 @@ type Limit struct {
 }
 
 func (l Limit) String() string {
+	if l.Kind == USD {
+		return fmt.Sprintf("budget of %s USD per %ds", money.Nanos(l.Max), int64(l.Window/time.Second))
+	}
 	return fmt.Sprintf("%d %s per %ds", l.Max, l.Kind, int64(l.Window/time.Second))
 }
 
 // Parse reads a default_limits array ({"kind","window_secs","max"}
-// elements). Null or empty means no limits; elements repeating a kind and
-// window merge into the smallest max.
+// elements, or {"kind":"usd","window_secs","limit":"25.00"} for a budget,
+// its Max in nano-dollars). Null or empty means no limits; elements
+// repeating a kind and window merge into the smallest max.
 func Parse(raw json.RawMessage) ([]Limit, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	var elems []struct {
-		Kind       string `json:"kind"`
-		WindowSecs int64  `json:"window_secs"`
-		Max        int64  `json:"max"`
+		Kind       string  `json:"kind"`
+		WindowSecs int64   `json:"window_secs"`
+		Max        int64   `json:"max"`
+		USD        *string `json:"limit"`
 	}
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, fmt.Errorf("default_limits: %w", err)
@@ -90,7 +107,22 @@ func Parse(raw json.RawMessage) ([]Limit, error) {
 	for i, e := range elems {
 		k, ok := kindOf(e.Kind)
 		if !ok {
-			return nil, fmt.Errorf("default_limits[%d].kind: %q is neither requests nor tokens", i, e.Kind)
+			return nil, fmt.Errorf("default_limits[%d].kind: %q is none of requests, tokens, usd", i, e.Kind)
+		}
+		if k == USD {
+			if e.USD == nil || e.Max != 0 {
+				return nil, fmt.Errorf(`default_limits[%d]: a usd budget has "limit" (a decimal string such as "25.00") and no "max"`, i)
+			}
+			n, err := money.ParseUSD(*e.USD)
+			if err != nil {
+				return nil, fmt.Errorf("default_limits[%d].limit: %w", i, err)
+			}
+			if n < 1 {
+				return nil, fmt.Errorf("default_limits[%d].limit: must be more than 0", i)
+			}
+			e.Max = int64(n)
+		} else if e.USD != nil {
+			return nil, fmt.Errorf(`default_limits[%d].limit: only a usd budget has "limit"; %s limits have "max"`, i, e.Kind)
 		}
 		w := time.Duration(e.WindowSecs) * time.Second
 		if e.WindowSecs < 1 || w > MaxWindow {
@@ -171,6 +203,15 @@ type Refusal struct {
 	RetryAfter time.Duration
 }
 
+// Message is the 429's error message: a budget says budget, the others
+// say limit.
+func (r *Refusal) Message() string {
+	if r.Limit.Kind == USD {
+		return "principal budget exhausted: " + r.Limit.String() + "; retry after the Retry-After seconds"
+	}
+	return "principal limit reached: " + r.Limit.String() + "; retry after the Retry-After seconds"
+}
+
 // Admit checks every limit of a principal and, when all allow, counts the
 // request against its request limits. A tokens limit refuses once the
 // window's tokens reached max (a request's tokens are known only after it).
@@ -202,9 +243,19 @@ func (l *Limiter) Admit(principal string, ls []Limit) *Refusal {
 	return nil
 }
 
+// AddCost counts a finished request's cost against the principal's
+// budgets (USD limits).
+func (l *Limiter) AddCost(principal string, ls []Limit, cost money.Nanos) {
+	l.add(principal, ls, USD, int64(cost))
+}
+
 // AddTokens counts a finished request's tokens against the principal's
 // token limits.
 func (l *Limiter) AddTokens(principal string, ls []Limit, n int64) {
+	l.add(principal, ls, Tokens, n)
+}
+
+func (l *Limiter) add(principal string, ls []Limit, kind Kind, n int64) {
 	if n <= 0 {
 		return
 	}
@@ -212,7 +263,7 @@ func (l *Limiter) AddTokens(principal string, ls []Limit, n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, lim := range ls {
-		if lim.Kind == Tokens {
+		if lim.Kind == kind {
 			l.cell(principal, lim, now).pending += n
 		}
 	}

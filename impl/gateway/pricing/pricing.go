@@ -5,22 +5,28 @@
 package pricing
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// Price is one model's prices in USD per million tokens.
+// Price is one model's prices per token, read exactly from the catalog's
+// USD-per-million-tokens numbers (see money.Rate).
 type Price struct {
-	Input      float64 `json:"input"`
-	Output     float64 `json:"output"`
-	CacheWrite float64 `json:"cache_write"`
-	CacheRead  float64 `json:"cache_read"`
+	Input  money.Rate
+	Output money.Rate
+	// CacheWrite is the 5-minute cache write, CacheWrite1h the 1-hour one.
+	CacheWrite   money.Rate
+	CacheWrite1h money.Rate
+	CacheRead    money.Rate
 }
 
 // Catalog is an installed price catalog.
@@ -70,14 +76,16 @@ func (i *Installer) Sync(ctx context.Context) (bool, error) {
 	if cur := i.cur.Load(); cur != nil && cur.Version == c.Version {
 		return false, nil
 	}
-	var doc struct {
-		Models map[string]Price `json:"models"`
-	}
-	if err := json.Unmarshal(c.Body, &doc); err != nil {
+	models, skipped, err := parseModels(c.Body)
+	if err != nil {
 		return false, err
 	}
-	i.cur.Store(&Catalog{Version: c.Version, InstalledAt: i.now(), Models: doc.Models, Body: c.Body})
-	i.log.Info("price catalog installed", "version", c.Version, "models", len(doc.Models))
+	i.cur.Store(&Catalog{Version: c.Version, InstalledAt: i.now(), Models: models, Body: c.Body})
+	i.log.Info("price catalog installed", "version", c.Version, "models", len(models))
+	if len(skipped) > 0 {
+		// Those models' requests are recorded without a cost.
+		i.log.Warn("price catalog entries without a usable input or output price", "version", c.Version, "models", skipped)
+	}
 	return true, nil
 }
 
@@ -95,4 +103,85 @@ func (i *Installer) Run(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// parseModels reads the catalog's models exactly (numbers as text, never
+// through float64). input and output are required; a missing cache price
+// takes Anthropic's published multiple of the input price: 1.25× for a
+// 5-minute cache write, 2× for a 1-hour one, 0.1× for a cache read.
+func parseModels(body []byte) (map[string]Price, []string, error) {
+	var doc struct {
+		Models map[string]map[string]json.Number `json:"models"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]Price, len(doc.Models))
+	var skipped []string
+	for model, fields := range doc.Models {
+		rate := func(name string) (money.Rate, bool) {
+			n, ok := fields[name]
+			if !ok {
+				return 0, false
+			}
+			r, err := money.RateFromPerMillion(n.String())
+			return r, err == nil
+		}
+		in, okIn := rate("input")
+		outp, okOut := rate("output")
+		if !okIn || !okOut {
+			skipped = append(skipped, model)
+			continue
+		}
+		p := Price{Input: in, Output: outp}
+		var ok bool
+		if p.CacheWrite, ok = rate("cache_write"); !ok {
+			p.CacheWrite = in * 5 / 4
+		}
+		if p.CacheWrite1h, ok = rate("cache_write_1h"); !ok {
+			p.CacheWrite1h = in * 2
+		}
+		if p.CacheRead, ok = rate("cache_read"); !ok {
+			p.CacheRead = in / 10
+		}
+		out[model] = p
+	}
+	slices.Sort(skipped)
+	return out, skipped, nil
+}
+
+// Tokens are a request's billed token counts by class.
+type Tokens struct {
+	Input  int64
+	Output int64
+	// CacheWrite is every cache-creation token; CacheWrite1h the part of
+	// it written with the 1-hour TTL (the rest is 5-minute).
+	CacheWrite   int64
+	CacheWrite1h int64
+	CacheRead    int64
+}
+
+// Cost prices t at p, summed in pico-dollars and rounded to nano-dollars
+// once.
+func (p Price) Cost(t Tokens) money.Nanos {
+	w1h := min(max(t.CacheWrite1h, 0), max(t.CacheWrite, 0))
+	w5m := max(t.CacheWrite, 0) - w1h
+	sum := p.Input.Cost(max(t.Input, 0)) + p.Output.Cost(max(t.Output, 0)) + p.CacheWrite.Cost(w5m) +
+		p.CacheWrite1h.Cost(w1h) + p.CacheRead.Cost(max(t.CacheRead, 0))
+	return sum.Nanos()
+}
+
+// Cost prices a request of model under c. ok is false when c is nil or
+// does not price the model: the cost is then unknown, not zero.
+func (c *Catalog) Cost(model string, t Tokens) (cost money.Nanos, ok bool) {
+	if c == nil {
+		return 0, false
+	}
+	p, ok := c.Models[model]
+	if !ok {
+		return 0, false
+	}
+	return p.Cost(t), true
 }

@@ -19,7 +19,7 @@ type Metrics struct {
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
 	lazyRefreshes                prometheus.Counter
-	limitedBy                    [3]prometheus.Counter // by limits.Kind
+	limitedBy                    [4]prometheus.Counter // by limits.Kind
 	byCode                       [600]prometheus.Counter
 }
 
@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_principal_limited_total",
 		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
 	}, []string{"kind"})
-	for _, k := range []limits.Kind{limits.Requests, limits.Tokens} {
+	for _, k := range []limits.Kind{limits.Requests, limits.Tokens, limits.USD} {
 		m.limitedBy[k] = limited.WithLabelValues(k.String())
 	}
 	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -278,7 +278,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if h.metrics != nil {
 				h.metrics.limited(lr.Limit.Kind)
 			}
-			refuse(http.StatusTooManyRequests, "rate_limit_error", "principal limit reached: "+lr.Limit.String()+"; retry after the Retry-After seconds")
+			refuse(http.StatusTooManyRequests, "rate_limit_error", lr.Message())
 			return
 		}
 	}

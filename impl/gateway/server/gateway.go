@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
@@ -80,16 +81,33 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	g.lim.Sync(ctx)
-	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), OnEvent: g.countTokens})
+	// The price installer comes before the recorder, which prices each
+	// event with the catalog installed when it is recorded.
+	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
+	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
+	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.countTokens})
 	g.buildServices()
 	return g, nil
 }
 
-// countTokens feeds a recorded request's tokens to its principal's limits.
+// countTokens feeds a recorded request's tokens and cost to its
+// principal's limits and budgets.
 func (g *gateway) countTokens(ev store.RequestEvent) {
 	if p := g.rt.Current().Principal(ev.PrincipalID); p != nil && len(p.Limits) > 0 {
 		g.lim.AddTokens(p.ID, p.Limits, ev.InputTokens+ev.CacheCreationInputTokens+ev.OutputTokens)
+		if ev.CostNanos != nil {
+			g.lim.AddCost(p.ID, p.Limits, money.Nanos(*ev.CostNanos))
+		}
 	}
+}
+
+// principalName labels spend metrics with names, bounded by the
+// configured principals; a deleted principal keeps its id.
+func (g *gateway) principalName(id string) string {
+	if p := g.rt.Current().Principal(id); p != nil {
+		return p.Name
+	}
+	return id
 }
 
 // buildServices wires the services beside the proxy path: subscriptions
@@ -106,7 +124,6 @@ func (g *gateway) buildServices() {
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
-	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 }
 
 // schedulerTypes are the durable job types of the gateway and its services.

@@ -38,3 +38,33 @@ type EventReader interface {
 	// events in [from, to), grouped like the usage rollups, oldest first.
 	AggregateRequestEvents(ctx context.Context, from, to time.Time) ([]UsageRollup, error)
 }
+
+// UsageQuery selects the usage totals of GET /admin/v1/usage.
+type UsageQuery struct {
+	// From is inclusive, To exclusive.
+	From, To time.Time
+	// LiveFrom is where the rolled-up hours end: whole hours in
+	// [From, min(To, LiveFrom)) are read from the key rollups, the rest of
+	// the range from the request events.
+	LiveFrom time.Time
+	// GroupBy names the dimensions, any of UsageDimensions; none gives one
+	// total.
+	GroupBy []string
+}
+
+// UsageDimensions are what usage can be grouped by.
+var UsageDimensions = []string{"principal", "key", "upstream", "model"}
+
+// UsageTotal is the usage of one group; the dimensions not grouped by are
+// empty.
+type UsageTotal struct {
+	PrincipalID, KeyID, UpstreamID, Model string
+	UsageCounts
+}
+
+// UsageReader sums usage over a time range.
+type UsageReader interface {
+	// SumUsage returns one total per group, ordered by the grouped
+	// dimensions; groups without requests are absent.
+	SumUsage(ctx context.Context, q UsageQuery) ([]UsageTotal, error)
+}

@@ -212,6 +212,14 @@ type RequestEvent struct {
 	CacheCreationInputTokens int64
 	CacheReadInputTokens     int64
 	DurationMillis           int64
+	// CacheCreation1hInputTokens is the part of CacheCreationInputTokens
+	// written with the 1-hour TTL.
+	CacheCreation1hInputTokens int64
+	// CostNanos is the request's cost in nano-dollars (1e-9 USD), nil when
+	// the price catalog did not price the model; PriceVersion is the
+	// catalog version that priced it.
+	CostNanos    *int64
+	PriceVersion string
 }
 
 // Config is a consistent read of everything a snapshot is built from.
@@ -241,6 +249,8 @@ type Store interface {
 	SealedStore
 	// EventReader searches and aggregates request events (dashboard).
 	EventReader
+	// UsageReader sums usage by principal, key, upstream and model.
+	UsageReader
 
 	// Ping checks the database is reachable; failures wrap ErrUnavailable.
 	Ping(ctx context.Context) error
@@ -350,16 +360,26 @@ var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity"
 
 // UsageRollup is one hour of usage for a principal, upstream and model.
 type UsageRollup struct {
-	BucketStart              time.Time
-	PrincipalID              string
-	UpstreamID               string
-	Model                    string
-	Requests                 int64
-	Errors                   int64
-	InputTokens              int64
-	OutputTokens             int64
-	CacheCreationInputTokens int64
-	CacheReadInputTokens     int64
+	BucketStart time.Time
+	PrincipalID string
+	UpstreamID  string
+	Model       string
+	UsageCounts
+}
+
+// UsageCounts are the sums of a group of request events.
+type UsageCounts struct {
+	Requests                   int64
+	Errors                     int64
+	InputTokens                int64
+	OutputTokens               int64
+	CacheCreationInputTokens   int64
+	CacheCreation1hInputTokens int64
+	CacheReadInputTokens       int64
+	// CostNanos sums the priced requests' costs; UnpricedRequests counts
+	// the requests without a cost (not in CostNanos).
+	CostNanos        int64
+	UnpricedRequests int64
 }
 
 type actorKey struct{}

@@ -43,6 +43,7 @@ type Recorder struct {
 	batch    int
 	interval time.Duration
 	onEvent  func(store.RequestEvent)
+	price    func(*store.RequestEvent)
 	dropped  atomic.Int64
 	written  atomic.Int64
 	flushReq chan chan struct{}
@@ -57,6 +58,9 @@ type Options struct {
 	BatchSize     int           // default 256
 	FlushInterval time.Duration // default 200ms
 	Logger        *slog.Logger
+	// Price, when set, fills an event's cost once its token counts are
+	// known, off the request path, before OnEvent sees it.
+	Price func(*store.RequestEvent)
 	// OnEvent, when set, sees each event once its token counts are known
 	// (principal token limits), on the recorder's goroutine.
 	OnEvent func(store.RequestEvent)
@@ -79,7 +83,7 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
 		w: w, log: o.Logger, queue: make(chan Pending, o.QueueSize), batch: o.BatchSize,
-		interval: o.FlushInterval, onEvent: o.OnEvent, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
+		interval: o.FlushInterval, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
 	go r.run(ctx)
 	return r
@@ -155,6 +159,9 @@ func (r *Recorder) run(ctx context.Context) {
 	}
 	add := func(p Pending) {
 		Extract(&p)
+		if r.price != nil {
+			r.price(&p.Event)
+		}
 		if r.onEvent != nil {
 			r.onEvent(p.Event)
 		}
@@ -244,6 +251,9 @@ func Extract(p *Pending) {
 				if ev.Usage.CacheReadInputTokens > 0 {
 					u.CacheReadInputTokens = ev.Usage.CacheReadInputTokens
 				}
+				if ev.Usage.CacheCreation != nil {
+					u.CacheCreation = ev.Usage.CacheCreation
+				}
 			}
 		}
 	}
@@ -251,6 +261,11 @@ func Extract(p *Pending) {
 	p.Event.OutputTokens = u.OutputTokens
 	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
 	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
+	if u.CacheCreation != nil {
+		// The TTL split prices the cache writes; without it every write
+		// is a 5-minute one, the API's default.
+		p.Event.CacheCreation1hInputTokens = min(u.CacheCreation.Ephemeral1h, u.CacheCreationInputTokens)
+	}
 }
 
 type tokenUsage struct {
@@ -258,4 +273,8 @@ type tokenUsage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	CacheCreation            *struct {
+		Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
 }

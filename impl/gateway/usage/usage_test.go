@@ -161,3 +161,60 @@ func TestRecorderOnEventSeesTokens(t *testing.T) {
 		t.Fatalf("OnEvent saw %+v", seen)
 	}
 }
+
+// The TTL split of cache writes is read from the usage's cache_creation,
+// in a JSON answer and in a stream.
+func TestExtractCacheWriteTTL(t *testing.T) {
+	t.Parallel()
+	p := Pending{Body: []byte(`{"usage":{"input_tokens":1,"cache_creation_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20},"output_tokens":2}}`)}
+	Extract(&p)
+	if p.Event.CacheCreationInputTokens != 30 || p.Event.CacheCreation1hInputTokens != 20 {
+		t.Fatalf("json %+v", p.Event)
+	}
+	s := Pending{SSE: [][]byte{
+		[]byte(`data: {"type":"message_start","message":{"usage":{"input_tokens":1,"cache_creation_input_tokens":7,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":7},"output_tokens":1}}}`),
+		[]byte(`data: {"type":"message_delta","usage":{"output_tokens":3}}`),
+	}}
+	Extract(&s)
+	if s.Event.CacheCreation1hInputTokens != 7 || s.Event.OutputTokens != 3 {
+		t.Fatalf("stream %+v", s.Event)
+	}
+	// Without the split every write is a 5-minute one.
+	n := Pending{Body: []byte(`{"usage":{"cache_creation_input_tokens":9}}`)}
+	Extract(&n)
+	if n.Event.CacheCreation1hInputTokens != 0 || n.Event.CacheCreationInputTokens != 9 {
+		t.Fatalf("no split %+v", n.Event)
+	}
+}
+
+// Price runs on the recorder's goroutine after extraction, so the cost is
+// stored with the event and OnEvent sees it (budgets count it).
+func TestRecorderPricesBeforeOnEventAndWrite(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []store.RequestEvent
+	w := &memWriter{}
+	r := NewRecorder(w, Options{FlushInterval: time.Hour,
+		Price: func(ev *store.RequestEvent) {
+			c := ev.InputTokens * 1000
+			ev.CostNanos, ev.PriceVersion = &c, "v1"
+		},
+		OnEvent: func(ev store.RequestEvent) {
+			mu.Lock()
+			seen = append(seen, ev)
+			mu.Unlock()
+		}})
+	defer r.Close()
+	r.Record(Pending{Body: []byte(`{"usage":{"input_tokens":3}}`)})
+	r.Flush(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0].CostNanos == nil || *seen[0].CostNanos != 3000 {
+		t.Fatalf("OnEvent saw %+v", seen)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got := w.batches[0][0]; got.CostNanos == nil || *got.CostNanos != 3000 || got.PriceVersion != "v1" {
+		t.Fatalf("written %+v", got)
+	}
+}

@@ -454,13 +454,30 @@ function stat(id, label, value, hint) {
     hint ? el("div", { class: "hint" }, hint) : null);
 }
 
+// usd formats integer nano-dollars exactly (BigInt: no float rounding),
+// with at least two decimals, as the API's cost_usd does.
+function usd(nanos) {
+  const n = BigInt(nanos || 0);
+  const neg = n < 0n, a = neg ? -n : n;
+  let frac = String(a % 1000000000n).padStart(9, "0").replace(/0+$/, "");
+  if (frac.length < 2) frac = frac.padEnd(2, "0");
+  return `${neg ? "-" : ""}$${(a / 1000000000n).toLocaleString("en-US")}.${frac}`;
+}
+
+// spend is a usage total's cost; requests the catalog did not price are
+// named beside it, since their cost is unknown, not zero.
+function spend(u) {
+  return el("td", { class: "num spend" }, usd(u.cost_nanos),
+    u.unpriced_requests ? el("div", { class: "hint" }, `+ ${num(u.unpriced_requests)} unpriced`) : null);
+}
+
 function usageRows(list, name) {
   return list.map((u) => el("tr", {}, el("td", {}, name(u)), el("td", { class: "num" }, num(u.requests)), el("td", { class: "num" }, num(u.errors)),
     el("td", { class: "num" }, num(u.input_tokens)), el("td", { class: "num" }, num(u.output_tokens)),
-    el("td", { class: "num" }, num(u.cache_read_input_tokens)), el("td", { class: "num" }, num(u.cache_creation_input_tokens))));
+    el("td", { class: "num" }, num(u.cache_read_input_tokens)), el("td", { class: "num" }, num(u.cache_creation_input_tokens)), spend(u)));
 }
 
-const usageHeaders = (first) => [first, "Requests", "Errors", "Input tokens", "Output tokens", "Cache read", "Cache write"];
+const usageHeaders = (first) => [first, "Requests", "Errors", "Input tokens", "Output tokens", "Cache read", "Cache write", "Spend"];
 
 function windows(l) {
   if (!l) return "—";
@@ -479,6 +496,8 @@ async function overviewPage() {
     el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.last_warmup_at_unix_secs))),
     el("td", {}, windows(u.limits))));
   const snap = o.snapshot ? `Configuration snapshot generation ${o.snapshot.generation}, applied ${time(o.snapshot.built_at_unix_secs)}.` : "";
+  const today = o.today_by_model.reduce((a, u) => ({ cost_nanos: a.cost_nanos + BigInt(u.cost_nanos || 0), unpriced: a.unpriced + u.unpriced_requests,
+    requests: a.requests + u.requests }), { cost_nanos: 0n, unpriced: 0, requests: 0 });
   return [
     el("section", { "aria-labelledby": "h-ov" }, el("h2", { id: "h-ov" }, "Last hour"),
       el("div", { class: "stats" },
@@ -487,6 +506,10 @@ async function overviewPage() {
         stat("stat-err", "Error rate", pct(lh.error_rate), `${num(lh.errors)} answered 4xx/5xx`),
         stat("stat-p50", "Latency p50", ms(lh.latency_p50_ms), "whole request"),
         stat("stat-p95", "Latency p95", ms(lh.latency_p95_ms), lh.latency_sample ? `of the newest ${num(lh.latency_sample)} requests` : "no requests"))),
+    el("section", { "aria-labelledby": "h-td" }, el("h2", { id: "h-td" }, "Today"),
+      el("div", { class: "stats" },
+        stat("stat-spend", "Spend today", usd(today.cost_nanos), today.unpriced ? `${num(today.unpriced)} requests unpriced` : "UTC day, priced with the catalog"),
+        stat("stat-today-req", "Requests today", num(today.requests), "UTC day"))),
     el("section", { "aria-labelledby": "h-tm" }, el("h2", { id: "h-tm" }, `Today by model (UTC, since ${time(o.today_since_unix_secs)})`),
       o.today_by_model.length ? table(usageHeaders("Model"), usageRows(o.today_by_model, (u) => u.model)) : el("p", { class: "hint" }, "No requests today.")),
     el("section", { "aria-labelledby": "h-tp" }, el("h2", { id: "h-tp" }, "Today by principal"),
@@ -567,11 +590,12 @@ async function trafficPage() {
   }));
   const sum = (a) => a.reduce((x, y) => x + y, 0);
   const rows = t.series.map((s) => el("tr", { class: "traffic-row" }, el("td", {}, s.principal_name), el("td", {}, s.upstream_name || "—"),
-    el("td", { class: "num" }, num(sum(s.requests))), el("td", { class: "num" }, num(sum(s.errors))), el("td", { class: "num" }, num(sum(s.tokens)))));
+    el("td", { class: "num" }, num(sum(s.requests))), el("td", { class: "num" }, num(sum(s.errors))), el("td", { class: "num" }, num(sum(s.tokens))),
+    el("td", { class: "num spend" }, usd((s.cost_nanos || []).reduce((x, y) => x + BigInt(y), 0n)))));
   const body = t.series.length
     ? [legend, stackedChart("chart-requests", "Requests per hour", "requests", t, "requests"),
       stackedChart("chart-tokens", "Tokens per hour (input + output)", "tokens", t, "tokens"),
-      table(["Principal", "Upstream", "Requests", "Errors", "Tokens"], rows)]
+      table(["Principal", "Upstream", "Requests", "Errors", "Tokens", "Spend"], rows)]
     : [el("p", { class: "hint" }, "No requests in the last 24 hours.")];
   return [
     el("section", { "aria-labelledby": "h-tr" }, el("h2", { id: "h-tr" }, "Traffic per principal and upstream, last 24 hours"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,16 +56,87 @@ func (s *Store) SearchRequestEvents(ctx context.Context, q store.EventQuery) ([]
 	return s.queryRequestEvents(ctx, cond, args...)
 }
 
+// eventSums sums request events into the columns of rollupCols' order.
+const eventSums = `COUNT(*), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(input_tokens), SUM(output_tokens),
+	SUM(cache_creation_input_tokens), SUM(cache_creation_1h_input_tokens), SUM(cache_read_input_tokens),
+	COALESCE(SUM(cost_nanos), 0), SUM(CASE WHEN cost_nanos IS NULL THEN 1 ELSE 0 END)`
+
+// rollupCols are a rollup's counters, as UsageCounts orders them.
+const rollupCols = `requests, errors, input_tokens, output_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens,
+	cache_read_input_tokens, cost_nanos, unpriced_requests`
+
 // AggregateRequestEvents implements store.EventReader with the same grouping
 // as RollupUsage, without writing anything.
 func (s *Store) AggregateRequestEvents(ctx context.Context, from, to time.Time) ([]store.UsageRollup, error) {
-	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, COUNT(*),
-		SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_input_tokens),
-		SUM(cache_read_input_tokens)
+	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, `+eventSums+`
 		FROM request_events WHERE at >= ? AND at < ?
 		GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model
 		ORDER BY bucket, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
 	return rs, s.d.classify(err)
+}
+
+var usageColumn = map[string]string{"principal": "principal_id", "key": "key_id", "upstream": "upstream_id", "model": "model"}
+
+// SumUsage implements store.UsageReader: whole rolled-up hours come from
+// usage_key_rollups, the partial hours at the range's edges and the live
+// hours from request_events, in one query.
+func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageTotal, error) {
+	grouped := map[string]bool{}
+	for _, g := range q.GroupBy {
+		if _, ok := usageColumn[g]; !ok {
+			return nil, fmt.Errorf("usage: cannot group by %q", g)
+		}
+		grouped[g] = true
+	}
+	var sel, by []string
+	for _, dim := range store.UsageDimensions {
+		if grouped[dim] {
+			sel = append(sel, usageColumn[dim])
+			by = append(by, usageColumn[dim])
+		} else {
+			sel = append(sel, "''")
+		}
+	}
+	// Rolled-up hours: [rs, re); events cover [From, rs) and [re, To).
+	rs := q.From.UTC().Truncate(time.Hour)
+	if rs.Before(q.From) {
+		rs = rs.Add(time.Hour)
+	}
+	re := q.To.UTC().Truncate(time.Hour)
+	if live := q.LiveFrom.UTC().Truncate(time.Hour); live.Before(re) {
+		re = live
+	}
+	if !re.After(rs) {
+		rs, re = q.To, q.To // no whole hour: everything from the events
+	}
+	var sums []string
+	for _, c := range strings.Split(rollupCols, ",") {
+		sums = append(sums, "COALESCE(SUM("+strings.TrimSpace(c)+"), 0)")
+	}
+	query := `SELECT ` + strings.Join(sel, ", ") + `, ` + strings.Join(sums, ", ") + ` FROM (
+		SELECT principal_id, key_id, upstream_id, model, ` + rollupCols + ` FROM usage_key_rollups WHERE bucket_start >= ? AND bucket_start < ?
+		UNION ALL
+		SELECT principal_id, key_id, upstream_id, model, 1, CASE WHEN status >= 400 THEN 1 ELSE 0 END, input_tokens, output_tokens,
+			cache_creation_input_tokens, cache_creation_1h_input_tokens, cache_read_input_tokens, COALESCE(cost_nanos, 0),
+			CASE WHEN cost_nanos IS NULL THEN 1 ELSE 0 END
+		FROM request_events WHERE (at >= ? AND at < ?) OR (at >= ? AND at < ?)) u`
+	if len(by) > 0 {
+		query += ` GROUP BY ` + strings.Join(by, ", ") + ` ORDER BY ` + strings.Join(by, ", ")
+	}
+	ts, err := list(ctx, s.d, s.db, func(r scanner, u *store.UsageTotal) error {
+		return r.Scan(append([]any{&u.PrincipalID, &u.KeyID, &u.UpstreamID, &u.Model}, countDests(&u.UsageCounts)...)...)
+	}, query, s.d.t(rs), s.d.t(re), s.d.t(q.From), s.d.t(rs), s.d.t(re), s.d.t(q.To))
+	if err != nil {
+		return nil, s.d.classify(err)
+	}
+	// Without grouping the sums come back as one row even over no events.
+	return slices.DeleteFunc(ts, func(u store.UsageTotal) bool { return u.Requests == 0 }), nil
+}
+
+// countDests are the scan destinations of rollupCols.
+func countDests(c *store.UsageCounts) []any {
+	return []any{&c.Requests, &c.Errors, &c.InputTokens, &c.OutputTokens, &c.CacheCreationInputTokens,
+		&c.CacheCreation1hInputTokens, &c.CacheReadInputTokens, &c.CostNanos, &c.UnpricedRequests}
 }
 
 func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestEvent) error {
@@ -73,8 +145,9 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	}
 	return s.tx(ctx, nil, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
-			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
+			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
+			cache_creation_1h_input_tokens, cost_nanos, price_version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
 		if err != nil {
 			return err
 		}
@@ -103,7 +176,7 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 			}
 			if _, err := stmt.ExecContext(ctx, e.ID, s.d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
 				e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
-				e.DurationMillis); err != nil {
+				e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion)); err != nil {
 				return err
 			}
 		}
@@ -121,14 +194,15 @@ func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit in
 func scanEvent(r scanner, e *store.RequestEvent) error {
 	return r.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
 		&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
-		&e.DurationMillis)
+		&e.DurationMillis, &e.CacheCreation1hInputTokens, &e.CostNanos, nullableString{&e.PriceVersion})
 }
 
 // queryRequestEvents reads request events matching cond (a WHERE clause
 // with ? placeholders, or empty), newest first, at most the last argument.
 func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
 	es, err := list(ctx, s.d, s.db, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
-		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms
+		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
+		cache_creation_1h_input_tokens, cost_nanos, price_version
 		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`, args...)
 	return es, s.d.classify(err)
 }
@@ -144,13 +218,21 @@ func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, err
 		if _, err := s.exec(ctx, tx, "DELETE FROM usage_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
 			return err
 		}
+		if _, err := s.exec(ctx, tx, "DELETE FROM usage_key_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
+			return err
+		}
 		var err error
-		n, err = s.exec(ctx, tx, `INSERT INTO usage_rollups (bucket_start, principal_id, upstream_id, model, requests, errors,
-			input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens)
-			SELECT `+s.d.HourBucket+`, principal_id, upstream_id, model, COUNT(*), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END),
-			SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_input_tokens), SUM(cache_read_input_tokens)
+		n, err = s.exec(ctx, tx, `INSERT INTO usage_rollups (bucket_start, principal_id, upstream_id, model, `+rollupCols+`)
+			SELECT `+s.d.HourBucket+`, principal_id, upstream_id, model, `+eventSums+`
 			FROM request_events WHERE at >= ? AND at < ?
 			GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
+		if err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, `INSERT INTO usage_key_rollups (bucket_start, principal_id, key_id, upstream_id, model, `+rollupCols+`)
+			SELECT `+s.d.HourBucket+`, principal_id, key_id, upstream_id, model, `+eventSums+`
+			FROM request_events WHERE at >= ? AND at < ?
+			GROUP BY `+s.d.HourBucket+`, principal_id, key_id, upstream_id, model`, s.d.t(from), s.d.t(to))
 		return err
 	})
 	return n, err
@@ -159,13 +241,12 @@ func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, err
 // scanRollup reads an hourly usage row, stored (usage_rollups) or computed
 // (AggregateRequestEvents): both select the same columns in this order.
 func scanRollup(r scanner, u *store.UsageRollup) error {
-	return r.Scan(reqTime{&u.BucketStart}, &u.PrincipalID, &u.UpstreamID, &u.Model, &u.Requests, &u.Errors,
-		&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens)
+	return r.Scan(append([]any{reqTime{&u.BucketStart}, &u.PrincipalID, &u.UpstreamID, &u.Model}, countDests(&u.UsageCounts)...)...)
 }
 
 func (s *Store) ListUsageRollups(ctx context.Context, since time.Time) ([]store.UsageRollup, error) {
-	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT bucket_start, principal_id, upstream_id, model, requests, errors, input_tokens,
-		output_tokens, cache_creation_input_tokens, cache_read_input_tokens FROM usage_rollups WHERE bucket_start >= ?
+	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT bucket_start, principal_id, upstream_id, model, `+rollupCols+`
+		FROM usage_rollups WHERE bucket_start >= ?
 		ORDER BY bucket_start, principal_id, upstream_id, model`, s.d.t(since.UTC().Truncate(time.Hour)))
 	return rs, s.d.classify(err)
 }
@@ -182,4 +263,24 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 		return 0, s.d.classify(err)
 	}
 	return res.RowsAffected()
+}
+
+// nullString stores "" as NULL.
+func nullString(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+// nullableString scans a nullable text column, NULL as "".
+type nullableString struct{ dst *string }
+
+func (n nullableString) Scan(src any) error {
+	var ns sql.NullString
+	if err := ns.Scan(src); err != nil {
+		return err
+	}
+	*n.dst = ns.String
+	return nil
 }
