@@ -53,9 +53,10 @@ type Exchange struct {
 // must not block.
 type Observer interface{ Observe(Exchange) }
 
-// Limiter enforces principals' default_limits (limits.Limiter).
+// Limiter enforces principals' default_limits (limits.Limiter) and reports
+// where the principal stands for its anthropic-ratelimit-* headers.
 type Limiter interface {
-	Admit(principal string, ls []limits.Limit) *limits.Refusal
+	AdmitStatus(principal string, ls []limits.Limit, st *limits.Status) *limits.Refusal
 }
 
 // Options configures a Handler.
@@ -260,8 +261,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
 		return
 	}
+	// The principal's standing, sent as its anthropic-ratelimit-* headers
+	// on the answer (nil: no limits, the upstream's headers pass).
+	var standing *limits.Status
 	if ep == epMessages && len(p.Limits) > 0 && h.limiter != nil {
-		if lr := h.limiter.Admit(p.ID, p.Limits); lr != nil {
+		standing = new(limits.Status)
+		if lr := h.limiter.AdmitStatus(p.ID, p.Limits, standing); lr != nil {
+			setLimitHeaders(w.Header(), standing)
 			// Anthropic's answer to a rate limit: 429 rate_limit_error
 			// with retry-after, which the SDKs honour.
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((lr.RetryAfter+time.Second-1)/time.Second), 10))
@@ -336,7 +342,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: body, Anchor: h.now()}
 	}
-	h.relayResponse(w, r, resp, a, up, &ev, start, x)
+	h.relayResponse(w, r, resp, a, up, &ev, start, x, standing)
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -571,7 +577,7 @@ const bufferLimit = 8 << 20
 // the idle deadline, the client gets Anthropic's mid-stream error event and
 // the connection is closed, so SDKs raise instead of taking a cut answer for
 // a finished one. Other responses are read whole first (up to bufferLimit).
-func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange) {
+func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange, standing *limits.Status) {
 	defer resp.Body.Close()
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	bp := bufPool.Get().(*[]byte)
@@ -592,7 +598,10 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			return
 		}
 	}
-	copyResponseHeaders(w.Header(), resp.Header, up)
+	copyResponseHeaders(w.Header(), resp.Header, up.CredentialKind == credential.OAuth || standing != nil)
+	if standing != nil {
+		setLimitHeaders(w.Header(), standing)
+	}
 	if isSSE {
 		w.Header().Del("Content-Length")
 	}
@@ -831,19 +840,20 @@ func copyRequestHeaders(dst, src http.Header) {
 }
 
 // copyResponseHeaders passes the upstream's response headers on, minus the
-// hop-by-hop ones and those its Connection header names. An OAuth
-// upstream's anthropic-ratelimit-* headers describe the subscription
-// account the proxy shares among its principals, never the client's own
-// limits: they are dropped. An API-key upstream's are passed on (they are
-// the operator's organisation limits, which the SDKs use for backoff).
-func copyResponseHeaders(dst, src http.Header, up *snapshot.Upstream) {
+// hop-by-hop ones and those its Connection header names, and minus the
+// anthropic-ratelimit-* ones when dropRateLimits: an OAuth upstream's
+// describe the subscription account the proxy shares among its principals,
+// and a principal with default_limits gets its own instead (mixing the two
+// would tell an SDK about limits that are not the client's). Otherwise an
+// API-key upstream's are passed on (the operator's organisation limits,
+// which the SDKs use for backoff).
+func copyResponseHeaders(dst, src http.Header, dropRateLimits bool) {
 	conn := src["Connection"]
-	oauth := up.CredentialKind == credential.OAuth
 	for k, vs := range src {
 		if hopHeader(k) || connectionNames(conn, k) {
 			continue
 		}
-		if oauth && len(k) > len(rateLimitPrefix) && strings.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix) {
+		if dropRateLimits && len(k) > len(rateLimitPrefix) && strings.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix) {
 			continue
 		}
 		dst[k] = vs
