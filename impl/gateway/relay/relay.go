@@ -509,12 +509,14 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 				a.done()
 				return nil, nil, nil, err
 			}
+			class := ErrConnect
 			if errors.Is(a.cause(), errHeaderTimeout) {
-				err = errHeaderTimeout
+				err, class = errHeaderTimeout, ErrTimeout
 				if h.metrics != nil {
 					h.metrics.headerTimeouts.Inc()
 				}
 			}
+			h.metrics.upstreamError(up, class)
 			a.done()
 			lastErr, lastUp = err, up
 			h.failover()
@@ -525,6 +527,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// An OAuth token the provider refuses (expired early, revoked
 			// or rotated elsewhere): refresh it and move on.
 			h.refreshToken(up)
+			h.metrics.upstreamError(up, ErrAuth)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			a.done()
@@ -535,6 +538,8 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			continue
 		}
 		if !last && retryableStatus(resp.StatusCode) {
+			class, _ := statusErrorClass(resp.StatusCode)
+			h.metrics.upstreamError(up, class)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			a.done()
@@ -579,6 +584,9 @@ const bufferLimit = 8 << 20
 // a finished one. Other responses are read whole first (up to bufferLimit).
 func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange, standing *limits.Status) {
 	defer resp.Body.Close()
+	if class, ok := statusErrorClass(resp.StatusCode); ok {
+		h.metrics.upstreamError(up, class)
+	}
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	bp := bufPool.Get().(*[]byte)
 	buf := *bp
@@ -616,6 +624,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	var tap sseTap
 	clientGone := false
 	if !isSSE {
+		h.firstByte(ev, start)
 		if _, werr := w.Write(capture); werr != nil {
 			clientGone = true
 		}
@@ -631,6 +640,9 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 				tap.feed(chunk)
 				if x != nil && !started && tap.started {
 					x.Anchor = h.now()
+				}
+				if ev.FirstByteMillis == 0 {
+					h.firstByte(ev, start)
 				}
 			}
 			if _, werr := w.Write(chunk); werr != nil {
@@ -696,12 +708,23 @@ func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error)
 	return out, nil
 }
 
+// firstByte records the time to first byte on the event and the metric,
+// as the first bytes of the upstream's answer go to the client.
+func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
+	d := h.now().Sub(start)
+	ev.FirstByteMillis = max(1, int64((d+time.Millisecond-1)/time.Millisecond)) // 0 means none
+	h.metrics.firstByte(d)
+}
+
 // interrupted logs and counts a response the upstream cut or let go idle.
 func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.Upstream) {
 	idle := errors.Is(a.cause(), errUpstreamIdle)
 	if h.metrics != nil {
 		if idle {
 			h.metrics.idleTimeouts.Inc()
+			h.metrics.upstreamError(up, ErrTimeout)
+		} else {
+			h.metrics.upstreamError(up, ErrProtocol)
 		}
 		h.metrics.interrupted.Inc()
 	}

@@ -212,6 +212,10 @@ type RequestEvent struct {
 	CacheCreationInputTokens int64
 	CacheReadInputTokens     int64
 	DurationMillis           int64
+	// FirstByteMillis is the time to first byte: from arrival to the first
+	// byte of the upstream's answer relayed to the client, rounded up to a
+	// whole millisecond; 0 when no upstream answer was relayed.
+	FirstByteMillis int64
 }
 
 // Config is a consistent read of everything a snapshot is built from.
