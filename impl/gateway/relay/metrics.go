@@ -122,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"upstream", "class"})
 	m.usageRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_usage_requests_total",
-		Help: "Recorded Messages requests by principal, upstream and model name (model \"other\" when neither the principal's allowed list nor the price catalog names it; upstream \"none\" when refused before dispatch) and status class.",
+		Help: "Recorded requests (Messages and count_tokens) by principal, upstream and model name (model \"other\" when neither the principal's allowed list nor the price catalog names it; upstream \"none\" when refused before dispatch) and status class.",
 	}, []string{"principal", "upstream", "model", "status_class"})
 	m.usageTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_usage_tokens_total",
@@ -163,16 +163,23 @@ func (m *Metrics) upstreamError(up *snapshot.Upstream, class ErrorClass) {
 	if m == nil || up == nil || class >= numErrorClasses {
 		return
 	}
+	m.upstreamErrorChildren(up).c[class].Inc()
+}
+
+// upstreamErrorChildren resolves (once per upstream id and name) the error
+// series of up, every class at zero until counted: a dashboard then shows
+// an upstream without errors as 0, not as no data.
+func (m *Metrics) upstreamErrorChildren(up *snapshot.Upstream) *upstreamErrorChildren {
 	v, ok := m.byUpstream.Load(up.ID)
-	if !ok || v.(*upstreamErrorChildren).name != up.Name {
-		ch := &upstreamErrorChildren{name: up.Name}
-		for i := range ch.c {
-			ch.c[i] = m.upstreamErrors.WithLabelValues(up.Name, errorClassNames[i])
-		}
-		m.byUpstream.Store(up.ID, ch)
-		v = ch
+	if ok && v.(*upstreamErrorChildren).name == up.Name {
+		return v.(*upstreamErrorChildren)
 	}
-	v.(*upstreamErrorChildren).c[class].Inc()
+	ch := &upstreamErrorChildren{name: up.Name}
+	for i := range ch.c {
+		ch.c[i] = m.upstreamErrors.WithLabelValues(up.Name, errorClassNames[i])
+	}
+	m.byUpstream.Store(up.ID, ch)
+	return ch
 }
 
 // statusErrorClass classifies an upstream's error status; ok is false for
@@ -247,6 +254,7 @@ func (m *Metrics) ObserveUsage(ev store.RequestEvent, snap *snapshot.Snapshot, k
 			upstream = "unknown"
 			if u := snap.Upstream(ev.UpstreamID); u != nil {
 				upstream = u.Name
+				m.upstreamErrorChildren(u) // its error series start at zero
 			}
 		}
 		ch = &usageChildren{}
