@@ -132,6 +132,8 @@ var _ = Describe("proxy chart", func() {
 		goldenOf("proxy", "proxy-defaults", nil)
 		goldenOf("proxy", "proxy-full", full)
 		decodeAll(renderProxy(full))
+		// The values the kind e2e installs the chart with (conformance/kind).
+		decodeAll(renderProxy(map[string]any{"proxy": map[string]any{"serviceType": "NodePort"}, "extraArgs": []any{"--allow-private-upstreams"}}))
 		res := lint.All(charts.Dir("proxy"), full, "gw", false)
 		for _, m := range res.Messages {
 			Expect(m.Severity).To(BeNumerically("<", support.WarningSev), m.Error())
