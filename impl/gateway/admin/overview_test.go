@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,7 @@ type logBody struct {
 		PrincipalName string `json:"principal_name"`
 		UpstreamName  string `json:"upstream_name"`
 		Status        int    `json:"status"`
+		FirstByte     *int64 `json:"ttfb_ms"`
 	} `json:"events"`
 	NextCursor *string `json:"next_cursor"`
 }
@@ -126,7 +128,7 @@ func TestRequestLogFiltersAndPages(t *testing.T) {
 		id := fmt.Sprintf("ev_%d", i)
 		want = append([]string{id}, want...)
 		e.events(store.RequestEvent{ID: id, At: now.Add(-time.Duration(60-i) * time.Second), PrincipalID: f.alice, KeyID: "k", UpstreamID: f.up,
-			Model: []string{"claude-a", "claude-b"}[i%2], Status: st})
+			Model: []string{"claude-a", "claude-b"}[i%2], Status: st, FirstByteMillis: int64(i)})
 	}
 	e.events(store.RequestEvent{ID: "ev_bob", At: now.Add(-2 * time.Hour), PrincipalID: f.bob, KeyID: "k", Model: "claude-a", Status: 401})
 	want = append(want, "ev_bob")
@@ -171,6 +173,18 @@ func TestRequestLogFiltersAndPages(t *testing.T) {
 	} {
 		if got := ids(q); got != w {
 			t.Errorf("%s: %s, want %s", q, got, w)
+		}
+	}
+	// Time to first byte: as recorded, null where none was measured.
+	for _, ev := range decodeInto[logBody](t, e.do("GET", "/admin/v1/request-log?limit=10", nil)).Events {
+		i := strings.TrimPrefix(ev.ID, "ev_")
+		switch {
+		case i == "0" || i == "bob":
+			if ev.FirstByte != nil {
+				t.Fatalf("%s: ttfb_ms %d, want null", ev.ID, *ev.FirstByte)
+			}
+		case ev.FirstByte == nil || fmt.Sprint(*ev.FirstByte) != i:
+			t.Fatalf("%s: ttfb_ms %v", ev.ID, ev.FirstByte)
 		}
 	}
 	b := decodeInto[logBody](t, e.do("GET", "/admin/v1/request-log?principal="+f.bob, nil))

@@ -150,7 +150,11 @@ func decodeCursor(s string) (store.EventPosition, bool) {
 }
 
 func requestEventResponse(e store.RequestEvent) RequestEventResponse {
-	return RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
+	var ttfb *int64
+	if e.FirstByteMillis > 0 {
+		ttfb = &e.FirstByteMillis
+	}
+	return RequestEventResponse{FirstByteMillis: ttfb, ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
 		UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
 		InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
 		CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis}

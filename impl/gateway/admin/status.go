@@ -113,6 +113,9 @@ type RequestEventResponse struct {
 	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
 	DurationMillis           int64  `json:"duration_ms"`
+	// FirstByteMillis is the time to first byte; null when no upstream
+	// answer was relayed (and on events recorded before it was measured).
+	FirstByteMillis *int64 `json:"ttfb_ms"`
 }
 
 // requestEvents lists recent proxied requests, newest first (?limit=N, at
