@@ -124,6 +124,9 @@ for _ in 1 2 3; do
 done | tee "$tmp/micro.txt"
 go test -run '^$' -bench ScanRequest1MB -benchmem -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
 go test -run '^$' -bench Admit -benchmem -count 1 ./impl/gateway/limits/ | tee -a "$tmp/micro.txt"
+# issue 23 (h/ops): the proxy path with a limited principal (anthropic-ratelimit-* headers) and
+# the metrics on, beside the plain path; allocs/op is the stable figure on a busy machine.
+go test -run '^$' -bench 'BenchmarkRelay(LimitedWithMetrics)?$' -benchmem -benchtime 2000x -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
 
 step "router plugin cost (a Go WASM module under wazero) and the proxy path with a one-plugin chain"
 go test -run '^$' -bench 'BenchmarkRoute$' -benchmem -benchtime 2000x -count 1 ./impl/gateway/plugins/ | tee "$tmp/plugins.txt"

@@ -16,7 +16,9 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -118,6 +120,10 @@ func decodeAll(objs []charts.Object) {
 			decode[admissionv1.MutatingWebhookConfiguration](o)
 		case "PodDisruptionBudget":
 			decode[policyv1.PodDisruptionBudget](o)
+		case "Ingress":
+			decode[networkingv1.Ingress](o)
+		case "HorizontalPodAutoscaler":
+			decode[autoscalingv2.HorizontalPodAutoscaler](o)
 		case "Certificate", "Issuer", "ServiceMonitor":
 			// Third-party kinds: checked field by field where used.
 		default:
@@ -130,8 +136,12 @@ var secretData = regexp.MustCompile(`(?m)^(\s*(tls\.crt|tls\.key|ca\.crt|caBundl
 
 // golden compares a render with its golden file (generated certificates
 // masked).
-func golden(name string, values map[string]any) {
-	objs := render(values)
+func golden(name string, values map[string]any) { goldenOf("pillar-csi", name, values) }
+
+// goldenOf compares a render of chart with the golden file name.
+func goldenOf(chart, name string, values map[string]any) {
+	objs, err := charts.Render(chart, values)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	var b strings.Builder
 	for _, o := range objs {
 		y, err := yamlOf(o.JSON)

@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
 	"github.com/pillarhq/pillar/conformance/charts"
@@ -111,6 +114,112 @@ var _ = Describe("proxy chart", func() {
 		for _, e := range decode[appsv1.Deployment](find(renderProxy(nil), "Deployment", "pillar-proxy")).Spec.Template.Spec.Containers[0].Env {
 			Expect(e.Name).NotTo(Equal("PROXY_METRICS_TOKEN"))
 		}
+	})
+
+	// Everything optional switched on, for the golden render and the
+	// strict decoding.
+	full := map[string]any{
+		"metrics":            map[string]any{"serviceMonitor": map[string]any{"enabled": true}},
+		"metricsTokenSecret": map[string]any{"name": "proxy-metrics", "key": "token"},
+		"ingress": map[string]any{"enabled": true, "className": "nginx",
+			"hosts": []any{map[string]any{"host": "llm.example.org"}},
+			"tls":   []any{map[string]any{"secretName": "llm-tls", "hosts": []any{"llm.example.org"}}}},
+		"autoscaling": map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5},
+		"grafana":     map[string]any{"dashboard": map[string]any{"enabled": true}},
+	}
+
+	It("renders as its golden files, defaults and everything enabled", func() {
+		goldenOf("proxy", "proxy-defaults", nil)
+		goldenOf("proxy", "proxy-full", full)
+		decodeAll(renderProxy(full))
+		// The values the kind e2e installs the chart with (conformance/kind).
+		decodeAll(renderProxy(map[string]any{"proxy": map[string]any{"serviceType": "NodePort"}, "extraArgs": []any{"--allow-private-upstreams"}}))
+		res := lint.All(charts.Dir("proxy"), full, "gw", false)
+		for _, m := range res.Messages {
+			Expect(m.Severity).To(BeNumerically("<", support.WarningSev), m.Error())
+		}
+	})
+
+	It("runs non-root on a read-only root filesystem with no capabilities, RuntimeDefault seccomp and a writable /tmp", func() {
+		dep := decode[appsv1.Deployment](find(renderProxy(nil), "Deployment", "pillar-proxy"))
+		pod := dep.Spec.Template.Spec
+		Expect(*pod.SecurityContext.RunAsNonRoot).To(BeTrue())
+		Expect(*pod.SecurityContext.RunAsUser).NotTo(BeZero(), "the image (FROM scratch) has no USER: the pod names a non-root uid")
+		Expect(pod.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+		c := pod.Containers[0]
+		Expect(*c.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
+		Expect(*c.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
+		Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
+		Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}))
+		Expect(pod.Volumes).To(HaveLen(1))
+		Expect(pod.Volumes[0].EmptyDir).NotTo(BeNil())
+	})
+
+	It("runs under its own ServiceAccount without a mounted API token", func() {
+		objs := renderProxy(nil)
+		sa := decode[corev1.ServiceAccount](find(objs, "ServiceAccount", "pillar-proxy"))
+		Expect(*sa.AutomountServiceAccountToken).To(BeFalse())
+		pod := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-proxy")).Spec.Template.Spec
+		Expect(pod.ServiceAccountName).To(Equal("pillar-proxy"))
+		Expect(*pod.AutomountServiceAccountToken).To(BeFalse())
+		pod = decode[appsv1.Deployment](find(renderProxy(map[string]any{"serviceAccount": map[string]any{"create": false, "name": "shared"}}),
+			"Deployment", "pillar-proxy")).Spec.Template.Spec
+		Expect(pod.ServiceAccountName).To(Equal("shared"))
+	})
+
+	It("labels every object with helm.sh/chart", func() {
+		for _, o := range renderProxy(full) {
+			labels := o.Map["metadata"].(map[string]any)["labels"]
+			Expect(labels).To(HaveKeyWithValue("helm.sh/chart", "proxy-0.1.0"), "%s %s", o.Kind, o.Name)
+		}
+	})
+
+	It("adds an Ingress to the proxy port and an autoscaler only when asked, checking the connection budget for the most replicas", func() {
+		for _, o := range renderProxy(nil) {
+			Expect(o.Kind).NotTo(BeElementOf("Ingress", "HorizontalPodAutoscaler", "ConfigMap"))
+		}
+		objs := renderProxy(full)
+		ing := decode[networkingv1.Ingress](find(objs, "Ingress", "pillar-proxy"))
+		Expect(*ing.Spec.IngressClassName).To(Equal("nginx"))
+		Expect(ing.Spec.Rules).To(HaveLen(1))
+		Expect(ing.Spec.Rules[0].Host).To(Equal("llm.example.org"))
+		path := ing.Spec.Rules[0].HTTP.Paths[0]
+		Expect(path.Path).To(Equal("/"))
+		Expect(path.Backend.Service.Name).To(Equal("pillar-proxy"), "the proxy Service, never the admin one")
+		Expect(path.Backend.Service.Port.Name).To(Equal("proxy"))
+		Expect(ing.Spec.TLS[0].SecretName).To(Equal("llm-tls"))
+		hpa := decode[autoscalingv2.HorizontalPodAutoscaler](find(objs, "HorizontalPodAutoscaler", "pillar-proxy"))
+		Expect(*hpa.Spec.MinReplicas).To(BeEquivalentTo(2))
+		Expect(hpa.Spec.MaxReplicas).To(BeEquivalentTo(5))
+		Expect(hpa.Spec.ScaleTargetRef.Name).To(Equal("pillar-proxy"))
+		dep := decode[appsv1.Deployment](find(objs, "Deployment", "pillar-proxy"))
+		Expect(dep.Spec.Replicas).To(BeNil(), "the autoscaler owns the replica count")
+		Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--replicas=5"))
+		_, err := charts.Render("proxy", map[string]any{"autoscaling": map[string]any{"enabled": true, "minReplicas": 4, "maxReplicas": 2}})
+		Expect(err).To(MatchError(ContainSubstring("maxReplicas must be at least")))
+	})
+
+	It("ships the Grafana dashboard in a ConfigMap labelled for Grafana's sidecar when enabled", func() {
+		cm := decode[corev1.ConfigMap](find(renderProxy(full), "ConfigMap", "pillar-proxy-grafana-dashboard"))
+		Expect(cm.Labels).To(HaveKeyWithValue("grafana_dashboard", "1"))
+		var dash map[string]any
+		Expect(json.Unmarshal([]byte(cm.Data["pillar-proxy.json"]), &dash)).To(Succeed())
+		Expect(dash).To(HaveKeyWithValue("uid", "pillar-proxy"))
+		want, err := os.ReadFile(filepath.Join(charts.Dir("proxy"), "dashboards", "proxy.json"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cm.Data["pillar-proxy.json"]).To(MatchJSON(want))
+	})
+
+	It("prints NOTES that say where clients and the admin API are", func() {
+		notes, err := charts.RenderNotes("proxy", nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(notes).To(ContainSubstring("http://pillar-proxy.storage.svc:8080/v1/messages"))
+		Expect(notes).To(ContainSubstring("port-forward svc/pillar-proxy-admin 9090:9090"))
+		notes, err = charts.RenderNotes("proxy", full)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(notes).To(ContainSubstring("https://llm.example.org/v1/messages"))
+		Expect(notes).To(ContainSubstring("2-5 replicas, autoscaled"))
+		Expect(notes).To(ContainSubstring("grafana_dashboard=1"))
 	})
 
 	It("keeps its README values table and schema generated", func() {

@@ -48,19 +48,7 @@ func Render(name string, values map[string]any) ([]Object, error) {
 
 // RenderChart renders a loaded chart.
 func RenderChart(ch *chart.Chart, values map[string]any) ([]Object, error) {
-	if values == nil {
-		values = map[string]any{}
-	}
-	if err := chartutil.ValidateAgainstSchema(ch, values); err != nil {
-		return nil, fmt.Errorf("values don't meet the schema: %w", err)
-	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
-	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "pillar", Namespace: "storage", IsInstall: true, Revision: 1}, caps)
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(ch, vals)
+	files, err := renderFiles(ch, values)
 	if err != nil {
 		return nil, err
 	}
@@ -124,3 +112,38 @@ func YAML(j []byte) (string, error) {
 
 // UnmarshalYAML decodes YAML.
 func UnmarshalYAML(s string, v any) error { return yaml.Unmarshal([]byte(s), v) }
+
+// renderFiles renders every template of a loaded chart, by file name.
+func renderFiles(ch *chart.Chart, values map[string]any) (map[string]string, error) {
+	if values == nil {
+		values = map[string]any{}
+	}
+	if err := chartutil.ValidateAgainstSchema(ch, values); err != nil {
+		return nil, fmt.Errorf("values don't meet the schema: %w", err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
+	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "pillar", Namespace: "storage", IsInstall: true, Revision: 1}, caps)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, vals)
+}
+
+// RenderNotes renders a chart's templates/NOTES.txt as `helm install`
+// prints it after the install.
+func RenderNotes(name string, values map[string]any) (string, error) {
+	ch, err := loader.Load(Dir(name))
+	if err != nil {
+		return "", err
+	}
+	files, err := renderFiles(ch, values)
+	if err != nil {
+		return "", err
+	}
+	notes, ok := files[name+"/templates/NOTES.txt"]
+	if !ok {
+		return "", fmt.Errorf("%s has no templates/NOTES.txt", name)
+	}
+	return notes, nil
+}

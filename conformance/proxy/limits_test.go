@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -41,5 +43,38 @@ var _ = Describe("Principal default_limits", func() {
 		// Limits change with the snapshot, like everything else.
 		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": []any{}}, 200)
 		Eventually(func() error { _, err := c.Messages.New(context.Background(), params); return err }, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+	})
+
+	It("sends the principal's own anthropic-ratelimit-* headers, which the SDK reads, on success and on the 429", func() {
+		w := newWorld()
+		limited := []any{map[string]any{"kind": "requests", "window_secs": 3600, "max": 2}, map[string]any{"kind": "tokens", "window_secs": 3600, "max": 100000}}
+		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": limited}, 200)
+		c := anthropic.NewClient(option.WithBaseURL(w.px.ProxyURL), option.WithAPIKey(w.key), option.WithMaxRetries(0))
+		params := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 8,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("one two three"))}}
+		var resp *http.Response
+		_, err := c.Messages.New(context.Background(), params, option.WithResponseInto(&resp))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Header.Get("anthropic-ratelimit-requests-limit")).To(Equal("2"))
+		Expect(resp.Header.Get("anthropic-ratelimit-requests-remaining")).To(Equal("1"))
+		reset, err := time.Parse(time.RFC3339, resp.Header.Get("anthropic-ratelimit-requests-reset"))
+		Expect(err).NotTo(HaveOccurred(), "reset is RFC 3339")
+		Expect(reset).To(BeTemporally(">", time.Now()))
+		Expect(reset).To(BeTemporally("<=", time.Now().Add(2*time.Hour+time.Second)))
+		Expect(resp.Header.Get("anthropic-ratelimit-tokens-limit")).To(Equal("100000"))
+		tokensLeft, err := strconv.Atoi(resp.Header.Get("anthropic-ratelimit-tokens-remaining"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tokensLeft).To(BeNumerically("<=", 100000))
+
+		_, err = c.Messages.New(context.Background(), params)
+		Expect(err).NotTo(HaveOccurred())
+		var apiErr *anthropic.Error
+		_, err = c.Messages.New(context.Background(), params)
+		Expect(errors.As(err, &apiErr)).To(BeTrue(), "third request in the hour: %v", err)
+		Expect(apiErr.StatusCode).To(Equal(429))
+		Expect(apiErr.Response.Header.Get("anthropic-ratelimit-requests-limit")).To(Equal("2"))
+		Expect(apiErr.Response.Header.Get("anthropic-ratelimit-requests-remaining")).To(Equal("0"))
+		_, err = time.Parse(time.RFC3339, apiErr.Response.Header.Get("anthropic-ratelimit-requests-reset"))
+		Expect(err).NotTo(HaveOccurred())
 	})
 })

@@ -5,6 +5,7 @@
 {{- end -}}
 {{- end -}}
 {{- define "proxy.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -13,4 +14,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "proxy.selector" -}}
 app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "proxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{- default (include "proxy.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}

@@ -187,6 +187,12 @@ type RecentTraffic struct {
 	LatencyP50Millis *int64 `json:"latency_p50_ms"`
 	LatencyP95Millis *int64 `json:"latency_p95_ms"`
 	LatencySample    int    `json:"latency_sample"`
+	// FirstByteMillis are percentiles of the time to first byte over the
+	// same sample's events that relayed an upstream answer (refusals and
+	// unreachable upstreams have none); null without such events.
+	FirstByteP50Millis *int64 `json:"ttfb_p50_ms"`
+	FirstByteP95Millis *int64 `json:"ttfb_p95_ms"`
+	FirstByteSample    int    `json:"ttfb_sample"`
 }
 
 // UpstreamHealth is one upstream's state as an operator scans it.
@@ -256,12 +262,21 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(evs) > 0 {
 		ms := make([]int64, len(evs))
+		var fb []int64
 		for i, e := range evs {
 			ms[i] = e.DurationMillis
+			if e.FirstByteMillis > 0 {
+				fb = append(fb, e.FirstByteMillis)
+			}
 		}
 		sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
 		p50, p95 := percentile(ms, 50), percentile(ms, 95)
 		out.LastHour.LatencyP50Millis, out.LastHour.LatencyP95Millis, out.LastHour.LatencySample = &p50, &p95, len(ms)
+		if len(fb) > 0 {
+			sort.Slice(fb, func(i, j int) bool { return fb[i] < fb[j] })
+			f50, f95 := percentile(fb, 50), percentile(fb, 95)
+			out.LastHour.FirstByteP50Millis, out.LastHour.FirstByteP95Millis, out.LastHour.FirstByteSample = &f50, &f95, len(fb)
+		}
 	}
 
 	// Today (UTC).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,7 @@ type logBody struct {
 		PrincipalName string `json:"principal_name"`
 		UpstreamName  string `json:"upstream_name"`
 		Status        int    `json:"status"`
+		FirstByte     *int64 `json:"ttfb_ms"`
 	} `json:"events"`
 	NextCursor *string `json:"next_cursor"`
 }
@@ -126,7 +128,7 @@ func TestRequestLogFiltersAndPages(t *testing.T) {
 		id := fmt.Sprintf("ev_%d", i)
 		want = append([]string{id}, want...)
 		e.events(store.RequestEvent{ID: id, At: now.Add(-time.Duration(60-i) * time.Second), PrincipalID: f.alice, KeyID: "k", UpstreamID: f.up,
-			Model: []string{"claude-a", "claude-b"}[i%2], Status: st})
+			Model: []string{"claude-a", "claude-b"}[i%2], Status: st, FirstByteMillis: int64(i)})
 	}
 	e.events(store.RequestEvent{ID: "ev_bob", At: now.Add(-2 * time.Hour), PrincipalID: f.bob, KeyID: "k", Model: "claude-a", Status: 401})
 	want = append(want, "ev_bob")
@@ -173,6 +175,18 @@ func TestRequestLogFiltersAndPages(t *testing.T) {
 			t.Errorf("%s: %s, want %s", q, got, w)
 		}
 	}
+	// Time to first byte: as recorded, null where none was measured.
+	for _, ev := range decodeInto[logBody](t, e.do("GET", "/admin/v1/request-log?limit=10", nil)).Events {
+		i := strings.TrimPrefix(ev.ID, "ev_")
+		switch {
+		case i == "0" || i == "bob":
+			if ev.FirstByte != nil {
+				t.Fatalf("%s: ttfb_ms %d, want null", ev.ID, *ev.FirstByte)
+			}
+		case ev.FirstByte == nil || fmt.Sprint(*ev.FirstByte) != i:
+			t.Fatalf("%s: ttfb_ms %v", ev.ID, ev.FirstByte)
+		}
+	}
 	b := decodeInto[logBody](t, e.do("GET", "/admin/v1/request-log?principal="+f.bob, nil))
 	if b.Events[0].PrincipalName != "bob" || b.Events[0].UpstreamName != "" {
 		t.Fatalf("names %+v", b.Events[0])
@@ -192,6 +206,9 @@ type overviewBody struct {
 		P50               *int64   `json:"latency_p50_ms"`
 		P95               *int64   `json:"latency_p95_ms"`
 		Sample            int      `json:"latency_sample"`
+		FirstByteP50      *int64   `json:"ttfb_p50_ms"`
+		FirstByteP95      *int64   `json:"ttfb_p95_ms"`
+		FirstByteSample   int      `json:"ttfb_sample"`
 	} `json:"last_hour"`
 	TodayByModel []struct {
 		Model        string `json:"model"`
@@ -223,12 +240,19 @@ func TestOverview(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty := decodeInto[overviewBody](t, e.do("GET", "/admin/v1/overview", nil))
-	if empty.LastHour.ErrorRate != nil || empty.LastHour.P50 != nil || len(empty.TodayByModel) != 0 || len(empty.Upstreams) != 2 {
+	if empty.LastHour.ErrorRate != nil || empty.LastHour.P50 != nil || empty.LastHour.FirstByteP50 != nil || len(empty.TodayByModel) != 0 || len(empty.Upstreams) != 2 {
 		t.Fatalf("empty overview %s", e.do("GET", "/admin/v1/overview", nil).body)
 	}
 	day := now.UTC().Truncate(24 * time.Hour)
 	ev := func(at time.Time, p string, status int, ms int64, model string) store.RequestEvent {
-		return store.RequestEvent{At: at, PrincipalID: p, KeyID: "k", UpstreamID: f.up, Model: model, Status: status, DurationMillis: ms, InputTokens: 100, OutputTokens: 10}
+		// An answer relayed from the upstream has its first byte at a tenth
+		// of the duration; a refusal (429 here) has none.
+		var ttfb int64
+		if status == 200 {
+			ttfb = max(1, ms/10)
+		}
+		return store.RequestEvent{At: at, PrincipalID: p, KeyID: "k", UpstreamID: f.up, Model: model, Status: status, DurationMillis: ms,
+			FirstByteMillis: ttfb, InputTokens: 100, OutputTokens: 10}
 	}
 	e.events(ev(day.Add(-time.Minute), f.alice, 200, 1, "claude-a"), // yesterday
 		ev(day.Add(2*time.Hour), f.alice, 200, 1, "claude-a"), // today, rolled up below
@@ -244,6 +268,10 @@ func TestOverview(t *testing.T) {
 	if lh.Requests != 4 || lh.Errors != 1 || lh.ErrorRate == nil || *lh.ErrorRate != 0.25 || lh.RequestsPerMinute != 0.6 ||
 		*lh.P50 != 100 || *lh.P95 != 400 || lh.Sample != 4 {
 		t.Fatalf("last hour %+v", lh)
+	}
+	// Time to first byte over the three relayed answers (10, 20, 40 ms).
+	if lh.FirstByteSample != 3 || lh.FirstByteP50 == nil || *lh.FirstByteP50 != 20 || *lh.FirstByteP95 != 40 {
+		t.Fatalf("time to first byte: p50 %v p95 %v of %d", lh.FirstByteP50, lh.FirstByteP95, lh.FirstByteSample)
 	}
 	if fmt.Sprint(got.TodayByModel) != "[{claude-a 4 400 40} {claude-b 1 100 10}]" {
 		t.Fatalf("today by model %v", got.TodayByModel)

@@ -158,6 +158,10 @@ func requestEventResponse(e store.RequestEvent) RequestEventResponse {
 		c, v := formatCost(*e.CostNanos), e.PriceVersion
 		r.CostUSD, r.PriceVersion = &c, &v
 	}
+	if e.FirstByteMillis > 0 {
+		ttfb := e.FirstByteMillis
+		r.FirstByteMillis = &ttfb
+	}
 	return r
 }
 

@@ -118,6 +118,9 @@ type RequestEventResponse struct {
 	CacheCreation1hInputTokens int64   `json:"cache_creation_1h_input_tokens"`
 	CostUSD                    *string `json:"cost_usd"`
 	PriceVersion               *string `json:"price_version"`
+	// FirstByteMillis is the time to first byte; null when no upstream
+	// answer was relayed (and on events recorded before it was measured).
+	FirstByteMillis *int64 `json:"ttfb_ms"`
 }
 
 // requestEvents lists recent proxied requests, newest first (?limit=N, at

@@ -212,10 +212,32 @@ func (r *Refusal) Message() string {
 	return "principal limit reached: " + r.Limit.String() + "; retry after the Retry-After seconds"
 }
 
+// Standing is where a principal stands against one limit, as the
+// anthropic-ratelimit-* response headers report it.
+type Standing struct {
+	Max       int64 // 0: the principal has no limit of this kind
+	Remaining int64
+	// Reset is when the limit is fully replenished: the sliding estimate
+	// reaches zero once the windows counted so far have both passed.
+	Reset time.Time
+}
+
+// Status is a principal's standing per kind, indexed by Kind. Of several
+// limits of one kind, the one with the least remaining is reported: it is
+// the one that refuses first.
+type Status [3]Standing
+
 // Admit checks every limit of a principal and, when all allow, counts the
 // request against its request limits. A tokens limit refuses once the
 // window's tokens reached max (a request's tokens are known only after it).
 func (l *Limiter) Admit(principal string, ls []Limit) *Refusal {
+	return l.AdmitStatus(principal, ls, nil)
+}
+
+// AdmitStatus is Admit that also fills st (when not nil) with the
+// principal's standing after the decision, computed from the counts Admit
+// reads anyway: no further lock, lookup or allocation.
+func (l *Limiter) AdmitStatus(principal string, ls []Limit, st *Status) *Refusal {
 	if len(ls) == 0 {
 		return nil
 	}
@@ -223,24 +245,65 @@ func (l *Limiter) Admit(principal string, ls []Limit) *Refusal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var worst *Refusal
-	for _, lim := range ls {
-		cur, prev, frac := l.windows(principal, lim, now)
-		if est := float64(prev)*(1-frac) + float64(cur); est > float64(lim.Max-1) {
-			r := &Refusal{Limit: lim, RetryAfter: retryAfter(cur, prev, frac, lim)}
+	// The counts per limit, kept for the status (principals have a
+	// handful of limits; past 8 the status reads them again).
+	var counts [8]windowCounts
+	for i, lim := range ls {
+		c := l.windows(principal, lim, now)
+		if i < len(counts) {
+			counts[i] = c
+		}
+		if c.estimate() > float64(lim.Max-1) {
+			r := &Refusal{Limit: lim, RetryAfter: retryAfter(c.cur, c.prev, c.frac, lim)}
 			if worst == nil || r.RetryAfter > worst.RetryAfter {
 				worst = r
 			}
 		}
 	}
-	if worst != nil {
-		return worst
-	}
-	for _, lim := range ls {
-		if lim.Kind == Requests {
-			l.cell(principal, lim, now).pending++
+	if worst == nil {
+		for _, lim := range ls {
+			if lim.Kind == Requests {
+				l.cell(principal, lim, now).pending++
+			}
 		}
 	}
-	return nil
+	if st == nil {
+		return worst
+	}
+	*st = Status{}
+	for i, lim := range ls {
+		c := counts[min(i, len(counts)-1)]
+		if i >= len(counts) {
+			c = l.windows(principal, lim, now) // the request is counted already
+		} else if worst == nil && lim.Kind == Requests {
+			c.cur++ // this request, counted above
+		}
+		s, w := windowStart(lim, now)
+		reset := now.UTC().Truncate(time.Second)
+		switch {
+		case c.cur > 0:
+			reset = time.Unix(s+2*w, 0).UTC()
+		case c.prev > 0:
+			reset = time.Unix(s+w, 0).UTC()
+		}
+		st.note(lim, c.estimate(), reset)
+	}
+	return worst
+}
+
+// note records one limit's standing when it leaves less room than the one
+// already noted for its kind. Reset is when the estimate falls to zero
+// with no further traffic: the end of the next window when the current
+// one has counts, the end of this one when only the previous one has.
+func (st *Status) note(lim Limit, est float64, reset time.Time) {
+	if int(lim.Kind) >= len(st) {
+		return
+	}
+	rem := max(0, lim.Max-int64(math.Ceil(est)))
+	s := &st[lim.Kind]
+	if s.Max == 0 || rem < s.Remaining {
+		*s = Standing{Max: lim.Max, Remaining: rem, Reset: reset}
+	}
 }
 
 // AddCost counts a finished request's cost against the principal's
@@ -287,18 +350,26 @@ func (l *Limiter) cell(principal string, lim Limit, now time.Time) *cell {
 	return c
 }
 
-// windows returns the current and previous windows' counts and how far
-// into the current window now is (0 to 1).
-func (l *Limiter) windows(principal string, lim Limit, now time.Time) (cur, prev int64, frac float64) {
+// windowCounts are the current and previous windows' counts of a limit and
+// how far into the current window now is (0 to 1).
+type windowCounts struct {
+	cur, prev int64
+	frac      float64
+}
+
+// estimate is the sliding-window count.
+func (c windowCounts) estimate() float64 { return float64(c.prev)*(1-c.frac) + float64(c.cur) }
+
+func (l *Limiter) windows(principal string, lim Limit, now time.Time) (c windowCounts) {
 	s, w := windowStart(lim, now)
-	if c := l.cells[key{principal, lim.Kind, w, s}]; c != nil {
-		cur = c.count()
+	if x := l.cells[key{principal, lim.Kind, w, s}]; x != nil {
+		c.cur = x.count()
 	}
-	if c := l.cells[key{principal, lim.Kind, w, s - w}]; c != nil {
-		prev = c.count()
+	if x := l.cells[key{principal, lim.Kind, w, s - w}]; x != nil {
+		c.prev = x.count()
 	}
-	frac = float64(now.UnixNano()-s*int64(time.Second)) / float64(lim.Window)
-	return cur, prev, frac
+	c.frac = float64(now.UnixNano()-s*int64(time.Second)) / float64(lim.Window)
+	return c
 }
 
 // retryAfter is how long until the estimate falls to max-1 with no further

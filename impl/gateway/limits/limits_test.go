@@ -127,6 +127,53 @@ func TestTokensAndSeveralLimits(t *testing.T) {
 	}
 }
 
+// AdmitStatus reports, per kind, the limit with the least room left:
+// remaining after this request, and the reset when both windows counted so
+// far have passed.
+func TestAdmitStatus(t *testing.T) {
+	clk := newClock()
+	l := limits.New(limits.Options{Now: clk.Now})
+	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":3},{"kind":"requests","window_secs":3600,"max":100},{"kind":"tokens","window_secs":60,"max":1000}]`)
+	var st limits.Status
+	if r := l.AdmitStatus("pr_a", ls, &st); r != nil {
+		t.Fatalf("first request refused: %+v", r)
+	}
+	start := clk.Now()
+	want := limits.Standing{Max: 3, Remaining: 2, Reset: start.Add(2 * time.Minute)}
+	if st[limits.Requests] != want {
+		t.Fatalf("requests standing %+v, want %+v (the per-minute limit binds)", st[limits.Requests], want)
+	}
+	// No tokens counted yet: full room, replenished now.
+	if got := st[limits.Tokens]; got != (limits.Standing{Max: 1000, Remaining: 1000, Reset: start}) {
+		t.Fatalf("tokens standing %+v", got)
+	}
+	l.AddTokens("pr_a", ls, 400)
+	clk.Advance(90 * time.Second) // half-way through the next minute
+	if r := l.AdmitStatus("pr_a", ls, &st); r != nil {
+		t.Fatalf("refused: %+v", r)
+	}
+	// Estimate: 1 × ½ + 1 (this request) = 1.5, rounded up.
+	if got := st[limits.Requests]; got.Remaining != 1 || !got.Reset.Equal(start.Add(3*time.Minute)) {
+		t.Fatalf("requests standing %+v", got)
+	}
+	// 400 × ½ = 200 tokens still counted; none in this minute yet.
+	if got := st[limits.Tokens]; got.Remaining != 800 || !got.Reset.Equal(start.Add(2*time.Minute)) {
+		t.Fatalf("tokens standing %+v", got)
+	}
+	l.AdmitStatus("pr_a", ls, &st)
+	r := l.AdmitStatus("pr_a", ls, &st)
+	if r == nil || r.Limit.Max != 3 {
+		t.Fatalf("fourth request in the window admitted: %+v", r)
+	}
+	// A refused request is not counted and leaves no room.
+	if got := st[limits.Requests]; got.Max != 3 || got.Remaining != 0 {
+		t.Fatalf("standing on refusal %+v", got)
+	}
+	if l.AdmitStatus("pr_b", nil, &st) != nil {
+		t.Fatal("no limits refused")
+	}
+}
+
 func openSQLite(t *testing.T) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "gw.db"), sqlite.Options{})

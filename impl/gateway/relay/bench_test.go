@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -52,6 +55,22 @@ func benchHandler(b *testing.B) *Handler {
 // body scan, routing, header copy, credential swap, relay and usage capture.
 func BenchmarkRelay(b *testing.B) {
 	benchRequests(b, benchHandler(b))
+}
+
+// BenchmarkRelayLimitedWithMetrics adds what issue 23 put on the path: a
+// principal with limits (admission, standing, anthropic-ratelimit-*
+// headers) and the metrics (time to first byte). Compare with
+// BenchmarkRelay for the cost of both.
+func BenchmarkRelayLimitedWithMetrics(b *testing.B) {
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://upstream.invalid", "sk-upstream"))
+	cfg.Principals[0].DefaultLimits = []byte(`[{"kind":"requests","window_secs":60,"max":1000000000},{"kind":"tokens","window_secs":3600,"max":1000000000}]`)
+	benchRequests(b, New(Options{
+		Source:    fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))},
+		Transport: cannedTransport{[]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":2}}`)},
+		Recorder:  discardRecorder{},
+		Limiter:   limits.New(limits.Options{}),
+		Metrics:   NewMetrics(prometheus.NewRegistry()),
+	}))
 }
 
 // benchRequests sends b.N small Messages requests through h.

@@ -89,7 +89,7 @@ func FuzzRelayStreamPassthrough(f *testing.F) {
 		r := httptest.NewRequest("POST", "/v1/messages", nil)
 		a := h.newAttempt(context.Background(), time.Minute)
 		defer a.done()
-		h.relayResponse(w, r, resp, a, up, &store.RequestEvent{}, time.Now(), nil)
+		h.relayResponse(w, r, resp, a, up, &store.RequestEvent{}, time.Now(), nil, nil)
 		if !bytes.Equal(w.Body.Bytes(), stream) {
 			t.Fatalf("client got %d bytes, upstream sent %d", w.Body.Len(), len(stream))
 		}

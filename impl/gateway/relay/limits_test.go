@@ -2,6 +2,8 @@ package relay
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -34,12 +36,19 @@ func TestDefaultLimitsRefuseWith429(t *testing.T) {
 	hdr := map[string]string{"x-api-key": "sk-good"}
 	body := `{"model":"claude-x","max_tokens":5,"messages":[]}`
 	for i := 0; i < 2; i++ {
-		if resp, b := post(t, srv.URL+"/v1/messages", hdr, body); resp.StatusCode != 200 {
+		resp, b := post(t, srv.URL+"/v1/messages", hdr, body)
+		if resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
 		}
+		// The principal's own standing, as Anthropic reports limits.
+		wantLimitHeaders(t, resp.Header, "Requests", "2", strconv.Itoa(1-i), "2026-03-01T12:02:00Z")
 	}
 	resp, b := post(t, srv.URL+"/v1/messages", hdr, body)
 	wantAnthropicError(t, resp, b, 429, "rate_limit_error")
+	wantLimitHeaders(t, resp.Header, "Requests", "2", "0", "2026-03-01T12:02:00Z")
+	if v := resp.Header.Get("Anthropic-Ratelimit-Tokens-Limit"); v != "" {
+		t.Fatalf("tokens limit header %q for a principal without a tokens limit", v)
+	}
 	// Two requests at the minute's start: one falls out of the sliding
 	// estimate 30 s into the next minute.
 	if ra := resp.Header.Get("Retry-After"); ra != "90" {
@@ -89,5 +98,68 @@ func TestShortLimitWaitIsRetryable(t *testing.T) {
 	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 	if ra < 1 || ra > 60 || resp.Header.Get("X-Should-Retry") != "true" {
 		t.Fatalf("Retry-After %q, x-should-retry %q: want a short wait, retryable", resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"))
+	}
+}
+
+func wantLimitHeaders(t *testing.T, h http.Header, kind, limit, remaining, reset string) {
+	t.Helper()
+	for suffix, want := range map[string]string{"Limit": limit, "Remaining": remaining, "Reset": reset} {
+		if got := h.Get("Anthropic-Ratelimit-" + kind + "-" + suffix); got != want {
+			t.Errorf("anthropic-ratelimit-%s-%s %q, want %q", kind, suffix, got, want)
+		}
+	}
+}
+
+// A principal with limits gets its own anthropic-ratelimit-* headers
+// instead of the API-key upstream's (organisation limits that are not the
+// client's), on streams as on single answers; without limits the
+// upstream's pass unchanged.
+func TestPrincipalLimitHeadersReplaceUpstreams(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Anthropic-Ratelimit-Requests-Limit", "4000")
+		w.Header().Set("Anthropic-Ratelimit-Input-Tokens-Limit", "400000")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"msg_1","type":"message","usage":{"input_tokens":5,"output_tokens":2}}`)
+	}))
+	t.Cleanup(up.Close)
+	cfg := fixtureConfig(apiKeyUpstream("up_1", up.URL, "sk-upstream"))
+	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"tokens","window_secs":3600,"max":50000},{"kind":"requests","window_secs":60,"max":10}]`)
+	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
+	lim := limits.New(limits.Options{Now: func() time.Time { return now }})
+	srv := httptest.NewServer(New(Options{Source: fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))}, Recorder: &memRecorder{}, Limiter: lim}))
+	t.Cleanup(srv.Close)
+	hdr := map[string]string{"x-api-key": "sk-good"}
+	body := `{"model":"claude-x","max_tokens":5,"messages":[]}`
+	lim.AddTokens("pr_a", snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0)).Principal("pr_a").Limits, 1234)
+	resp, b := post(t, srv.URL+"/v1/messages", hdr, body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	wantLimitHeaders(t, resp.Header, "Requests", "10", "9", "2026-03-01T12:02:00Z")
+	wantLimitHeaders(t, resp.Header, "Tokens", "50000", "48766", "2026-03-01T14:00:00Z")
+	if v := resp.Header.Get("Anthropic-Ratelimit-Input-Tokens-Limit"); v != "" {
+		t.Fatalf("the upstream's input-tokens limit %q reached a principal with its own limits", v)
+	}
+
+	cfg.Principals[0].DefaultLimits = nil
+	free := httptest.NewServer(New(Options{Source: fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))}, Recorder: &memRecorder{}, Limiter: lim}))
+	t.Cleanup(free.Close)
+	resp, _ = post(t, free.URL+"/v1/messages", hdr, body)
+	if v := resp.Header.Get("Anthropic-Ratelimit-Requests-Limit"); v != "4000" {
+		t.Fatalf("upstream's requests limit %q without principal limits, want 4000", v)
+	}
+}
+
+// Writing the headers costs two allocations, whatever the kinds.
+func TestLimitHeadersAllocations(t *testing.T) {
+	st := limits.Status{}
+	st[limits.Requests] = limits.Standing{Max: 100, Remaining: 42, Reset: time.Date(2026, 3, 1, 12, 2, 0, 0, time.UTC)}
+	st[limits.Tokens] = limits.Standing{Max: 100000, Remaining: 99000, Reset: time.Date(2026, 3, 1, 14, 0, 0, 0, time.UTC)}
+	h := http.Header{}
+	setLimitHeaders(h, &st)
+	wantLimitHeaders(t, h, "Tokens", "100000", "99000", "2026-03-01T14:00:00Z")
+	if n := testing.AllocsPerRun(100, func() { setLimitHeaders(h, &st) }); n > 2 {
+		t.Fatalf("%v allocations, want at most 2", n)
 	}
 }

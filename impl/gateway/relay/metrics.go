@@ -2,15 +2,21 @@ package relay
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // Metrics are the proxy path's Prometheus series. Children are resolved once
-// per status code and cached, so a request costs two atomic adds.
+// per status code and cached, so a request costs two atomic adds. The
+// series labelled by principal, upstream and model are fed from the usage
+// hand-off (ObserveUsage, on the recorder's goroutine), off the request
+// path; docs/operations.md gives their cardinality.
 type Metrics struct {
 	requests  *prometheus.CounterVec
 	duration  prometheus.Histogram
@@ -21,7 +27,52 @@ type Metrics struct {
 	lazyRefreshes                prometheus.Counter
 	limitedBy                    [4]prometheus.Counter // by limits.Kind
 	byCode                       [600]prometheus.Counter
+
+	ttfb           prometheus.Histogram
+	upstreamErrors *prometheus.CounterVec
+	// byUpstream caches each upstream's error children under its id,
+	// re-resolved when the upstream's name changes.
+	byUpstream sync.Map // upstream id -> *upstreamErrorChildren
+
+	usageRequests, usageTokens *prometheus.CounterVec
+	usage                      usageCache
 }
+
+// ErrorClass is what went wrong with an upstream attempt.
+type ErrorClass uint8
+
+// The upstream error classes (label class of svc_proxy_upstream_errors_total).
+const (
+	ErrConnect     ErrorClass = iota // no connection, or it broke before the response headers
+	ErrTimeout                       // no response headers in time, or the stream went idle
+	ErrRateLimited                   // 429
+	ErrOverloaded                    // 529
+	Err5xx                           // another 5xx
+	ErrAuth                          // 401 or 403: the upstream refused its credential
+	ErrProtocol                      // a response cut short or not in the provider's shape
+	numErrorClasses
+)
+
+var errorClassNames = [numErrorClasses]string{"connect", "timeout", "429", "529", "5xx", "auth", "protocol"}
+
+type upstreamErrorChildren struct {
+	name string
+	c    [numErrorClasses]prometheus.Counter
+}
+
+// Usage labels: the token types and status classes.
+var (
+	tokenTypes   = [4]string{"input", "output", "cache_read", "cache_write"}
+	statusGroups = [3]string{"2xx", "4xx", "5xx"} // 1xx and 3xx do not reach the event log
+)
+
+// OtherModel is the model label of a model neither the principal's allowed
+// list names exactly nor the price catalog knows: clients choose model
+// strings, and each would otherwise be a new series.
+const OtherModel = "other"
+
+// NoUpstream is the upstream label of a request refused before dispatch.
+const NoUpstream = "none"
 
 // NewMetrics registers the proxy metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -60,7 +111,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_lazy_refresh_started_total",
 		Help: "Lazy OAuth token refreshes the proxy path started (a request met an expired or refused token).",
 	})
-	reg.MustRegister(m.requests, m.duration, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes)
+	m.ttfb = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "svc_proxy_time_to_first_byte_seconds",
+		Help:    "Time from request arrival to the first byte of the upstream's answer relayed to the client (Messages requests that reached an upstream).",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+	})
+	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_errors_total",
+		Help: "Failed upstream attempts by upstream name and class: connect, timeout, 429, 529, 5xx, auth (401/403) or protocol (response cut short). Attempts that failed over count too.",
+	}, []string{"upstream", "class"})
+	m.usageRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_usage_requests_total",
+		Help: "Recorded requests (Messages and count_tokens) by principal, upstream and model name (model \"other\" when neither the principal's allowed list nor the price catalog names it; upstream \"none\" when refused before dispatch) and status class.",
+	}, []string{"principal", "upstream", "model", "status_class"})
+	m.usageTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_usage_tokens_total",
+		Help: "Tokens of recorded requests by principal, upstream, model (as svc_proxy_usage_requests_total) and type: input, output, cache_read, cache_write.",
+	}, []string{"principal", "upstream", "model", "type"})
+	m.usage.entries = map[usageKey]*usageChildren{}
+	reg.MustRegister(m.requests, m.duration, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
+		m.ttfb, m.upstreamErrors, m.usageRequests, m.usageTokens)
 	for _, c := range []int{200, 400, 401, 403, 404, 413, 429, 500, 502, 503, 529} {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
 	}
@@ -84,5 +154,129 @@ func (m *Metrics) observe(code int, d time.Duration) {
 	c.Inc()
 	if d > 0 {
 		m.duration.Observe(d.Seconds())
+	}
+}
+
+// upstreamError counts a failed attempt at up. The children are resolved
+// once per upstream (and name), so the steady state allocates nothing.
+func (m *Metrics) upstreamError(up *snapshot.Upstream, class ErrorClass) {
+	if m == nil || up == nil || class >= numErrorClasses {
+		return
+	}
+	m.upstreamErrorChildren(up).c[class].Inc()
+}
+
+// upstreamErrorChildren resolves (once per upstream id and name) the error
+// series of up, every class at zero until counted: a dashboard then shows
+// an upstream without errors as 0, not as no data.
+func (m *Metrics) upstreamErrorChildren(up *snapshot.Upstream) *upstreamErrorChildren {
+	v, ok := m.byUpstream.Load(up.ID)
+	if ok && v.(*upstreamErrorChildren).name == up.Name {
+		return v.(*upstreamErrorChildren)
+	}
+	ch := &upstreamErrorChildren{name: up.Name}
+	for i := range ch.c {
+		ch.c[i] = m.upstreamErrors.WithLabelValues(up.Name, errorClassNames[i])
+	}
+	m.byUpstream.Store(up.ID, ch)
+	return ch
+}
+
+// statusErrorClass classifies an upstream's error status; ok is false for
+// statuses that are not the upstream's failure (the client's 4xx).
+func statusErrorClass(code int) (ErrorClass, bool) {
+	switch {
+	case code == 429:
+		return ErrRateLimited, true
+	case code == 529:
+		return ErrOverloaded, true
+	case code == 401 || code == 403:
+		return ErrAuth, true
+	case code >= 500:
+		return Err5xx, true
+	}
+	return 0, false
+}
+
+func (m *Metrics) firstByte(d time.Duration) {
+	if m != nil {
+		m.ttfb.Observe(d.Seconds())
+	}
+}
+
+type usageKey struct{ principal, upstream, model string }
+
+type usageChildren struct {
+	requests [len(statusGroups)]prometheus.Counter
+	tokens   [len(tokenTypes)]prometheus.Counter
+}
+
+// usageCache holds the resolved children per (principal, upstream, folded
+// model) of one snapshot generation: names can change with a generation,
+// so the cache starts over then. The model is folded before it is a key,
+// so clients cannot grow the cache with made-up model names.
+type usageCache struct {
+	mu         sync.Mutex // the recorder calls from one goroutine: uncontended
+	generation int64
+	entries    map[usageKey]*usageChildren
+}
+
+// ModelKnown reports whether the price catalog lists a model.
+type ModelKnown func(model string) bool
+
+// ObserveUsage counts a recorded request and its tokens under bounded
+// labels: the principal's and upstream's names from snap, the model when
+// the principal's allowed list names it exactly or known says the catalog
+// lists it, else OtherModel. It runs on the usage recorder's goroutine.
+func (m *Metrics) ObserveUsage(ev store.RequestEvent, snap *snapshot.Snapshot, known ModelKnown) {
+	if m == nil || snap == nil {
+		return
+	}
+	m.usage.mu.Lock()
+	defer m.usage.mu.Unlock()
+	if m.usage.generation != snap.Generation {
+		clear(m.usage.entries)
+		m.usage.generation = snap.Generation
+	}
+	p := snap.Principal(ev.PrincipalID)
+	model := OtherModel
+	if (p != nil && p.NamesModel(ev.Model)) || (known != nil && known(ev.Model)) {
+		model = ev.Model
+	}
+	k := usageKey{ev.PrincipalID, ev.UpstreamID, model}
+	ch := m.usage.entries[k]
+	if ch == nil {
+		principal, upstream := "unknown", NoUpstream
+		if p != nil {
+			principal = p.Name
+		}
+		if ev.UpstreamID != "" {
+			upstream = "unknown"
+			if u := snap.Upstream(ev.UpstreamID); u != nil {
+				upstream = u.Name
+				m.upstreamErrorChildren(u) // its error series start at zero
+			}
+		}
+		ch = &usageChildren{}
+		for i, g := range statusGroups {
+			ch.requests[i] = m.usageRequests.WithLabelValues(principal, upstream, model, g)
+		}
+		for i, t := range tokenTypes {
+			ch.tokens[i] = m.usageTokens.WithLabelValues(principal, upstream, model, t)
+		}
+		m.usage.entries[k] = ch
+	}
+	switch {
+	case ev.Status >= 500:
+		ch.requests[2].Inc()
+	case ev.Status >= 400:
+		ch.requests[1].Inc()
+	default:
+		ch.requests[0].Inc()
+	}
+	for i, n := range [len(tokenTypes)]int64{ev.InputTokens, ev.OutputTokens, ev.CacheReadInputTokens, ev.CacheCreationInputTokens} {
+		if n > 0 {
+			ch.tokens[i].Add(float64(n))
+		}
 	}
 }

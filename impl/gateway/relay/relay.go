@@ -53,9 +53,10 @@ type Exchange struct {
 // must not block.
 type Observer interface{ Observe(Exchange) }
 
-// Limiter enforces principals' default_limits (limits.Limiter).
+// Limiter enforces principals' default_limits (limits.Limiter) and reports
+// where the principal stands for its anthropic-ratelimit-* headers.
 type Limiter interface {
-	Admit(principal string, ls []limits.Limit) *limits.Refusal
+	AdmitStatus(principal string, ls []limits.Limit, st *limits.Status) *limits.Refusal
 }
 
 // Options configures a Handler.
@@ -266,8 +267,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
 		return
 	}
+	// The principal's standing, sent as its anthropic-ratelimit-* headers
+	// on the answer (nil: no limits, the upstream's headers pass).
+	var standing *limits.Status
 	if ep == epMessages && len(p.Limits) > 0 && h.limiter != nil {
-		if lr := h.limiter.Admit(p.ID, p.Limits); lr != nil {
+		standing = new(limits.Status)
+		if lr := h.limiter.AdmitStatus(p.ID, p.Limits, standing); lr != nil {
+			setLimitHeaders(w.Header(), standing)
 			// Anthropic's answer to a rate limit: 429 rate_limit_error
 			// with retry-after, which the SDKs honour.
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((lr.RetryAfter+time.Second-1)/time.Second), 10))
@@ -342,7 +348,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: body, Anchor: h.now()}
 	}
-	h.relayResponse(w, r, resp, a, up, &ev, start, x)
+	h.relayResponse(w, r, resp, a, up, &ev, start, x, standing)
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -509,12 +515,14 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 				a.done()
 				return nil, nil, nil, err
 			}
+			class := ErrConnect
 			if errors.Is(a.cause(), errHeaderTimeout) {
-				err = errHeaderTimeout
+				err, class = errHeaderTimeout, ErrTimeout
 				if h.metrics != nil {
 					h.metrics.headerTimeouts.Inc()
 				}
 			}
+			h.metrics.upstreamError(up, class)
 			a.done()
 			lastErr, lastUp = err, up
 			h.failover()
@@ -525,6 +533,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// An OAuth token the provider refuses (expired early, revoked
 			// or rotated elsewhere): refresh it and move on.
 			h.refreshToken(up)
+			h.metrics.upstreamError(up, ErrAuth)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			a.done()
@@ -535,6 +544,8 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			continue
 		}
 		if !last && retryableStatus(resp.StatusCode) {
+			class, _ := statusErrorClass(resp.StatusCode)
+			h.metrics.upstreamError(up, class)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			a.done()
@@ -577,8 +588,11 @@ const bufferLimit = 8 << 20
 // the idle deadline, the client gets Anthropic's mid-stream error event and
 // the connection is closed, so SDKs raise instead of taking a cut answer for
 // a finished one. Other responses are read whole first (up to bufferLimit).
-func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange) {
+func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, a *attempt, up *snapshot.Upstream, ev *store.RequestEvent, start time.Time, x *Exchange, standing *limits.Status) {
 	defer resp.Body.Close()
+	if class, ok := statusErrorClass(resp.StatusCode); ok {
+		h.metrics.upstreamError(up, class)
+	}
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	pool := &bufPool
 	if isSSE {
@@ -602,7 +616,10 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			return
 		}
 	}
-	copyResponseHeaders(w.Header(), resp.Header, up)
+	copyResponseHeaders(w.Header(), resp.Header, up.CredentialKind == credential.OAuth || standing != nil)
+	if standing != nil {
+		setLimitHeaders(w.Header(), standing)
+	}
 	if isSSE {
 		w.Header().Del("Content-Length")
 	}
@@ -617,6 +634,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	var tap sseTap
 	clientGone := false
 	if !isSSE {
+		h.firstByte(ev, start)
 		if _, werr := w.Write(capture); werr != nil {
 			clientGone = true
 		}
@@ -632,6 +650,9 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 				tap.feed(chunk)
 				if x != nil && !started && tap.started {
 					x.Anchor = h.now()
+				}
+				if ev.FirstByteMillis == 0 {
+					h.firstByte(ev, start)
 				}
 			}
 			if _, werr := w.Write(chunk); werr != nil {
@@ -697,12 +718,23 @@ func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error)
 	return out, nil
 }
 
+// firstByte records the time to first byte on the event and the metric,
+// as the first bytes of the upstream's answer go to the client.
+func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
+	d := h.now().Sub(start)
+	ev.FirstByteMillis = max(1, int64((d+time.Millisecond-1)/time.Millisecond)) // 0 means none
+	h.metrics.firstByte(d)
+}
+
 // interrupted logs and counts a response the upstream cut or let go idle.
 func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.Upstream) {
 	idle := errors.Is(a.cause(), errUpstreamIdle)
 	if h.metrics != nil {
 		if idle {
 			h.metrics.idleTimeouts.Inc()
+			h.metrics.upstreamError(up, ErrTimeout)
+		} else {
+			h.metrics.upstreamError(up, ErrProtocol)
 		}
 		h.metrics.interrupted.Inc()
 	}
@@ -841,19 +873,20 @@ func copyRequestHeaders(dst, src http.Header) {
 }
 
 // copyResponseHeaders passes the upstream's response headers on, minus the
-// hop-by-hop ones and those its Connection header names. An OAuth
-// upstream's anthropic-ratelimit-* headers describe the subscription
-// account the proxy shares among its principals, never the client's own
-// limits: they are dropped. An API-key upstream's are passed on (they are
-// the operator's organisation limits, which the SDKs use for backoff).
-func copyResponseHeaders(dst, src http.Header, up *snapshot.Upstream) {
+// hop-by-hop ones and those its Connection header names, and minus the
+// anthropic-ratelimit-* ones when dropRateLimits: an OAuth upstream's
+// describe the subscription account the proxy shares among its principals,
+// and a principal with default_limits gets its own instead (mixing the two
+// would tell an SDK about limits that are not the client's). Otherwise an
+// API-key upstream's are passed on (the operator's organisation limits,
+// which the SDKs use for backoff).
+func copyResponseHeaders(dst, src http.Header, dropRateLimits bool) {
 	conn := src["Connection"]
-	oauth := up.CredentialKind == credential.OAuth
 	for k, vs := range src {
 		if hopHeader(k) || connectionNames(conn, k) {
 			continue
 		}
-		if oauth && len(k) > len(rateLimitPrefix) && strings.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix) {
+		if dropRateLimits && len(k) > len(rateLimitPrefix) && strings.EqualFold(k[:len(rateLimitPrefix)], rateLimitPrefix) {
 			continue
 		}
 		dst[k] = vs

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
@@ -231,10 +228,11 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		if err != nil {
 			return nil, err
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: %w", *configPath, err)
+		if errs := decodeConfigFile(data, &c); len(errs) > 0 {
+			for i, err := range errs {
+				errs[i] = fmt.Errorf("%s: %w", *configPath, err)
+			}
+			return nil, errors.Join(errs...)
 		}
 	}
 	set := map[string]bool{}

@@ -238,3 +238,66 @@ func TestConfigUsage(t *testing.T) {
 		t.Fatalf("help: %v\n%s", err, out.String())
 	}
 }
+
+// Errors in the file name the YAML key, not a Go type, and every bad key
+// of the file is reported together; the good keys still bind.
+func TestConfigFileErrorsNameKeys(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte(`database_url: [not, a, string]
+plugins:
+  call_timeout: x
+  memory_limit_pages: -3
+listeners:
+  idle_timeout: 5 minutes
+  max_header_bytes: lots
+job_intervals:
+  usage_rollup: soon
+admin:
+  auth:
+    providers:
+      - type: static_token
+        token_envv: T
+allow_private_upstreams: maybe
+retention: 7d
+proxy_listen: 127.0.0.1:7
+`), 0o600)
+	_, err := ParseConfig([]string{"--config", path}, env(nil), io.Discard)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		`database_url: want a string, got a list`,
+		`plugins.call_timeout: invalid duration "x"`,
+		`plugins.memory_limit_pages: want a non-negative integer, got "-3"`,
+		`listeners.idle_timeout: invalid duration "5 minutes"`,
+		`listeners.max_header_bytes: want an integer, got "lots"`,
+		`job_intervals.usage_rollup: invalid duration "soon"`,
+		`admin.auth.providers[0].token_envv: unknown key`,
+		`allow_private_upstreams: want true or false, got "maybe"`,
+		`retention: want a mapping of keys, got "7d"`,
+	} {
+		if !strings.Contains(msg, path+": "+want) {
+			t.Errorf("error does not say %q:\n%s", want, msg)
+		}
+	}
+	for _, goType := range []string{"time.Duration", "!!str", "unmarshal"} {
+		if strings.Contains(msg, goType) {
+			t.Errorf("error speaks of %s:\n%s", goType, msg)
+		}
+	}
+	if n := strings.Count(msg, "\n") + 1; n != 9 {
+		t.Errorf("%d errors, want 9:\n%s", n, msg)
+	}
+
+	// A valid file of every shape binds as before.
+	os.WriteFile(path, []byte("plugins:\n  call_timeout: 80ms\njob_intervals:\n  usage_rollup: 2m\nupstream_key_env_allow: [A_KEY]\nretention:\n  request_events: 24h\n"), 0o600)
+	c, err := ParseConfig([]string{"--config", path}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Plugins.CallTimeout != 80*time.Millisecond || c.JobIntervals["usage_rollup"] != 2*time.Minute || len(c.UpstreamKeyEnvAllow) != 1 || c.Retention.RequestEvents != 24*time.Hour {
+		t.Fatalf("bound %+v", c)
+	}
+}

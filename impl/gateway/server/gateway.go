@@ -44,6 +44,9 @@ type gateway struct {
 	rt    *snapshot.Runtime
 	lim   *limits.Limiter
 	rec   *usage.Recorder
+	// relayMetrics are the proxy path's series; the usage hand-off feeds
+	// the ones labelled by principal, upstream and model.
+	relayMetrics *relay.Metrics
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -85,20 +88,37 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	// event with the catalog installed when it is recorded.
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
-	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.countTokens})
+	g.relayMetrics = relay.NewMetrics(g.reg)
+	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
 	return g, nil
 }
 
-// countTokens feeds a recorded request's tokens and cost to its
-// principal's limits and budgets.
-func (g *gateway) countTokens(ev store.RequestEvent) {
-	if p := g.rt.Current().Principal(ev.PrincipalID); p != nil && len(p.Limits) > 0 {
+// onEvent feeds a recorded request's tokens and cost to its principal's
+// limits and budgets, and to the usage metrics, on the recorder's goroutine
+// (off the request path).
+func (g *gateway) onEvent(ev store.RequestEvent) {
+	snap := g.rt.Current()
+	if p := snap.Principal(ev.PrincipalID); p != nil && len(p.Limits) > 0 {
 		g.lim.AddTokens(p.ID, p.Limits, ev.InputTokens+ev.CacheCreationInputTokens+ev.OutputTokens)
 		if ev.CostNanos != nil {
 			g.lim.AddCost(p.ID, p.Limits, money.Nanos(*ev.CostNanos))
 		}
 	}
+	g.relayMetrics.ObserveUsage(ev, snap, g.catalogKnows)
+}
+
+// catalogKnows reports whether the installed price catalog lists model.
+func (g *gateway) catalogKnows(model string) bool {
+	if g.prices == nil {
+		return false
+	}
+	c := g.prices.Current()
+	if c == nil {
+		return false
+	}
+	_, ok := c.Models[model]
+	return ok
 }
 
 // principalName labels spend metrics with names, bounded by the
@@ -179,7 +199,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound := relay.NewTransport()
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
-		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: relay.NewMetrics(g.reg), Logger: g.log.With("component", "relay"),
+		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	// A request meeting an expired or refused OAuth token asks the OAuth

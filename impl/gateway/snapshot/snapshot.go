@@ -280,6 +280,14 @@ func (s *Snapshot) Counts() (upstreams, principals, keys int) {
 // AllowsModel reports whether the principal may use model.
 func (p *Principal) AllowsModel(model string) bool { return p.models.match(model) }
 
+// NamesModel reports whether the principal's allowed_models lists model
+// exactly (not through a pattern): such names are bounded by the
+// configuration, so metrics may use them as labels.
+func (p *Principal) NamesModel(model string) bool {
+	_, ok := p.models.exact[model]
+	return ok
+}
+
 // modelMatcher matches exact ids and prefix patterns ending in '*'.
 type modelMatcher struct {
 	any      bool

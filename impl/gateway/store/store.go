@@ -220,6 +220,10 @@ type RequestEvent struct {
 	// catalog version that priced it.
 	CostNanos    *int64
 	PriceVersion string
+	// FirstByteMillis is the time to first byte: from arrival to the first
+	// byte of the upstream's answer relayed to the client, rounded up to a
+	// whole millisecond; 0 when no upstream answer was relayed.
+	FirstByteMillis int64
 }
 
 // Config is a consistent read of everything a snapshot is built from.

@@ -146,8 +146,8 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	return s.tx(ctx, nil, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
 			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
-			cache_creation_1h_input_tokens, cost_nanos, price_version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
+			cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
 		if err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 			}
 			if _, err := stmt.ExecContext(ctx, e.ID, s.d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
 				e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
-				e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion)); err != nil {
+				e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis)); err != nil {
 				return err
 			}
 		}
@@ -192,17 +192,23 @@ func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit in
 }
 
 func scanEvent(r scanner, e *store.RequestEvent) error {
-	return r.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
+	var ttfb sql.NullInt64
+	err := r.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
 		&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
-		&e.DurationMillis, &e.CacheCreation1hInputTokens, &e.CostNanos, nullableString{&e.PriceVersion})
+		&e.DurationMillis, &e.CacheCreation1hInputTokens, &e.CostNanos, nullableString{&e.PriceVersion}, &ttfb)
+	e.FirstByteMillis = ttfb.Int64
+	return err
 }
+
+// nullMillis stores 0 (not measured) as NULL.
+func nullMillis(ms int64) sql.NullInt64 { return sql.NullInt64{Int64: ms, Valid: ms > 0} }
 
 // queryRequestEvents reads request events matching cond (a WHERE clause
 // with ? placeholders, or empty), newest first, at most the last argument.
 func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
 	es, err := list(ctx, s.d, s.db, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
-		cache_creation_1h_input_tokens, cost_nanos, price_version
+		cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms
 		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`, args...)
 	return es, s.d.classify(err)
 }

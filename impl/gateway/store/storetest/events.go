@@ -22,7 +22,7 @@ func testEvents(t *testing.T, open Opener) {
 	for i := 0; i < 5; i++ {
 		evs = append(evs, store.RequestEvent{At: base.Add(time.Duration(i) * time.Minute), PrincipalID: "pr_1", KeyID: "key_1",
 			UpstreamID: "up_1", Model: "m", Stream: i%2 == 0, Status: 200, InputTokens: int64(i), OutputTokens: 2,
-			CacheCreationInputTokens: 3, CacheReadInputTokens: 4, DurationMillis: 5})
+			CacheCreationInputTokens: 3, CacheReadInputTokens: 4, DurationMillis: 5, FirstByteMillis: int64(i)})
 	}
 	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
 		t.Fatal(err)
@@ -30,6 +30,16 @@ func testEvents(t *testing.T, open Opener) {
 	got := must(b.st.ListRequestEvents(b.ctx, base.Add(2*time.Minute), 10))
 	if len(got) != 3 || got[0].InputTokens != 4 || !got[0].At.Equal(base.Add(4*time.Minute)) || !got[0].Stream || got[0].CacheReadInputTokens != 4 {
 		t.Fatalf("events %+v", got)
+	}
+	// Time to first byte round-trips; 0 (none measured) is stored as NULL
+	// and read back as 0.
+	for _, e := range got {
+		if want := int64(e.At.Sub(base) / time.Minute); e.FirstByteMillis != want {
+			t.Fatalf("event at +%v: ttfb %d, want %d", e.At.Sub(base), e.FirstByteMillis, want)
+		}
+	}
+	if all := must(b.st.ListRequestEvents(b.ctx, base, 10)); all[len(all)-1].FirstByteMillis != 0 {
+		t.Fatalf("unmeasured ttfb read back as %d", all[len(all)-1].FirstByteMillis)
 	}
 	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
 		t.Fatal("limit ignored")

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
+)
+
+// newTestGateway builds the runtime the proxy serves from, on a SQLite
+// file: the registry is the one /metrics serves.
+func newTestGateway(t *testing.T) *gateway {
+	t.Helper()
+	dir := t.TempDir()
+	e := env(map[string]string{"PROXY_ADMIN_TOKEN": "adm-token-for-tests"})
+	cfg, err := ParseConfig([]string{"--database-url", "sqlite://" + filepath.Join(dir, "p.db"), "--proxy-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.2:0"}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	sec, err := loadSecrets(cfg, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stor, err := openStorage(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := buildRuntime(context.Background(), cfg, stor, sec.box, e, log)
+	if err != nil {
+		stor.st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.rec.Close(); stor.st.Close() })
+	// Vectors are gathered once they have a child: a recorded request
+	// through an upstream gives the labelled series of the proxy path one.
+	up, err := stor.st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "primary", Kind: store.KindVendorAPIKey,
+		BaseURL: "https://api.example", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.rt.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.onEvent(store.RequestEvent{PrincipalID: "pr_x", UpstreamID: up.ID, Model: "m", Status: 200, InputTokens: 1, OutputTokens: 1})
+	return g
+}
+
+// promtool check metrics would be clean: the whole registry, with the
+// labelled series of the proxy path present, passes the same linter.
+func TestMetricsRegistryLintsClean(t *testing.T) {
+	g := newTestGateway(t)
+	problems, err := testutil.GatherAndLint(g.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	names := gatheredNames(t, g)
+	for _, want := range []string{"svc_proxy_requests_total", "svc_proxy_request_duration_seconds", "svc_proxy_usage_requests_total",
+		"svc_proxy_usage_tokens_total", "svc_proxy_time_to_first_byte_seconds"} {
+		if !names[want] {
+			t.Errorf("%s not registered", want)
+		}
+	}
+}
+
+// The chart's Grafana dashboard is valid JSON and every query names a
+// metric the proxy registers.
+func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
+	g := newTestGateway(t)
+	names := gatheredNames(t, g)
+
+	path := filepath.Join("..", "..", "..", "charts", "proxy", "dashboards", "proxy.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash any
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var exprs []string
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				walk(x, k)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x, key)
+			}
+		case string:
+			if key == "expr" || key == "definition" {
+				exprs = append(exprs, v)
+			}
+		}
+	}
+	walk(dash, "")
+	if len(exprs) < 10 {
+		t.Fatalf("%d queries found in %s", len(exprs), path)
+	}
+	metric := regexp.MustCompile(`\b(svc_[a-z0-9_]+|process_[a-z0-9_]+|go_[a-z0-9_]+)\b`)
+	for _, e := range exprs {
+		found := metric.FindAllString(e, -1)
+		if len(found) == 0 {
+			t.Errorf("query names no proxy metric: %s", e)
+		}
+		for _, m := range found {
+			base := m
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(m, suffix); ok && names[b] {
+					base = b
+				}
+			}
+			if !names[base] {
+				t.Errorf("query names %s, which the proxy does not register: %s", m, e)
+			}
+		}
+	}
+}
+
+func gatheredNames(t *testing.T, g *gateway) map[string]bool {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
