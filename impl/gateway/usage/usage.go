@@ -1,6 +1,7 @@
 // Package usage records proxied requests as request events without slowing
-// the request path: the handler hands over what it captured and returns; a
-// background goroutine extracts token usage and writes events in batches.
+// the request path: the handler appends what it captured to a buffer and
+// returns; a background goroutine takes the buffer every flush interval (or
+// when a batch is full), extracts token usage and writes the events.
 package usage
 
 import (
@@ -36,10 +37,21 @@ type Writer interface {
 // Recorder batches events into storage. Record never blocks: when the queue
 // is full the event is dropped and counted, because losing a usage row is
 // better than stalling client traffic.
+//
+// Record does not wake the writer for every request (a goroutine wake-up
+// per request costs the request path a thread hand-off and, under load,
+// scheduler latency): the writer takes what is queued on its own tick, or
+// when a batch is full. An event is therefore written, and seen by
+// OnEvent, within one flush interval of Record, as before.
 type Recorder struct {
 	w        Writer
 	log      *slog.Logger
-	queue    chan Pending
+	mu       sync.Mutex
+	queue    []Pending // guarded by mu
+	spare    []Pending // the writer's drained slice, handed back for reuse
+	closed   bool      // guarded by mu
+	queueCap int
+	full     chan struct{} // a batch is queued: wake the writer early
 	batch    int
 	interval time.Duration
 	onEvent  func(store.RequestEvent)
@@ -78,7 +90,7 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		w: w, log: o.Logger, queue: make(chan Pending, o.QueueSize), batch: o.BatchSize,
+		w: w, log: o.Logger, queue: make([]Pending, 0, min(o.QueueSize, o.BatchSize)), queueCap: o.QueueSize, full: make(chan struct{}, 1), batch: o.BatchSize,
 		interval: o.FlushInterval, onEvent: o.OnEvent, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
 	go r.run(ctx)
@@ -87,14 +99,43 @@ func NewRecorder(w Writer, o Options) *Recorder {
 
 // Record queues a finished request. It never blocks.
 func (r *Recorder) Record(p Pending) {
-	select {
-	case r.queue <- p:
-	default:
+	r.mu.Lock()
+	if r.closed || len(r.queue) >= r.queueCap {
+		r.mu.Unlock()
 		r.dropped.Add(1)
 		if p.Release != nil {
 			p.Release()
 		}
+		return
 	}
+	r.queue = append(r.queue, p)
+	if len(r.queue) == r.batch {
+		select { // under mu: Close closes full under it too
+		case r.full <- struct{}{}:
+		default:
+		}
+	}
+	r.mu.Unlock()
+}
+
+// take hands the writer everything queued, leaving an empty slice in its
+// place (the one the writer handed back last time).
+func (r *Recorder) take() []Pending {
+	r.mu.Lock()
+	q := r.queue
+	r.queue, r.spare = r.spare[:0], nil
+	r.mu.Unlock()
+	return q
+}
+
+// giveBack returns a drained slice for the next take.
+func (r *Recorder) giveBack(q []Pending) {
+	clear(q)
+	r.mu.Lock()
+	if r.spare == nil {
+		r.spare = q[:0]
+	}
+	r.mu.Unlock()
 }
 
 // Dropped counts events lost to a full queue.
@@ -122,7 +163,10 @@ func (r *Recorder) Flush(ctx context.Context) {
 // Close drains the queue, writes what remains and stops.
 func (r *Recorder) Close() {
 	r.stopOnce.Do(func() {
-		close(r.queue)
+		r.mu.Lock()
+		r.closed = true
+		close(r.full)
+		r.mu.Unlock()
 		<-r.done
 		r.cancel()
 	})
@@ -163,29 +207,26 @@ func (r *Recorder) run(ctx context.Context) {
 			flush()
 		}
 	}
+	drain := func() {
+		q := r.take()
+		for i := range q {
+			add(q[i])
+		}
+		r.giveBack(q)
+	}
 	for {
 		select {
-		case p, ok := <-r.queue:
+		case _, ok := <-r.full:
+			drain()
 			if !ok {
 				flush()
 				return
 			}
-			add(p)
 		case <-t.C:
+			drain()
 			flush()
 		case ack := <-r.flushReq:
-			for drained := false; !drained; {
-				select {
-				case p, ok := <-r.queue:
-					if !ok {
-						drained = true
-						break
-					}
-					add(p)
-				default:
-					drained = true
-				}
-			}
+			drain()
 			flush()
 			close(ack)
 		}
