@@ -101,8 +101,8 @@ type Handler struct {
 	// be replayed to another location).
 	transport http.RoundTripper
 	metrics   *Metrics
-	log     *slog.Logger
-	now     func() time.Time
+	log       *slog.Logger
+	now       func() time.Time
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	held                                                                heldBytes

@@ -101,7 +101,7 @@ type Upstream struct {
 	// snapshot for the proxy path (nil on an Upstream not made by Build).
 	// Shared by every request: never modify them.
 	MessagesTarget, CountTokensTarget *url.URL
-	SpecRevision   int64
+	SpecRevision                      int64
 }
 
 // Opener decrypts an upstream credential bound to its upstream id.
