@@ -245,16 +245,95 @@ func Extract(p *Pending) {
 		}
 		p.Body, p.SSE = nil, nil
 	}()
+	u, exact := scanUsage(p.Body, p.SSE)
+	if !exact {
+		u = decodeUsage(p.Body, p.SSE)
+	}
+	p.Event.InputTokens = u.InputTokens
+	p.Event.OutputTokens = u.OutputTokens
+	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
+	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
+}
+
+// scanUsage reads the usage of a message body or of stream data lines
+// without allocating; exact is false when it cannot be sure to read what
+// decodeUsage would (see field).
+func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
+	if len(body) > 0 && json.Valid(body) {
+		v, ex := field(body, "usage")
+		if !ex {
+			return u, false
+		}
+		var got tokenUsage
+		if set, ok, ex := readUsage(v, &got); !ex {
+			return u, false
+		} else if set && ok {
+			u = got
+		}
+	}
+	for _, line := range sse {
+		line = bytes.TrimPrefix(line, []byte("data:"))
+		if !json.Valid(line) {
+			continue
+		}
+		// The line as decodeUsage decodes it: a mistyped field anywhere
+		// in it makes the whole line an error, skipped.
+		typ, ex1 := field(line, "type")
+		msg, ex2 := field(line, "message")
+		top, ex3 := field(line, "usage")
+		inMsg, ex4 := field(msg, "usage")
+		if !ex1 || !ex2 || !ex3 || !ex4 || bytes.IndexByte(typ, '\\') >= 0 {
+			return u, false
+		}
+		var start, delta tokenUsage
+		startSet, ok1, ex5 := readUsage(inMsg, &start)
+		deltaSet, ok2, ex6 := readUsage(top, &delta)
+		if !ex5 || !ex6 {
+			return u, false
+		}
+		typeOK := typ == nil || typ[0] == '"' || string(typ) == "null"
+		msgOK := msg == nil || msg[0] == '{' || string(msg) == "null"
+		if !ok1 || !ok2 || !typeOK || !msgOK {
+			continue
+		}
+		switch string(typ) {
+		case `"message_start"`:
+			if startSet {
+				u = start
+			}
+		case `"message_delta"`:
+			if deltaSet {
+				// message_delta carries cumulative output tokens, and on
+				// some providers updated input and cache counts too.
+				u.OutputTokens = delta.OutputTokens
+				if delta.InputTokens > 0 {
+					u.InputTokens = delta.InputTokens
+				}
+				if delta.CacheCreationInputTokens > 0 {
+					u.CacheCreationInputTokens = delta.CacheCreationInputTokens
+				}
+				if delta.CacheReadInputTokens > 0 {
+					u.CacheReadInputTokens = delta.CacheReadInputTokens
+				}
+			}
+		}
+	}
+	return u, true
+}
+
+// decodeUsage is scanUsage by encoding/json: the reference, used where the
+// scanner cannot be sure.
+func decodeUsage(body []byte, sse [][]byte) tokenUsage {
 	var u tokenUsage
-	if len(p.Body) > 0 {
+	if len(body) > 0 {
 		var msg struct {
 			Usage *tokenUsage `json:"usage"`
 		}
-		if json.Unmarshal(p.Body, &msg) == nil && msg.Usage != nil {
+		if json.Unmarshal(body, &msg) == nil && msg.Usage != nil {
 			u = *msg.Usage
 		}
 	}
-	for _, line := range p.SSE {
+	for _, line := range sse {
 		line = bytes.TrimPrefix(line, []byte("data:"))
 		var ev struct {
 			Type    string `json:"type"`
@@ -273,8 +352,6 @@ func Extract(p *Pending) {
 			}
 		case "message_delta":
 			if ev.Usage != nil {
-				// message_delta carries cumulative output tokens, and on
-				// some providers updated input and cache counts too.
 				u.OutputTokens = ev.Usage.OutputTokens
 				if ev.Usage.InputTokens > 0 {
 					u.InputTokens = ev.Usage.InputTokens
@@ -288,10 +365,7 @@ func Extract(p *Pending) {
 			}
 		}
 	}
-	p.Event.InputTokens = u.InputTokens
-	p.Event.OutputTokens = u.OutputTokens
-	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
-	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
+	return u
 }
 
 type tokenUsage struct {
