@@ -85,6 +85,9 @@ func TestExtractDoesNotAllocate(t *testing.T) {
 			t.Errorf("body %s: the scanner fell back to decoding", b)
 		}
 	}
+	if raceEnabled {
+		return
+	}
 	body := []byte(usageBodies[0])
 	sse := [][]byte{[]byte(usageLines[0]), []byte(usageLines[1])}
 	if n := testing.AllocsPerRun(100, func() {
