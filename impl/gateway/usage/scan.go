@@ -41,7 +41,7 @@ func field(obj []byte, key string) (v []byte, exact bool) {
 			if v != nil {
 				return nil, false
 			}
-			v = obj[vs:i]
+			v = obj[vs:min(i, len(obj))]
 		}
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != ',' {
@@ -49,6 +49,17 @@ func field(obj []byte, key string) (v []byte, exact bool) {
 		}
 		i++
 	}
+}
+
+// complete reports whether b is one whole JSON object (nothing cut off
+// its end, nothing after it).
+func complete(b []byte) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	end := skipValue(b, i)
+	return end <= len(b) && end > i && b[end-1] == '}' && skipSpace(b, end) == len(b)
 }
 
 func skipSpace(b []byte, i int) int {
@@ -71,7 +82,8 @@ func skipString(b []byte, i int) int {
 	return len(b)
 }
 
-// skipValue returns the index just past the value starting at b[i].
+// skipValue returns the index just past the value starting at b[i];
+// past len(b) for an object or array that is not closed.
 func skipValue(b []byte, i int) int {
 	if i >= len(b) {
 		return i
@@ -96,7 +108,7 @@ func skipValue(b []byte, i int) int {
 			}
 			i++
 		}
-		return i
+		return len(b) + 1 // not closed
 	}
 	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
 		i++

@@ -257,9 +257,12 @@ func Extract(p *Pending) {
 
 // scanUsage reads the usage of a message body or of stream data lines
 // without allocating; exact is false when it cannot be sure to read what
-// decodeUsage would (see field).
+// decodeUsage would (see field). On well-formed JSON it reads what
+// decodeUsage reads; a capture cut short (no closing brace) gives no usage
+// either way. Checking full JSON validity first cost more than the rest of
+// the request's bookkeeping together, for providers that send JSON.
 func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
-	if len(body) > 0 && json.Valid(body) {
+	if len(body) > 0 && complete(body) {
 		v, ex := field(body, "usage")
 		if !ex {
 			return u, false
@@ -273,7 +276,7 @@ func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 	}
 	for _, line := range sse {
 		line = bytes.TrimPrefix(line, []byte("data:"))
-		if !json.Valid(line) {
+		if !complete(line) {
 			continue
 		}
 		// The line as decodeUsage decodes it: a mistyped field anywhere
