@@ -8,6 +8,7 @@
 #
 # Sizes (defaults keep the whole run near three minutes on two cores):
 #   BENCH_N=5000 BENCH_STREAM_N=5000 BENCH_THROUGHPUT_N=10000 BENCH_PROPAGATION_N=200
+#   BENCH_INTERLEAVED_N=2000 (rounds of one request per path, each kind)
 #   BENCH_SKIP_POSTGRES=1 leaves out the PostgreSQL sections (and so does the doc written).
 #   BENCH_SKIP_KIND=1 leaves out the kind cluster section (about 5 minutes with its images cached).
 set -euo pipefail
@@ -28,6 +29,7 @@ go build -trimpath -ldflags '-s -w' -o "$tmp/bareproxy" ./conformance/bench/cmd/
 go build -trimpath -ldflags '-s -w' -o "$tmp/loadgen" ./conformance/bench/cmd/loadgen
 go build -trimpath -ldflags '-s -w' -o "$tmp/propagation" ./conformance/bench/cmd/propagation
 go build -trimpath -ldflags '-s -w' -o "$tmp/benchtable" ./conformance/bench/cmd/benchtable
+go build -trimpath -ldflags '-s -w' -o "$tmp/tracedproxy" ./conformance/bench/cmd/tracedproxy
 
 # The Go commands start, wait for and stop the processes they measure
 # (through conformance/harness/runner), each logging into a temporary
@@ -36,7 +38,16 @@ step "load: gateway vs bare reverse proxy (c=1 latency, time to first event, thr
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 "$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" \
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
-  --commit "$commit" --out "$tmp/overhead.md"
+  --commit "$commit" --out "$tmp/overhead.md" \
+  --interleaved-n "${BENCH_INTERLEAVED_N:-2000}" --interleaved-out "$tmp/interleaved.md"
+
+# Issue 24: the tail of the interleaved series explained. The same series
+# against tracedproxy (bin/proxy with a Go execution trace of its run); the
+# gateway's slowest 1% are matched against what its goroutines and the GC
+# were doing meanwhile.
+step "tail of the interleaved series: what the gateway was doing during its slowest 1% (execution trace)"
+"$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" --tail-proxy "$tmp/tracedproxy" \
+  --interleaved-n "${BENCH_INTERLEAVED_N:-2000}" --tail-out "$tmp/tail.md"
 
 : >"$tmp/propagation.md"
 if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
@@ -74,6 +85,10 @@ fi
 
 {
   cat "$tmp/overhead.md"
+  echo
+  cat "$tmp/interleaved.md"
+  echo
+  cat "$tmp/tail.md"
   cat "$tmp/propagation.md"
   echo
   echo "## Proxy path micro-benchmarks (in-process, no network)"
