@@ -39,7 +39,7 @@ const (
 	ActLimits     = "limits sync"
 	ActScheduler  = "durable scheduler"
 	ActSnapshot   = "snapshot reconciler / refresh"
-	ActOther      = "other background goroutines"
+	ActOther      = "other goroutines"
 	ActRunnable   = "request goroutines runnable, waiting for a P"
 	ActNone       = "none of these (outside the gateway process)"
 	roleRequest   = "request"
@@ -87,6 +87,7 @@ func AnalyzeTrace(r io.Reader, groups ...[]Window) ([]TailBreakdown, error) {
 		running  = map[trace.GoID]time.Time{}
 		runnable = map[trace.GoID]time.Time{}
 		role     = map[trace.GoID]string{}
+		startFn  = map[trace.GoID]string{} // where a goroutine began, for the "other" ones
 		spans    = map[trace.GoID][]interval{} // running, until the role is known
 		waits    = map[trace.GoID][]interval{} // runnable
 	)
@@ -150,6 +151,11 @@ func AnalyzeTrace(r io.Reader, groups ...[]Window) ([]TailBreakdown, error) {
 			// The transitioning goroutine's own stack (where it blocked, or
 			// where it starts), never the event's: that is whoever woke it.
 			learn(g, st.Stack)
+			if from == trace.GoNotExist || startFn[g] == "" {
+				for f := range st.Stack.Frames() {
+					startFn[g] = f.Func // the outermost frame: the goroutine's function
+				}
+			}
 			if from == trace.GoRunning && ev.Goroutine() == g {
 				learn(g, ev.Stack())
 			}
@@ -181,6 +187,9 @@ func AnalyzeTrace(r io.Reader, groups ...[]Window) ([]TailBreakdown, error) {
 			continue
 		case "":
 			r = ActOther
+			if fn := startFn[g]; fn != "" {
+				r = OtherPrefix + fn
+			}
 		}
 		acts[r] = append(acts[r], ss...)
 	}
@@ -233,6 +242,10 @@ func overlap(iv []interval, w Window) time.Duration {
 	return d
 }
 
+// OtherPrefix starts the activity name of a goroutine of no known role:
+// its function follows.
+const OtherPrefix = "other: "
+
 // TailActivities lists the activities in the order the tail table shows them.
 var TailActivities = []string{ActGCMark, ActSTW, ActUsage, ActLimits, ActScheduler, ActSnapshot, ActOther, ActRunnable, ActNone}
 
@@ -249,7 +262,24 @@ func TailTable(slow, all TailBreakdown) string {
 		}
 		return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(of))
 	}
-	for _, a := range TailActivities {
+	acts := slices.Clone(TailActivities)
+	var others []string
+	for a := range slow.Overlaps {
+		if strings.HasPrefix(a, OtherPrefix) {
+			others = append(others, a)
+		}
+	}
+	slices.SortFunc(others, func(x, y string) int {
+		if c := slow.Overlaps[y] - slow.Overlaps[x]; c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	// The "other" goroutines seen in the slowest requests, by function,
+	// in place of the catch-all row.
+	i := slices.Index(acts, ActOther)
+	acts = slices.Replace(acts, i, i+1, others[:min(len(others), 8)]...)
+	for _, a := range acts {
 		mean := "—"
 		if n := slow.Overlaps[a]; n > 0 {
 			mean = fmt.Sprintf("%.0f µs", Micros(slow.Overlap[a]/time.Duration(n)))
