@@ -23,6 +23,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tracedproxy: TRACEDPROXY_OUT is not set")
 		os.Exit(2)
 	}
+	server.TuneGC(os.Getenv) // as bin/proxy
 	f, err := os.Create(out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracedproxy:", err)
