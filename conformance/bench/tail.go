@@ -87,7 +87,7 @@ func AnalyzeTrace(r io.Reader, groups ...[]Window) ([]TailBreakdown, error) {
 		running  = map[trace.GoID]time.Time{}
 		runnable = map[trace.GoID]time.Time{}
 		role     = map[trace.GoID]string{}
-		startFn  = map[trace.GoID]string{} // where a goroutine began, for the "other" ones
+		startFn  = map[trace.GoID]string{}     // where a goroutine began, for the "other" ones
 		spans    = map[trace.GoID][]interval{} // running, until the role is known
 		waits    = map[trace.GoID][]interval{} // runnable
 	)
