@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,12 +47,14 @@ type Writer interface {
 type Recorder struct {
 	w        Writer
 	log      *slog.Logger
-	mu       sync.Mutex
-	queue    []Pending // guarded by mu
-	spare    []Pending // the writer's drained slice, handed back for reuse
-	closed   bool      // guarded by mu
-	queueCap int
-	full     chan struct{} // a batch is queued: wake the writer early
+	// Requests append to one of several shards, picked at random, so
+	// concurrent requests rarely meet on a lock.
+	shards   []shard
+	closed   atomic.Bool
+	queueCap int           // per shard
+	wakeAt   int           // a shard this long wakes the writer
+	full     chan struct{} // enough is queued: wake the writer early (never closed)
+	stop     chan struct{} // closed by Close
 	batch    int
 	interval time.Duration
 	onEvent  func(store.RequestEvent)
@@ -90,52 +93,70 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		w: w, log: o.Logger, queue: make([]Pending, 0, min(o.QueueSize, o.BatchSize)), queueCap: o.QueueSize, full: make(chan struct{}, 1), batch: o.BatchSize,
+		w: w, log: o.Logger, full: make(chan struct{}, 1), stop: make(chan struct{}), batch: o.BatchSize,
 		interval: o.FlushInterval, onEvent: o.OnEvent, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
+	// One shard per 32 events of a batch (at most 8): a full batch always
+	// fills one shard to wakeAt, so a batch is never kept waiting longer.
+	n := max(1, min(8, o.BatchSize/32))
+	r.shards = make([]shard, n)
+	r.queueCap, r.wakeAt = max(1, o.QueueSize/n), max(1, o.BatchSize/n)
 	go r.run(ctx)
 	return r
 }
 
+// shard is one part of the queue, padded to its own cache lines.
+type shard struct {
+	mu    sync.Mutex
+	queue []Pending // guarded by mu
+	spare []Pending // the writer's drained slice, handed back for reuse
+	_     [64]byte
+}
+
 // Record queues a finished request. It never blocks.
 func (r *Recorder) Record(p Pending) {
-	r.mu.Lock()
-	if r.closed || len(r.queue) >= r.queueCap {
-		r.mu.Unlock()
+	sh := &r.shards[0]
+	if len(r.shards) > 1 {
+		sh = &r.shards[rand.N(len(r.shards))]
+	}
+	sh.mu.Lock()
+	if r.closed.Load() || len(sh.queue) >= r.queueCap {
+		sh.mu.Unlock()
 		r.dropped.Add(1)
 		if p.Release != nil {
 			p.Release()
 		}
 		return
 	}
-	r.queue = append(r.queue, p)
-	if len(r.queue) == r.batch {
-		select { // under mu: Close closes full under it too
+	sh.queue = append(sh.queue, p)
+	wake := len(sh.queue) == r.wakeAt
+	sh.mu.Unlock()
+	if wake {
+		select {
 		case r.full <- struct{}{}:
 		default:
 		}
 	}
-	r.mu.Unlock()
 }
 
-// take hands the writer everything queued, leaving an empty slice in its
-// place (the one the writer handed back last time).
-func (r *Recorder) take() []Pending {
-	r.mu.Lock()
-	q := r.queue
-	r.queue, r.spare = r.spare[:0], nil
-	r.mu.Unlock()
+// take hands the writer what one shard queued, leaving an empty slice in
+// its place (the one the writer handed back last time).
+func (sh *shard) take() []Pending {
+	sh.mu.Lock()
+	q := sh.queue
+	sh.queue, sh.spare = sh.spare[:0], nil
+	sh.mu.Unlock()
 	return q
 }
 
 // giveBack returns a drained slice for the next take.
-func (r *Recorder) giveBack(q []Pending) {
+func (sh *shard) giveBack(q []Pending) {
 	clear(q)
-	r.mu.Lock()
-	if r.spare == nil {
-		r.spare = q[:0]
+	sh.mu.Lock()
+	if sh.spare == nil {
+		sh.spare = q[:0]
 	}
-	r.mu.Unlock()
+	sh.mu.Unlock()
 }
 
 // Dropped counts events lost to a full queue.
@@ -163,10 +184,8 @@ func (r *Recorder) Flush(ctx context.Context) {
 // Close drains the queue, writes what remains and stops.
 func (r *Recorder) Close() {
 	r.stopOnce.Do(func() {
-		r.mu.Lock()
-		r.closed = true
-		close(r.full)
-		r.mu.Unlock()
+		r.closed.Store(true)
+		close(r.stop)
 		<-r.done
 		r.cancel()
 	})
@@ -208,20 +227,25 @@ func (r *Recorder) run(ctx context.Context) {
 		}
 	}
 	drain := func() {
-		q := r.take()
-		for i := range q {
-			add(q[i])
+		for i := range r.shards {
+			sh := &r.shards[i]
+			q := sh.take()
+			for j := range q {
+				add(q[j])
+			}
+			sh.giveBack(q)
 		}
-		r.giveBack(q)
 	}
 	for {
 		select {
-		case _, ok := <-r.full:
+		case <-r.full:
 			drain()
-			if !ok {
-				flush()
-				return
-			}
+		case <-r.stop:
+			// Record stops queueing once closed is set; one taken
+			// before that is in a shard by the time its lock is free.
+			drain()
+			flush()
+			return
 		case <-t.C:
 			drain()
 			flush()
