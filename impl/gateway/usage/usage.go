@@ -45,8 +45,8 @@ type Writer interface {
 // when a batch is full. An event is therefore written, and seen by
 // OnEvent, within one flush interval of Record, as before.
 type Recorder struct {
-	w        Writer
-	log      *slog.Logger
+	w   Writer
+	log *slog.Logger
 	// Requests append to one of several shards, picked at random, so
 	// concurrent requests rarely meet on a lock.
 	shards   []shard
