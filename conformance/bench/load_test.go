@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -277,5 +278,99 @@ func TestRunAgainstTheSimulator(t *testing.T) {
 	// The gateway did its usage work for every one of its requests.
 	if n := gw.recorded(); n != perTarget {
 		t.Errorf("gateway recorded %d request events, want %d", n, perTarget)
+	}
+}
+
+func TestInterleavedSendsOneRequestPerTargetInTurn(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	var targets []bench.Target
+	for _, name := range []string{"D", "A", "B"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			io.WriteString(w, messageJSON)
+		}))
+		defer srv.Close()
+		targets = append(targets, bench.Target{Name: name, BaseURL: srv.URL, Key: "k"})
+	}
+	c := bench.NewClient(nil)
+	defer c.Close()
+	got, err := c.Interleaved(context.Background(), targets, false, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range got {
+		if len(s) != 4 {
+			t.Fatalf("target %d: %d samples, want 4", i, len(s))
+		}
+		for r, x := range s {
+			if x.D <= 0 || x.Start.IsZero() {
+				t.Errorf("target %d round %d: sample %+v", i, r, x)
+			}
+		}
+	}
+	// One request per target per round, each round starting one target later.
+	want := "DAB" + "ABD" + "BDA" + "DAB"
+	if s := strings.Join(order, ""); s != want {
+		t.Errorf("order %s, want %s", s, want)
+	}
+}
+
+func TestAddedIsPathMinusDirectRoundByRound(t *testing.T) {
+	t.Parallel()
+	us := func(v ...int) []bench.Sample {
+		out := make([]bench.Sample, len(v))
+		for i, x := range v {
+			out[i].D = time.Duration(x) * time.Microsecond
+		}
+		return out
+	}
+	direct, path := us(100, 300, 200), us(150, 320, 900)
+	got := bench.Added(path, direct)
+	want := []time.Duration{50 * time.Microsecond, 20 * time.Microsecond, 700 * time.Microsecond}
+	if !slices.Equal(got, want) {
+		t.Errorf("added %v, want %v", got, want)
+	}
+	if s := bench.Slowest([][]bench.Sample{direct, path}, 1, 0.34); !slices.Equal(s, []int{2}) {
+		t.Errorf("slowest %v, want round 2", s)
+	}
+}
+
+// TestRunInterleavedAgainstTheSimulator measures the interleaved section
+// in-process: the provider directly, the relay and the baseline, every
+// request a complete answer, and a row per added-latency figure.
+func TestRunInterleavedAgainstTheSimulator(t *testing.T) {
+	t.Parallel()
+	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
+	simSrv := httptest.NewServer(sim)
+	defer simSrv.Close()
+	simURL, _ := url.Parse(simSrv.URL)
+	gw := newGateway(t, simSrv.URL, nil)
+	gwSrv := httptest.NewServer(gw)
+	defer gwSrv.Close()
+	bareSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
+	defer bareSrv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	dummy := strings.Repeat("x", len(gatewayKey))
+	rep, err := bench.RunInterleaved(context.Background(), c, bench.Target{Name: "direct", BaseURL: simSrv.URL, Key: upstreamKey},
+		[]bench.Target{{Name: "gateway", BaseURL: gwSrv.URL, Key: gatewayKey}, {Name: "bare", BaseURL: bareSrv.URL, Key: dummy}}, 10, 2, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 4 || len(rep.Messages) != 3 || len(rep.Streams) != 3 || len(rep.Messages[1]) != 10 {
+		t.Fatalf("report %+v", rep)
+	}
+	if n := gw.recorded(); n != 2*(10+2) {
+		t.Errorf("gateway recorded %d request events, want %d", n, 2*(10+2))
+	}
+	md := rep.Markdown()
+	for _, s := range []string{"added latency p99", "added time to first event p99", "≤ 1.1x"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("section lacks %q:\n%s", s, md)
+		}
 	}
 }

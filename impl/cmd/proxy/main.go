@@ -18,6 +18,7 @@ func main() {
 		fmt.Println("proxy", server.Version)
 		return
 	}
+	server.TuneGC(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first signal starts the drain; a second one ends the process at

@@ -5,6 +5,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,10 +96,14 @@ type Handler struct {
 	obs     Observer
 	plugins PluginRouter
 	limiter Limiter
-	client  *http.Client
-	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
+	// transport sends outbound requests directly (no http.Client: its
+	// redirect and header-copy machinery costs allocations per request,
+	// and redirects must not be followed anyway: the credential must never
+	// be replayed to another location).
+	transport http.RoundTripper
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	held                                                                heldBytes
@@ -146,12 +152,7 @@ func New(o Options) *Handler {
 	}
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now,
-		client: &http.Client{
-			Transport: o.Transport,
-			// Redirects from a provider are not followed: the credential
-			// must never be replayed to another location.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		transport:              o.Transport,
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -409,7 +410,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setCredential(out.Header, up)
-	resp, err := h.client.Do(out)
+	resp, err := h.transport.RoundTrip(out)
 	if err != nil {
 		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
 		return
@@ -492,15 +493,8 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			// The last candidate is tried anyway: the provider decides.
 		}
-		target := up.MessagesURL
-		if ep == epCountTokens {
-			target = up.CountTokensURL
-		}
-		if r.URL.RawQuery != "" {
-			target += "?" + r.URL.RawQuery
-		}
 		a := h.newAttempt(r.Context(), headerTimeout)
-		out, err := http.NewRequestWithContext(a.ctx, http.MethodPost, target, bytes.NewReader(body))
+		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body)
 		if err != nil {
 			a.done()
 			lastErr, lastUp = err, up
@@ -508,8 +502,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		}
 		copyRequestHeaders(out.Header, r.Header)
 		setCredential(out.Header, up)
-		out.ContentLength = int64(len(body))
-		resp, err := h.client.Do(out)
+		resp, err := h.transport.RoundTrip(out)
 		if err != nil {
 			if r.Context().Err() != nil {
 				a.done()
@@ -558,6 +551,39 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 }
 
 var errOAuthRefused = errors.New("upstream refused its OAuth token")
+
+// outbound is the request to up carrying body, on the target parsed once
+// per snapshot (an Upstream not built by the snapshot is parsed here).
+func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte) (*http.Request, error) {
+	target, s := up.MessagesTarget, up.MessagesURL
+	if ep == epCountTokens {
+		target, s = up.CountTokensTarget, up.CountTokensURL
+	}
+	if target == nil {
+		var err error
+		if target, err = url.Parse(s); err != nil {
+			return nil, err
+		}
+	}
+	// An empty URL parses without work; the shared target is copied in.
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	*out.URL = *target
+	out.URL.RawQuery = rawQuery
+	out.Host = target.Host
+	out.Body, out.ContentLength = &bodyReader{Reader: *bytes.NewReader(body)}, int64(len(body))
+	// GetBody lets the transport resend the body on a fresh connection
+	// when a reused one turned out closed before anything was sent.
+	out.GetBody = func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil }
+	return out, nil
+}
+
+// bodyReader is a request body in memory.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
 
 func (h *Handler) failover() {
 	if h.metrics != nil {
@@ -664,6 +690,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			}
 		}
 	}
+	if !isSSE && !clientGone && flusher != nil {
+		// The whole answer out before the bookkeeping below, which the
+		// client need not wait for (net/http would send it only when the
+		// handler returns).
+		flusher.Flush()
+	}
 	abort := false
 	if rerr != nil && rerr != io.EOF && !clientGone {
 		h.interrupted(ev, a, up)
@@ -757,9 +789,10 @@ func writeStreamError(w io.Writer, typ, msg string) {
 // finish hands the event to the recorder and updates metrics, off the
 // client's critical path: the response bytes are already written.
 func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usage.Pending)) {
-	ev.DurationMillis = h.now().Sub(start).Milliseconds()
+	took := h.now().Sub(start)
+	ev.DurationMillis = took.Milliseconds()
 	if h.metrics != nil {
-		h.metrics.observe(ev.Status, h.now().Sub(start))
+		h.metrics.observe(ev.Status, took)
 	}
 	if h.rec == nil {
 		return

@@ -97,7 +97,11 @@ type Upstream struct {
 	// MessagesURL and CountTokensURL are precomputed request targets.
 	MessagesURL    string
 	CountTokensURL string
-	SpecRevision   int64
+	// MessagesTarget and CountTokensTarget are the same, parsed once per
+	// snapshot for the proxy path (nil on an Upstream not made by Build).
+	// Shared by every request: never modify them.
+	MessagesTarget, CountTokensTarget *url.URL
+	SpecRevision                      int64
 }
 
 // Opener decrypts an upstream credential bound to its upstream id.
@@ -136,6 +140,8 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		}
 		v.MessagesURL = v.BaseURL + "/v1/messages"
 		v.CountTokensURL = v.BaseURL + "/v1/messages/count_tokens"
+		v.MessagesTarget, _ = url.Parse(v.MessagesURL)
+		v.CountTokensTarget, _ = url.Parse(v.CountTokensURL)
 		s.Upstreams = append(s.Upstreams, v)
 		s.upstreamID[v.ID] = v
 	}

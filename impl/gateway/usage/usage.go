@@ -1,6 +1,7 @@
 // Package usage records proxied requests as request events without slowing
-// the request path: the handler hands over what it captured and returns; a
-// background goroutine extracts token usage and writes events in batches.
+// the request path: the handler appends what it captured to a buffer and
+// returns; a background goroutine takes the buffer every flush interval (or
+// when a batch is full), extracts token usage and writes the events.
 package usage
 
 import (
@@ -8,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +38,23 @@ type Writer interface {
 // Recorder batches events into storage. Record never blocks: when the queue
 // is full the event is dropped and counted, because losing a usage row is
 // better than stalling client traffic.
+//
+// Record does not wake the writer for every request (a goroutine wake-up
+// per request costs the request path a thread hand-off and, under load,
+// scheduler latency): the writer takes what is queued on its own tick, or
+// when a batch is full. An event is therefore written, and seen by
+// OnEvent, within one flush interval of Record, as before.
 type Recorder struct {
-	w        Writer
-	log      *slog.Logger
-	queue    chan Pending
+	w   Writer
+	log *slog.Logger
+	// Requests append to one of several shards, picked at random, so
+	// concurrent requests rarely meet on a lock.
+	shards   []shard
+	closed   atomic.Bool
+	queueCap int           // per shard
+	wakeAt   int           // a shard this long wakes the writer
+	full     chan struct{} // enough is queued: wake the writer early (never closed)
+	stop     chan struct{} // closed by Close
 	batch    int
 	interval time.Duration
 	onEvent  func(store.RequestEvent)
@@ -82,23 +97,70 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		w: w, log: o.Logger, queue: make(chan Pending, o.QueueSize), batch: o.BatchSize,
+		w: w, log: o.Logger, full: make(chan struct{}, 1), stop: make(chan struct{}), batch: o.BatchSize,
 		interval: o.FlushInterval, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
+	// One shard per 32 events of a batch (at most 8): a full batch always
+	// fills one shard to wakeAt, so a batch is never kept waiting longer.
+	n := max(1, min(8, o.BatchSize/32))
+	r.shards = make([]shard, n)
+	r.queueCap, r.wakeAt = max(1, o.QueueSize/n), max(1, o.BatchSize/n)
 	go r.run(ctx)
 	return r
 }
 
+// shard is one part of the queue, padded to its own cache lines.
+type shard struct {
+	mu    sync.Mutex
+	queue []Pending // guarded by mu
+	spare []Pending // the writer's drained slice, handed back for reuse
+	_     [64]byte
+}
+
 // Record queues a finished request. It never blocks.
 func (r *Recorder) Record(p Pending) {
-	select {
-	case r.queue <- p:
-	default:
+	sh := &r.shards[0]
+	if len(r.shards) > 1 {
+		sh = &r.shards[rand.N(len(r.shards))]
+	}
+	sh.mu.Lock()
+	if r.closed.Load() || len(sh.queue) >= r.queueCap {
+		sh.mu.Unlock()
 		r.dropped.Add(1)
 		if p.Release != nil {
 			p.Release()
 		}
+		return
 	}
+	sh.queue = append(sh.queue, p)
+	wake := len(sh.queue) == r.wakeAt
+	sh.mu.Unlock()
+	if wake {
+		select {
+		case r.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take hands the writer what one shard queued, leaving an empty slice in
+// its place (the one the writer handed back last time).
+func (sh *shard) take() []Pending {
+	sh.mu.Lock()
+	q := sh.queue
+	sh.queue, sh.spare = sh.spare[:0], nil
+	sh.mu.Unlock()
+	return q
+}
+
+// giveBack returns a drained slice for the next take.
+func (sh *shard) giveBack(q []Pending) {
+	clear(q)
+	sh.mu.Lock()
+	if sh.spare == nil {
+		sh.spare = q[:0]
+	}
+	sh.mu.Unlock()
 }
 
 // Dropped counts events lost to a full queue.
@@ -126,7 +188,8 @@ func (r *Recorder) Flush(ctx context.Context) {
 // Close drains the queue, writes what remains and stops.
 func (r *Recorder) Close() {
 	r.stopOnce.Do(func() {
-		close(r.queue)
+		r.closed.Store(true)
+		close(r.stop)
 		<-r.done
 		r.cancel()
 	})
@@ -170,29 +233,31 @@ func (r *Recorder) run(ctx context.Context) {
 			flush()
 		}
 	}
+	drain := func() {
+		for i := range r.shards {
+			sh := &r.shards[i]
+			q := sh.take()
+			for j := range q {
+				add(q[j])
+			}
+			sh.giveBack(q)
+		}
+	}
 	for {
 		select {
-		case p, ok := <-r.queue:
-			if !ok {
-				flush()
-				return
-			}
-			add(p)
+		case <-r.full:
+			drain()
+		case <-r.stop:
+			// Record stops queueing once closed is set; one taken
+			// before that is in a shard by the time its lock is free.
+			drain()
+			flush()
+			return
 		case <-t.C:
+			drain()
 			flush()
 		case ack := <-r.flushReq:
-			for drained := false; !drained; {
-				select {
-				case p, ok := <-r.queue:
-					if !ok {
-						drained = true
-						break
-					}
-					add(p)
-				default:
-					drained = true
-				}
-			}
+			drain()
 			flush()
 			close(ack)
 		}
@@ -211,16 +276,104 @@ func Extract(p *Pending) {
 		}
 		p.Body, p.SSE = nil, nil
 	}()
+	u, exact := scanUsage(p.Body, p.SSE)
+	if !exact {
+		u = decodeUsage(p.Body, p.SSE)
+	}
+	p.Event.InputTokens = u.InputTokens
+	p.Event.OutputTokens = u.OutputTokens
+	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
+	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
+	// The TTL split prices the cache writes; without it every write is a
+	// 5-minute one, the API's default.
+	p.Event.CacheCreation1hInputTokens = min(u.CacheCreation.Ephemeral1h, u.CacheCreationInputTokens)
+}
+
+// scanUsage reads the usage of a message body or of stream data lines
+// without allocating; exact is false when it cannot be sure to read what
+// decodeUsage would (see field). On well-formed JSON it reads what
+// decodeUsage reads; a capture cut short (no closing brace) gives no usage
+// either way. Checking full JSON validity first cost more than the rest of
+// the request's bookkeeping together, for providers that send JSON.
+func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
+	if len(body) > 0 && complete(body) {
+		v, ex := field(body, "usage")
+		if !ex {
+			return u, false
+		}
+		var got tokenUsage
+		if set, ok, ex := readUsage(v, &got); !ex {
+			return u, false
+		} else if set && ok {
+			u = got
+		}
+	}
+	for _, line := range sse {
+		line = bytes.TrimPrefix(line, []byte("data:"))
+		if !complete(line) {
+			continue
+		}
+		// The line as decodeUsage decodes it: a mistyped field anywhere
+		// in it makes the whole line an error, skipped.
+		typ, ex1 := field(line, "type")
+		msg, ex2 := field(line, "message")
+		top, ex3 := field(line, "usage")
+		inMsg, ex4 := field(msg, "usage")
+		if !ex1 || !ex2 || !ex3 || !ex4 || bytes.IndexByte(typ, '\\') >= 0 {
+			return u, false
+		}
+		var start, delta tokenUsage
+		startSet, ok1, ex5 := readUsage(inMsg, &start)
+		deltaSet, ok2, ex6 := readUsage(top, &delta)
+		if !ex5 || !ex6 {
+			return u, false
+		}
+		typeOK := typ == nil || typ[0] == '"' || string(typ) == "null"
+		msgOK := msg == nil || msg[0] == '{' || string(msg) == "null"
+		if !ok1 || !ok2 || !typeOK || !msgOK {
+			continue
+		}
+		switch string(typ) {
+		case `"message_start"`:
+			if startSet {
+				u = start
+			}
+		case `"message_delta"`:
+			if deltaSet {
+				// message_delta carries cumulative output tokens, and on
+				// some providers updated input and cache counts too.
+				u.OutputTokens = delta.OutputTokens
+				if delta.InputTokens > 0 {
+					u.InputTokens = delta.InputTokens
+				}
+				if delta.CacheCreationInputTokens > 0 {
+					u.CacheCreationInputTokens = delta.CacheCreationInputTokens
+				}
+				if delta.CacheReadInputTokens > 0 {
+					u.CacheReadInputTokens = delta.CacheReadInputTokens
+				}
+				if delta.CacheCreation.Ephemeral1h > 0 {
+					u.CacheCreation = delta.CacheCreation
+				}
+			}
+		}
+	}
+	return u, true
+}
+
+// decodeUsage is scanUsage by encoding/json: the reference, used where the
+// scanner cannot be sure.
+func decodeUsage(body []byte, sse [][]byte) tokenUsage {
 	var u tokenUsage
-	if len(p.Body) > 0 {
+	if len(body) > 0 {
 		var msg struct {
 			Usage *tokenUsage `json:"usage"`
 		}
-		if json.Unmarshal(p.Body, &msg) == nil && msg.Usage != nil {
+		if json.Unmarshal(body, &msg) == nil && msg.Usage != nil {
 			u = *msg.Usage
 		}
 	}
-	for _, line := range p.SSE {
+	for _, line := range sse {
 		line = bytes.TrimPrefix(line, []byte("data:"))
 		var ev struct {
 			Type    string `json:"type"`
@@ -239,8 +392,6 @@ func Extract(p *Pending) {
 			}
 		case "message_delta":
 			if ev.Usage != nil {
-				// message_delta carries cumulative output tokens, and on
-				// some providers updated input and cache counts too.
 				u.OutputTokens = ev.Usage.OutputTokens
 				if ev.Usage.InputTokens > 0 {
 					u.InputTokens = ev.Usage.InputTokens
@@ -251,21 +402,13 @@ func Extract(p *Pending) {
 				if ev.Usage.CacheReadInputTokens > 0 {
 					u.CacheReadInputTokens = ev.Usage.CacheReadInputTokens
 				}
-				if ev.Usage.CacheCreation != nil {
+				if ev.Usage.CacheCreation.Ephemeral1h > 0 {
 					u.CacheCreation = ev.Usage.CacheCreation
 				}
 			}
 		}
 	}
-	p.Event.InputTokens = u.InputTokens
-	p.Event.OutputTokens = u.OutputTokens
-	p.Event.CacheCreationInputTokens = u.CacheCreationInputTokens
-	p.Event.CacheReadInputTokens = u.CacheReadInputTokens
-	if u.CacheCreation != nil {
-		// The TTL split prices the cache writes; without it every write
-		// is a 5-minute one, the API's default.
-		p.Event.CacheCreation1hInputTokens = min(u.CacheCreation.Ephemeral1h, u.CacheCreationInputTokens)
-	}
+	return u
 }
 
 type tokenUsage struct {
@@ -273,8 +416,12 @@ type tokenUsage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-	CacheCreation            *struct {
-		Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
-		Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
-	} `json:"cache_creation"`
+	// CacheCreation is the TTL split of the cache writes; only the 1-hour
+	// part is kept (the rest prices as 5-minute writes). A value, not a
+	// pointer, so the scanner fills it without allocating.
+	CacheCreation cacheCreation `json:"cache_creation"`
+}
+
+type cacheCreation struct {
+	Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
 }

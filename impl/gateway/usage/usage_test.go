@@ -218,3 +218,60 @@ func TestRecorderPricesBeforeOnEventAndWrite(t *testing.T) {
 		t.Fatalf("written %+v", got)
 	}
 }
+
+// Record hands events over without waking the writer per request: they
+// wait for the flush interval (or Flush) until a batch is full, and a full
+// batch is written at once, without either.
+func TestRecorderWakesTheWriterPerBatchNotPerRequest(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{}
+	var mu sync.Mutex
+	seen := 0
+	r := NewRecorder(w, Options{BatchSize: 10, FlushInterval: time.Hour, OnEvent: func(store.RequestEvent) { mu.Lock(); seen++; mu.Unlock() }})
+	defer r.Close()
+	for i := 0; i < 9; i++ {
+		r.Record(Pending{})
+	}
+	time.Sleep(50 * time.Millisecond) // the writer would have taken them by now if woken
+	mu.Lock()
+	if seen != 0 {
+		t.Fatalf("the writer took %d events before the batch was full or the interval passed", seen)
+	}
+	mu.Unlock()
+	r.Record(Pending{})
+	deadline := time.Now().Add(10 * time.Second)
+	for w.total() != 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a full batch was not written without Flush: %d", w.total())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The flush interval bounds how long an event waits (docs/operations.md,
+// crash windows): with no Flush and no full batch it is written on the tick.
+func TestRecorderWritesWithinTheFlushInterval(t *testing.T) {
+	t.Parallel()
+	w := &memWriter{}
+	r := NewRecorder(w, Options{BatchSize: 1000, FlushInterval: 20 * time.Millisecond})
+	defer r.Close()
+	r.Record(Pending{})
+	deadline := time.Now().Add(10 * time.Second)
+	for w.total() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the event was not written on the flush tick")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Record after Close drops the event (counted) instead of panicking.
+func TestRecordAfterCloseIsDropped(t *testing.T) {
+	t.Parallel()
+	r := NewRecorder(&memWriter{}, Options{})
+	r.Close()
+	r.Record(Pending{})
+	if r.Dropped() != 1 {
+		t.Fatalf("dropped %d", r.Dropped())
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -50,10 +51,16 @@ func run(ctx context.Context, args []string) error {
 	binDir := fs.String("bin-dir", "", "start bin/sim, bin/proxy and the baselines from this directory instead of --gateway/--bare/--control")
 	bareBin := fs.String("bareproxy", "", "the baseline binary (with --bin-dir)")
 	out := fs.String("out", "", "write the markdown section here")
+	direct := fs.String("direct", "", "the provider's base URL, for the interleaved series (key in LOADGEN_DIRECT_KEY)")
+	interN := fs.Int("interleaved-n", 2000, "interleaved c=1 rounds of each kind (one request per path in turn); 0 skips them")
+	interOut := fs.String("interleaved-out", "", "write the interleaved section here")
+	tailBin := fs.String("tail-proxy", "", "with --bin-dir: only the tail analysis; run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
+	tailOut := fs.String("tail-out", "", "write the tail analysis here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	key := os.Getenv("LOADGEN_GATEWAY_KEY")
+	directKey := os.Getenv("LOADGEN_DIRECT_KEY")
 	var errs []string
 	switch {
 	case *binDir != "":
@@ -77,6 +84,12 @@ func run(ctx context.Context, args []string) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
+	if *tailBin != "" {
+		if *binDir == "" || *bareBin == "" {
+			return fmt.Errorf("--tail-proxy needs --bin-dir and --bareproxy")
+		}
+		return tail(ctx, *binDir, *bareBin, *tailBin, *interN, p.Warmup, *tailOut)
+	}
 	if *binDir != "" {
 		dir, err := os.MkdirTemp("", "loadgen.")
 		if err != nil {
@@ -85,7 +98,7 @@ func run(ctx context.Context, args []string) error {
 		defer os.RemoveAll(dir)
 		st := bench.NewStack(*binDir, dir)
 		defer st.Stop()
-		if key, err = startStack(st, *bareBin, gateway, bare, control); err != nil {
+		if key, directKey, err = startStack(st, *bareBin, "proxy", nil, gateway, bare, control, direct); err != nil {
 			return err
 		}
 	}
@@ -107,7 +120,23 @@ func run(ctx context.Context, args []string) error {
 	rep.Env = bench.Environment(time.Now(), *commit)
 	fmt.Print(rep.Summary())
 	if *out != "" {
-		return os.WriteFile(*out, []byte(rep.Markdown()), 0o644)
+		if err := os.WriteFile(*out, []byte(rep.Markdown()), 0o644); err != nil {
+			return err
+		}
+	}
+	if *direct == "" || *interN <= 0 {
+		return nil
+	}
+	ir, err := bench.RunInterleaved(ctx, c, bench.Target{Name: "direct", BaseURL: *direct, Key: directKey}, targets, *interN, min(*interN, p.Warmup), logf)
+	if err != nil {
+		return err
+	}
+	fmt.Print(ir.Table())
+	for _, m := range ir.Missed() {
+		fmt.Println("!!!   " + m)
+	}
+	if *interOut != "" {
+		return os.WriteFile(*interOut, []byte(ir.Markdown()), 0o644)
 	}
 	return nil
 }
@@ -116,18 +145,23 @@ func run(ctx context.Context, args []string) error {
 // control (a second, identical baseline: its ratio to the first is the
 // noise floor), waits until each answers, seeds the gateway and returns
 // its key; the URLs are set for the run.
-func startStack(st *bench.Stack, bareBin string, gateway, bare, control *string) (string, error) {
+func startStack(st *bench.Stack, bareBin, proxyBin string, proxyEnv map[string]string, gateway, bare, control, direct *string) (key, simKey string, err error) {
 	var addrs [5]string
 	for i := range addrs {
 		a, err := bench.FreeAddr()
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		addrs[i] = a
 	}
 	sim, px, adm, bareAddr, ctl := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4]
-	simKey := "sk-sim-bench-" + bench.RandomHex(8)
+	proxyEnv = maps.Clone(proxyEnv)
+	if proxyEnv == nil {
+		proxyEnv = map[string]string{}
+	}
+	simKey = "sk-sim-bench-" + bench.RandomHex(8)
 	token := "bench-" + bench.RandomHex(16)
+	proxyEnv["PROXY_ADMIN_TOKEN"] = token
 	type proc struct {
 		label, bin string
 		args       []string
@@ -136,8 +170,8 @@ func startStack(st *bench.Stack, bareBin string, gateway, bare, control *string)
 	}
 	procs := []proc{
 		{"sim", "sim", []string{"--listen", sim, "--api-key", simKey}, nil, "http://" + sim + "/_sim/clock"},
-		{"proxy", "proxy", []string{"--proxy-listen", px, "--admin-listen", adm, "--database-url", "sqlite://" + st.Dir + "/bench.db",
-			"--log-level", "warn", "--allow-private-upstreams"}, map[string]string{"PROXY_ADMIN_TOKEN": token}, "http://" + adm + "/admin/v1/status"},
+		{"proxy", proxyBin, []string{"--proxy-listen", px, "--admin-listen", adm, "--database-url", "sqlite://" + st.Dir + "/bench.db",
+			"--log-level", "warn", "--allow-private-upstreams"}, proxyEnv, "http://" + adm + "/admin/v1/status"},
 		{"bare", bareBin, []string{"--listen", bareAddr, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + bareAddr + "/"},
 		{"control", bareBin, []string{"--listen", ctl, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + ctl + "/"},
 	}
@@ -145,19 +179,80 @@ func startStack(st *bench.Stack, bareBin string, gateway, bare, control *string)
 	for _, p := range procs {
 		rp, err := st.Start(p.label, p.bin, p.args, p.env)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		started = append(started, rp)
 	}
 	for i, p := range procs {
 		if err := st.WaitUp(started[i], p.up); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
-	key, err := bench.Seed("http://"+adm, token, "http://"+sim, simKey)
+	key, err = bench.Seed("http://"+adm, token, "http://"+sim, simKey)
 	if err != nil {
-		return "", fmt.Errorf("could not seed the gateway: %w", err)
+		return "", "", fmt.Errorf("could not seed the gateway: %w", err)
 	}
-	*gateway, *bare, *control = "http://"+px, "http://"+bareAddr, "http://"+ctl
-	return key, nil
+	*gateway, *bare, *control, *direct = "http://"+px, "http://"+bareAddr, "http://"+ctl, "http://"+sim
+	return key, simKey, nil
+}
+
+// tail runs the interleaved series against a traced build of the gateway
+// (TRACEDPROXY_OUT), stops it so the trace is complete, and breaks the
+// gateway's slowest 1% of requests down by what the gateway process was
+// doing meanwhile, beside the same breakdown of all its requests.
+func tail(ctx context.Context, binDir, bareBin, tracedBin string, n, warmup int, out string) error {
+	dir, err := os.MkdirTemp("", "loadgen-tail.")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	st := bench.NewStack(binDir, dir)
+	defer st.Stop()
+	traceFile := dir + "/proxy.trace"
+	var gateway, bare, control, direct string
+	key, simKey, err := startStack(st, bareBin, tracedBin, map[string]string{"TRACEDPROXY_OUT": traceFile}, &gateway, &bare, &control, &direct)
+	if err != nil {
+		return err
+	}
+	dummy := strings.Repeat("x", len(key))
+	c := bench.NewClient(nil)
+	defer c.Close()
+	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
+	ir, err := bench.RunInterleaved(ctx, c, bench.Target{Name: "direct", BaseURL: direct, Key: simKey},
+		[]bench.Target{{Name: "gateway", BaseURL: gateway, Key: key}, {Name: "bare", BaseURL: bare, Key: dummy}, {Name: "control", BaseURL: control, Key: dummy}},
+		n, min(n, warmup), logf)
+	if err != nil {
+		return err
+	}
+	st.Stop() // the trace is written out when the gateway exits
+	f, err := os.Open(traceFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	const gw = 1 + bench.Gateway // the samples start with the direct path
+	slowMsg, slowSSE := bench.Slowest(ir.Messages, gw, 0.01), bench.Slowest(ir.Streams, gw, 0.01)
+	bd, err := bench.AnalyzeTrace(f,
+		bench.Windows(ir.Messages[gw], slowMsg), bench.Windows(ir.Messages[gw], nil),
+		bench.Windows(ir.Streams[gw], slowSSE), bench.Windows(ir.Streams[gw], nil))
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Where the slowest 1%% of the gateway's requests waited\n\n")
+	fmt.Fprintf(&b, "A separate interleaved run (%d rounds of each kind) against `tracedproxy`, bin/proxy with a Go execution\n", n)
+	b.WriteString("trace of its whole run. Each request of the gateway path is a wall-clock window (the load generator's\n")
+	b.WriteString("send to its last byte, or to the first event), matched against the trace through its clock snapshots.\n")
+	b.WriteString("A window overlaps an activity when at least 20 µs of the activity fall inside it; \"largest overlap\"\n")
+	b.WriteString("is the activity that covered most of the window. Figures on this traced run (the trace itself costs time):\n\n")
+	b.WriteString(ir.Table())
+	b.WriteString("\nNon-streaming:\n\n")
+	b.WriteString(bench.TailTable(bd[0], bd[1]))
+	b.WriteString("\nStreaming, to the first event:\n\n")
+	b.WriteString(bench.TailTable(bd[2], bd[3]))
+	fmt.Print(b.String())
+	if out != "" {
+		return os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+	return nil
 }

@@ -144,14 +144,6 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 		return nil
 	}
 	return s.tx(ctx, nil, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
-			status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
-			cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
 		// The newest use of each (principal, upstream) pair feeds
 		// upstream_affinity, upserted in the same transaction.
 		latest := map[[2]string]time.Time{}
@@ -170,18 +162,51 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 				return err
 			}
 		}
-		for _, e := range events {
-			if e.ID == "" {
-				e.ID = store.NewID("ev")
-			}
-			if _, err := stmt.ExecContext(ctx, e.ID, s.d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
-				e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
-				e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis)); err != nil {
+		// Many rows per statement: the batch is written while requests
+		// are served on the same cores, and one statement per row costs
+		// several times the CPU of the rows themselves (issue 24).
+		for len(events) > 0 {
+			n := min(len(events), eventsPerInsert)
+			q, args := insertEventsQuery(events[:n], s.d)
+			if _, err := tx.ExecContext(ctx, s.d.rebind(q), args...); err != nil {
 				return err
 			}
+			events = events[n:]
 		}
 		return nil
 	})
+}
+
+// eventsPerInsert bounds the rows of one INSERT: 18 parameters a row stay
+// far below SQLite's and PostgreSQL's parameter limits.
+const eventsPerInsert = 256
+
+const eventColumns = 18
+
+var insertEventsHead = `INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
+	status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
+	cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms) VALUES `
+
+func insertEventsQuery(events []store.RequestEvent, d *Dialect) (string, []any) {
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	var b strings.Builder
+	b.Grow(len(insertEventsHead) + len(events)*(len(row)+2))
+	b.WriteString(insertEventsHead)
+	args := make([]any, 0, len(events)*eventColumns)
+	for i, e := range events {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+		id := e.ID
+		if id == "" {
+			id = store.NewID("ev")
+		}
+		args = append(args, id, d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
+			e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
+			e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis))
+	}
+	return b.String(), args
 }
 
 func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]store.RequestEvent, error) {

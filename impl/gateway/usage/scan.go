@@ -1,0 +1,206 @@
+package usage
+
+import "bytes"
+
+// A scanner for the few fields Extract reads, so that reading usage out of
+// a response allocates nothing: encoding/json decoded the whole message
+// into structs for four integers, which was most of the allocations of a
+// proxied request (issue 22). Callers check json.Valid first, so these
+// functions only ever see well-formed JSON.
+
+// field returns the raw value of key in the JSON object obj (at its top
+// level, never in a nested value), or nil when it is absent or obj is not
+// an object. Keys match as encoding/json matches them, case-insensitively.
+// exact is false when the scanner cannot tell what encoding/json would
+// read (a key with an escape, a key given twice): the caller decodes then.
+func field(obj []byte, key string) (v []byte, exact bool) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return nil, true
+	}
+	i++
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != '"' {
+			return v, true
+		}
+		ks := i + 1
+		i = skipString(obj, i)
+		k := obj[ks:max(ks, i-1)]
+		if bytes.IndexByte(k, '\\') >= 0 {
+			return nil, false
+		}
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ':' {
+			return v, true
+		}
+		i = skipSpace(obj, i+1)
+		vs := i
+		i = skipValue(obj, i)
+		if bytes.EqualFold(k, []byte(key)) {
+			if v != nil {
+				return nil, false
+			}
+			v = obj[vs:min(i, len(obj))]
+		}
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ',' {
+			return v, true
+		}
+		i++
+	}
+}
+
+// complete reports whether b is one whole JSON object (nothing cut off
+// its end, nothing after it).
+func complete(b []byte) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	end := skipValue(b, i)
+	return end <= len(b) && end > i && b[end-1] == '}' && skipSpace(b, end) == len(b)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i] ('"').
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value starting at b[i];
+// past len(b) for an object or array that is not closed.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b) + 1 // not closed
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
+		i++
+	}
+	return i
+}
+
+// integer reads a JSON integer. null is ok and leaves set false (decoding
+// null into an int64 leaves it as it was); anything else that is not an
+// integer (a fraction, a string) is not ok, as decoding it was an error.
+func integer(v []byte) (n int64, set, ok bool) {
+	if string(v) == "null" {
+		return 0, false, true
+	}
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false, false
+	}
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true, true
+}
+
+// readUsage reads a usage object into u. ok is false when decoding it
+// would have been an error (not an object or null, a count that is not an
+// integer); set is false when it is absent or null. exact as for field.
+func readUsage(obj []byte, u *tokenUsage) (set, ok, exact bool) {
+	if obj == nil || string(obj) == "null" {
+		return false, true, true
+	}
+	if obj[0] != '{' {
+		return false, false, true
+	}
+	var got tokenUsage
+	for _, f := range [...]struct {
+		key string
+		dst *int64
+	}{
+		{"input_tokens", &got.InputTokens},
+		{"output_tokens", &got.OutputTokens},
+		{"cache_creation_input_tokens", &got.CacheCreationInputTokens},
+		{"cache_read_input_tokens", &got.CacheReadInputTokens},
+	} {
+		v, ex := field(obj, f.key)
+		if !ex {
+			return false, false, false
+		}
+		if v == nil {
+			continue
+		}
+		n, isSet, isInt := integer(v)
+		if !isInt {
+			return false, false, true
+		}
+		if isSet {
+			*f.dst = n
+		}
+	}
+	// cache_creation as encoding/json decodes it into a struct: null or
+	// absent leaves it zero, anything but an object is an error.
+	cc, ex := field(obj, "cache_creation")
+	if !ex {
+		return false, false, false
+	}
+	if cc != nil && string(cc) != "null" {
+		if cc[0] != '{' {
+			return false, false, true
+		}
+		v, ex := field(cc, "ephemeral_1h_input_tokens")
+		if !ex {
+			return false, false, false
+		}
+		if v != nil {
+			n, isSet, isInt := integer(v)
+			if !isInt {
+				return false, false, true
+			}
+			if isSet {
+				got.CacheCreation.Ephemeral1h = n
+			}
+		}
+	}
+	*u = got
+	return true, true, true
+}
