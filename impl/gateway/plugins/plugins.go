@@ -87,6 +87,7 @@ type Runtime struct {
 	mu       sync.Mutex
 	mods     map[string]*module
 	bindings map[string]*Binding
+	retired  []*Binding // unreferenced bindings kept warm, oldest first
 }
 
 type slotMetrics struct {

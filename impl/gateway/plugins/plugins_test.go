@@ -281,9 +281,9 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 }
 
-// Bindings are shared by identical (module, config, table) and closed by
-// their last release.
-func TestBindingsAreSharedAndReleased(t *testing.T) {
+// Bindings are shared by identical (module, config, table); after the
+// last release a binding stays warm until enough others retire.
+func TestBindingsAreSharedAndRetired(t *testing.T) {
 	r, _ := newRuntime(t, Options{})
 	d := compile(t, r, "pinrouter")
 	a, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
@@ -292,26 +292,47 @@ func TestBindingsAreSharedAndReleased(t *testing.T) {
 	if a != b || a == c {
 		t.Fatalf("shared %v, distinct table %v", a == b, a != c)
 	}
-	if err := a.Warm(context.Background()); err != nil || len(a.pool) != 1 {
-		t.Fatalf("warm: %v, %d pooled", err, len(a.pool))
+	ctx := context.Background()
+	for range 2 {
+		if err := a.Warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.pool) != 2 {
+		t.Fatalf("%d pooled after two warm-ups", len(a.pool))
 	}
 	a.Release()
-	if len(a.pool) != 1 {
+	if len(a.pool) != 2 {
 		t.Fatal("released while referenced")
 	}
 	b.Release()
 	c.Release()
-	if len(a.pool) != 0 {
-		t.Fatal("the last release left idle instances")
+	if len(a.pool) != 1 {
+		t.Fatalf("a retired binding keeps %d idle instances, want 1", len(a.pool))
 	}
-	d2, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
-	defer d2.Release()
-	if d2 == a {
+	again, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
+	if again != a {
+		t.Fatal("a retired binding was not bound again")
+	}
+	again.Release()
+	for i := range retiredBindings {
+		o, _ := r.BindRouter(d, []byte(fmt.Sprintf(`{"upstream_id":"up_%d"}`, i)), table)
+		o.Release()
+	}
+	if !a.closed.Load() || len(a.pool) != 0 {
+		t.Fatal("the oldest retired binding was not closed")
+	}
+	fresh, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
+	defer fresh.Release()
+	if fresh == a {
 		t.Fatal("a closed binding was handed out again")
 	}
-	// A call on a released binding (an old snapshot's request) still works.
-	if out, _, err := a.Route(context.Background(), &RouteRequest{}, all, nil); err != nil || ids(out) != "up_a" {
-		t.Fatalf("released binding: %v %v", ids(out), err)
+	// A call on a closed binding (an old snapshot's request) still works.
+	if out, _, err := a.Route(ctx, &RouteRequest{}, all, nil); err != nil || ids(out) != "up_a" {
+		t.Fatalf("closed binding: %v %v", ids(out), err)
+	}
+	if len(a.pool) != 0 {
+		t.Fatal("a closed binding pooled an instance")
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -58,7 +60,9 @@ type Binding struct {
 
 	config json.RawMessage // v1: sent with every call
 	refs   int             // guarded by r.mu
-	closed bool            // guarded by r.mu
+	// closed is set, under r.mu, by the last Release; calls read it
+	// without the lock.
+	closed atomic.Bool
 }
 
 // routerState is what a v2 router instance keeps between calls.
@@ -105,6 +109,9 @@ func (r *Runtime) BindRouter(digest string, config json.RawMessage, table []Cand
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.bindings[key]; b != nil {
+		if b.refs == 0 {
+			r.retired = slices.DeleteFunc(r.retired, func(x *Binding) bool { return x == b })
+		}
 		b.refs++
 		return b, nil
 	}
@@ -114,22 +121,43 @@ func (r *Runtime) BindRouter(digest string, config json.RawMessage, table []Cand
 	return b, nil
 }
 
-// Release gives back a reference taken by BindRouter; the last one closes
-// the binding's idle instances. Calls still running finish normally.
+// retiredBindings is how many unreferenced bindings stay warm, each
+// with one idle instance: a snapshot rebuilt without changing a router's
+// config or table binds it again, and the old snapshot may be collected
+// (releasing the binding) first.
+const retiredBindings = 4
+
+// Release gives back a reference taken by BindRouter. After the last one
+// the binding is retired: it keeps one idle instance until it is bound
+// again or, when more bindings retire, closed. Calls still running
+// finish normally.
 func (b *Binding) Release() {
 	r := b.r
 	r.mu.Lock()
 	b.refs--
-	last := b.refs == 0
-	if last {
-		b.closed = true
-		delete(r.bindings, b.key)
+	var evicted *Binding
+	retired := b.refs == 0
+	if retired {
+		r.retired = append(r.retired, b)
+		if len(r.retired) > retiredBindings {
+			evicted = r.retired[0]
+			r.retired = r.retired[1:]
+			evicted.closed.Store(true)
+			delete(r.bindings, evicted.key)
+		}
 	}
 	r.mu.Unlock()
-	if !last {
-		return
+	if retired {
+		b.drain(1)
 	}
-	for {
+	if evicted != nil {
+		evicted.drain(0)
+	}
+}
+
+// drain closes idle instances until keep are left.
+func (b *Binding) drain(keep int) {
+	for len(b.pool) > keep {
 		select {
 		case in := <-b.pool:
 			in.close()
@@ -142,13 +170,13 @@ func (b *Binding) Release() {
 // Table is the binding's upstream table.
 func (b *Binding) Table() []Candidate { return b.table }
 
-// Warm starts one instance ahead of the first call, so that call does not
-// pay for the guest runtime's start.
+// Warm starts one more instance into the pool (when it has room), so a
+// call does not pay for the guest runtime's start.
 func (b *Binding) Warm(ctx context.Context) error {
 	if b.m.abi != 2 {
 		return nil
 	}
-	in, err := b.instance(ctx)
+	in, err := b.start(ctx)
 	if err != nil {
 		return err
 	}
@@ -189,6 +217,11 @@ func (b *Binding) instance(ctx context.Context) (*instance, error) {
 		return in, nil
 	default:
 	}
+	return b.start(ctx)
+}
+
+// start instantiates and configures an instance.
+func (b *Binding) start(ctx context.Context) (*instance, error) {
 	in, err := b.r.instantiate(ctx, b.m)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTrap, err)
@@ -201,12 +234,13 @@ func (b *Binding) instance(ctx context.Context) (*instance, error) {
 }
 
 func (b *Binding) put(in *instance) {
-	b.r.mu.Lock()
-	closed := b.closed
-	b.r.mu.Unlock()
-	if !closed {
+	if !b.closed.Load() {
 		select {
 		case b.pool <- in:
+			// A Release that drained the pool meanwhile missed this one.
+			if b.closed.Load() {
+				b.drain(0)
+			}
 			return
 		default:
 		}
