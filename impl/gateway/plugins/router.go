@@ -63,6 +63,9 @@ type Binding struct {
 	// closed is set, under r.mu, by the last Release; calls read it
 	// without the lock.
 	closed atomic.Bool
+	// refused keeps the guest's refusal of the setup: the same document
+	// is refused again, so later calls fail without starting a guest.
+	refused atomic.Pointer[error]
 }
 
 // routerState is what a v2 router instance keeps between calls.
@@ -197,6 +200,9 @@ func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uin
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	if e := b.refused.Load(); e != nil {
+		return nil, nil, *e
+	}
 	in, err := b.instance(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -265,7 +271,9 @@ func (b *Binding) configure(in *instance) error {
 		if err != nil {
 			return fmt.Errorf("configure: %w", err)
 		}
-		return fmt.Errorf("%w: %s", ErrConfig, msg)
+		err = fmt.Errorf("%w: %s", ErrConfig, msg)
+		b.refused.Store(&err)
+		return err
 	}
 	in.router = routerState{route: in.mod.ExportedFunction(ExportRoute), marks: make([]uint32, len(b.table)), configured: true}
 	return nil
