@@ -354,6 +354,9 @@ func BenchmarkRoute(b *testing.B) {
 	req := &RouteRequest{PrincipalID: "pr_1", PrincipalName: "app", Model: "claude-sonnet-4-5", AnthropicVersion: "2023-06-01"}
 	dst := make([]uint16, 0, 8)
 	ctx := context.Background()
+	if err := bd.Warm(ctx); err != nil { // the instance starts outside the measured calls
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		out, _, err := bd.Route(ctx, req, all, dst)
