@@ -158,7 +158,6 @@ func Digest(wasm []byte) string {
 }
 
 var (
-	sigVoid     = [2][]api.ValueType{nil, nil}
 	sigI32I32   = [2][]api.ValueType{{api.ValueTypeI32}, {api.ValueTypeI32}}
 	sigI32I64   = [2][]api.ValueType{{api.ValueTypeI32}, {api.ValueTypeI64}}
 	sigPtrLen64 = [2][]api.ValueType{{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI64}}
@@ -193,11 +192,18 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 		compiled.Close(ctx)
 		return "", nil, fmt.Errorf("%w: it does not start: %v", ErrInvalidModule, err)
 	}
-	m.pool <- inst
+	if m.abi == 2 && !contains(slots, "warmup_dialect") {
+		// A v2 router runs only in its bindings' pools.
+		inst.close()
+	} else {
+		m.pool <- inst
+	}
 	r.mu.Lock()
 	if old := r.mods[digest]; old != nil {
 		r.mu.Unlock()
-		inst.close()
+		for len(m.pool) > 0 {
+			(<-m.pool).close()
+		}
 		compiled.Close(ctx)
 		return digest, old.slots, nil
 	}
@@ -254,7 +260,6 @@ func checkExports(exports map[string]api.FunctionDefinition) (int, []string, err
 			return 0, nil, fmt.Errorf("%w: an ABI v2 router needs %s(i32) -> i64", ErrInvalidModule, ExportConfigure)
 		}
 	}
-	_ = sigVoid
 	return abi, slots, nil
 }
 
