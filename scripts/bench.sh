@@ -134,8 +134,8 @@ machine stretches), the checks themselves leave the guest at every loop header a
 entry, and the Go guest's exported-function entry. `BenchmarkCallFloor` is that floor for an empty
 export. The checks cannot be dropped: without them a guest loop could not be interrupted (the
 hostile plugin's `loop` mode). Built without them, by hand, the same call measured 0 allocations and
-about 3 µs on this machine under the same load, so what is left is the watcher goroutine and the
-guest's own work. The in-process proxy path takes a few microseconds, so a call of that size shows as
+3–6 µs on this machine under the same load: what is left is the watcher goroutine and the guest's
+own work. The in-process proxy path takes a few microseconds, so a call of that size shows as
 a large ratio there, and still as 1.1–1.2x over loopback HTTP; the target is missed until wazero
 stops starting a goroutine per call (upstream issue wazero#2466) or the router is a module without
 a Go runtime. ABI v1 modules still run, at the old cost (`RouteV1`). Chains with only built-in routers pay
