@@ -133,13 +133,12 @@ starts a watcher goroutine for every call once termination checks are compiled i
 machine stretches), the checks themselves leave the guest at every loop header and Go function
 entry, and the Go guest's exported-function entry. `BenchmarkCallFloor` is that floor for an empty
 export. The checks cannot be dropped: without them a guest loop could not be interrupted (the
-hostile plugin's `loop` mode). Built without them, by hand, the same call measured 0 allocations and
-3–6 µs on this machine under the same load: what is left is the watcher goroutine and the guest's
-own work. The in-process proxy path takes a few microseconds, so a call of that size shows as
-a large ratio there, and still as 1.1–1.2x over loopback HTTP; the target is missed until wazero
-stops starting a goroutine per call (upstream issue wazero#2466) or the router is a module without
-a Go runtime. ABI v1 modules still run, at the old cost (`RouteV1`). Chains with only built-in routers pay
-nothing per request (precomputed at snapshot build).
+hostile plugin's `loop` mode). The in-process proxy path takes a few microseconds, so a call of
+that size shows as a large ratio there, and still as 1.1–1.2x over loopback HTTP: the ratio target
+stays missed until wazero stops starting a goroutine per call and leaving the guest at every loop
+(upstream issue wazero#2466), or the router is a module without a Go runtime. ABI v1 modules
+still run, at the old cost (`RouteV1`). Chains with only built-in routers pay nothing per request
+(precomputed at snapshot build).
 EOF
   if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
     echo
