@@ -1,9 +1,15 @@
-// Package plugins runs WASM plugins with wazero under the plugin ABI v1
-// (docs/plugins.md): modules are validated and compiled once per digest
-// and shared, instances are pooled, and every call runs under a time limit
-// and a memory cap. A plugin that traps, runs out of time or memory, or
-// answers garbage fails the call with an error; the process never
-// crashes and the broken instance is thrown away.
+// Package plugins runs WASM plugins with wazero under the plugin ABIs of
+// docs/plugins.md: modules are validated and compiled once per digest and
+// shared, instances are pooled and reused (a guest's runtime starts once
+// per instance, not per call), and every call runs under a time limit and
+// a memory cap. A plugin that traps, runs out of time or memory, or answers
+// garbage fails the call with an error; the process never crashes and the
+// broken instance is thrown away.
+//
+// Router plugins of ABI v2 are bound (Runtime.BindRouter) to their chain
+// entry's config and the snapshot's upstream table once; each call then
+// exchanges a small binary record through a buffer the instance keeps, with
+// no allocation on the host. ABI v1 modules (JSON per call) still run.
 package plugins
 
 import (
@@ -22,10 +28,13 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-// ABI v1 exports.
+// Exports of the plugin ABIs.
 const (
-	ExportABI         = "pillar_abi_v1"
-	ExportAlloc       = "pillar_alloc"
+	ExportABIv1       = "pillar_abi_v1"
+	ExportABIv2       = "pillar_abi_v2"
+	ExportAlloc       = "pillar_alloc"     // v1: a fresh input buffer per call
+	ExportInput       = "pillar_input"     // v2: the instance's reusable input buffer
+	ExportConfigure   = "pillar_configure" // v2 routers: the setup document, once per instance
 	ExportRoute       = "pillar_route"
 	ExportWarmupShape = "pillar_warmup_shape"
 )
@@ -41,6 +50,7 @@ var (
 	ErrTrap          = errors.New("plugin trapped")
 	ErrGarbage       = errors.New("plugin answered garbage")
 	ErrNotLoaded     = errors.New("plugin module not loaded")
+	ErrConfig        = errors.New("plugin refused its configuration")
 )
 
 // MaxModuleBytes bounds an uploaded module.
@@ -53,29 +63,46 @@ type Options struct {
 	MemoryLimitPages uint32
 	// CallTimeout bounds one call (default 50 ms).
 	CallTimeout time.Duration
-	// PoolSize is how many idle instances per module are kept (default 8).
+	// PoolSize is how many idle instances per module or binding are kept
+	// (default 8).
 	PoolSize int
 	// MaxOutputBytes bounds a plugin's answer (default 1 MiB).
 	MaxOutputBytes int
 	Registerer     prometheus.Registerer
+	// CompilationCache, when set, shares compiled code between runtimes
+	// (tests build many runtimes of the same modules).
+	CompilationCache wazero.CompilationCache
 }
 
-// Runtime holds compiled modules and their instance pools.
+// Runtime holds compiled modules, router bindings and their instance pools.
 type Runtime struct {
 	o     Options
 	rt    wazero.Runtime
 	calls *prometheus.CounterVec
 	dur   *prometheus.HistogramVec
+	// obs holds each slot's metric children, resolved once so that a call
+	// does no label lookup.
+	obs map[string]*slotMetrics
 
-	mu   sync.Mutex
-	mods map[string]*module
+	mu       sync.Mutex
+	mods     map[string]*module
+	bindings map[string]*Binding
+	retired  []*Binding // unreferenced bindings kept warm, oldest first
+}
+
+type slotMetrics struct {
+	dur                                    prometheus.Observer
+	ok, timeout, trap, garbage, otherError prometheus.Counter
 }
 
 type module struct {
 	digest   string
 	compiled wazero.CompiledModule
+	abi      int
 	slots    []string
-	pool     chan api.Module
+	// pool holds instances for JSON-document calls (every slot of v1, the
+	// warm-up slot of v2); v2 router bindings keep their own.
+	pool chan *instance
 }
 
 // New starts a runtime; Close releases it.
@@ -92,24 +119,31 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	if o.MaxOutputBytes <= 0 {
 		o.MaxOutputBytes = 1 << 20
 	}
+	// CloseOnContextDone compiles the termination checks into guest code:
+	// without them a guest loop could not be interrupted. Calls pass their
+	// instance's own context, which its watchdog cancels (instance.run).
 	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(o.MemoryLimitPages).WithCloseOnContextDone(true)
+	if o.CompilationCache != nil {
+		cfg = cfg.WithCompilationCache(o.CompilationCache)
+	}
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, err
 	}
-	r := &Runtime{o: o, rt: rt, mods: map[string]*module{}}
+	r := &Runtime{o: o, rt: rt, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{}}
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_plugin_calls_total",
 		Help: "WASM plugin calls by slot and outcome (ok, timeout, trap, garbage, error)."}, []string{"slot", "outcome"})
 	r.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "svc_plugin_call_duration_seconds",
-		Help: "Duration of WASM plugin calls.", Buckets: []float64{1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1}}, []string{"slot"})
+		Help: "Duration of WASM plugin calls.", Buckets: []float64{1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1}}, []string{"slot"})
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(r.calls, r.dur)
 	}
 	for slot := range slotExports {
-		for _, out := range []string{"ok", "timeout", "trap", "garbage", "error"} {
-			r.calls.WithLabelValues(slot, out)
-		}
+		r.obs[slot] = &slotMetrics{dur: r.dur.WithLabelValues(slot),
+			ok: r.calls.WithLabelValues(slot, "ok"), timeout: r.calls.WithLabelValues(slot, "timeout"),
+			trap: r.calls.WithLabelValues(slot, "trap"), garbage: r.calls.WithLabelValues(slot, "garbage"),
+			otherError: r.calls.WithLabelValues(slot, "error")}
 	}
 	return r, nil
 }
@@ -122,6 +156,12 @@ func Digest(wasm []byte) string {
 	h := sha256.Sum256(wasm)
 	return hex.EncodeToString(h[:])
 }
+
+var (
+	sigI32I32   = [2][]api.ValueType{{api.ValueTypeI32}, {api.ValueTypeI32}}
+	sigI32I64   = [2][]api.ValueType{{api.ValueTypeI32}, {api.ValueTypeI64}}
+	sigPtrLen64 = [2][]api.ValueType{{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI64}}
+)
 
 // Compile validates and compiles a module (once per digest) and returns
 // its digest and the slots its exports support.
@@ -140,44 +180,30 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
-	exports := compiled.ExportedFunctions()
-	if _, ok := exports[ExportABI]; !ok {
+	abi, slots, err := checkExports(compiled.ExportedFunctions())
+	if err != nil {
 		compiled.Close(ctx)
-		return "", nil, fmt.Errorf("%w: no %s export (not a plugin of ABI v1)", ErrInvalidModule, ExportABI)
+		return "", nil, err
 	}
-	if f, ok := exports[ExportAlloc]; !ok || !sig(f, []api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}) {
-		compiled.Close(ctx)
-		return "", nil, fmt.Errorf("%w: %s(i32) -> i32 missing", ErrInvalidModule, ExportAlloc)
-	}
-	var slots []string
-	for slot, name := range slotExports {
-		f, ok := exports[name]
-		if !ok {
-			continue
-		}
-		if !sig(f, []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}) {
-			compiled.Close(ctx)
-			return "", nil, fmt.Errorf("%w: %s must be (i32, i32) -> i64", ErrInvalidModule, name)
-		}
-		slots = append(slots, slot)
-	}
-	sort.Strings(slots)
-	if len(slots) == 0 {
-		compiled.Close(ctx)
-		return "", nil, fmt.Errorf("%w: exports no slot (%s or %s)", ErrInvalidModule, ExportRoute, ExportWarmupShape)
-	}
-	m = &module{digest: digest, compiled: compiled, slots: slots, pool: make(chan api.Module, r.o.PoolSize)}
+	m = &module{digest: digest, compiled: compiled, abi: abi, slots: slots, pool: make(chan *instance, r.o.PoolSize)}
 	// One instance proves the module starts (its initialisation runs).
 	inst, err := r.instantiate(ctx, m)
 	if err != nil {
 		compiled.Close(ctx)
 		return "", nil, fmt.Errorf("%w: it does not start: %v", ErrInvalidModule, err)
 	}
-	m.pool <- inst
+	if m.abi == 2 && !contains(slots, "warmup_dialect") {
+		// A v2 router runs only in its bindings' pools.
+		inst.close()
+	} else {
+		m.pool <- inst
+	}
 	r.mu.Lock()
 	if old := r.mods[digest]; old != nil {
 		r.mu.Unlock()
-		inst.Close(ctx)
+		for len(m.pool) > 0 {
+			(<-m.pool).close()
+		}
 		compiled.Close(ctx)
 		return digest, old.slots, nil
 	}
@@ -186,27 +212,67 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 	return digest, slots, nil
 }
 
-func sig(f api.FunctionDefinition, params, results []api.ValueType) bool {
-	eq := func(a, b []api.ValueType) bool {
-		if len(a) != len(b) {
-			return false
+// checkExports reads a module's ABI version and slots from its exports.
+func checkExports(exports map[string]api.FunctionDefinition) (int, []string, error) {
+	has := func(name string, sig [2][]api.ValueType) (bool, error) {
+		f, ok := exports[name]
+		if !ok {
+			return false, nil
 		}
-		for i := range a {
-			if a[i] != b[i] {
-				return false
-			}
+		if !eqTypes(f.ParamTypes(), sig[0]) || !eqTypes(f.ResultTypes(), sig[1]) {
+			return true, fmt.Errorf("%w: %s must be %v -> %v", ErrInvalidModule, name, sig[0], sig[1])
 		}
-		return true
+		return true, nil
 	}
-	return eq(f.ParamTypes(), params) && eq(f.ResultTypes(), results)
+	abi := 0
+	switch {
+	case exports[ExportABIv2] != nil:
+		abi = 2
+	case exports[ExportABIv1] != nil:
+		abi = 1
+	default:
+		return 0, nil, fmt.Errorf("%w: no %s or %s export (not a pillar plugin)", ErrInvalidModule, ExportABIv2, ExportABIv1)
+	}
+	// Each ABI: its input-buffer export and each slot's signature.
+	input, slotSig := ExportAlloc, map[string][2][]api.ValueType{"router": sigPtrLen64, "warmup_dialect": sigPtrLen64}
+	if abi == 2 {
+		input, slotSig = ExportInput, map[string][2][]api.ValueType{"router": sigI32I64, "warmup_dialect": sigI32I64}
+	}
+	if ok, err := has(input, sigI32I32); err != nil || !ok {
+		return 0, nil, fmt.Errorf("%w: ABI v%d needs %s(i32) -> i32", ErrInvalidModule, abi, input)
+	}
+	var slots []string
+	for slot, name := range slotExports {
+		ok, err := has(name, slotSig[slot])
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			slots = append(slots, slot)
+		}
+	}
+	sort.Strings(slots)
+	if len(slots) == 0 {
+		return 0, nil, fmt.Errorf("%w: exports no slot (%s or %s)", ErrInvalidModule, ExportRoute, ExportWarmupShape)
+	}
+	if abi == 2 && contains(slots, "router") {
+		if ok, err := has(ExportConfigure, sigI32I64); err != nil || !ok {
+			return 0, nil, fmt.Errorf("%w: an ABI v2 router needs %s(i32) -> i64", ErrInvalidModule, ExportConfigure)
+		}
+	}
+	return abi, slots, nil
 }
 
-func (r *Runtime) instantiate(ctx context.Context, m *module) (api.Module, error) {
-	// Start-up gets a longer budget than a call: the guest runtime boots.
-	ictx, cancel := context.WithTimeout(ctx, max(r.o.CallTimeout*20, 2*time.Second))
-	defer cancel()
-	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
-	return r.rt.InstantiateModule(ictx, m.compiled, cfg)
+func eqTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Loaded reports whether a digest is compiled.
@@ -216,7 +282,14 @@ func (r *Runtime) Loaded(digest string) bool {
 	return r.mods[digest] != nil
 }
 
-// Call runs a slot's export of the module with input and returns its answer.
+func (r *Runtime) module(digest string) *module {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mods[digest]
+}
+
+// Call runs a slot's export of the module with a JSON document and returns
+// its answer (ABI v1 slots, and the warm-up slot of v2).
 func (r *Runtime) Call(ctx context.Context, digest, slot string, input []byte) (out []byte, err error) {
 	defer r.observe(slot, time.Now(), &err)
 	return r.call(ctx, digest, slot, input)
@@ -224,22 +297,35 @@ func (r *Runtime) Call(ctx context.Context, digest, slot string, input []byte) (
 
 // observe counts a call's outcome and duration.
 func (r *Runtime) observe(slot string, start time.Time, err *error) {
-	r.dur.WithLabelValues(slot).Observe(time.Since(start).Seconds())
-	r.calls.WithLabelValues(slot, outcome(*err)).Inc()
+	m := r.obs[slot]
+	m.dur.Observe(time.Since(start).Seconds())
+	switch e := *err; {
+	case e == nil:
+		m.ok.Inc()
+	case errors.Is(e, ErrTimeout):
+		m.timeout.Inc()
+	case errors.Is(e, ErrTrap):
+		m.trap.Inc()
+	case errors.Is(e, ErrGarbage):
+		m.garbage.Inc()
+	default:
+		m.otherError.Inc()
+	}
 }
 
 func (r *Runtime) call(ctx context.Context, digest, slot string, input []byte) (out []byte, err error) {
-	r.mu.Lock()
-	m := r.mods[digest]
-	r.mu.Unlock()
+	m := r.module(digest)
 	if m == nil {
 		return nil, ErrNotLoaded
 	}
 	export, ok := slotExports[slot]
-	if !ok || !contains(m.slots, slot) {
+	if !ok || !contains(m.slots, slot) || (m.abi == 2 && slot == "router") {
 		return nil, ErrNoSlot
 	}
-	var inst api.Module
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var inst *instance
 	select {
 	case inst = <-m.pool:
 	default:
@@ -247,21 +333,16 @@ func (r *Runtime) call(ctx context.Context, digest, slot string, input []byte) (
 			return nil, fmt.Errorf("%w: %v", ErrTrap, err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
-	defer cancel()
-	out, err = invoke(cctx, inst, export, input, r.o.MaxOutputBytes)
+	out, err = inst.document(m.abi, inst.mod.ExportedFunction(export), input, r.o.CallTimeout, r.o.MaxOutputBytes)
 	if err != nil {
 		// A failed instance may be in any state: never reuse it.
-		inst.Close(context.Background())
-		if cctx.Err() != nil && ctx.Err() == nil {
-			return nil, ErrTimeout
-		}
+		inst.close()
 		return nil, err
 	}
 	select {
 	case m.pool <- inst:
 	default:
-		inst.Close(context.Background())
+		inst.close()
 	}
 	return out, nil
 }
@@ -275,42 +356,127 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-func outcome(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, ErrTimeout):
-		return "timeout"
-	case errors.Is(err, ErrTrap):
-		return "trap"
-	case errors.Is(err, ErrGarbage):
-		return "garbage"
-	}
-	return "error"
+// instance is one instantiated module, used by one call at a time.
+type instance struct {
+	mod   api.Module
+	mem   api.Memory
+	input api.Function // pillar_alloc (v1) or pillar_input (v2)
+	// inPtr and inCap locate the v2 input buffer the guest keeps.
+	inPtr, inCap uint32
+	stack        [2]uint64
+	// ctx is the instance's own context: wazero watches it during every
+	// call, and the watchdog cancels it when a call overruns. One context
+	// per instance, not per call, keeps the call path free of allocation;
+	// a cancelled instance is never reused.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	watchdog *time.Timer
+	// router holds what a v2 router binding keeps per instance.
+	router routerState
 }
 
-// invoke writes input into the guest, calls export and copies the answer out.
-func invoke(ctx context.Context, inst api.Module, export string, input []byte, maxOut int) ([]byte, error) {
-	res, err := inst.ExportedFunction(ExportAlloc).Call(ctx, uint64(len(input)))
+func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error) {
+	// Start-up gets a longer budget than a call: the guest runtime boots.
+	ictx, cancel := context.WithTimeout(ctx, max(r.o.CallTimeout*20, 2*time.Second))
+	defer cancel()
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
+	mod, err := r.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: alloc: %v", ErrTrap, err)
+		return nil, err
 	}
-	ptr := uint32(res[0])
-	mem := inst.Memory()
-	if len(input) > 0 && !mem.Write(ptr, input) {
-		return nil, fmt.Errorf("%w: alloc returned memory out of range", ErrGarbage)
+	name := ExportAlloc
+	if m.abi == 2 {
+		name = ExportInput
 	}
-	res, err = inst.ExportedFunction(export).Call(ctx, uint64(ptr), uint64(len(input)))
+	inst := &instance{mod: mod, mem: mod.Memory(), input: mod.ExportedFunction(name)}
+	if inst.mem == nil {
+		mod.Close(context.Background())
+		return nil, fmt.Errorf("%w: the module has no memory", ErrInvalidModule)
+	}
+	inst.ctx, inst.cancel = context.WithCancel(context.Background())
+	inst.watchdog = time.AfterFunc(time.Hour, inst.cancel)
+	inst.watchdog.Stop()
+	return inst, nil
+}
+
+func (in *instance) close() {
+	in.watchdog.Stop()
+	in.cancel()
+	in.mod.Close(context.Background())
+}
+
+// run calls fn with in.stack as parameters and results, interrupting it
+// after timeout. A call whose watchdog fired is a timeout even if it
+// returned just then: the instance is being closed and must be discarded.
+func (in *instance) run(fn api.Function, timeout time.Duration) error {
+	in.watchdog.Reset(timeout)
+	err := fn.CallWithStack(in.ctx, in.stack[:])
+	if !in.watchdog.Stop() {
+		return ErrTimeout
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTrap, err)
+		return fmt.Errorf("%w: %v", ErrTrap, err)
 	}
-	outPtr, outLen := uint32(res[0]>>32), uint32(res[0])
-	if int(outLen) > maxOut {
-		return nil, fmt.Errorf("%w: answer of %d bytes", ErrGarbage, outLen)
+	return nil
+}
+
+// buffer returns the v2 input buffer with room for n bytes, asking the
+// guest for a larger one only when it is too small.
+func (in *instance) buffer(n int, timeout time.Duration) ([]byte, error) {
+	if uint32(n) > in.inCap || in.inPtr == 0 {
+		in.stack[0] = uint64(n)
+		if err := in.run(in.input, timeout); err != nil {
+			return nil, err
+		}
+		in.inPtr, in.inCap = uint32(in.stack[0]), uint32(n)
 	}
-	b, ok := mem.Read(outPtr, outLen)
+	b, ok := in.mem.Read(in.inPtr, uint32(n))
+	if !ok {
+		return nil, fmt.Errorf("%w: input buffer out of memory range", ErrGarbage)
+	}
+	return b, nil
+}
+
+// answer reads the guest's answer located by a packed pointer and length.
+// The bytes are the guest's memory: valid until the next call.
+func (in *instance) answer(res uint64, maxOut int) ([]byte, error) {
+	ptr, n := uint32(res>>32), uint32(res)
+	if int(n) > maxOut {
+		return nil, fmt.Errorf("%w: answer of %d bytes", ErrGarbage, n)
+	}
+	b, ok := in.mem.Read(ptr, n)
 	if !ok {
 		return nil, fmt.Errorf("%w: answer out of memory range", ErrGarbage)
+	}
+	return b, nil
+}
+
+// document writes a JSON document into the guest, calls export and copies
+// the answer out.
+func (in *instance) document(abi int, export api.Function, input []byte, timeout time.Duration, maxOut int) ([]byte, error) {
+	if abi == 1 {
+		in.stack[0] = uint64(len(input))
+		if err := in.run(in.input, timeout); err != nil {
+			return nil, fmt.Errorf("alloc: %w", err)
+		}
+		if len(input) > 0 && !in.mem.Write(uint32(in.stack[0]), input) {
+			return nil, fmt.Errorf("%w: alloc returned memory out of range", ErrGarbage)
+		}
+		in.stack[1] = uint64(len(input))
+	} else {
+		buf, err := in.buffer(len(input), timeout)
+		if err != nil {
+			return nil, err
+		}
+		copy(buf, input)
+		in.stack[0] = uint64(len(input))
+	}
+	if err := in.run(export, timeout); err != nil {
+		return nil, err
+	}
+	b, err := in.answer(in.stack[0], maxOut)
+	if err != nil {
+		return nil, err
 	}
 	return append([]byte(nil), b...), nil
 }

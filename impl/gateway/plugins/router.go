@@ -2,37 +2,19 @@ package plugins
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/textproto"
+	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/tetratelabs/wazero/api"
 )
 
-// ABIVersion is the version of the JSON documents exchanged with plugins.
-const ABIVersion = 1
-
-// RouteInput is what a router plugin receives.
-type RouteInput struct {
-	ABI       int         `json:"abi"`
-	Principal PrincipalIn `json:"principal"`
-	Model     string      `json:"model"`
-	Stream    bool        `json:"stream"`
-	// Headers are the request headers that matter for routing:
-	// anthropic-beta, anthropic-version, user-agent.
-	Headers map[string]string `json:"headers"`
-	// Config is the chain entry's config object.
-	Config json.RawMessage `json:"config"`
-	// Candidates are the upstreams still in play, in order.
-	Candidates []Candidate `json:"candidates"`
-}
-
-// PrincipalIn names the caller.
-type PrincipalIn struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
-// Candidate is one upstream a router may choose.
+// Candidate is one upstream of a router's upstream table.
 type Candidate struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
@@ -41,11 +23,14 @@ type Candidate struct {
 	Healthy bool `json:"healthy"`
 }
 
-// RouteOutput is a router plugin's answer: an ordered choice among the
-// candidates, or a refusal.
-type RouteOutput struct {
-	Upstreams []string `json:"upstreams"`
-	Refuse    *Refusal `json:"refuse,omitempty"`
+// RouteRequest is what a router learns about a request. The strings are
+// only read during the call.
+type RouteRequest struct {
+	PrincipalID, PrincipalName string
+	Model                      string
+	Stream                     bool
+	// The request headers that matter for routing.
+	AnthropicBeta, AnthropicVersion, UserAgent string
 }
 
 // Refusal refuses the request.
@@ -55,92 +40,354 @@ type Refusal struct {
 	Message string `json:"message"`
 }
 
-// Route runs a router plugin. Its answer must name only offered
-// candidates, each at most once, or be a refusal; anything else is
-// garbage.
-func (r *Runtime) Route(ctx context.Context, digest string, in *RouteInput) (_ *RouteOutput, err error) {
-	defer r.observe("router", time.Now(), &err)
-	in.ABI = ABIVersion
-	if len(in.Config) == 0 {
-		in.Config = json.RawMessage("{}")
+// MaxTable bounds a binding's upstream table: candidates travel as 16-bit
+// indexes.
+const MaxTable = 1<<16 - 1
+
+// Binding is a router module bound to one chain entry's config and one
+// upstream table (a snapshot's usable upstreams). ABI v2 instances receive
+// both once, when they start; a call then sends only the request and the
+// indexes of the candidates still in play. Bindings are shared by every
+// chain entry with the same module, config and table, and outlive
+// snapshots that do not change them. Release it when its holder is gone.
+type Binding struct {
+	r     *Runtime
+	m     *module
+	key   string
+	setup []byte // the setup document sent to pillar_configure
+	table []Candidate
+	pool  chan *instance
+
+	config json.RawMessage // v1: sent with every call
+	refs   int             // guarded by r.mu
+	// closed is set, under r.mu, by the last Release; calls read it
+	// without the lock.
+	closed atomic.Bool
+	// refused keeps the guest's refusal of the setup: the same document
+	// is refused again, so later calls fail without starting a guest.
+	refused atomic.Pointer[error]
+}
+
+// routerState is what a v2 router instance keeps between calls.
+type routerState struct {
+	route api.Function
+	// marks validates an answer without allocating: marks[i] == gen when
+	// table index i was offered in this call, gen+1 once it was chosen.
+	marks []uint32
+	gen   uint32
+	// configured is set once pillar_configure accepted the setup.
+	configured bool
+}
+
+// setupDoc is the document pillar_configure receives.
+type setupDoc struct {
+	ABI       int             `json:"abi"`
+	Config    json.RawMessage `json:"config"`
+	Upstreams []Candidate     `json:"upstreams"`
+}
+
+// BindRouter binds a router module to a chain entry's config and an
+// upstream table, or returns the live binding of the same triple. Each
+// call takes a reference that Release gives back.
+func (r *Runtime) BindRouter(digest string, config json.RawMessage, table []Candidate) (*Binding, error) {
+	m := r.module(digest)
+	if m == nil {
+		return nil, ErrNotLoaded
 	}
-	b, err := json.Marshal(in)
+	if !contains(m.slots, "router") {
+		return nil, ErrNoSlot
+	}
+	if len(table) > MaxTable {
+		return nil, fmt.Errorf("%d upstreams: a router binding holds at most %d", len(table), MaxTable)
+	}
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
+	}
+	setup, err := json.Marshal(setupDoc{ABI: m.abi, Config: config, Upstreams: table})
 	if err != nil {
 		return nil, err
 	}
-	raw, err := r.call(ctx, digest, "router", b)
+	sum := sha256.Sum256(setup)
+	key := digest + ":" + hex.EncodeToString(sum[:])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.bindings[key]; b != nil {
+		if b.refs == 0 {
+			r.retired = slices.DeleteFunc(r.retired, func(x *Binding) bool { return x == b })
+		}
+		b.refs++
+		return b, nil
+	}
+	b := &Binding{r: r, m: m, key: key, setup: setup, table: append([]Candidate(nil), table...), config: config,
+		pool: make(chan *instance, r.o.PoolSize), refs: 1}
+	r.bindings[key] = b
+	return b, nil
+}
+
+// retiredBindings is how many unreferenced bindings stay warm, each
+// with one idle instance: a snapshot rebuilt without changing a router's
+// config or table binds it again, and the old snapshot may be collected
+// (releasing the binding) first.
+const retiredBindings = 4
+
+// Release gives back a reference taken by BindRouter. After the last one
+// the binding is retired: it keeps one idle instance until it is bound
+// again or, when more bindings retire, closed. Calls still running
+// finish normally.
+func (b *Binding) Release() {
+	r := b.r
+	r.mu.Lock()
+	b.refs--
+	var evicted *Binding
+	retired := b.refs == 0
+	if retired {
+		r.retired = append(r.retired, b)
+		if len(r.retired) > retiredBindings {
+			evicted = r.retired[0]
+			r.retired = r.retired[1:]
+			evicted.closed.Store(true)
+			delete(r.bindings, evicted.key)
+		}
+	}
+	r.mu.Unlock()
+	if retired {
+		b.drain(1)
+	}
+	if evicted != nil {
+		evicted.drain(0)
+	}
+}
+
+// drain closes idle instances until keep are left.
+func (b *Binding) drain(keep int) {
+	for len(b.pool) > keep {
+		select {
+		case in := <-b.pool:
+			in.close()
+		default:
+			return
+		}
+	}
+}
+
+// Table is the binding's upstream table.
+func (b *Binding) Table() []Candidate { return b.table }
+
+// Warm starts one more instance into the pool (when it has room), so a
+// call does not pay for the guest runtime's start.
+func (b *Binding) Warm(ctx context.Context) error {
+	if b.m.abi != 2 {
+		return nil
+	}
+	in, err := b.start(ctx)
 	if err != nil {
+		return err
+	}
+	b.put(in)
+	return nil
+}
+
+// Route asks the router to choose among cands (indexes into the table, in
+// order). It appends the chosen indexes, in the router's order, to
+// dst[:0] and returns them, or returns a refusal. Its answer must name only
+// offered candidates, each at most once; anything else is garbage. On the
+// ABI v2 path a call allocates nothing when dst has room.
+func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uint16) (_ []uint16, _ *Refusal, err error) {
+	defer b.r.observe("router", time.Now(), &err)
+	if b.m.abi == 1 {
+		return b.routeV1(ctx, req, cands, dst)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if e := b.refused.Load(); e != nil {
+		return nil, nil, *e
+	}
+	in, err := b.instance(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, ref, err := b.call(in, req, cands, dst[:0])
+	if err != nil {
+		// A failed instance may be in any state: never reuse it.
+		in.close()
+		return nil, nil, err
+	}
+	b.put(in)
+	return dst, ref, nil
+}
+
+func (b *Binding) instance(ctx context.Context) (*instance, error) {
+	select {
+	case in := <-b.pool:
+		return in, nil
+	default:
+	}
+	return b.start(ctx)
+}
+
+// start instantiates and configures an instance.
+func (b *Binding) start(ctx context.Context) (*instance, error) {
+	in, err := b.r.instantiate(ctx, b.m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTrap, err)
+	}
+	if err := b.configure(in); err != nil {
+		in.close()
 		return nil, err
 	}
-	var out RouteOutput
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("%w: not a route answer: %v", ErrGarbage, err)
-	}
-	if out.Refuse != nil {
-		if out.Refuse.Status == 0 {
-			out.Refuse.Status = 403
-		}
-		if out.Refuse.Status < 400 || out.Refuse.Status > 599 {
-			return nil, fmt.Errorf("%w: refusal status %d", ErrGarbage, out.Refuse.Status)
-		}
-		if out.Refuse.Type == "" {
-			out.Refuse.Type = "permission_error"
-		}
-		if out.Refuse.Message == "" {
-			out.Refuse.Message = "refused by a routing plugin"
-		}
-		return &out, nil
-	}
-	offered := make(map[string]bool, len(in.Candidates))
-	for _, c := range in.Candidates {
-		offered[c.ID] = true
-	}
-	seen := map[string]bool{}
-	for _, id := range out.Upstreams {
-		if !offered[id] || seen[id] {
-			return nil, fmt.Errorf("%w: upstream %q was not offered or is named twice", ErrGarbage, id)
-		}
-		seen[id] = true
-	}
-	return &out, nil
+	return in, nil
 }
 
-// WarmupInput is what a warm-up dialect plugin receives.
-type WarmupInput struct {
-	ABI      int               `json:"abi"`
-	Upstream Candidate         `json:"upstream"`
-	Request  json.RawMessage   `json:"request"`
-	Headers  map[string]string `json:"headers"`
+func (b *Binding) put(in *instance) {
+	if !b.closed.Load() {
+		select {
+		case b.pool <- in:
+			// A Release that drained the pool meanwhile missed this one.
+			if b.closed.Load() {
+				b.drain(0)
+			}
+			return
+		default:
+		}
+	}
+	in.close()
 }
 
-// WarmupOutput is its answer: the request to send, and headers to set.
-type WarmupOutput struct {
-	Request json.RawMessage   `json:"request"`
-	Headers map[string]string `json:"headers"`
+// configure delivers the setup document to a fresh instance.
+func (b *Binding) configure(in *instance) error {
+	t := b.r.o.CallTimeout
+	buf, err := in.buffer(len(b.setup), t)
+	if err != nil {
+		return fmt.Errorf("configure: %w", err)
+	}
+	copy(buf, b.setup)
+	in.stack[0] = uint64(len(b.setup))
+	if err := in.run(in.mod.ExportedFunction(ExportConfigure), t); err != nil {
+		return fmt.Errorf("configure: %w", err)
+	}
+	if res := in.stack[0]; res != 0 {
+		msg, err := in.answer(res, 4096)
+		if err != nil {
+			return fmt.Errorf("configure: %w", err)
+		}
+		err = fmt.Errorf("%w: %s", ErrConfig, msg)
+		b.refused.Store(&err)
+		return err
+	}
+	in.router = routerState{route: in.mod.ExportedFunction(ExportRoute), marks: make([]uint32, len(b.table)), configured: true}
+	return nil
 }
 
-// ShapeWarmup lets a warm-up dialect plugin reshape an upstream's warm-up
-// request (body and headers). Credentials are never shown to plugins and
-// cannot be set by them.
-func (r *Runtime) ShapeWarmup(ctx context.Context, digest string, up Candidate, body []byte, headers map[string]string) (_ []byte, _ map[string]string, err error) {
-	defer r.observe("warmup_dialect", time.Now(), &err)
-	b, err := json.Marshal(WarmupInput{ABI: ABIVersion, Upstream: up, Request: body, Headers: headers})
+// The ABI v2 route record (docs/plugins.md), little-endian: a header of
+// u32 flags, u32 candidate count and six u32 string lengths, then the
+// candidates as u16 table indexes, then the strings.
+const (
+	recHeader    = 32
+	flagStream   = 1
+	answerChoose = 0
+	answerRefuse = 1
+)
+
+func (b *Binding) call(in *instance, req *RouteRequest, cands, dst []uint16) ([]uint16, *Refusal, error) {
+	t := b.r.o.CallTimeout
+	st := &in.router
+	n := recHeader + 2*len(cands) + len(req.PrincipalID) + len(req.PrincipalName) + len(req.Model) +
+		len(req.AnthropicBeta) + len(req.AnthropicVersion) + len(req.UserAgent)
+	rec, err := in.buffer(n, t)
 	if err != nil {
 		return nil, nil, err
 	}
-	raw, err := r.call(ctx, digest, "warmup_dialect", b)
+	// Offered candidates are marked with this call's generation; gen+1
+	// marks a chosen one. Two steps per call never collide with a stale
+	// mark until the counter wraps, when the marks are cleared.
+	st.gen += 2
+	if st.gen < 2 {
+		clear(st.marks)
+		st.gen = 2
+	}
+	var flags uint32
+	if req.Stream {
+		flags |= flagStream
+	}
+	le := binary.LittleEndian
+	le.PutUint32(rec[0:], flags)
+	le.PutUint32(rec[4:], uint32(len(cands)))
+	le.PutUint32(rec[8:], uint32(len(req.PrincipalID)))
+	le.PutUint32(rec[12:], uint32(len(req.PrincipalName)))
+	le.PutUint32(rec[16:], uint32(len(req.Model)))
+	le.PutUint32(rec[20:], uint32(len(req.AnthropicBeta)))
+	le.PutUint32(rec[24:], uint32(len(req.AnthropicVersion)))
+	le.PutUint32(rec[28:], uint32(len(req.UserAgent)))
+	off := recHeader
+	for _, c := range cands {
+		if int(c) >= len(st.marks) {
+			return nil, nil, fmt.Errorf("candidate %d is not in the upstream table of %d", c, len(st.marks))
+		}
+		st.marks[c] = st.gen
+		le.PutUint16(rec[off:], c)
+		off += 2
+	}
+	off += copy(rec[off:], req.PrincipalID)
+	off += copy(rec[off:], req.PrincipalName)
+	off += copy(rec[off:], req.Model)
+	off += copy(rec[off:], req.AnthropicBeta)
+	off += copy(rec[off:], req.AnthropicVersion)
+	copy(rec[off:], req.UserAgent)
+
+	in.stack[0] = uint64(n)
+	if err := in.run(st.route, t); err != nil {
+		return nil, nil, err
+	}
+	ans, err := in.answer(in.stack[0], b.r.o.MaxOutputBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	var out WarmupOutput
-	if err := json.Unmarshal(raw, &out); err != nil || len(out.Request) == 0 || !json.Valid(out.Request) {
-		return nil, nil, fmt.Errorf("%w: not a warm-up answer", ErrGarbage)
+	if len(ans) < 4 {
+		return nil, nil, fmt.Errorf("%w: answer of %d bytes", ErrGarbage, len(ans))
 	}
-	for k := range out.Headers {
-		switch textproto.CanonicalMIMEHeaderKey(k) {
-		case "Authorization", "X-Api-Key", "Host", "Content-Length", "Cookie":
-			return nil, nil, fmt.Errorf("%w: header %s may not be set by a plugin", ErrGarbage, k)
+	switch le.Uint16(ans) {
+	case answerChoose:
+		k := int(le.Uint16(ans[2:]))
+		if len(ans) != 4+2*k {
+			return nil, nil, fmt.Errorf("%w: a choice of %d in %d bytes", ErrGarbage, k, len(ans))
 		}
+		for i := range k {
+			c := le.Uint16(ans[4+2*i:])
+			if int(c) >= len(st.marks) || st.marks[c] != st.gen {
+				return nil, nil, fmt.Errorf("%w: upstream #%d was not offered or is named twice", ErrGarbage, c)
+			}
+			st.marks[c] = st.gen + 1
+			dst = append(dst, c)
+		}
+		return dst, nil, nil
+	case answerRefuse:
+		if len(ans) < 8 {
+			return nil, nil, fmt.Errorf("%w: a refusal of %d bytes", ErrGarbage, len(ans))
+		}
+		status, tl, ml := int(le.Uint16(ans[2:])), int(le.Uint16(ans[4:])), int(le.Uint16(ans[6:]))
+		if len(ans) != 8+tl+ml {
+			return nil, nil, fmt.Errorf("%w: a refusal's lengths do not add up", ErrGarbage)
+		}
+		ref, err := refusal(status, string(ans[8:8+tl]), string(ans[8+tl:]))
+		return nil, ref, err
 	}
-	return out.Request, out.Headers, nil
+	return nil, nil, fmt.Errorf("%w: answer kind %d", ErrGarbage, le.Uint16(ans))
+}
+
+// refusal applies a refusal's defaults and checks its status.
+func refusal(status int, typ, msg string) (*Refusal, error) {
+	if status == 0 {
+		status = 403
+	}
+	if status < 400 || status > 599 {
+		return nil, fmt.Errorf("%w: refusal status %d", ErrGarbage, status)
+	}
+	if typ == "" {
+		typ = "permission_error"
+	}
+	if msg == "" {
+		msg = "refused by a routing plugin"
+	}
+	return &Refusal{Status: status, Type: typ, Message: msg}, nil
 }

@@ -118,6 +118,18 @@ func (m *memRecorder) Record(p usage.Pending) {
 	m.mu.Unlock()
 }
 
+// wait returns the events once there are n: a relayed answer reaches the
+// client before its event is handed over, so a test that has read the
+// answer waits for the event.
+func (m *memRecorder) wait(t *testing.T, n int) []store.RequestEvent {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(m.events()) < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return m.events()
+}
+
 func (m *memRecorder) events() []store.RequestEvent {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -323,7 +335,7 @@ func TestRelaySwapsCredentialAndPassesHeaders(t *testing.T) {
 	if resp.StatusCode != 200 || b != `{"input_tokens":3}` {
 		t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
 	}
-	evs := rec.events()
+	evs := rec.wait(t, 3)
 	if len(evs) != 3 || evs[0].InputTokens != 5 || evs[0].OutputTokens != 2 || evs[0].CacheReadInputTokens != 4 || evs[0].UpstreamID != "up_1" || evs[0].KeyID != "key_a" {
 		t.Fatalf("events %+v", evs)
 	}
@@ -433,7 +445,7 @@ func TestRefusalsAreRecorded(t *testing.T) {
 	if resp, _ := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-bad"}, `{"model":"claude-test"}`); resp.StatusCode != 401 {
 		t.Fatalf("bad key: %d", resp.StatusCode)
 	}
-	evs := rec.events()
+	evs := rec.wait(t, 2)
 	if len(evs) != 2 {
 		t.Fatalf("recorded %d events, want 2: %+v", len(evs), evs)
 	}

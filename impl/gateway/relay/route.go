@@ -1,22 +1,29 @@
 package relay
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"sync"
 
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// PluginRouter runs a router plugin.
+// PluginRouter binds router plugins.
 type PluginRouter interface {
-	Route(ctx context.Context, digest string, in *plugins.RouteInput) (*plugins.RouteOutput, error)
+	BindRouter(digest string, config json.RawMessage, table []plugins.Candidate) (*plugins.Binding, error)
 }
 
 var errNoPlugins = errors.New("no plugin runtime")
+
+// routeScratch holds a request's candidate indexes while its chain runs.
+type routeScratch struct{ cands, chosen []uint16 }
+
+var scratchPool = sync.Pool{New: func() any { return &routeScratch{cands: make([]uint16, 0, 16), chosen: make([]uint16, 0, 16)} }}
 
 // route runs a dynamic chain: its routers form a pipeline, each ordering or
 // narrowing the candidates the previous one left, starting from every
@@ -24,7 +31,14 @@ var errNoPlugins = errors.New("no plugin runtime")
 // refuses it.
 func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Principal, model string, stream bool) ([]*snapshot.Upstream, *plugins.Refusal, error) {
 	cur := snap.Usable
-	for _, rt := range p.Routers {
+	var sc *routeScratch
+	defer func() {
+		if sc != nil {
+			scratchPool.Put(sc)
+		}
+	}()
+	for i := range p.Routers {
+		rt := &p.Routers[i]
 		switch {
 		case rt.Builtin == store.BuiltinSubscriptionPreference:
 			cur = snapshot.RouteBuiltin(cur, rt.Pinned)
@@ -36,30 +50,65 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		case h.plugins == nil:
 			return nil, nil, errNoPlugins
 		}
-		in := &plugins.RouteInput{Principal: plugins.PrincipalIn{ID: p.ID, Name: p.Name}, Model: model, Stream: stream,
-			Headers: map[string]string{}, Config: rt.Config, Candidates: make([]plugins.Candidate, 0, len(cur))}
-		for _, name := range []string{"Anthropic-Beta", "Anthropic-Version", "User-Agent"} {
-			if v := r.Header.Get(name); v != "" {
-				in.Headers[name] = v
-			}
-		}
-		byID := make(map[string]*snapshot.Upstream, len(cur))
-		for _, u := range cur {
-			in.Candidates = append(in.Candidates, plugins.Candidate{ID: u.ID, Name: u.Name, Kind: u.Kind, Healthy: u.Enabled && u.Credential != ""})
-			byID[u.ID] = u
-		}
-		out, err := h.plugins.Route(r.Context(), rt.WasmDigest, in)
+		b, release, err := h.binding(snap, rt)
 		if err != nil {
 			return nil, nil, fmt.Errorf("plugin %s: %w", rt.WasmName, err)
 		}
-		if out.Refuse != nil {
-			return nil, out.Refuse, nil
+		if sc == nil {
+			sc = scratchPool.Get().(*routeScratch)
 		}
-		next := make([]*snapshot.Upstream, 0, len(out.Upstreams))
-		for _, id := range out.Upstreams {
-			next = append(next, byID[id])
+		sc.cands = sc.cands[:0]
+		for _, u := range cur {
+			sc.cands = append(sc.cands, uint16(u.UsableIndex))
+		}
+		req := plugins.RouteRequest{PrincipalID: p.ID, PrincipalName: p.Name, Model: model, Stream: stream,
+			AnthropicBeta: r.Header.Get("Anthropic-Beta"), AnthropicVersion: r.Header.Get("Anthropic-Version"), UserAgent: r.Header.Get("User-Agent")}
+		chosen, refusal, err := b.Route(r.Context(), &req, sc.cands, sc.chosen)
+		if release {
+			b.Release()
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("plugin %s: %w", rt.WasmName, err)
+		}
+		if refusal != nil {
+			return nil, refusal, nil
+		}
+		sc.chosen = chosen[:0]
+		next := make([]*snapshot.Upstream, len(chosen))
+		for j, c := range chosen {
+			next[j] = snap.Usable[c]
 		}
 		cur = next
 	}
 	return cur, nil, nil
+}
+
+// binding returns the entry's plugin binding for this snapshot, binding it
+// on first use. It lives as long as the snapshot: its reference is given
+// back when the snapshot is collected. release is true when the caller
+// must give it back itself (an entry without a Bound slot).
+func (h *Handler) binding(snap *snapshot.Snapshot, rt *snapshot.Router) (_ *plugins.Binding, release bool, _ error) {
+	if rt.Bound != nil {
+		if b, ok := rt.Bound.Load().(*plugins.Binding); ok {
+			return b, false, nil
+		}
+	}
+	table := make([]plugins.Candidate, len(snap.Usable))
+	for i, u := range snap.Usable {
+		table[i] = plugins.Candidate{ID: u.ID, Name: u.Name, Kind: u.Kind, Healthy: u.Enabled && u.Credential != ""}
+	}
+	b, err := h.plugins.BindRouter(rt.WasmDigest, rt.Config, table)
+	if err != nil {
+		return nil, false, err
+	}
+	if rt.Bound == nil {
+		return b, true, nil
+	}
+	v, won := rt.Bound.Set(b)
+	if !won {
+		b.Release()
+		return v.(*plugins.Binding), false, nil
+	}
+	runtime.AddCleanup(rt.Bound, (*plugins.Binding).Release, b)
+	return b, false, nil
 }

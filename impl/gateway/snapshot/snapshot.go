@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
@@ -78,6 +79,27 @@ type Router struct {
 	// Pinned restricts candidates to these upstream ids when non-empty
 	// (config keys upstream_id / upstream_ids).
 	Pinned []string
+	// Bound holds the WASM entry's plugin binding for this snapshot (its
+	// module bound to Config and Usable), set by the first request that
+	// runs it (nil for built-in entries).
+	Bound *Bound
+}
+
+// Bound is a slot set once, lazily, by the request path: what a WASM
+// router entry needs per snapshot is prepared on first use rather than
+// when the snapshot is built, so building stays free of plugin work.
+type Bound struct{ v atomic.Value }
+
+// Load returns the value set, or nil.
+func (b *Bound) Load() any { return b.v.Load() }
+
+// Set stores v unless a value is already set; it returns the value in
+// force and whether it is v.
+func (b *Bound) Set(v any) (any, bool) {
+	if b.v.CompareAndSwap(nil, v) {
+		return v, true
+	}
+	return b.v.Load(), false
 }
 
 // Upstream is the request-path view of an upstream with its credential
@@ -102,6 +124,9 @@ type Upstream struct {
 	// Shared by every request: never modify them.
 	MessagesTarget, CountTokensTarget *url.URL
 	SpecRevision                      int64
+	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
+	// it is not usable: router plugins name upstreams by it.
+	UsableIndex int
 }
 
 // Opener decrypts an upstream credential bound to its upstream id.
@@ -150,7 +175,9 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		s.Plugins[pe.ID] = pe
 	}
 	for _, u := range s.Upstreams {
+		u.UsableIndex = -1
 		if u.Enabled && u.Credential != "" {
+			u.UsableIndex = len(s.Usable)
 			s.Usable = append(s.Usable, u)
 		}
 	}
@@ -189,6 +216,7 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 			if pe, ok := s.Plugins[r.WasmRegistryID]; ok {
 				r.WasmDigest, r.WasmName = pe.Digest, pe.Name
 			}
+			r.Bound = &Bound{}
 		}
 		p.Routers = append(p.Routers, r)
 	}

@@ -262,3 +262,33 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 		t.Fatalf("lone refresh: %v, generation %d, %d reads", err, rt.Current().Generation, l.loads.Load())
 	}
 }
+
+// A WASM router entry gets a Bound slot for the request path, and every
+// usable upstream knows its index in Usable (what router plugins name).
+func TestBuildPluginEntriesAndUsableIndexes(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(1)
+	reg := "wasm_1"
+	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
+	s := Build(cfg, xorOpener{}, time.Now())
+	for i, u := range s.Usable {
+		if u.UsableIndex != i {
+			t.Errorf("%s: index %d at %d", u.ID, u.UsableIndex, i)
+		}
+	}
+	if len(s.Usable) != 2 || s.Upstream("up_off").UsableIndex != -1 {
+		t.Fatalf("usable %v, up_off index %d", s.Usable, s.Upstream("up_off").UsableIndex)
+	}
+	p := s.Principal("pr_1")
+	if !p.Dynamic || p.Routers[0].Bound != nil || p.Routers[1].Bound == nil || p.Routers[1].WasmDigest != "d1" {
+		t.Fatalf("routers %+v", p.Routers)
+	}
+	b := p.Routers[1].Bound
+	if v, won := b.Set("first"); !won || v != "first" || b.Load() != "first" {
+		t.Fatal("first Set")
+	}
+	if v, won := b.Set("second"); won || v != "first" {
+		t.Fatal("a second Set replaced the value")
+	}
+}
