@@ -20,11 +20,14 @@
 //
 // Tool calls: the extent size is read once (vgs) and kept, since a create
 // or resize needs it and it changes only when an administrator runs
-// vgchange -s or recreates the group; a size that disagrees with it is
-// read again before it is judged (see CreateVolume). Nothing else is kept:
-// free space and existence are asked of the tools every time, and a
-// create runs lvcreate first, so lvcreate's own refusals (the name is
-// taken, the space is short) are the answer rather than an earlier look.
+// vgchange -s or recreates the group; when lvcreate reports rounding a
+// size up, or an existing LV's size disagrees, it is read again before
+// anything is judged, and a refusal saying the group is gone drops it.
+// Nothing else is kept: free space and existence are asked of the tools
+// every time. A create runs lvcreate first, so lvcreate's own refusals
+// (the name is taken, the space is short) are the answer rather than an
+// earlier look, and a clean success is the whole answer: a thin volume
+// is one tool call, a linear one three (lvcreate, blkdiscard, lvchange).
 package lvm
 
 import (
@@ -390,7 +393,21 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 	} else {
 		args = []string{"-y", "-n", name, "-L", strconv.FormatInt(size, 10) + "b", "--addtag", TagOwned, "--addtag", TagUnwiped, b.cfg.VolumeGroup}
 	}
-	if _, err := b.run.Run(ctx, "lvcreate", args...); err != nil {
+	out, err := b.run.Run(ctx, "lvcreate", args...)
+	switch {
+	case err == nil && !strings.Contains(string(out), "Rounding up"):
+		// lvcreate made exactly what it was asked: this name, these tags,
+		// in this mode and pool, and size bytes (it says so when it rounds
+		// a size up to whole extents, which a stale extent size would
+		// make it do), so reading the LV back would tell nothing new.
+		v := backend.Volume{Name: name, SizeBytes: size, DevicePath: b.DevicePath(name), Mode: mode, Native: b.cfg.VolumeGroup + "/" + name}
+		if mode == backend.ModeLinear {
+			if err := b.zero(ctx, v); err != nil {
+				return backend.Volume{}, err
+			}
+		}
+		return v, nil
+	case err != nil:
 		err = classify(err)
 		if !errors.Is(err, backend.ErrAlreadyExists) {
 			b.forget(err)
@@ -429,17 +446,25 @@ func (b *Backend) finish(ctx context.Context, l lv, size int64, mode string) (ba
 	if err != nil || !l.tagged(TagUnwiped) {
 		return v, err
 	}
+	if err := b.zero(ctx, v); err != nil {
+		return backend.Volume{}, err
+	}
+	return v, nil
+}
+
+// zero zeroes a new linear volume whole, then drops its TagUnwiped.
+func (b *Backend) zero(ctx context.Context, v backend.Volume) error {
 	// The zeroing runs to its end even when the caller gives up: a retry
 	// waits for it (the agent serialises calls per volume) instead of
 	// starting over.
 	wctx := context.WithoutCancel(ctx)
 	if _, err := b.run.Run(wctx, "blkdiscard", "-z", v.DevicePath); err != nil {
-		return backend.Volume{}, fmt.Errorf("lvm: zero %s before first use: %w", v.Native, classify(err))
+		return fmt.Errorf("lvm: zero %s before first use: %w", v.Native, classify(err))
 	}
 	if _, err := b.run.Run(wctx, "lvchange", "--deltag", TagUnwiped, v.Native); err != nil {
-		return backend.Volume{}, fmt.Errorf("lvm: mark %s zeroed: %w", v.Native, classify(err))
+		return fmt.Errorf("lvm: mark %s zeroed: %w", v.Native, classify(err))
 	}
-	return v, nil
+	return nil
 }
 
 // notOwned is the refusal to touch an LV the driver did not create.
