@@ -6,8 +6,8 @@ package backends_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
