@@ -187,6 +187,13 @@ kubelet waits until its own node status lists the volume in `volumesInUse` (kube
 serial bench creates each pod right after the previous one started, which lines every pod up with
 the same point of the 10 s cycle. Attach (external-attacher → `ControllerPublishVolume`) takes well
 under a second, staging and publishing together a few hundred milliseconds.
+
+`CreateVolume` here is the controller's: the `ListPools` readiness check, then the agent's create,
+every storage tool call a process start of pillar-agent-sim inside the kind node. Up to commit 75bfb58
+that was ten tool processes one after another on this chart's two pools (LVM thin: vgs, lvs, lvs; ZFS:
+zpool list, zfs list, zfs list; the create: vgs, lvs, lvcreate, lvs); since then it is five, of which
+three wait on each other (the two pools' two reports each asked at once, then one lvcreate). The agent
+section above measures the agent's part alone.
 EOF
   fi
 } >"$tmp/benchmarks.md"
