@@ -397,9 +397,10 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 	switch {
 	case err == nil && !strings.Contains(string(out), "Rounding up"):
 		// lvcreate made exactly what it was asked: this name, these tags,
-		// in this mode and pool, and size bytes (it says so when it rounds
-		// a size up to whole extents, which a stale extent size would
-		// make it do), so reading the LV back would tell nothing new.
+		// in this mode and pool, and size bytes (it says so on standard
+		// output when it rounds a size up to whole extents, which a stale
+		// extent size would make it do: LVM 2.03 "Rounding up size to full
+		// physical extent"), so reading the LV back would tell nothing new.
 		v := backend.Volume{Name: name, SizeBytes: size, DevicePath: b.DevicePath(name), Mode: mode, Native: b.cfg.VolumeGroup + "/" + name}
 		if mode == backend.ModeLinear {
 			if err := b.zero(ctx, v); err != nil {
