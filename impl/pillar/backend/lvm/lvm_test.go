@@ -322,3 +322,29 @@ func TestRoundingUpReadsBack(t *testing.T) {
 		t.Fatalf("create with the extent size read again = %+v, %v", v, err)
 	}
 }
+
+// ExpandVolume reads the extent size only when none is kept, and the size
+// it reports is the one lvs reads back after lvextend.
+func TestExpandUsesKeptExtentSize(t *testing.T) {
+	t.Parallel()
+	lv := func(size string) string {
+		return lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"` + size + `", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi"}`)
+	}
+	b := newScripted(t, Config{},
+		call{Cmd: lvsPVC, Stdout: lv("4194304")},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: "lvextend -L 8388608b vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 successfully resized.\n"},
+		call{Cmd: lvsPVC, Stdout: lv("8388608")},
+		call{Cmd: lvsPVC, Stdout: lv("8388608")},
+		call{Cmd: "lvextend -L 12582912b vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 successfully resized.\n"},
+		call{Cmd: lvsPVC, Stdout: lv("16777216")},
+	)
+	if v, err := b.ExpandVolume(context.Background(), "pvc-1", 5<<20); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("expand = %+v, %v", v, err)
+	}
+	// lvextend rounding further (the group's extents grew meanwhile) is
+	// reported as the tools report it.
+	if v, err := b.ExpandVolume(context.Background(), "pvc-1", 9<<20); err != nil || v.SizeBytes != 16<<20 {
+		t.Fatalf("expand = %+v, %v", v, err)
+	}
+}
