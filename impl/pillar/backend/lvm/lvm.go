@@ -16,7 +16,8 @@
 // Sizes: LVM allocates whole physical extents (4 MiB unless the volume
 // group was created otherwise), for thin volumes too, so sizes are rounded
 // up to the extent size before the tools see them; the reported size is
-// what lvs reports afterwards.
+// the tools': what lvs reports, or for a new LV the size lvcreate made
+// without rounding (see below).
 //
 // Tool calls: the extent size is read once (vgs) and kept, since a create
 // or resize needs it and it changes only when an administrator runs
@@ -678,23 +679,24 @@ func (b *Backend) Discover(ctx context.Context) backend.Pool {
 		p.Reason = b.reason(err)
 		return p
 	}
+	var pool backend.Capacity
+	if b.cfg.ThinPool != "" {
+		if pool, err = b.thinPool(ctx); err != nil {
+			p.Reason = b.reason(err)
+			return p
+		}
+	}
+	p.Discovered = true
 	mode, err := b.resolveMode(nil)
 	if err != nil {
 		p.Reason = b.reason(err)
 		return p
 	}
 	c := backend.Capacity{TotalBytes: vg.size, FreeBytes: vg.free}
-	if b.cfg.ThinPool != "" {
-		pool, err := b.thinPool(ctx)
-		if err != nil {
-			p.Reason = b.reason(err)
-			return p
-		}
-		if mode == backend.ModeThin {
-			c = pool
-		}
+	if mode == backend.ModeThin {
+		c = pool
 	}
-	p.Discovered, p.Capacity, p.Healthy = true, c, true
+	p.Capacity, p.Healthy = c, true
 	return p
 }
 
