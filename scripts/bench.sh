@@ -112,7 +112,8 @@ EOF2
     echo "Beside them, the same calls on the real kernel under qemu (\`make e2e-kernel\` of $(date -u -r "$kconsole" '+%Y-%m-%d %H:%M UTC'):"
     echo "real LVM thin pool and ZFS on virtio disks, nvme-tcp over loopback, in a TCG-emulated guest, so several"
     echo 'times slower than hardware; `csi-*` rows are the CSI calls through pillar-controller and pillar-node, whose'
-    echo 'CreateVolume includes the ListPools readiness check; NodeStage connects, formats and mounts):'
+    echo 'CreateVolume includes the ListPools readiness check; NodeStage connects, formats and mounts; its'
+    echo 'simulated counterpart, on loop devices, is the kind section'"'"'s NodeStageVolume row):'
     echo
     cat "$tmp/kernel.md"
   else
