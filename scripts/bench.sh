@@ -116,6 +116,8 @@ EOF2
     echo 'simulated counterpart, on loop devices, is the kind section'"'"'s NodeStageVolume row):'
     echo
     cat "$tmp/kernel.md"
+    echo
+    echo "The guest's tests make each call once or a few times, so these are single samples, not percentiles."
   else
     echo
     echo 'No real-kernel figures: bin/artifacts/kernel/console.log of a `make e2e-kernel` run with PILLAR-BENCH lines is missing.'
