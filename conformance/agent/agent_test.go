@@ -192,6 +192,23 @@ var _ = Describe("Volumes and exports", Label("S-AG-10"), func() {
 		Expect(thin.Volume.ProvisioningMode).To(Equal("thin"))
 		_, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-t", SizeBytes: 10 * mib, Parameters: map[string]string{"provisioningMode": "linear"}})
 		Expect(codeOf(err)).To(Equal(codes.AlreadyExists), "%v", err)
+		// The agent has read vg0 by now and keeps its extent size only:
+		// space is lvcreate's to refuse, and a retry of a create that
+		// took the group's space finds its volume, not a shortage.
+		_, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-huge", SizeBytes: 64 * gib})
+		Expect(codeOf(err)).To(Equal(codes.ResourceExhausted), "%v", err)
+		cp, err := c.GetCapacity(h.Ctx(), &agentv1.GetCapacityRequest{Pool: "vg0"})
+		Expect(err).NotTo(HaveOccurred())
+		fill := cp.FreeBytes / mib * mib
+		full, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-fill", SizeBytes: fill})
+		Expect(err).NotTo(HaveOccurred())
+		refill, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-fill", SizeBytes: fill})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(refill.Volume.SizeBytes).To(Equal(full.Volume.SizeBytes))
+		_, err = c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "vg0", Name: "pvc-more", SizeBytes: 4 * mib})
+		Expect(codeOf(err)).To(Equal(codes.ResourceExhausted), "%v", err)
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "vg0", Name: "pvc-fill"})
+		Expect(err).NotTo(HaveOccurred())
 
 		list, err := c.ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{})
 		Expect(err).NotTo(HaveOccurred())

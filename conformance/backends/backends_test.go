@@ -7,6 +7,7 @@ package backends_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -257,5 +258,51 @@ func TestUnprivilegedAgentIsDegraded(t *testing.T) {
 		if p.Discovered || p.Healthy || !strings.Contains(p.Reason, "is the agent privileged?") {
 			t.Errorf("%s: Discover = %+v", b.Kind(), p)
 		}
+	}
+}
+
+// The LVM backend keeps a volume group's extent size between calls; a
+// group removed and made again with another extent size is noticed (the
+// removal by lvcreate's refusal, the new size by lvcreate rounding up),
+// so sizes stay the tools' and refusals keep their meaning.
+func TestLVMExtentSizeFollowsTheGroup(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	check(t, h.CreateVolumeGroup("vg0", 256*mib, 4*mib))
+	b := lvm.New(lvm.Config{VolumeGroup: "vg0", DeviceRoot: h.DeviceRoot()}, inProcess(h))
+	ctx := context.Background()
+	v, err := b.CreateVolume(ctx, "pvc-1", 1*mib, nil)
+	if err != nil || v.SizeBytes != 4*mib {
+		t.Fatalf("create with 4 MiB extents = %+v, %v", v, err)
+	}
+
+	// Recreated under the agent with 8 MiB extents: what lvcreate makes
+	// is reported, not what 4 MiB extents would have made.
+	check(t, h.RemoveVolumeGroup("vg0"))
+	check(t, h.CreateVolumeGroup("vg0", 256*mib, 8*mib))
+	if v, err = b.CreateVolume(ctx, "pvc-2", 1*mib, nil); err != nil || v.SizeBytes != 8*mib {
+		t.Fatalf("create after the group changed = %+v, %v", v, err)
+	}
+	if got, err := b.GetVolume(ctx, "pvc-2"); err != nil || got.SizeBytes != 8*mib {
+		t.Fatalf("the tools' size = %+v, %v", got, err)
+	}
+	// A retry of that create is the same volume, not a conflict.
+	if v, err = b.CreateVolume(ctx, "pvc-2", 1*mib, nil); err != nil || v.SizeBytes != 8*mib {
+		t.Fatalf("retried create = %+v, %v", v, err)
+	}
+
+	// Gone: lvcreate's refusal is Unavailable, and the group made again
+	// with 4 MiB extents is read afresh.
+	check(t, h.RemoveVolumeGroup("vg0"))
+	if _, err := b.CreateVolume(ctx, "pvc-3", 1*mib, nil); !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("create in a removed group: %v", err)
+	}
+	check(t, h.CreateVolumeGroup("vg0", 64*mib, 4*mib))
+	if v, err = b.CreateVolume(ctx, "pvc-3", 1*mib, nil); err != nil || v.SizeBytes != 4*mib {
+		t.Fatalf("create in the group made again = %+v, %v", v, err)
+	}
+	// Short of space: lvcreate refuses, whatever was read before.
+	if _, err := b.CreateVolume(ctx, "pvc-4", 128*mib, nil); !errors.Is(err, backend.ErrResourceExhausted) {
+		t.Fatalf("create beyond free space: %v", err)
 	}
 }

@@ -13,6 +13,7 @@
 package storagetools
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -132,6 +133,11 @@ func Open(dir string) (*Host, error) {
 		return nil, fmt.Errorf("storagetools: %w", err)
 	}
 	h := &Host{dir: abs}
+	if _, err := os.Stat(filepath.Join(abs, stateFile)); err == nil {
+		// Every tool run opens the host: an existing state is read under
+		// the lock by the command itself, not once more here.
+		return h, nil
+	}
 	return h, h.update(func(*state) error { return nil })
 }
 
@@ -157,12 +163,12 @@ func (h *Host) update(fn func(*state) error) error {
 		return err
 	}
 	defer unlock()
-	st, err := h.load()
+	st, raw, err := h.load()
 	if err != nil {
 		return err
 	}
 	ferr := fn(st)
-	if err := h.save(st); err != nil {
+	if err := h.save(st, raw); err != nil {
 		return err
 	}
 	return ferr
@@ -185,16 +191,18 @@ func (h *Host) lock() (func(), error) {
 	}, nil
 }
 
-func (h *Host) load() (*state, error) {
+// load reads the state and returns it with the file's bytes (nil when
+// there is no file yet).
+func (h *Host) load() (*state, []byte, error) {
 	st := &state{}
 	data, err := os.ReadFile(filepath.Join(h.dir, stateFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return nil, fmt.Errorf("storagetools: %w", err)
+		return nil, nil, fmt.Errorf("storagetools: %w", err)
 	default:
 		if err := json.Unmarshal(data, st); err != nil {
-			return nil, fmt.Errorf("storagetools: corrupt %s: %w", stateFile, err)
+			return nil, nil, fmt.Errorf("storagetools: corrupt %s: %w", stateFile, err)
 		}
 	}
 	if st.Pools == nil {
@@ -206,19 +214,26 @@ func (h *Host) load() (*state, error) {
 	if st.VolumeGroups == nil {
 		st.VolumeGroups = map[string]*volumeGroup{}
 	}
-	return st, nil
+	return st, data, nil
 }
 
-func (h *Host) save(st *state) error {
+// save writes the state unless it is what the file already holds (a
+// report such as lvs or zfs list changes nothing, and skipping the write
+// keeps a read as cheap as the real tools' reads).
+func (h *Host) save(st *state, old []byte) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
+	}
+	data = append(data, '\n')
+	if old != nil && bytes.Equal(data, old) {
+		return nil
 	}
 	tmp, err := os.CreateTemp(h.dir, ".state-*")
 	if err != nil {
 		return fmt.Errorf("storagetools: %w", err)
 	}
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return fmt.Errorf("storagetools: %w", err)

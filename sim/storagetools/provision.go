@@ -6,7 +6,7 @@ import "fmt"
 // (relative to the pool, may be empty) when they are missing, so a
 // simulated agent can start on a configuration without manual setup.
 func (h *Host) EnsurePool(name, parentDataset string, size int64) error {
-	st, err := h.load()
+	st, _, err := h.load()
 	if err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func (h *Host) EnsurePool(name, parentDataset string, size int64) error {
 // EnsureVolumeGroup creates a volume group of size bytes and, when thinPool
 // is set, a thin pool taking half of it, when they are missing.
 func (h *Host) EnsureVolumeGroup(name, thinPool string, size int64) error {
-	st, err := h.load()
+	st, _, err := h.load()
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -509,5 +510,37 @@ func TestLVMFreedExtents(t *testing.T) {
 	run("blkdiscard", "-z", h.lvPath("vg0", "new"))
 	if got := read("new", 1<<20); got != "\x00\x00\x00" {
 		t.Fatalf("after blkdiscard -z: %q", got)
+	}
+}
+
+// A report leaves state.json alone (the write is skipped, not just the
+// same bytes written again), and a command that changes the host writes it.
+func TestReportDoesNotRewriteState(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, func(h *Host) error { return h.CreateVolumeGroup("vg0", 1<<30, 0) })
+	inode := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(h.Dir(), stateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	before := inode()
+	var out, errb bytes.Buffer
+	if code := h.Run("vgs", []string{"vg0"}, &out, &errb); code != 0 {
+		t.Fatalf("vgs exit %d: %s", code, errb.String())
+	}
+	if _, err := Open(h.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	if inode() != before {
+		t.Fatal("vgs or Open rewrote state.json")
+	}
+	if code := h.Run("lvcreate", []string{"-y", "-n", "lv1", "-L", "4m", "vg0"}, &out, &errb); code != 0 {
+		t.Fatalf("lvcreate exit %d: %s", code, errb.String())
+	}
+	if inode() == before {
+		t.Fatal("lvcreate did not write state.json")
 	}
 }

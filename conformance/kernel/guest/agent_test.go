@@ -131,7 +131,9 @@ func TestAgentEndToEnd(t *testing.T) {
 		{pool: "tankagent", name: "pvc-zvol", params: map[string]string{"compression": "lz4"}},
 	}
 	for _, v := range vols {
+		t0 := time.Now()
 		r, err := c.CreateVolume(ctx(t), &agentv1.CreateVolumeRequest{Pool: v.pool, Name: v.name, SizeBytes: 64 * mib, Parameters: v.params})
+		benchLine("agent-createvolume", map[string]string{"vgagent": "lvm-", "tankagent": "zfs"}[v.pool]+v.mode, time.Since(t0))
 		if err != nil {
 			t.Fatalf("create %s/%s: %v", v.pool, v.name, err)
 		}

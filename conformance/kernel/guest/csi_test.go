@@ -111,8 +111,10 @@ func TestCSIOnRealKernel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cap.AccessMode = &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
 			caps := []*csi.VolumeCapability{tc.cap}
+			t0 := time.Now()
 			cv, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + tc.name, VolumeCapabilities: caps,
 				CapacityRange: &csi.CapacityRange{RequiredBytes: 320 << 20}, Parameters: map[string]string{"store": "fast"}})
+			benchLine("csi-createvolume", "lvm-thin", time.Since(t0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,9 +125,11 @@ func TestCSIOnRealKernel(t *testing.T) {
 			}
 			staging, target := filepath.Join(dir, tc.name, "staging"), filepath.Join(dir, tc.name, "pod", "vol")
 			os.MkdirAll(staging, 0o750)
+			t0 = time.Now()
 			if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pub.PublishContext, StagingTargetPath: staging, VolumeCapability: tc.cap}); err != nil {
 				t.Fatal(err)
 			}
+			benchLine("csi-nodestage", "nvme-tcp-"+tc.name, time.Since(t0))
 			dev := deviceByUUID(pub.PublishContext["uuid"])
 			if !strings.HasPrefix(dev, "/dev/nvme") {
 				t.Fatalf("no NVMe device for uuid %s after staging", pub.PublishContext["uuid"])

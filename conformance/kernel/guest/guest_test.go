@@ -288,3 +288,9 @@ func readAt(t testing.TB, dev string, off int64, n int) []byte {
 }
 
 func sameBytes(a, b []byte) bool { return bytes.Equal(a, b) }
+
+// benchLine prints one call's duration for make bench, which collects
+// these lines from the console (conformance/bench/cmd/kernelbench).
+func benchLine(op, what string, d time.Duration) {
+	fmt.Printf("PILLAR-BENCH %s %s %.1fms\n", op, what, float64(d)/float64(time.Millisecond))
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -148,10 +149,18 @@ func kindOf(k backend.Kind) agentv1.BackendKind {
 type defaultModer interface{ DefaultProvisioningMode() string }
 
 func (s *Server) pools(ctx context.Context) []*agentv1.Pool {
+	names := s.backends.Names()
+	// Each backend's tools are asked at once: the controller lists pools
+	// before every create, and backends share nothing.
+	found := make([]backend.Pool, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { found[i] = s.backends[n].Discover(ctx) })
+	}
+	wg.Wait()
 	var out []*agentv1.Pool
-	for _, n := range s.backends.Names() {
-		b := s.backends[n]
-		p := b.Discover(ctx)
+	for i, n := range names {
+		b, p := s.backends[n], found[i]
 		ap := &agentv1.Pool{
 			Name: p.Name, Kind: kindOf(p.Kind),
 			Layout:     &agentv1.Layout{ParentDataset: p.Layout.ParentDataset, ThinPool: p.Layout.ThinPool},

@@ -16,7 +16,19 @@
 // Sizes: LVM allocates whole physical extents (4 MiB unless the volume
 // group was created otherwise), for thin volumes too, so sizes are rounded
 // up to the extent size before the tools see them; the reported size is
-// what lvs reports afterwards.
+// the tools': what lvs reports, or for a new LV the size lvcreate made
+// without rounding (see below).
+//
+// Tool calls: the extent size is read once (vgs) and kept, since a create
+// or resize needs it and it changes only when an administrator runs
+// vgchange -s or recreates the group; when lvcreate reports rounding a
+// size up, or an existing LV's size disagrees, it is read again before
+// anything is judged, and a refusal saying the group is gone drops it.
+// Nothing else is kept: free space and existence are asked of the tools
+// every time. A create runs lvcreate first, so lvcreate's own refusals
+// (the name is taken, the space is short) are the answer rather than an
+// earlier look, and a clean success is the whole answer: a thin volume
+// is one tool call, a linear one three (lvcreate, blkdiscard, lvchange).
 package lvm
 
 import (
@@ -28,6 +40,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
 	"github.com/pillarhq/pillar/impl/pillar/keylock"
@@ -68,6 +81,10 @@ type Backend struct {
 	// losers of a race must not zero the LV beside the winner (blkdiscard
 	// opens the device exclusively, so the second one fails EBUSY).
 	creating keylock.Set
+	// extentSize is the volume group's extent size as vgs last reported
+	// it, 0 before the first report or after a refusal that says the
+	// group is gone.
+	extentSize atomic.Int64
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -282,7 +299,26 @@ func (b *Backend) vg(ctx context.Context) (vgInfo, error) {
 	if v.extentSize <= 0 {
 		return vgInfo{}, fmt.Errorf("lvm: vgs %s: extent size %d", b.cfg.VolumeGroup, v.extentSize)
 	}
+	b.extentSize.Store(v.extentSize)
 	return v, nil
+}
+
+// extent is the volume group's extent size, read with vgs only when no
+// report is kept.
+func (b *Backend) extent(ctx context.Context) (int64, error) {
+	if e := b.extentSize.Load(); e > 0 {
+		return e, nil
+	}
+	vg, err := b.vg(ctx)
+	return vg.extentSize, err
+}
+
+// forget drops the kept extent size after a refusal that may mean the
+// volume group was removed (and may come back with another extent size).
+func (b *Backend) forget(err error) {
+	if errors.Is(err, backend.ErrUnavailable) {
+		b.extentSize.Store(0)
+	}
 }
 
 // resolveMode picks the provisioning mode of a request and checks the
@@ -343,39 +379,63 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 		return backend.Volume{}, err
 	}
 	defer b.creating.Lock(name)()
-	vg, err := b.vg(ctx)
+	extent, err := b.extent(ctx)
 	if err != nil {
 		return backend.Volume{}, err
 	}
-	size := backend.RoundUp(sizeBytes, vg.extentSize)
-	existing, found, err := b.get(ctx, name)
-	if err != nil {
-		return backend.Volume{}, err
-	}
-	if found {
-		return b.finish(ctx, existing, size, mode)
-	}
+	size := backend.RoundUp(sizeBytes, extent)
+	// lvcreate first: it refuses a taken name before it looks at free
+	// space, so a retry of a create that succeeded finds its volume below
+	// however full the group is, and a short group is refused by the tool
+	// itself, never by an older reading of it.
 	var args []string
 	if mode == backend.ModeThin {
 		args = []string{"-y", "-n", name, "-V", strconv.FormatInt(size, 10) + "b", "--thinpool", b.cfg.ThinPool, "--addtag", TagOwned, b.cfg.VolumeGroup}
 	} else {
 		args = []string{"-y", "-n", name, "-L", strconv.FormatInt(size, 10) + "b", "--addtag", TagOwned, "--addtag", TagUnwiped, b.cfg.VolumeGroup}
 	}
-	if _, err := b.run.Run(ctx, "lvcreate", args...); err != nil {
+	out, err := b.run.Run(ctx, "lvcreate", args...)
+	switch {
+	case err == nil && !strings.Contains(string(out), "Rounding up"):
+		// lvcreate made exactly what it was asked: this name, these tags,
+		// in this mode and pool, and size bytes (it says so on standard
+		// output when it rounds a size up to whole extents, which a stale
+		// extent size would make it do: LVM 2.03 "Rounding up size to full
+		// physical extent"), so reading the LV back would tell nothing new.
+		v := backend.Volume{Name: name, SizeBytes: size, DevicePath: b.DevicePath(name), Mode: mode, Native: b.cfg.VolumeGroup + "/" + name}
+		if mode == backend.ModeLinear {
+			if err := b.zero(ctx, v); err != nil {
+				return backend.Volume{}, err
+			}
+		}
+		return v, nil
+	case err != nil:
 		err = classify(err)
 		if !errors.Is(err, backend.ErrAlreadyExists) {
+			b.forget(err)
 			return backend.Volume{}, fmt.Errorf("lvm: create %s/%s: %w", b.cfg.VolumeGroup, name, err)
 		}
-		// Lost a race with a concurrent create of the same name.
+		// The name is taken: a retry, a concurrent create of the same
+		// name, or someone else's LV; finish tells them apart.
 	}
-	created, found, err := b.get(ctx, name)
+	l, found, err := b.get(ctx, name)
 	if err != nil {
 		return backend.Volume{}, err
 	}
 	if !found {
 		return backend.Volume{}, fmt.Errorf("lvm: %s/%s vanished after create", b.cfg.VolumeGroup, name)
 	}
-	return b.finish(ctx, created, size, mode)
+	if l.size != size {
+		// Either a volume of another size, or the kept extent size is
+		// stale (vgchange -s, or the group recreated): ask vgs again
+		// before calling it a conflict.
+		vg, err := b.vg(ctx)
+		if err != nil {
+			return backend.Volume{}, err
+		}
+		size = backend.RoundUp(sizeBytes, vg.extentSize)
+	}
+	return b.finish(ctx, l, size, mode)
 }
 
 // finish checks an existing or new LV against the request and completes
@@ -388,17 +448,25 @@ func (b *Backend) finish(ctx context.Context, l lv, size int64, mode string) (ba
 	if err != nil || !l.tagged(TagUnwiped) {
 		return v, err
 	}
+	if err := b.zero(ctx, v); err != nil {
+		return backend.Volume{}, err
+	}
+	return v, nil
+}
+
+// zero zeroes a new linear volume whole, then drops its TagUnwiped.
+func (b *Backend) zero(ctx context.Context, v backend.Volume) error {
 	// The zeroing runs to its end even when the caller gives up: a retry
 	// waits for it (the agent serialises calls per volume) instead of
 	// starting over.
 	wctx := context.WithoutCancel(ctx)
 	if _, err := b.run.Run(wctx, "blkdiscard", "-z", v.DevicePath); err != nil {
-		return backend.Volume{}, fmt.Errorf("lvm: zero %s before first use: %w", v.Native, classify(err))
+		return fmt.Errorf("lvm: zero %s before first use: %w", v.Native, classify(err))
 	}
 	if _, err := b.run.Run(wctx, "lvchange", "--deltag", TagUnwiped, v.Native); err != nil {
-		return backend.Volume{}, fmt.Errorf("lvm: mark %s zeroed: %w", v.Native, classify(err))
+		return fmt.Errorf("lvm: mark %s zeroed: %w", v.Native, classify(err))
 	}
-	return v, nil
+	return nil
 }
 
 // notOwned is the refusal to touch an LV the driver did not create.
@@ -483,17 +551,23 @@ func (b *Backend) ExpandVolume(ctx context.Context, name string, sizeBytes int64
 	if !l.owned() {
 		return backend.Volume{}, b.notOwned(name)
 	}
-	vg, err := b.vg(ctx)
+	// A stale extent size cannot mislead this: the LV's size is a
+	// multiple of the true extent size, so "already large enough" is
+	// decided the same with either, and lvextend rounds a larger target
+	// up itself (the size reported is read back).
+	extent, err := b.extent(ctx)
 	if err != nil {
 		return backend.Volume{}, err
 	}
-	target := backend.RoundUp(sizeBytes, vg.extentSize)
+	target := backend.RoundUp(sizeBytes, extent)
 	if target <= l.size {
 		return b.volume(l), nil
 	}
 	lvPath := b.cfg.VolumeGroup + "/" + name
 	if _, err := b.run.Run(ctx, "lvextend", "-L", strconv.FormatInt(target, 10)+"b", lvPath); err != nil {
-		return backend.Volume{}, fmt.Errorf("lvm: expand %s: %w", lvPath, classify(err))
+		err = classify(err)
+		b.forget(err)
+		return backend.Volume{}, fmt.Errorf("lvm: expand %s: %w", lvPath, err)
 	}
 	l, found, err = b.get(ctx, name)
 	if err != nil {
@@ -596,24 +670,31 @@ func (b *Backend) thinPool(ctx context.Context) (backend.Capacity, error) {
 }
 
 // Discover checks the volume group and, when configured, the thin pool,
-// and reads the capacity of the default mode.
+// and reports the capacity of the default mode from those same two
+// reports (vgs, and lvs of the thin pool), read fresh every time.
 func (b *Backend) Discover(ctx context.Context) backend.Pool {
 	p := backend.Pool{Name: b.cfg.VolumeGroup, Kind: backend.KindLVM, Layout: b.Layout()}
-	if _, err := b.vg(ctx); err != nil {
+	vg, err := b.vg(ctx)
+	if err != nil {
 		p.Reason = b.reason(err)
 		return p
 	}
+	var pool backend.Capacity
 	if b.cfg.ThinPool != "" {
-		if _, err := b.thinPool(ctx); err != nil {
+		if pool, err = b.thinPool(ctx); err != nil {
 			p.Reason = b.reason(err)
 			return p
 		}
 	}
 	p.Discovered = true
-	c, err := b.Capacity(ctx, nil)
+	mode, err := b.resolveMode(nil)
 	if err != nil {
 		p.Reason = b.reason(err)
 		return p
+	}
+	c := backend.Capacity{TotalBytes: vg.size, FreeBytes: vg.free}
+	if mode == backend.ModeThin {
+		c = pool
 	}
 	p.Capacity, p.Healthy = c, true
 	return p

@@ -3,6 +3,7 @@ package lvm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
@@ -28,6 +29,8 @@ const (
   }
 `
 	notFound = "  Failed to find logical volume \"vg0/pvc-1\"\n"
+	exists   = "  Logical Volume \"pvc-1\" already exists in volume group \"vg0\"\n"
+	lvcreate = "lvcreate -y -n pvc-1 -L 4194304b --addtag pillar-csi --addtag pillar-csi-unwiped vg0"
 )
 
 func lvsOut(rows string) string {
@@ -44,11 +47,10 @@ func TestCreateLinearCommands(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
-		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
 		// 1 GiB + 1 byte is rounded up to whole 4 MiB extents before lvcreate
 		// sees it (and -L in bytes must be a multiple of 512).
+		// A clean success is what was asked for: no read-back.
 		call{Cmd: "lvcreate -y -n pvc-1 -L 1077936128b --addtag pillar-csi --addtag pillar-csi-unwiped vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"1077936128", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi,pillar-csi-unwiped"}`)},
 		// A linear LV is zeroed whole before it is handed out, then marked so.
 		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
 		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 changed.\n"},
@@ -67,9 +69,7 @@ func TestCreateThinCommands(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{ThinPool: "thin0"},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
-		call{Cmd: lvsPVC, Stderr: notFound, Exit: 5},
 		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 --addtag pillar-csi vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
-		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)},
 	)
 	v, err := b.CreateVolume(context.Background(), "pvc-1", 1, map[string]string{ParamProvisioningMode: "thin"})
 	if err != nil || v.Mode != "thin" || v.SizeBytes != 4194304 {
@@ -81,6 +81,7 @@ func TestCreateExistingOtherModeIsAlreadyExists(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{ThinPool: "thin0"},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: "lvcreate -y -n pvc-1 -L 4194304b --addtag pillar-csi --addtag pillar-csi-unwiped vg0", Stderr: exists, Exit: 5},
 		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)},
 	)
 	_, err := b.CreateVolume(context.Background(), "pvc-1", 4194304, nil)
@@ -136,6 +137,7 @@ func TestCreateRetryFinishesZeroing(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvcreate, Stderr: exists, Exit: 5},
 		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi,pillar-csi-unwiped"}`)},
 		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
 		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1"},
@@ -152,6 +154,7 @@ func TestForeignLVIsLeftAlone(t *testing.T) {
 	foreign := lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"4194304", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":""}`)
 	b := newScripted(t, Config{},
 		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvcreate, Stderr: exists, Exit: 5},
 		call{Cmd: lvsPVC, Stdout: foreign},
 		call{Cmd: lvsPVC, Stdout: foreign},
 		call{Cmd: lvsPVC, Stdout: foreign},
@@ -219,5 +222,129 @@ func TestClassify(t *testing.T) {
 		if got := backend.Classify(classify(ce)); got != c.want {
 			t.Errorf("classify(%q) = %v, want %v", c.stderr, got, c.want)
 		}
+	}
+}
+
+func vgsOutExtent(extent string) string {
+	return strings.Replace(vgsOut, `"4194304B"`, `"`+extent+`"`, 1)
+}
+
+// The extent size is read once: the second create runs lvcreate and the
+// read-back only, and lvcreate's refusal of a short group is the answer
+// (no free space is kept or checked beforehand).
+func TestExtentSizeIsKeptAndLvcreateDecidesSpace(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvcreate, Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
+		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1"},
+		call{Cmd: "lvcreate -y -n pvc-2 -L 8589934592b --addtag pillar-csi --addtag pillar-csi-unwiped vg0",
+			Stderr: "  Volume group \"vg0\" has insufficient free space (1278 extents): 2048 required.\n", Exit: 5},
+	)
+	if _, err := b.CreateVolume(context.Background(), "pvc-1", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateVolume(context.Background(), "pvc-2", 8<<30, nil); !errors.Is(err, backend.ErrResourceExhausted) {
+		t.Fatalf("create beyond free space: %v", err)
+	}
+}
+
+// A volume whose size disagrees with the kept extent size has the extent
+// size read again before it is judged: here the group was recreated with
+// 8 MiB extents, so a retried 1 MiB create finds its 8 MiB volume rather
+// than a conflict with the 4 MiB it would have been.
+func TestStaleExtentSizeIsReadAgain(t *testing.T) {
+	t.Parallel()
+	lv8 := lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"8388608", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)
+	b := newScripted(t, Config{ThinPool: "thin0", ProvisioningMode: "thin"},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 --addtag pillar-csi vg0", Stderr: exists, Exit: 5},
+		call{Cmd: lvsPVC, Stdout: lv8},
+		call{Cmd: vgsCmd, Stdout: vgsOutExtent("8388608B")},
+		// 8 MiB is kept now: the same request rounds to 8 MiB, no vgs.
+		call{Cmd: "lvcreate -y -n pvc-1 -V 8388608b --thinpool thin0 --addtag pillar-csi vg0", Stderr: exists, Exit: 5},
+		call{Cmd: lvsPVC, Stdout: lv8},
+		// A request for another size is still a conflict, after one more look.
+		call{Cmd: "lvcreate -y -n pvc-1 -V 16777216b --thinpool thin0 --addtag pillar-csi vg0", Stderr: exists, Exit: 5},
+		call{Cmd: lvsPVC, Stdout: lv8},
+		call{Cmd: vgsCmd, Stdout: vgsOutExtent("8388608B")},
+	)
+	v, err := b.CreateVolume(context.Background(), "pvc-1", 1<<20, nil)
+	if err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("create after the extent size changed = %+v, %v", v, err)
+	}
+	if v, err = b.CreateVolume(context.Background(), "pvc-1", 1<<20, nil); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("retry = %+v, %v", v, err)
+	}
+	if _, err := b.CreateVolume(context.Background(), "pvc-1", 9<<20, nil); !errors.Is(err, backend.ErrAlreadyExists) {
+		t.Fatalf("create of another size: %v", err)
+	}
+}
+
+// A refusal saying the volume group is gone drops the kept extent size:
+// the group may come back with another one.
+func TestMissingGroupForgetsExtentSize(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: lvcreate, Stderr: "  Volume group \"vg0\" not found\n  Cannot process volume group vg0\n", Exit: 5},
+		call{Cmd: vgsCmd, Stdout: vgsOutExtent("8388608B")},
+		call{Cmd: "lvcreate -y -n pvc-1 -L 8388608b --addtag pillar-csi --addtag pillar-csi-unwiped vg0", Stdout: "  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: "blkdiscard -z /dev/vg0/pvc-1"},
+		call{Cmd: "lvchange --deltag pillar-csi-unwiped vg0/pvc-1"},
+	)
+	if _, err := b.CreateVolume(context.Background(), "pvc-1", 1, nil); !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("create in a missing group: %v", err)
+	}
+	if v, err := b.CreateVolume(context.Background(), "pvc-1", 1, nil); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("create in the recreated group = %+v, %v", v, err)
+	}
+}
+
+// lvcreate rounding a size up means the kept extent size is stale: the LV
+// is read back and the extent size read again, and the size reported is
+// the LV's.
+func TestRoundingUpReadsBack(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0", ProvisioningMode: "thin"},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: "lvcreate -y -n pvc-1 -V 4194304b --thinpool thin0 --addtag pillar-csi vg0",
+			Stdout: "  Rounding up size to full physical extent 8.00 MiB\n  Logical volume \"pvc-1\" created.\n"},
+		call{Cmd: lvsPVC, Stdout: lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"8388608", "lv_attr":"Vwi-a-tz--", "pool_lv":"thin0", "lv_tags":"pillar-csi"}`)},
+		call{Cmd: vgsCmd, Stdout: vgsOutExtent("8388608B")},
+		call{Cmd: "lvcreate -y -n pvc-2 -V 8388608b --thinpool thin0 --addtag pillar-csi vg0", Stdout: "  Logical volume \"pvc-2\" created.\n"},
+	)
+	if v, err := b.CreateVolume(context.Background(), "pvc-1", 1<<20, nil); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("create rounded up by lvcreate = %+v, %v", v, err)
+	}
+	if v, err := b.CreateVolume(context.Background(), "pvc-2", 1<<20, nil); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("create with the extent size read again = %+v, %v", v, err)
+	}
+}
+
+// ExpandVolume reads the extent size only when none is kept, and the size
+// it reports is the one lvs reads back after lvextend.
+func TestExpandUsesKeptExtentSize(t *testing.T) {
+	t.Parallel()
+	lv := func(size string) string {
+		return lvsOut(`                  {"lv_name":"pvc-1", "lv_size":"` + size + `", "lv_attr":"-wi-a-----", "pool_lv":"", "lv_tags":"pillar-csi"}`)
+	}
+	b := newScripted(t, Config{},
+		call{Cmd: lvsPVC, Stdout: lv("4194304")},
+		call{Cmd: vgsCmd, Stdout: vgsOut},
+		call{Cmd: "lvextend -L 8388608b vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 successfully resized.\n"},
+		call{Cmd: lvsPVC, Stdout: lv("8388608")},
+		call{Cmd: lvsPVC, Stdout: lv("8388608")},
+		call{Cmd: "lvextend -L 12582912b vg0/pvc-1", Stdout: "  Logical volume vg0/pvc-1 successfully resized.\n"},
+		call{Cmd: lvsPVC, Stdout: lv("16777216")},
+	)
+	if v, err := b.ExpandVolume(context.Background(), "pvc-1", 5<<20); err != nil || v.SizeBytes != 8<<20 {
+		t.Fatalf("expand = %+v, %v", v, err)
+	}
+	// lvextend rounding further (the group's extents grew meanwhile) is
+	// reported as the tools report it.
+	if v, err := b.ExpandVolume(context.Background(), "pvc-1", 9<<20); err != nil || v.SizeBytes != 16<<20 {
+		t.Fatalf("expand = %+v, %v", v, err)
 	}
 }

@@ -235,13 +235,10 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 		return backend.Volume{}, err
 	}
 	ds := b.dataset(name)
-	existing, found, err := b.get(ctx, ds)
-	if err != nil {
-		return backend.Volume{}, err
-	}
-	if found {
-		return b.compatible(existing, sizeBytes)
-	}
+	// zfs create first: it refuses a taken name before it looks at free
+	// space, so a retried create finds its volume below however full the
+	// pool is, and a short pool is refused by zfs itself, never by an
+	// earlier reading of it.
 	args := []string{"create", "-V", strconv.FormatInt(sizeBytes, 10)}
 	keys := make([]string, 0, len(params))
 	for k := range params {
@@ -257,7 +254,8 @@ func (b *Backend) CreateVolume(ctx context.Context, name string, sizeBytes int64
 		if !errors.Is(err, backend.ErrAlreadyExists) {
 			return backend.Volume{}, fmt.Errorf("zfs: create %s: %w", ds, err)
 		}
-		// Lost a race with a concurrent create of the same name.
+		// The name is taken: a retry, a concurrent create of the same
+		// name, or another dataset; compatible tells them apart.
 	}
 	created, found, err := b.get(ctx, ds)
 	if err != nil {
@@ -411,47 +409,57 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 // dataset, which leaves out ZFS's reserved slop) and what the placement
 // dataset may still use.
 func (b *Backend) Capacity(ctx context.Context, _ map[string]string) (backend.Capacity, error) {
-	args := []string{"list", "-Hp", "-o", "name,used,avail", b.cfg.Pool}
+	c, _, err := b.capacity(ctx)
+	if errors.Is(err, backend.ErrNotFound) {
+		err = fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	if err != nil {
+		return backend.Capacity{}, fmt.Errorf("zfs: capacity of %s: %w", b.root(), err)
+	}
+	return c, nil
+}
+
+// capacity reads the pool's and the placement dataset's space, and the
+// placement dataset's type, in one zfs list.
+func (b *Backend) capacity(ctx context.Context) (backend.Capacity, string, error) {
+	args := []string{"list", "-Hp", "-o", "name,type,used,avail", b.cfg.Pool}
 	if b.root() != b.cfg.Pool {
 		args = append(args, b.root())
 	}
 	out, err := b.run.Run(ctx, "zfs", args...)
 	if err != nil {
-		err = classify(err)
-		if errors.Is(err, backend.ErrNotFound) {
-			err = fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
-		}
-		return backend.Capacity{}, fmt.Errorf("zfs: capacity of %s: %w", b.root(), err)
+		return backend.Capacity{}, "", classify(err)
 	}
 	var c backend.Capacity
+	var rootType string
 	seen := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Split(line, "\t")
-		if len(f) != 3 {
-			return backend.Capacity{}, fmt.Errorf("zfs list: unexpected line %q", line)
+		if len(f) != 4 {
+			return backend.Capacity{}, "", fmt.Errorf("zfs list: unexpected line %q", line)
 		}
-		used, err1 := strconv.ParseInt(f[1], 10, 64)
-		avail, err2 := strconv.ParseInt(f[2], 10, 64)
+		used, err1 := strconv.ParseInt(f[2], 10, 64)
+		avail, err2 := strconv.ParseInt(f[3], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
-			return backend.Capacity{}, fmt.Errorf("zfs list: unexpected line %q: %w", line, err)
+			return backend.Capacity{}, "", fmt.Errorf("zfs list: unexpected line %q: %w", line, err)
 		}
 		if f[0] == b.cfg.Pool {
 			c.TotalBytes = used + avail
 			seen++
 		}
 		if f[0] == b.root() {
-			c.FreeBytes = avail
+			c.FreeBytes, rootType = avail, f[1]
 			seen++
 		}
 	}
 	if want := 2; seen != want {
-		return backend.Capacity{}, fmt.Errorf("zfs list: unexpected output %q", out)
+		return backend.Capacity{}, "", fmt.Errorf("zfs list: unexpected output %q", out)
 	}
-	return c, nil
+	return c, rootType, nil
 }
 
-// Discover checks the pool through zpool (existence and health), then the
-// parent dataset, then reads capacity.
+// Discover checks the pool through zpool (existence and health), then
+// reads the parent dataset and the capacity in one zfs list.
 func (b *Backend) Discover(ctx context.Context) backend.Pool {
 	p := backend.Pool{Name: b.cfg.Pool, Kind: backend.KindZFS, Layout: b.Layout()}
 	out, err := b.run.Run(ctx, "zpool", "list", "-Hp", "-o", "name,health", b.cfg.Pool)
@@ -465,31 +473,40 @@ func (b *Backend) Discover(ctx context.Context) backend.Pool {
 		return p
 	}
 	health := f[1]
-	if b.cfg.ParentDataset != "" {
-		v, found, err := b.get(ctx, b.root())
-		switch {
-		case err != nil:
-			p.Reason = reason(b.cfg.Pool, err)
-			return p
-		case !found:
-			p.Reason = fmt.Sprintf("parent dataset %s does not exist", b.root())
-			return p
-		case v.dsType != "filesystem":
-			p.Reason = fmt.Sprintf("parent dataset %s is a %s, not a filesystem", b.root(), v.dsType)
-			return p
-		}
-	}
-	p.Discovered = true
 	if health != "ONLINE" {
+		// A pool that is not ONLINE may not answer for its space: only
+		// the layout is checked, as far as zfs can tell.
+		if b.cfg.ParentDataset != "" {
+			v, found, err := b.get(ctx, b.root())
+			switch {
+			case err != nil:
+				p.Reason = reason(b.cfg.Pool, err)
+				return p
+			case !found:
+				p.Reason = fmt.Sprintf("parent dataset %s does not exist", b.root())
+				return p
+			case v.dsType != "filesystem":
+				p.Reason = fmt.Sprintf("parent dataset %s is a %s, not a filesystem", b.root(), v.dsType)
+				return p
+			}
+		}
+		p.Discovered = true
 		p.Reason = fmt.Sprintf("zpool %s is %s", b.cfg.Pool, health)
 		return p
 	}
-	c, err := b.Capacity(ctx, nil)
-	if err != nil {
+	c, rootType, err := b.capacity(ctx)
+	switch {
+	case errors.Is(err, backend.ErrNotFound) && b.cfg.ParentDataset != "":
+		p.Reason = fmt.Sprintf("parent dataset %s does not exist", b.root())
+		return p
+	case err != nil:
 		p.Reason = reason(b.cfg.Pool, err)
 		return p
+	case rootType != "filesystem":
+		p.Reason = fmt.Sprintf("parent dataset %s is a %s, not a filesystem", b.root(), rootType)
+		return p
 	}
-	p.Capacity, p.Healthy = c, true
+	p.Discovered, p.Capacity, p.Healthy = true, c, true
 	return p
 }
 

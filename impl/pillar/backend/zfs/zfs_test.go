@@ -23,7 +23,6 @@ func newScripted(t *testing.T, calls ...call) *Backend {
 func TestCreateVolumeCommands(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t,
-		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stderr: notExist, Exit: 1},
 		call{Cmd: "zfs create -V 1000000 -o compression=lz4 -o refreservation=none -o volblocksize=8K tank/k8s/pvc-1"},
 		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stdout: "tank/k8s/pvc-1\tvolume\t1007616\t8192\n"},
 	)
@@ -40,7 +39,6 @@ func TestCreateVolumeCommands(t *testing.T) {
 func TestCreateVolumeLostRace(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t,
-		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stderr: notExist, Exit: 1},
 		call{Cmd: "zfs create -V 16384 tank/k8s/pvc-1", Stderr: "cannot create 'tank/k8s/pvc-1': dataset already exists\n", Exit: 1},
 		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stdout: "tank/k8s/pvc-1\tvolume\t16384\t16384\n"},
 	)
@@ -52,6 +50,7 @@ func TestCreateVolumeLostRace(t *testing.T) {
 func TestCreateOverFilesystemIsAlreadyExists(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t,
+		call{Cmd: "zfs create -V 16384 tank/k8s/pvc-1", Stderr: "cannot create 'tank/k8s/pvc-1': dataset already exists\n", Exit: 1},
 		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stdout: "tank/k8s/pvc-1\tfilesystem\t-\t-\n"},
 		call{Cmd: "zfs list -Hp -o name,type,volsize,volblocksize tank/k8s/pvc-1", Stdout: "tank/k8s/pvc-1\tfilesystem\t-\t-\n"},
 	)
@@ -82,7 +81,7 @@ func TestListAndCapacity(t *testing.T) {
 	b := newScripted(t,
 		call{Cmd: "zfs list -Hp -t volume -d 1 -o name,type,volsize,volblocksize tank/k8s",
 			Stdout: "tank/k8s/b\tvolume\t32768\t16384\ntank/k8s/a\tvolume\t16384\t16384\n"},
-		call{Cmd: "zfs list -Hp -o name,used,avail tank tank/k8s", Stdout: "tank\t1000\t9000\ntank/k8s\t400\t8000\n"},
+		call{Cmd: "zfs list -Hp -o name,type,used,avail tank tank/k8s", Stdout: "tank\tfilesystem\t1000\t9000\ntank/k8s\tfilesystem\t400\t8000\n"},
 	)
 	vols, err := b.ListVolumes(context.Background())
 	if err != nil || len(vols) != 2 || vols[0].Name != "a" || vols[1].SizeBytes != 32768 {
