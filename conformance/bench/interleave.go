@@ -139,15 +139,7 @@ func Slowest(s [][]Sample, path int, q float64) []int {
 func (rep InterleavedReport) Table() string {
 	var b strings.Builder
 	ctl := len(rep.Names) > Control
-	b.WriteString("| metric (path − direct) | gateway | bare | gateway ÷ bare | target |")
-	if ctl {
-		b.WriteString(" noise floor: bare′ ÷ bare |")
-	}
-	b.WriteString("\n|---|---:|---:|---|---|")
-	if ctl {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	tableHead(&b, "metric (path − direct)", ctl)
 	for _, r := range rep.Rows {
 		verdict, goal := "", "—"
 		if r.Goal != (Goal{}) {

@@ -132,19 +132,7 @@ func TestOnceReportsBrokenAnswers(t *testing.T) {
 
 func TestSeriesAlternatesTheOrderOfTargets(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var order []string
-	var targets []bench.Target
-	for _, name := range []string{"A", "B", "C"} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			io.WriteString(w, messageJSON)
-		}))
-		defer srv.Close()
-		targets = append(targets, bench.Target{Name: name, BaseURL: srv.URL, Key: "k"})
-	}
+	targets, order := orderedTargets(t, "A", "B", "C")
 	c := bench.NewClient(nil)
 	defer c.Close()
 	got, err := c.Series(context.Background(), targets, false, 5, 2)
@@ -157,7 +145,7 @@ func TestSeriesAlternatesTheOrderOfTargets(t *testing.T) {
 		}
 	}
 	want := "AABBCC" + "CCBBAA" + "ABC"
-	if s := strings.Join(order, ""); s != want {
+	if s := strings.Join(order(), ""); s != want {
 		t.Errorf("order %s, want %s", s, want)
 	}
 }
@@ -283,19 +271,7 @@ func TestRunAgainstTheSimulator(t *testing.T) {
 
 func TestInterleavedSendsOneRequestPerTargetInTurn(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var order []string
-	var targets []bench.Target
-	for _, name := range []string{"D", "A", "B"} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			io.WriteString(w, messageJSON)
-		}))
-		defer srv.Close()
-		targets = append(targets, bench.Target{Name: name, BaseURL: srv.URL, Key: "k"})
-	}
+	targets, order := orderedTargets(t, "D", "A", "B")
 	c := bench.NewClient(nil)
 	defer c.Close()
 	got, err := c.Interleaved(context.Background(), targets, false, 4)
@@ -314,7 +290,7 @@ func TestInterleavedSendsOneRequestPerTargetInTurn(t *testing.T) {
 	}
 	// One request per target per round, each round starting one target later.
 	want := "DAB" + "ABD" + "BDA" + "DAB"
-	if s := strings.Join(order, ""); s != want {
+	if s := strings.Join(order(), ""); s != want {
 		t.Errorf("order %s, want %s", s, want)
 	}
 }
@@ -372,5 +348,27 @@ func TestRunInterleavedAgainstTheSimulator(t *testing.T) {
 		if !strings.Contains(md, s) {
 			t.Errorf("section lacks %q:\n%s", s, md)
 		}
+	}
+}
+
+// orderedTargets starts one provider per name, each answering a message;
+// order reports the names of the providers in the order they were asked.
+func orderedTargets(t *testing.T, names ...string) (targets []bench.Target, order func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	for _, name := range names {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, name)
+			mu.Unlock()
+			io.WriteString(w, messageJSON)
+		}))
+		t.Cleanup(srv.Close)
+		targets = append(targets, bench.Target{Name: name, BaseURL: srv.URL, Key: "k"})
+	}
+	return targets, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
 	}
 }

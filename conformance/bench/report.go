@@ -126,13 +126,10 @@ func (rep Report) hasControl() bool {
 	return false
 }
 
-// Table renders the figures as a markdown table: absolute values for the
-// gateway and the baseline, their ratio with whether the goal was met and,
-// when a control was measured, the noise floor.
-func (rep Report) Table() string {
-	var b strings.Builder
-	ctl := rep.hasControl()
-	b.WriteString("| metric | gateway | bare | gateway ÷ bare | target |")
+// tableHead writes the header of a gateway-against-bare table, with the
+// noise-floor column when a control was measured.
+func tableHead(b *strings.Builder, metric string, ctl bool) {
+	b.WriteString("| " + metric + " | gateway | bare | gateway ÷ bare | target |")
 	if ctl {
 		b.WriteString(" noise floor: bare′ ÷ bare |")
 	}
@@ -141,6 +138,15 @@ func (rep Report) Table() string {
 		b.WriteString("---:|")
 	}
 	b.WriteString("\n")
+}
+
+// Table renders the figures as a markdown table: absolute values for the
+// gateway and the baseline, their ratio with whether the goal was met and,
+// when a control was measured, the noise floor.
+func (rep Report) Table() string {
+	var b strings.Builder
+	ctl := rep.hasControl()
+	tableHead(&b, "metric", ctl)
 	for _, r := range rep.Rows {
 		verdict := "met"
 		if !r.Met() {
