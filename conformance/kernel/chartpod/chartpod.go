@@ -89,13 +89,16 @@ func FromManifests(manifests [][]byte) (*Payload, error) {
 	return p, nil
 }
 
-// ImageRefs are the images of the agent's and the node's containers and
-// init containers, sorted.
+// ImageRefs are the images of the agent's and the node's privileged
+// containers and init containers (those Translate accepts; the sidecars
+// are not run), sorted.
 func (p *Payload) ImageRefs() []string {
 	seen := map[string]bool{}
 	for _, s := range []corev1.PodSpec{p.Agent, p.Node} {
 		for _, c := range append(append([]corev1.Container{}, s.InitContainers...), s.Containers...) {
-			seen[c.Image] = true
+			if privileged(&c) {
+				seen[c.Image] = true
+			}
 		}
 	}
 	var out []string
@@ -188,7 +191,7 @@ func Translate(p *Payload, pod *corev1.PodSpec, c *corev1.Container, node Node, 
 	if !ok {
 		return nil, fmt.Errorf("container %s: image %s is not in the payload", c.Name, c.Image)
 	}
-	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+	if !privileged(c) {
 		return nil, fmt.Errorf("container %s: only privileged containers are translated", c.Name)
 	}
 	if !pod.HostNetwork {
@@ -240,6 +243,10 @@ func Translate(p *Payload, pod *corev1.PodSpec, c *corev1.Container, node Node, 
 	b.Spec.Linux.RootfsPropagation = propagation
 	b.Spec.Mounts = withDefaults(mounts)
 	return b, nil
+}
+
+func privileged(c *corev1.Container) bool {
+	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 }
 
 // environment is the container's environment as a kubelet builds it: the

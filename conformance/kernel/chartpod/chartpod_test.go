@@ -34,7 +34,11 @@ func payload(t *testing.T) *chartpod.Payload {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ref := range p.ImageRefs() {
+	refs := p.ImageRefs()
+	if len(refs) != 3 || !strings.Contains(refs[0], "busybox") {
+		t.Fatalf("images %q, want the init containers' busybox, the agent's and the node's", refs)
+	}
+	for _, ref := range refs {
 		img := chartpod.Image{Layers: []string{"layers/base"}, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}
 		switch {
 		case strings.Contains(ref, "/agent:"):
@@ -214,6 +218,7 @@ func TestNodePodTranslatesWithBidirectionalKubeletDirAndTheHostsIdentity(t *test
 func TestTranslateRefusesWhatItDoesNotModel(t *testing.T) {
 	p := payload(t)
 	c, _ := chartpod.Container(&p.Node, "node-driver-registrar")
+	p.Images[c.Image] = chartpod.Image{Entrypoint: []string{"/registrar"}}
 	if _, err := chartpod.Translate(p, &p.Node, c, chartpod.Node{Name: "a"}, "/r", "/s"); err == nil || !strings.Contains(err.Error(), "privileged") {
 		t.Errorf("unprivileged sidecar: %v, want a refusal", err)
 	}

@@ -97,6 +97,11 @@ func unpackImages(p *chartpod.Payload, dir string) error {
 	for _, ref := range refs {
 		m, ok := byRef[ref]
 		if !ok {
+			// docker names Docker Hub images without the registry
+			// and the library/ namespace.
+			m, ok = byRef[strings.TrimPrefix(strings.TrimPrefix(ref, "docker.io/"), "library/")]
+		}
+		if !ok {
 			return fmt.Errorf("docker save wrote no image %s", ref)
 		}
 		var cfg struct {
