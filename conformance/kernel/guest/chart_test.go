@@ -270,48 +270,27 @@ func TestChartOnRealKernel(t *testing.T) {
 	}
 
 	// A claim on each backend: created with the StorageClass's store
-	// parameter, attached, staged and published where a kubelet puts them.
+	// parameter and attached to node A.
 	fsCap := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
 	claims := []*claim{{name: "pvc-chart-lvm", store: "lvm"}, {name: "pvc-chart-zfs", store: "zfs"}}
-	data := map[*claim][]byte{}
+	volCtx := map[*claim]map[string]string{}
 	for _, c := range claims {
 		cv, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: c.name, VolumeCapabilities: []*csi.VolumeCapability{fsCap},
 			CapacityRange: &csi.CapacityRange{RequiredBytes: 192 << 20}, Parameters: map[string]string{"store": c.store}})
 		if err != nil {
 			t.Fatalf("create %s: %v", c.name, err)
 		}
-		c.id = cv.Volume.VolumeId
-		pub, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: c.id, NodeId: info.NodeId, VolumeCapability: fsCap, VolumeContext: cv.Volume.VolumeContext})
+		c.id, volCtx[c] = cv.Volume.VolumeId, cv.Volume.VolumeContext
+		pub, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: c.id, NodeId: info.NodeId, VolumeCapability: fsCap, VolumeContext: volCtx[c]})
 		if err != nil {
 			t.Fatalf("publish %s: %v", c.name, err)
 		}
 		c.pub, c.uuid, c.nqn = pub.PublishContext, pub.PublishContext["uuid"], pub.PublishContext["nqn"]
-		sum := sha256.Sum256([]byte(c.id))
-		c.staging = filepath.Join(kubeletDir, "plugins/kubernetes.io/csi", chartDriver, hex.EncodeToString(sum[:]), "globalmount")
-		c.target = filepath.Join(kubeletDir, "pods", fmt.Sprintf("0000-pod-%s", c.store), "volumes/kubernetes.io~csi", c.name, "mount")
-		os.MkdirAll(c.staging, 0o750)
-		os.MkdirAll(filepath.Dir(c.target), 0o750)
-		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: c.staging, VolumeCapability: fsCap, VolumeContext: cv.Volume.VolumeContext}); err != nil {
-			t.Fatalf("stage %s: %v", c.name, err)
-		}
-		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: c.staging, TargetPath: c.target, VolumeCapability: fsCap, VolumeContext: cv.Volume.VolumeContext}); err != nil {
-			t.Fatalf("publish %s on the node: %v", c.name, err)
-		}
-		c.dev = deviceByUUID(c.uuid)
-		if !strings.HasPrefix(c.dev, "/dev/nvme") {
-			t.Fatalf("%s: no NVMe device for uuid %s", c.name, c.uuid)
-		}
-		// The node's mounts reached the host (Bidirectional kubelet dir):
-		// the "pod" sees the NVMe device's filesystem at its target.
-		if src := sh(t, "findmnt", "-n", "-o", "SOURCE", c.target); src != c.dev {
-			t.Fatalf("%s: the host sees %q at the pod's target, want %s", c.name, src, c.dev)
-		}
-		data[c] = pattern(t)
-		writeFile(t, filepath.Join(c.target, "data"), data[c])
-		t.Logf("%s: %s staged from %s at %s", c.name, c.id, c.dev, c.target)
 	}
 
+	// Before node A connects: both "nodes" share this one kernel, so once
+	// A's controller is up its namespace is a device B would see too.
 	t.Run("node B refused", func(t *testing.T) {
 		// A second node: its own identity directory (empty, so the node
 		// writes a new identity at first start) and kubelet directory;
@@ -340,14 +319,43 @@ func TestChartOnRealKernel(t *testing.T) {
 		}
 		stagingB := filepath.Join(rootB+kubeletDir, "plugins/kubernetes.io/csi", chartDriver, "b", "globalmount")
 		os.MkdirAll(stagingB, 0o750)
-		if _, err := nodeBClient.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: stagingB, VolumeCapability: fsCap}); err == nil {
+		if _, err := nodeBClient.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: stagingB, VolumeCapability: fsCap, VolumeContext: volCtx[c]}); err == nil {
 			t.Fatal("node B staged a volume exported to node A")
 		}
-		if n := controllersOf(c.nqn); n != 1 {
-			t.Fatalf("%d controllers of %s after node B's attempt, want node A's only", n, c.nqn)
+		if n := controllersOf(c.nqn); n != 0 {
+			t.Fatalf("%d controllers of %s after node B's attempt, want none", n, c.nqn)
 		}
 	})
 
+	// Node A stages and publishes each claim where a kubelet puts them.
+	data := map[*claim][]byte{}
+	for _, c := range claims {
+		sum := sha256.Sum256([]byte(c.id))
+		c.staging = filepath.Join(kubeletDir, "plugins/kubernetes.io/csi", chartDriver, hex.EncodeToString(sum[:]), "globalmount")
+		c.target = filepath.Join(kubeletDir, "pods", fmt.Sprintf("0000-pod-%s", c.store), "volumes/kubernetes.io~csi", c.name, "mount")
+		os.MkdirAll(c.staging, 0o750)
+		os.MkdirAll(filepath.Dir(c.target), 0o750)
+		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: c.staging, VolumeCapability: fsCap, VolumeContext: volCtx[c]}); err != nil {
+			t.Fatalf("stage %s: %v", c.name, err)
+		}
+		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: c.id, PublishContext: c.pub, StagingTargetPath: c.staging, TargetPath: c.target, VolumeCapability: fsCap, VolumeContext: volCtx[c]}); err != nil {
+			t.Fatalf("publish %s on the node: %v", c.name, err)
+		}
+		c.dev = deviceByUUID(c.uuid)
+		if !strings.HasPrefix(c.dev, "/dev/nvme") {
+			t.Fatalf("%s: no NVMe device for uuid %s", c.name, c.uuid)
+		}
+		// The node's mounts reached the host (Bidirectional kubelet dir):
+		// the "pod" sees the NVMe device's filesystem at its target.
+		if src := sh(t, "findmnt", "-n", "-o", "SOURCE", c.target); src != c.dev {
+			t.Fatalf("%s: the host sees %q at the pod's target, want %s", c.name, src, c.dev)
+		}
+		data[c] = pattern(t)
+		writeFile(t, filepath.Join(c.target, "data"), data[c])
+		t.Logf("%s: %s staged from %s at %s", c.name, c.id, c.dev, c.target)
+	}
+
+	top := t
 	t.Run("agent restart on an emptied target", func(t *testing.T) {
 		// A storage node reboot: the agent's container is killed, the
 		// kernel target emptied, a new container started from the same
@@ -359,7 +367,8 @@ func TestChartOnRealKernel(t *testing.T) {
 		if out := runInit(t, &p, &p.Agent, nodeA, "agent-1"); strings.Contains(out, "failed") {
 			t.Fatalf("init: %s", out)
 		}
-		agent = startContainer(t, &p, &p.Agent, "agent", nodeA, "agent-1")
+		// Started for the rest of the test, not only this subtest.
+		agent = startContainer(top, &p, &p.Agent, "agent", nodeA, "agent-1")
 		waitHealthy(t, agent, "http://127.0.0.1:9502/healthz")
 		var attached []kubecontroller.Attached
 		for _, c := range claims {
