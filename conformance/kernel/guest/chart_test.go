@@ -289,6 +289,21 @@ func TestChartOnRealKernel(t *testing.T) {
 		c.pub, c.uuid, c.nqn = pub.PublishContext, pub.PublishContext["uuid"], pub.PublishContext["nqn"]
 	}
 
+	// Whatever fails, leave no mount or controller behind: a controller
+	// whose target is gone retries for the chart's ctrl-loss-tmo (30
+	// minutes), and the guest's final sync would wait on it.
+	t.Cleanup(func() {
+		for _, c := range claims {
+			if c.target != "" {
+				try("umount", "-l", c.target)
+				try("umount", "-l", c.staging)
+			}
+			if c.nqn != "" && controllersOf(c.nqn) > 0 {
+				try("nvme", "disconnect", "-n", c.nqn)
+			}
+		}
+	})
+
 	// Before node A connects: both "nodes" share this one kernel, so once
 	// A's controller is up its namespace is a device B would see too.
 	t.Run("node B refused", func(t *testing.T) {
