@@ -2,7 +2,9 @@
 # The real-kernel run (make e2e-kernel): boots the Debian guest of
 # scripts/kernel/guest-image.sh under qemu (TCG) with the freshly built
 # static pillar-agent and the guest test binary (conformance/kernel/guest)
-# on a payload disk, plus two blank virtual disks for LVM and ZFS, and
+# on a payload disk, with the chart's agent and node pods and their
+# production images (run under runc in the guest), plus two blank virtual
+# disks for LVM and ZFS, and
 # reports the guest's PASS/FAIL. The console is kept in
 # bin/artifacts/kernel/console.log.
 set -euo pipefail
@@ -30,6 +32,12 @@ mkdir -p "$payload"
 step "building the static agent and the guest test binary"
 for b in pillar-agent pillar-controller pillar-node; do CGO_ENABLED=0 go build -trimpath -o "$payload/$b" ./impl/cmd/$b; done
 CGO_ENABLED=0 go test -c -tags kernelguest -trimpath -o "$payload/guest.test" ./conformance/kernel/guest
+# The chart's agent and node pods (rendered with the guest's values) and
+# the production images they name, unpacked once per shared layer: the
+# guest runs them under runc (TestChartOnRealKernel).
+step "the chart's pods and their images (scripts/images.sh, cached by content)"
+bash scripts/images.sh
+go run ./conformance/kernel/cmd/chartpayload "$payload/chart"
 cat >"$payload/init" <<'INIT'
 #!/bin/sh
 # The guest's test run, started by /sbin/pillar-init as PID 1.
@@ -62,9 +70,12 @@ chmod 0755 "$payload/init"
 # PILLAR_KERNEL_RUN narrows the guest's run to matching tests (go test -run),
 # for a quick loop on one failure; CI runs them all.
 printf '%s' "${PILLAR_KERNEL_RUN:-}" >"$payload/run"
-size_mb=$(( $(du -sm "$payload" | cut -f1) + 32 ))
+# Room for the file system's own metadata, and an inode per file of the
+# images' layers.
+size_mb=$(( $(du -sm "$payload" | cut -f1) * 11 / 10 + 64 ))
+inodes=$(( $(find "$payload" | wc -l) + 4096 ))
 truncate -s "${size_mb}M" "$work/payload.img"
-mkfs.ext4 -q -F -L payload -d "$payload" "$work/payload.img"
+mkfs.ext4 -q -F -L payload -N "$inodes" -d "$payload" "$work/payload.img"
 truncate -s 2G "$work/lvm.img" "$work/zfs.img"
 
 art=bin/artifacts/kernel

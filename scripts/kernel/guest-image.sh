@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the qemu guest of the real-kernel tests: a Debian
 # bookworm root file system from debootstrap with the stock kernel, the
-# NVMe-oF target and initiator tools, LVM (thin included) and ZFS (module
-# built once by dkms from contrib for the guest kernel), as a raw ext4
+# NVMe-oF target and initiator tools, LVM (thin included), ZFS (module
+# built once by dkms from contrib for the guest kernel) and runc (the
+# chart's agent and node containers run under it: conformance/kernel/
+# chartpod), as a raw ext4
 # image plus the kernel and initrd to boot it with. The guest's PID 1 is a
 # stub that runs /init from the payload disk (/dev/vdb), so the test
 # programs change without rebuilding this image.
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/../.."
 source scripts/lib.sh
 
 suite=bookworm
-packages="linux-image-amd64 linux-headers-amd64 initramfs-tools kmod udev lvm2 thin-provisioning-tools nvme-cli e2fsprogs xfsprogs util-linux mount iproute2 procps dkms zfs-dkms zfsutils-linux"
+packages="linux-image-amd64 linux-headers-amd64 initramfs-tools kmod udev lvm2 thin-provisioning-tools nvme-cli e2fsprogs xfsprogs util-linux mount iproute2 procps dkms zfs-dkms zfsutils-linux runc"
 hash=$({ cat "$0"; echo "$suite $packages"; } | sha256sum | cut -c1-12)
 out=$PILLAR_CACHE/kernel/guest-$hash
 if [ -f "$out/rootfs.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
