@@ -214,6 +214,11 @@ var _ = Describe("Dashboard", func() {
 		}
 		run(ctx, chromedp.SetValue("#log-limit", "25", chromedp.ByID), submit("#log-filter"))
 		Eventually(rows, 10*time.Second).Should(Equal(25))
+		// Each relayed request shows its time to first byte and its cost.
+		var timedAndPriced int
+		run(ctx, chromedp.Evaluate(`[...document.querySelectorAll("tr[data-event]")].filter(r =>
+			/^[0-9,]+ ms$/.test(r.children[9].textContent) && /^\$0\.[0-9]+$/.test(r.lastElementChild.textContent)).length`, &timedAndPriced))
+		Expect(timedAndPriced).To(BeNumerically(">=", 24))
 		screenshot(ctx, "07-requests")
 		run(ctx, chromedp.Click("#log-older", chromedp.ByID))
 		Eventually(rows, 10*time.Second).Should(Equal(3))

@@ -790,7 +790,9 @@ func writeStreamError(w io.Writer, typ, msg string) {
 // client's critical path: the response bytes are already written.
 func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usage.Pending)) {
 	took := h.now().Sub(start)
-	ev.DurationMillis = took.Milliseconds()
+	// Rounded up like the time to first byte, so an event never shows a
+	// first byte later than its end.
+	ev.DurationMillis = int64((took + time.Millisecond - 1) / time.Millisecond)
 	if h.metrics != nil {
 		h.metrics.observe(ev.Status, took)
 	}

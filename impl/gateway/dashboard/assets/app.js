@@ -652,14 +652,15 @@ async function requestsPage() {
     el("td", {}, String(e.status), e.error_type ? el("div", { class: "hint" }, e.error_type) : null),
     el("td", {}, e.stream ? "stream" : "—"),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
-    el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.duration_ms))));
+    el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
+    el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
   const pager = el("div", { class: "row pager" },
     el("button", { type: "button", id: "log-newer", disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
     el("button", { type: "button", id: "log-older", disabled: !page.next_cursor, onclick: () => { logCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"),
     el("span", { class: "hint" }, `${page.events.length} requests on this page, newest first`));
   return [
     el("section", { "aria-labelledby": "h-rl" }, el("h2", { id: "h-rl" }, "Request log"), form),
-    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "Duration"], rows)
+    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "First byte", "Duration", "Cost"], rows)
       : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager)];
 }
 
