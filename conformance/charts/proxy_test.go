@@ -155,6 +155,24 @@ var _ = Describe("proxy chart", func() {
 		Expect(pod.Volumes[0].EmptyDir).NotTo(BeNil())
 	})
 
+	It("gives the Go runtime the container's memory limit (the proxy runs with GOGC 400)", func() {
+		gomemlimit := func(vals map[string]any) *corev1.EnvVar {
+			c := decode[appsv1.Deployment](find(renderProxy(vals), "Deployment", "pillar-proxy")).Spec.Template.Spec.Containers[0]
+			for i := range c.Env {
+				if c.Env[i].Name == "GOMEMLIMIT" {
+					return &c.Env[i]
+				}
+			}
+			return nil
+		}
+		e := gomemlimit(nil)
+		Expect(e).NotTo(BeNil())
+		Expect(e.ValueFrom.ResourceFieldRef.Resource).To(Equal("limits.memory"))
+		Expect(e.ValueFrom.ResourceFieldRef.ContainerName).To(Equal("proxy"))
+		Expect(e.ValueFrom.ResourceFieldRef.Divisor.String()).To(Equal("1"), "bytes, as GOMEMLIMIT reads a plain number")
+		Expect(gomemlimit(map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": nil}}})).To(BeNil(), "no limit, no GOMEMLIMIT")
+	})
+
 	It("runs under its own ServiceAccount without a mounted API token", func() {
 		objs := renderProxy(nil)
 		sa := decode[corev1.ServiceAccount](find(objs, "ServiceAccount", "pillar-proxy"))
