@@ -173,14 +173,7 @@ func (rep InterleavedReport) Markdown() string {
 	var b strings.Builder
 	b.WriteString("## Added latency, interleaved one request per path (c=1)\n\n")
 	b.WriteString(rep.Table())
-	if m := rep.Missed(); len(m) > 0 {
-		b.WriteString("\nMissed on this run:\n\n")
-		for _, s := range m {
-			b.WriteString("- " + s + "\n")
-		}
-	} else {
-		b.WriteString("\nEvery tail target was met on this run.\n")
-	}
+	writeMissed(&b, rep.Missed(), "Every tail target was met on this run.")
 	fmt.Fprintf(&b, `
 Method. The same processes as above plus the provider itself as a path ("direct"). %d rounds of
 non-streaming requests, then %d of streaming ones; each round sends one request to every path in

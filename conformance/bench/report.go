@@ -126,6 +126,18 @@ func (rep Report) hasControl() bool {
 	return false
 }
 
+// writeMissed lists the targets a run missed, or says allMet.
+func writeMissed(b *strings.Builder, missed []string, allMet string) {
+	if len(missed) == 0 {
+		b.WriteString("\n" + allMet + "\n")
+		return
+	}
+	b.WriteString("\nMissed on this run:\n\n")
+	for _, s := range missed {
+		b.WriteString("- " + s + "\n")
+	}
+}
+
 // tableHead writes the header of a gateway-against-bare table, with the
 // noise-floor column when a control was measured.
 func tableHead(b *strings.Builder, metric string, ctl bool) {
@@ -172,14 +184,7 @@ func (rep Report) Markdown() string {
 		e.Date.UTC().Format("2006-01-02 15:04 MST"), e.Commit, e.GoVersion, e.CPUs, e.GOMAXPROCS, e.CPUModel)
 	b.WriteString("## Proxy overhead against a bare reverse proxy\n\n")
 	b.WriteString(rep.Table())
-	if m := rep.Missed(); len(m) > 0 {
-		b.WriteString("\nMissed on this run:\n\n")
-		for _, s := range m {
-			b.WriteString("- " + s + "\n")
-		}
-	} else {
-		b.WriteString("\nEvery target was met on this run.\n")
-	}
+	writeMissed(&b, rep.Missed(), "Every target was met on this run.")
 	if rep.Method != "" {
 		b.WriteString("\n" + strings.TrimSpace(rep.Method) + "\n")
 	}
