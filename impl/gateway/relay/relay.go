@@ -750,11 +750,14 @@ func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error)
 	return out, nil
 }
 
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
 // firstByte records the time to first byte on the event and the metric,
 // as the first bytes of the upstream's answer go to the client.
 func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
 	d := h.now().Sub(start)
-	ev.FirstByteMillis = max(1, int64((d+time.Millisecond-1)/time.Millisecond)) // 0 means none
+	ev.FirstByteMillis = max(1, ceilMillis(d)) // 0 means none
 	h.metrics.firstByte(d)
 }
 
@@ -792,7 +795,7 @@ func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usag
 	took := h.now().Sub(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
-	ev.DurationMillis = int64((took + time.Millisecond - 1) / time.Millisecond)
+	ev.DurationMillis = ceilMillis(took)
 	if h.metrics != nil {
 		h.metrics.observe(ev.Status, took)
 	}
