@@ -55,6 +55,8 @@ for m in configfs nvmet nvmet_tcp nvme_tcp dm_thin_pool loop zfs; do
 done
 mount -t configfs configfs /sys/kernel/config || echo "PILLAR-E2E: mounting configfs failed"
 [ -d /sys/kernel/config/nvmet ] || echo "PILLAR-E2E: no nvmet in configfs"
+# From the DMI product UUID qemu is given (-uuid): without one it is zero
+# and so is the NQN, which the node refuses as a shared identity.
 nvme gen-hostnqn >/etc/nvme/hostnqn
 echo "PILLAR-E2E: modules loaded; host $(cat /etc/nvme/hostnqn)"
 cd /tmp
@@ -85,6 +87,7 @@ step "booting the guest (qemu TCG; the console follows, also in $log)"
 set +e
 timeout --foreground 45m qemu-system-x86_64 \
   -machine q35,accel=tcg -cpu max -smp 2 -m 3072 \
+  -uuid "$(cat /proc/sys/kernel/random/uuid)" \
   -nographic -no-reboot -nic none \
   -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
   -append "console=ttyS0 root=/dev/vda rw init=/sbin/pillar-init panic=-1 loglevel=4" \

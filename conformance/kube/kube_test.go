@@ -229,6 +229,44 @@ var _ = Describe("controller", Ordered, func() {
 		Expect(status.Code(err)).To(Equal(codes.InvalidArgument))
 	})
 
+	// Two nodes presenting one host NQN (a cloned disk, a baked hostnqn)
+	// would both pass the export's ACL: the controller refuses to publish
+	// to either while both are registered, and exports nothing.
+	It("refuses to publish to a node whose host NQN another node also presents", func() {
+		const shared = "nqn.2014-08.org.nvmexpress:uuid:5e1f0000-0000-4000-8000-00000000c10e"
+		r, err := csiCt.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-shared-nqn", Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		id := r.Volume.VolumeId
+		DeferCleanup(func() { _, _ = csiCt.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}) })
+		for _, n := range []string{"clone-a", "clone-b"} {
+			cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: n},
+				Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: group, NodeID: n + "/" + shared}}}}
+			Expect(cl.Create(ctx, cn)).To(Succeed())
+			DeferCleanup(func() { _ = cl.Delete(ctx, cn) })
+		}
+		publish := func() error {
+			_, err := csiCt.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "clone-a/" + shared, VolumeCapability: mountCap()})
+			return err
+		}
+		Eventually(publish, 10*time.Second, 100*time.Millisecond).Should(And(
+			WithTransform(status.Code, Equal(codes.FailedPrecondition)),
+			MatchError(ContainSubstring("clone-b"))), "the controller's cache sees both CSINodes")
+		list, err := agent.Client().ListVolumes(ctx, &agentv1.ListVolumesRequest{Pool: "tank"})
+		Expect(err).NotTo(HaveOccurred())
+		for _, v := range list.Volumes {
+			if v.Name == "pvc-shared-nqn" {
+				Expect(v.Export).To(BeNil(), "nothing exported for the refused publish")
+			}
+		}
+		// Once the clone is gone (its identity regenerated, re-registered
+		// under another NQN), the publish goes through.
+		Expect(cl.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "clone-b"}})).To(Succeed())
+		Eventually(publish, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		_, err = csiCt.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "clone-a/" + shared})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
 	// Last in this ordered container: the rebooted agent is the spec's own
 	// process, stopped when the spec ends.
 	// Issue 20.2: the storage node reboots (the agent killed and started

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,12 +64,19 @@ type Overrides interface {
 	Resolve(ctx context.Context, st stores.Store, params map[string]string) (map[string]string, error)
 }
 
+// Hosts tells which nodes present a host NQN (Kubernetes mode: the
+// nodes' CSINode objects). Nil means unknown, as in standalone mode.
+type Hosts interface {
+	NodesWithHostNQN(ctx context.Context, nqn string) ([]string, error)
+}
+
 // Server implements csi.ControllerServer.
 type Server struct {
 	csi.UnimplementedControllerServer
 	Stores    stores.Source
 	Agents    Agents
 	Overrides Overrides
+	Hosts     Hosts
 	Log       *slog.Logger
 }
 
@@ -386,6 +394,9 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
+	if err := s.ownIdentity(ctx, node); err != nil {
+		return nil, err
+	}
 	// Every access mode this driver serves is single-node (see
 	// unsupported): a volume published to another node is refused, as the
 	// CSI spec asks, instead of adding a second host to its ACL.
@@ -405,6 +416,26 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	s.log().Info("volume_published", "volume_id", v.String(), "node", node.Name, "host_nqn", node.HostNQN)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: publishContext(st, ex.GetExport())}, nil
+}
+
+// ownIdentity refuses a node whose host NQN another node presents too
+// (cloned machines, a hostnqn baked into an image): the agent's ACL holds
+// NQNs, so both nodes could connect to the volume and mount it at once.
+func (s *Server) ownIdentity(ctx context.Context, node csiids.Node) error {
+	if s.Hosts == nil {
+		return nil
+	}
+	names, err := s.Hosts.NodesWithHostNQN(ctx, node.HostNQN)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "nodes presenting host NQN %s: %v", node.HostNQN, err)
+	}
+	others := slices.DeleteFunc(names, func(n string) bool { return n == node.Name })
+	if len(others) == 0 {
+		return nil
+	}
+	s.log().Error("host_nqn_shared", "node", node.Name, "host_nqn", node.HostNQN, "other_nodes", others)
+	return status.Errorf(codes.FailedPrecondition, "host NQN %s of node %s is also presented by node(s) %s, so the export's ACL could not tell them apart; "+
+		"give every node its own /etc/nvme/hostnqn (docs/pillar-csi.md, \"Node identity\")", node.HostNQN, node.Name, strings.Join(others, ", "))
 }
 
 // publishContext tells the node how to connect. A target listening on

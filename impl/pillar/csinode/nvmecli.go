@@ -168,6 +168,11 @@ func HostIdentity(nqnFile, idFile string) (Identity, error) {
 		if id.NQN = strings.TrimSpace(string(b)); !strings.HasPrefix(id.NQN, "nqn.") {
 			return id, fmt.Errorf("%s does not hold an NQN", nqnFile)
 		}
+		if id.NQN == zeroNQN {
+			return id, fmt.Errorf("%s holds the all-zero NQN %s (nvme gen-hostnqn on a machine whose DMI product UUID is zero): "+
+				"every such node would share one identity and read each other's volumes; "+
+				"remove the file so the node writes a random one, or write a unique NQN", nqnFile, zeroNQN)
+		}
 	case os.IsNotExist(err):
 		u, err := newUUID()
 		if err != nil {
@@ -203,6 +208,10 @@ func HostIdentity(nqnFile, idFile string) (Identity, error) {
 }
 
 const uuidNQNPrefix = "nqn.2014-08.org.nvmexpress:uuid:"
+
+// zeroNQN is what `nvme gen-hostnqn` derives from a zero DMI product UUID
+// (some hypervisors and boards): a shared, not a host's, identity.
+const zeroNQN = uuidNQNPrefix + "00000000-0000-0000-0000-000000000000"
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 

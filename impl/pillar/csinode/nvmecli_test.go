@@ -79,4 +79,13 @@ func TestHostIdentity(t *testing.T) {
 	if _, err := HostIdentity(filepath.Join(c, "hostnqn"), filepath.Join(c, "hostid")); err == nil {
 		t.Fatal("a hostnqn file without an NQN was accepted")
 	}
+	// The NQN nvme-cli derives from a zero DMI UUID is shared by every
+	// such machine: refused, and the file left for the operator.
+	os.WriteFile(filepath.Join(c, "hostnqn"), []byte(zeroNQN+"\n"), 0o644)
+	if _, err := HostIdentity(filepath.Join(c, "hostnqn"), filepath.Join(c, "hostid")); err == nil || !strings.Contains(err.Error(), "all-zero") {
+		t.Fatalf("the all-zero NQN: %v; want refused", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(c, "hostnqn")); strings.TrimSpace(string(b)) != zeroNQN {
+		t.Fatalf("hostnqn rewritten to %q", b)
+	}
 }

@@ -132,6 +132,27 @@ func (c *Config) hostNQN(ctx context.Context, node string) (string, error) {
 	return "", fmt.Errorf("CSINode %q has no driver %s", node, c.Group)
 }
 
+// Hosts is the CSI controller's view of the nodes' identities: the
+// CSINode objects kubelet registers for this driver.
+type Hosts struct{ *Config }
+
+// NodesWithHostNQN names the nodes whose registered node id carries nqn.
+func (h Hosts) NodesWithHostNQN(ctx context.Context, nqn string) ([]string, error) {
+	var list storagev1.CSINodeList
+	if err := h.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("CSINodes: %w", err)
+	}
+	var out []string
+	for _, cn := range list.Items {
+		for _, d := range cn.Spec.Drivers {
+			if n, err := csiids.ParseNode(d.NodeID); d.Name == h.Group && err == nil && n.HostNQN == nqn {
+				out = append(out, cn.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
 // RestoreExports exports every attached volume the agent does not export,
 // allowing the hosts it is attached to; volumes the agent exports are
 // left as they are (their hosts are ControllerPublish's business, and
