@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -37,6 +38,9 @@ func testDeltaEqualsFullLoad(t *testing.T, open Opener) {
 	m := &mutator{b: b, rng: rand.New(rand.NewPCG(seed, seed>>1))}
 	prev := must(b.st.LoadConfig(b.ctx))
 	lagging := prev
+	at := time.Unix(1, 0)
+	prevSnap := snapshot.Build(prev, plainOpener{}, at)
+	prevDesc := snapshot.Describe(prevSnap)
 	for step := 0; step < deltaSteps; step++ {
 		op := m.step()
 		full := must(b.st.LoadConfig(b.ctx))
@@ -54,7 +58,18 @@ func testDeltaEqualsFullLoad(t *testing.T, open Opener) {
 			}
 			lagging = full
 		}
-		prev = prev.Apply(d)
+		// The snapshot applied from the previous one describes what a
+		// snapshot built from the full load does.
+		cfg := prev.Apply(d)
+		snap := snapshot.Apply(prevSnap, cfg, d, plainOpener{}, at)
+		if got, want := snapshot.Describe(snap), snapshot.Describe(snapshot.Build(full, plainOpener{}, at)); got != want {
+			t.Fatalf("step %d (%s, seed %d): applied snapshot differs from a full build:\n%s", step, op, seed, lineDiff(got, want))
+		}
+		// Readers may still hold the previous snapshot: it is unchanged.
+		if now := snapshot.Describe(prevSnap); now != prevDesc {
+			t.Fatalf("step %d (%s): applying a delta changed the previous snapshot:\n%s", step, op, lineDiff(now, prevDesc))
+		}
+		prev, prevSnap, prevDesc = cfg, snap, snapshot.Describe(snap)
 	}
 	t.Logf("ops: %v", m.done)
 }
@@ -150,6 +165,36 @@ func testDeltaRefuses(t *testing.T, open Opener) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// plainOpener opens a credential as its own bytes (this suite stores
+// plain test bytes where the proxy stores ciphertext).
+type plainOpener struct{}
+
+func (plainOpener) Open(ct, _ []byte) ([]byte, error) { return ct, nil }
+
+// lineDiff lists the lines only one of two descriptions has.
+func lineDiff(got, want string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	g, w := in(got), in(want)
+	var b strings.Builder
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	return b.String()
+}
 
 func hasKey(c *store.Config, id string) bool {
 	return slices.ContainsFunc(c.Keys, func(k store.Key) bool { return k.ID == id })
