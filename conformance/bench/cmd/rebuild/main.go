@@ -4,7 +4,9 @@
 // again and again as Runtime.Refresh does (the configuration read and the
 // build), on SQLite and, with --database-url, on PostgreSQL. It reports
 // each rebuild's time, the CPU it took in this process and the heap the
-// built snapshot keeps, and writes a markdown section to --out.
+// built snapshot keeps; then the incremental rebuilds that follow single
+// admin changes (a key revoked or issued, a principal's limits, an
+// upstream disabled); and writes a markdown section to --out.
 package main
 
 import (
