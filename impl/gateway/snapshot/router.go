@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -45,6 +46,25 @@ func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 	return append(oauth, apikey...)
 }
 
+// routesMemo holds candidate lists by pin set. A snapshot applied from
+// another starts with the other's map and copies it before its first
+// addition (owned), so the other snapshot's map is never written.
+type routesMemo struct {
+	shared map[string][]*Upstream
+	owned  bool
+}
+
+func (m *routesMemo) set(k string, c []*Upstream) {
+	if !m.owned {
+		m.shared = maps.Clone(m.shared)
+		if m.shared == nil {
+			m.shared = map[string][]*Upstream{}
+		}
+		m.owned = true
+	}
+	m.shared[k] = c
+}
+
 // resolveRoutes computes a principal's candidate list from its router entries:
 // the first entry yielding a non-empty list decides. A chain with no router
 // entry falls back to the built-in preference, so removing the built-in entry
@@ -52,13 +72,13 @@ func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 // pinned ids, so principals with the same pins share one (read-only) list:
 // without that, 10,000 principals over 1,000 upstreams built 10,000 lists of
 // 1,000 (issue 22: 2.2 s and 270 MB a build).
-func (s *Snapshot) resolveRoutes(p *Principal, memo map[string][]*Upstream) {
+func (s *Snapshot) resolveRoutes(p *Principal, memo *routesMemo) {
 	route := func(pinned []string) []*Upstream {
 		k := strings.Join(pinned, "\x00")
-		c, ok := memo[k]
+		c, ok := memo.shared[k]
 		if !ok {
 			c = slices.Clip(routeBuiltin(s.Upstreams, pinned))
-			memo[k] = c
+			memo.set(k, c)
 		}
 		return c
 	}

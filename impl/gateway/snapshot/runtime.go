@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -17,6 +18,20 @@ type Loader interface {
 	ConfigGeneration(ctx context.Context) (int64, error)
 	SetUpstreamStatus(ctx context.Context, id string, status store.UpstreamStatus) error
 }
+
+// DeltaLoader is the store's change-log read: what changed after a
+// generation (store.ErrDeltaUnavailable when that cannot be told exactly).
+// A loader without it is always read in full.
+type DeltaLoader interface {
+	LoadConfigDelta(ctx context.Context, since int64) (*store.ConfigDelta, error)
+}
+
+// FullRebuildEvery bounds how long snapshots are built from deltas alone:
+// a rebuild at least this long after the last full one reads everything,
+// and the reconciler forces one when none ran for that long. It repairs
+// what no change log shows (rows edited by hand, a database restored to a
+// generation past the snapshot's).
+const FullRebuildEvery = 5 * time.Minute
 
 // Runtime holds the current snapshot. Refresh is the single rebind step: it
 // reads configuration, builds a snapshot (routing tables included) and swaps
@@ -37,6 +52,16 @@ type Runtime struct {
 	// waiting counts callers between arriving and taking mu, so a test can
 	// tell when they are queued behind a running rebuild.
 	waiting atomic.Int32
+	// cfg is the configuration cur was built from, the base the next delta
+	// applies to; nil when no trusted base exists (a full load is next).
+	// lastFull is when the last full load was read. Both under mu.
+	cfg      *store.Config
+	lastFull time.Time
+	// deltas and fulls count the rebuilds of each kind.
+	deltas, fulls atomic.Uint64
+
+	// FullEvery overrides FullRebuildEvery when positive (tests).
+	FullEvery time.Duration
 
 	// Stage, when set, runs before every build with the configuration read:
 	// it commits what the new snapshot needs beyond configuration (compiled
@@ -80,31 +105,111 @@ func (r *Runtime) Refresh(ctx context.Context) error {
 		return nil // a failed one is retried: its error may be another caller's context
 	}
 	r.started.Add(1)
-	r.lastErr = r.rebuild(ctx)
+	r.lastErr = r.rebuild(ctx, false)
 	return r.lastErr
 }
 
-func (r *Runtime) rebuild(ctx context.Context) error {
+// RefreshFull is Refresh reading the whole configuration, whatever the
+// change log says.
+func (r *Runtime) RefreshFull(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started.Add(1)
+	r.lastErr = r.rebuild(ctx, true)
+	return r.lastErr
+}
+
+// Rebuilds counts the rebuilds so far that applied a delta and that read
+// the configuration in full.
+func (r *Runtime) Rebuilds() (delta, full uint64) { return r.deltas.Load(), r.fulls.Load() }
+
+func (r *Runtime) fullEvery() time.Duration {
+	if r.FullEvery > 0 {
+		return r.FullEvery
+	}
+	return FullRebuildEvery
+}
+
+// rebuild applies the changes since the snapshot's generation when the
+// store can tell them exactly, else reads everything. A delta is never
+// trusted without a base read in full: the first load, any failure and
+// the periodic full load reset it.
+func (r *Runtime) rebuild(ctx context.Context, full bool) error {
+	dl, ok := r.loader.(DeltaLoader)
+	if !full && ok && r.cfg != nil && r.now().Sub(r.lastFull) < r.fullEvery() {
+		err := r.rebuildDelta(ctx, dl)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, store.ErrDeltaUnavailable) {
+			r.log.Info("configuration delta unavailable; loading in full", "reason", err)
+		} else {
+			r.log.Warn("configuration delta failed; loading in full", "error", err)
+		}
+	}
+	return r.rebuildFull(ctx)
+}
+
+func (r *Runtime) rebuildDelta(ctx context.Context, dl DeltaLoader) error {
+	d, err := dl.LoadConfigDelta(ctx, r.cfg.Generation)
+	if err != nil {
+		return err
+	}
+	if d.From != r.cfg.Generation || d.Generation < d.From {
+		return fmt.Errorf("%w: delta from %d to %d asked from %d", store.ErrDeltaUnavailable, d.From, d.Generation, r.cfg.Generation)
+	}
+	if d.Empty() {
+		return nil
+	}
+	cfg := r.cfg.Apply(d)
+	if r.Stage != nil {
+		r.Stage(ctx, cfg)
+	}
+	s := Apply(r.cur.Load(), cfg, d, r.opener, r.now())
+	r.deltas.Add(1)
+	// Upstreams the delta did not touch keep their apply outcome, already
+	// recorded; the touched ones come with their stored status.
+	r.install(ctx, cfg, s, d.Upstreams)
+	return nil
+}
+
+func (r *Runtime) rebuildFull(ctx context.Context) error {
+	// Until this read succeeds there is no base a delta may trust.
+	r.cfg = nil
+	read := r.now()
 	cfg, err := r.loader.LoadConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("load configuration: %w", err)
 	}
-	// A concurrent refresh may already have installed a newer generation;
-	// never go backwards.
+	r.fulls.Add(1)
 	if old := r.cur.Load(); old != nil && old.Generation > cfg.Generation {
+		// The stored generation went backwards (a database restored from
+		// a backup): the snapshot stays, as before, until the store moves
+		// past it; and no delta is applied to a history that diverged,
+		// so the next rebuild reads in full again.
+		r.log.Warn("stored configuration generation is behind the snapshot's; keeping the snapshot",
+			"stored", cfg.Generation, "snapshot", old.Generation)
 		return nil
 	}
 	if r.Stage != nil {
 		r.Stage(ctx, cfg)
 	}
 	s := Build(cfg, r.opener, r.now())
+	r.lastFull = read
+	r.install(ctx, cfg, s, cfg.Upstreams)
+	return nil
+}
+
+// install swaps s in as built from cfg, then records the apply outcome of
+// upstreams (rows with their stored status).
+func (r *Runtime) install(ctx context.Context, cfg *store.Config, s *Snapshot, upstreams []store.Upstream) {
 	r.cur.Store(s)
+	r.cfg = cfg
 	r.log.Debug("snapshot swapped", "generation", s.Generation)
-	r.recordApply(ctx, cfg, s)
+	r.recordApply(ctx, upstreams, s)
 	if r.OnSwap != nil {
 		r.OnSwap(s)
 	}
-	return nil
 }
 
 // RefreshIfChanged rebuilds only when the stored generation differs from the
@@ -120,12 +225,18 @@ func (r *Runtime) RefreshIfChanged(ctx context.Context) (bool, error) {
 	return true, r.Refresh(ctx)
 }
 
+func (r *Runtime) fullDue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now().Sub(r.lastFull) >= r.fullEvery()
+}
+
 // recordApply writes each upstream's apply outcome into its status when it
 // changed. Status writes are background writes: they bump neither the spec
 // revision nor the config generation, so they cannot trigger a rebuild loop.
-func (r *Runtime) recordApply(ctx context.Context, cfg *store.Config, s *Snapshot) {
+func (r *Runtime) recordApply(ctx context.Context, upstreams []store.Upstream, s *Snapshot) {
 	now := r.now().Truncate(time.Second)
-	for _, u := range cfg.Upstreams {
+	for _, u := range upstreams {
 		msg, failed := s.Errors[u.ID]
 		st := u.Status
 		prev := ""
@@ -149,7 +260,8 @@ func (r *Runtime) recordApply(ctx context.Context, cfg *store.Config, s *Snapsho
 }
 
 // Reconcile polls storage every interval and refreshes when the generation
-// moved, repairing any missed change notification. It returns when ctx ends.
+// moved, repairing any missed change notification; when no full load ran
+// for FullRebuildEvery it forces one. It returns when ctx ends.
 func (r *Runtime) Reconcile(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -158,6 +270,12 @@ func (r *Runtime) Reconcile(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if r.fullDue() {
+				if err := r.RefreshFull(ctx); err != nil {
+					r.log.Warn("reconcile: full rebuild", "error", err)
+				}
+				continue
+			}
 			changed, err := r.RefreshIfChanged(ctx)
 			if err != nil {
 				r.log.Warn("reconcile", "error", err)

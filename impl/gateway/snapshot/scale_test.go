@@ -175,3 +175,59 @@ func snapshotMB(b *testing.B, s seeded) float64 {
 	runtime.KeepAlive(snap)
 	return float64(after-before) / (1 << 20)
 }
+
+// BenchmarkApplyAtScale is an incremental rebuild at issue 22's size from
+// a delta read in memory: one principal's limits changed, or one upstream
+// disabled. It is what Runtime.Refresh does after the change log read
+// (Config.Apply, then Apply), the part that grows with the configuration.
+func BenchmarkApplyAtScale(b *testing.B) {
+	s := seedStore(b, "sqlite", scaleseed.Issue22)
+	ctx := context.Background()
+	cfg, err := s.st.LoadConfig(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	principal := func(i int) *store.ConfigDelta {
+		p := cfg.Principals[i%len(cfg.Principals)]
+		p.DefaultLimits = []byte(`[{"kind":"requests","window_secs":60,"max":5}]`)
+		d := &store.ConfigDelta{From: cfg.Generation, Generation: cfg.Generation + 1, PrincipalIDs: []string{p.ID}, Principals: []store.Principal{p}, Plugins: cfg.Plugins}
+		for _, k := range cfg.Keys {
+			if k.PrincipalID == p.ID {
+				d.Keys = append(d.Keys, k)
+			}
+		}
+		for _, c := range cfg.Chains {
+			if c.PrincipalID == p.ID {
+				d.Chains = append(d.Chains, c)
+			}
+		}
+		return d
+	}
+	upstream := func(i int) *store.ConfigDelta {
+		u := cfg.Upstreams[i%len(cfg.Upstreams)]
+		u.Enabled = !u.Enabled
+		return &store.ConfigDelta{From: cfg.Generation, Generation: cfg.Generation + 1, Upstreams: []store.Upstream{u}, Plugins: cfg.Plugins}
+	}
+	for _, c := range []struct {
+		name  string
+		delta func(int) *store.ConfigDelta
+	}{{"principal", principal}, {"upstream", upstream}} {
+		b.Run(c.name, func(b *testing.B) {
+			prev := snapshot.Build(cfg, s.box, time.Now())
+			deltas := make([]*store.ConfigDelta, 64)
+			for i := range deltas {
+				deltas[i] = c.delta(i * 97)
+			}
+			cpu := cpuTime()
+			i := 0
+			b.ResetTimer()
+			for b.Loop() {
+				d := deltas[i%len(deltas)]
+				i++
+				next := cfg.Apply(d)
+				snapshot.Apply(prev, next, d, s.box, time.Now())
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		})
+	}
+}

@@ -4,10 +4,11 @@
 package snapshot
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,14 @@ type Snapshot struct {
 	Generation int64
 	BuiltAt    time.Time
 
-	keys       map[[sha256.Size]byte]*Key
+	// keys are split by the hash's first byte, so a rebuild that changes a
+	// few keys copies a few small maps, not one of every key (Apply).
+	keys       *[keyShards]map[[sha256.Size]byte]*Key
 	principals map[string]*Principal
+	// routes are the built-in routers' candidate lists by pin set
+	// (resolveRoutes): shared by principals, and by snapshots while the
+	// upstreams do not change.
+	routes map[string][]*Upstream
 	// Upstreams are the live upstreams in creation order.
 	Upstreams  []*Upstream
 	upstreamID map[string]*Upstream
@@ -64,7 +71,13 @@ type Principal struct {
 	Dynamic bool
 	// Limits are the principal's default_limits (nil: unlimited).
 	Limits []limits.Limit
+	// keyHashes are the principal's keys in this snapshot: what Apply
+	// removes when the principal changes.
+	keyHashes [][sha256.Size]byte
 }
+
+// keyShards is the number of key maps (one per first hash byte).
+const keyShards = 256
 
 // Router is one router-slot chain entry.
 type Router struct {
@@ -139,11 +152,36 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 	s := &Snapshot{
 		Generation: cfg.Generation,
 		BuiltAt:    now,
-		keys:       make(map[[sha256.Size]byte]*Key, len(cfg.Keys)),
+		keys:       new([keyShards]map[[sha256.Size]byte]*Key),
 		principals: make(map[string]*Principal, len(cfg.Principals)),
-		upstreamID: make(map[string]*Upstream, len(cfg.Upstreams)),
-		Errors:     map[string]string{},
+		routes:     map[string][]*Upstream{},
 	}
+	s.buildUpstreams(cfg, open)
+	s.setPlugins(cfg.Plugins)
+	// One allocation for all principals and one for all keys: at 10,000
+	// and 50,000 of them, one each was most of the build's garbage.
+	prs := make([]Principal, len(cfg.Principals))
+	for i := range cfg.Principals {
+		prs[i] = newPrincipal(&cfg.Principals[i])
+		s.principals[prs[i].ID] = &prs[i]
+	}
+	s.addRouters(cfg.Chains, s.principals)
+	memo := routesMemo{shared: s.routes, owned: true}
+	for _, p := range s.principals {
+		s.resolveRoutes(p, &memo)
+	}
+	for i := range s.keys {
+		s.keys[i] = make(map[[sha256.Size]byte]*Key, len(cfg.Keys)/keyShards+1)
+	}
+	s.addKeys(cfg.Keys, s.principals)
+	return s
+}
+
+// buildUpstreams opens every upstream of cfg: Upstreams, upstreamID,
+// Errors and Usable.
+func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
+	s.upstreamID = make(map[string]*Upstream, len(cfg.Upstreams))
+	s.Errors = map[string]string{}
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
 		v := &Upstream{
@@ -170,10 +208,6 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		s.Upstreams = append(s.Upstreams, v)
 		s.upstreamID[v.ID] = v
 	}
-	s.Plugins = make(map[string]store.RegistryEntry, len(cfg.Plugins))
-	for _, pe := range cfg.Plugins {
-		s.Plugins[pe.ID] = pe
-	}
 	for _, u := range s.Upstreams {
 		u.UsableIndex = -1
 		if u.Enabled && u.Credential != "" {
@@ -181,29 +215,34 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 			s.Usable = append(s.Usable, u)
 		}
 	}
-	// One allocation for all principals and one for all keys: at 10,000
-	// and 50,000 of them, one each was most of the build's garbage.
-	prs := make([]Principal, len(cfg.Principals))
-	for i := range cfg.Principals {
-		p := &cfg.Principals[i]
-		prs[i] = Principal{
-			ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled,
-			models:           newModelMatcher(p.AllowedModels),
-			CacheKeepalive:   p.CacheKeepalive,
-			KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
-			Limits:           principalLimits(p),
-		}
-		s.principals[p.ID] = &prs[i]
+}
+
+func (s *Snapshot) setPlugins(entries []store.RegistryEntry) {
+	s.Plugins = make(map[string]store.RegistryEntry, len(entries))
+	for _, pe := range entries {
+		s.Plugins[pe.ID] = pe
 	}
-	chains := append([]store.ChainEntry(nil), cfg.Chains...)
-	sort.SliceStable(chains, func(i, j int) bool {
-		if chains[i].PrincipalID != chains[j].PrincipalID {
-			return chains[i].PrincipalID < chains[j].PrincipalID
-		}
-		return chains[i].Position < chains[j].Position
+}
+
+func newPrincipal(p *store.Principal) Principal {
+	return Principal{
+		ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled,
+		models:           newModelMatcher(p.AllowedModels),
+		CacheKeepalive:   p.CacheKeepalive,
+		KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
+		Limits:           principalLimits(p),
+	}
+}
+
+// addRouters appends the enabled router entries of chains to the
+// principals of to that they belong to, in chain order.
+func (s *Snapshot) addRouters(chains []store.ChainEntry, to map[string]*Principal) {
+	chains = slices.Clone(chains)
+	slices.SortStableFunc(chains, func(a, b store.ChainEntry) int {
+		return cmp.Or(strings.Compare(a.PrincipalID, b.PrincipalID), cmp.Compare(a.Position, b.Position))
 	})
 	for _, e := range chains {
-		p := s.principals[e.PrincipalID]
+		p := to[e.PrincipalID]
 		if p == nil || !e.Enabled || e.Slot != store.SlotRouter {
 			continue
 		}
@@ -220,23 +259,40 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		}
 		p.Routers = append(p.Routers, r)
 	}
-	memo := map[string][]*Upstream{}
-	for _, p := range s.principals {
-		s.resolveRoutes(p, memo)
-	}
-	ks := make([]Key, 0, len(cfg.Keys))
-	for i := range cfg.Keys {
-		k := &cfg.Keys[i]
-		p := s.principals[k.PrincipalID]
+}
+
+// addKeys adds the live keys among keys whose principal is in owners; the
+// key maps they land in must be this snapshot's own.
+func (s *Snapshot) addKeys(keys []store.Key, owners map[string]*Principal) {
+	ks := make([]Key, 0, len(keys))
+	hs := make([][sha256.Size]byte, 0, len(keys))
+	for i := range keys {
+		k := &keys[i]
+		p := owners[k.PrincipalID]
 		if p == nil || k.RevokedAt != nil || len(k.Hash) != sha256.Size {
 			continue
 		}
 		var h [sha256.Size]byte
 		copy(h[:], k.Hash)
 		ks = append(ks, Key{ID: k.ID, Principal: p})
-		s.keys[h] = &ks[len(ks)-1]
+		hs = append(hs, h)
+		s.keys[h[0]][h] = &ks[len(ks)-1]
 	}
-	return s
+	// Each principal's hashes, for Apply: one backing array, cut by owner.
+	n := map[*Principal]int{}
+	for i := range ks {
+		n[ks[i].Principal]++
+	}
+	all := make([][sha256.Size]byte, len(hs))
+	off := 0
+	for i := range ks {
+		p := ks[i].Principal
+		if p.keyHashes == nil {
+			p.keyHashes = all[off : off : off+n[p]]
+			off += n[p]
+		}
+		p.keyHashes = append(p.keyHashes, hs[i])
+	}
 }
 
 // principalLimits parses stored default_limits. The admin API validated
@@ -298,7 +354,7 @@ func pinnedUpstreams(cfg json.RawMessage) []string {
 }
 
 // KeyByHash finds a live key by the SHA-256 of its plaintext.
-func (s *Snapshot) KeyByHash(h [sha256.Size]byte) *Key { return s.keys[h] }
+func (s *Snapshot) KeyByHash(h [sha256.Size]byte) *Key { return s.keys[h[0]][h] }
 
 // Principal returns a principal by id, or nil.
 func (s *Snapshot) Principal(id string) *Principal { return s.principals[id] }
@@ -308,7 +364,11 @@ func (s *Snapshot) Upstream(id string) *Upstream { return s.upstreamID[id] }
 
 // Counts reports the sizes of the snapshot.
 func (s *Snapshot) Counts() (upstreams, principals, keys int) {
-	return len(s.Upstreams), len(s.principals), len(s.keys)
+	n := 0
+	for _, m := range s.keys {
+		n += len(m)
+	}
+	return len(s.Upstreams), len(s.principals), n
 }
 
 // AllowsModel reports whether the principal may use model.

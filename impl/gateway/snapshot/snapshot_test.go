@@ -292,3 +292,49 @@ func TestBuildPluginEntriesAndUsableIndexes(t *testing.T) {
 		t.Fatal("a second Set replaced the value")
 	}
 }
+
+// A WASM router's binding slot is bound to the snapshot's usable list: a
+// delta that leaves upstreams alone shares an untouched principal (slot
+// included) with the previous snapshot, one that changes upstreams gives
+// every WASM entry a fresh slot, and a delta never writes to what the
+// previous snapshot holds.
+func TestApplyBindingSlots(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(1)
+	reg := "wasm_1"
+	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
+	cfg.Principals = append(cfg.Principals, store.Principal{ID: "pr_2", Name: "q", Kind: "machine", Enabled: true})
+	h2 := sha256.Sum256([]byte("k2"))
+	cfg.Keys = append(cfg.Keys, store.Key{ID: "key_2", PrincipalID: "pr_2", Hash: h2[:]})
+	prev := Build(cfg, xorOpener{}, time.Now())
+	before := Describe(prev)
+	slot := prev.Principal("pr_1").Routers[1].Bound
+
+	q := cfg.Principals[1]
+	q.Enabled = false
+	d := &store.ConfigDelta{From: 1, Generation: 2, PrincipalIDs: []string{"pr_2"}, Principals: []store.Principal{q},
+		Keys: []store.Key{cfg.Keys[1]}, Plugins: cfg.Plugins}
+	next := Apply(prev, cfg.Apply(d), d, xorOpener{}, time.Now())
+	if next.Principal("pr_1") != prev.Principal("pr_1") || next.KeyByHash(h2).Principal.Enabled {
+		t.Fatal("a principal-only delta re-derived an untouched principal, or missed the touched one")
+	}
+
+	u := cfg.Upstreams[0]
+	u.Enabled = false
+	d = &store.ConfigDelta{From: 1, Generation: 2, Upstreams: []store.Upstream{u}, Plugins: cfg.Plugins}
+	next = Apply(prev, cfg.Apply(d), d, xorOpener{}, time.Now())
+	p := next.Principal("pr_1")
+	if p == prev.Principal("pr_1") || p.Routers[1].Bound == nil || p.Routers[1].Bound == slot {
+		t.Fatal("after an upstream change the WASM entry kept the previous snapshot's binding slot")
+	}
+	if len(next.Usable) != len(prev.Usable)-1 || next.Upstream("up_oauth") == prev.Upstream("up_oauth") {
+		t.Fatal("upstreams not rebuilt for the new snapshot")
+	}
+	if want := Describe(Build(cfg.Apply(d), xorOpener{}, next.BuiltAt)); Describe(next) != want {
+		t.Fatalf("applied:\n%s\nbuilt:\n%s", Describe(next), want)
+	}
+	if Describe(prev) != before {
+		t.Fatal("the previous snapshot changed")
+	}
+}

@@ -266,6 +266,10 @@ type Store interface {
 	LoadConfig(ctx context.Context) (*Config, error)
 	// ConfigGeneration returns the current config generation counter.
 	ConfigGeneration(ctx context.Context) (int64, error)
+	// LoadConfigDelta reads, in one transaction, what changed after
+	// generation since (see ConfigDelta); ErrDeltaUnavailable when the
+	// change log cannot tell it exactly.
+	LoadConfigDelta(ctx context.Context, since int64) (*ConfigDelta, error)
 
 	CreateUpstream(ctx context.Context, spec UpstreamSpec) (*Upstream, error)
 	GetUpstream(ctx context.Context, id string) (*Upstream, error)

@@ -4,11 +4,15 @@
 // again and again as Runtime.Refresh does (the configuration read and the
 // build), on SQLite and, with --database-url, on PostgreSQL. It reports
 // each rebuild's time, the CPU it took in this process and the heap the
-// built snapshot keeps, and writes a markdown section to --out.
+// built snapshot keeps; then the incremental rebuilds that follow single
+// admin changes (a key revoked or issued, a principal's limits, an
+// upstream disabled); and writes a markdown section to --out.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +25,7 @@ import (
 	"github.com/pillarhq/pillar/conformance/bench"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
@@ -45,6 +50,18 @@ type result struct {
 	sz       scaleseed.Sizes
 	ups, prs int
 	keys     int
+	// deltas are the incremental rebuilds, by kind of change.
+	deltas []deltaResult
+	// baseMB is the heap a runtime keeps for deltas: the snapshot and the
+	// configuration it was built from.
+	baseMB float64
+}
+
+// deltaResult is n incremental rebuilds after one kind of admin change.
+type deltaResult struct {
+	change       string
+	walls, reads []time.Duration
+	cpu          time.Duration // per rebuild
 }
 
 func run(ctx context.Context, args []string) error {
@@ -141,7 +158,79 @@ func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz 
 		r.loads = append(r.loads, t1.Sub(t0))
 	}
 	r.cpu = (cpuTime() - cpu0) / time.Duration(n)
-	return r, nil
+	return r, measureDeltas(ctx, &r, st, box, n)
+}
+
+// measureDeltas times incremental rebuilds as Runtime.Refresh runs them
+// after one committed admin change: the change log read (LoadConfigDelta),
+// the delta applied to the previous configuration, the snapshot applied
+// to the previous snapshot. Each kind of change runs n times; the final
+// snapshot is checked against a full build of a full read.
+func measureDeltas(ctx context.Context, r *result, st *sqlstore.Store, box *secret.Box, n int) error {
+	before := heap()
+	cfg, err := st.LoadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	snap := snapshot.Build(cfg, box, time.Now())
+	r.baseMB = float64(heap()-before) / (1 << 20)
+	sz := r.sz
+	changes := []struct {
+		name string
+		do   func(i int) error
+	}{
+		{"revoke a key", func(i int) error {
+			k := (i * 7919) % sz.Keys
+			_, err := st.RevokeKey(ctx, fmt.Sprintf("pr_seed_%d", k%sz.Principals), fmt.Sprintf("key_seed_%d", k))
+			return err
+		}},
+		{"issue a key", func(i int) error {
+			h := sha256.Sum256([]byte(fmt.Sprintf("bench-key-%d", i)))
+			_, err := st.CreateKey(ctx, store.Key{PrincipalID: fmt.Sprintf("pr_seed_%d", (i*31)%sz.Principals), Prefix: "bench", Hash: h[:]})
+			return err
+		}},
+		{"patch a principal's limits", func(i int) error {
+			lim := json.RawMessage(fmt.Sprintf(`[{"kind":"requests","window_secs":60,"max":%d}]`, 100+i))
+			_, err := st.PatchPrincipal(ctx, fmt.Sprintf("pr_seed_%d", (i*17)%sz.Principals), store.AnyRevision, store.PrincipalPatch{DefaultLimits: &lim})
+			return err
+		}},
+		{"disable an upstream", func(i int) error {
+			off := false
+			_, err := st.PatchUpstream(ctx, fmt.Sprintf("up_seed_%d", (i*13)%sz.Upstreams), store.AnyRevision, store.UpstreamPatch{Enabled: &off})
+			return err
+		}},
+	}
+	for _, c := range changes {
+		dr := deltaResult{change: c.name}
+		var cpu time.Duration
+		for i := 0; i < n; i++ {
+			if err := c.do(i); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			cpu0 := cpuTime()
+			t0 := time.Now()
+			d, err := st.LoadConfigDelta(ctx, cfg.Generation)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			t1 := time.Now()
+			cfg = cfg.Apply(d)
+			snap = snapshot.Apply(snap, cfg, d, box, time.Now())
+			dr.walls = append(dr.walls, time.Since(t0))
+			dr.reads = append(dr.reads, t1.Sub(t0))
+			cpu += cpuTime() - cpu0
+		}
+		dr.cpu = cpu / time.Duration(n)
+		r.deltas = append(r.deltas, dr)
+	}
+	full, err := st.LoadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	if snapshot.Describe(snap) != snapshot.Describe(snapshot.Build(full, box, snap.BuiltAt)) {
+		return fmt.Errorf("the snapshot applied from deltas differs from a full build")
+	}
+	return nil
 }
 
 func heap() uint64 {
@@ -173,11 +262,37 @@ func markdown(rs []result, n int) string {
 			ms(p50), ms(bench.Percentile(r.walls, 0)), ms(bench.Percentile(r.walls, 1)), ms(bench.Percentile(r.loads, .5)),
 			ms(r.cpu), r.mb, bench.MetMark(p50 < target))
 	}
+	b.WriteString("\nIncremental rebuilds (issue 22): after one admin change, the change log read (`LoadConfigDelta`: the\nrows of the touched principal or upstream only) and the delta applied to the previous configuration and\nsnapshot, as `Runtime.Refresh` does between full reads:\n\n")
+	b.WriteString("| store | change | rebuild p50 | rebuild p99 | of which read p50 | CPU per rebuild (this process) | target p50 < 50 ms |\n|---|---|---:|---:|---:|---:|---|\n")
+	for _, r := range rs {
+		for _, d := range r.deltas {
+			p50 := bench.Percentile(d.walls, .5)
+			fmt.Fprintf(&b, "| %s | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |\n", r.store, d.change, ms(p50),
+				ms(bench.Percentile(d.walls, .99)), ms(bench.Percentile(d.reads, .5)), ms(d.cpu), bench.MetMark(p50 < target))
+		}
+	}
+	b.WriteString("\nFull rebuild p99: ")
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.1f ms", r.store, ms(bench.Percentile(r.walls, .99)))
+	}
+	b.WriteString(". Heap a runtime keeps for deltas (the snapshot and the configuration it was built from): ")
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.1f MB", r.store, r.baseMB)
+	}
+	b.WriteString(".\n")
 	b.WriteString(`
 Method (conformance/bench/cmd/rebuild; the same as ` + "`BenchmarkRebuildAtScale`" + ` in impl/gateway/snapshot). The rows are
 written in bulk (impl/testing/scaleseed: every upstream an API-key upstream with a sealed credential,
 every principal with its built-in router, the custom chains pinning two upstreams each), then the
-configuration is read and the snapshot built n times in this process. Snapshot heap: the live heap
+configuration is read and the snapshot built n times in this process; then each kind of change is
+committed n times, each followed by one incremental rebuild (timed: the change's commit is not), and the
+last snapshot is checked against a full build (snapshot.Describe). Snapshot heap: the live heap
 after a build once its configuration read is dropped. CPU per rebuild counts this process only (on
 PostgreSQL the server's share is not in it) and includes garbage collection.
 `)

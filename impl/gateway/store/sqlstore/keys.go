@@ -30,7 +30,9 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) 
 	}
 	k.CreatedAt = s.nowT()
 	k.RevokedAt = nil
-	err := s.tx(ctx, audit("issue", "key", k.ID), func(tx *sql.Tx) error {
+	ch := audit("issue", "key", k.ID)
+	ch.touch(changePrincipal, k.PrincipalID)
+	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := principalTable.get(ctx, s.d, tx, k.PrincipalID); err != nil {
 			return err
 		}
@@ -59,6 +61,7 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, 
 func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*store.Key, error) {
 	var out *store.Key
 	ch := audit("revoke", "key", keyID)
+	ch.touch(changePrincipal, principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		n, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
 			s.d.t(s.nowT()), keyID, principalID)

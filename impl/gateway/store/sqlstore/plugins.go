@@ -49,6 +49,7 @@ func (s *Store) CreateRegistryEntry(ctx context.Context, e store.RegistryEntry, 
 	slots, _ := json.Marshal(e.Slots)
 	var out *store.RegistryEntry
 	ch := audit("create", "plugin_registry_entry", id)
+	ch.touch(changeRegistry, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		now := s.d.t(s.nowT())
 		var version any
@@ -87,6 +88,7 @@ func (s *Store) RegistryModule(ctx context.Context, id string) ([]byte, error) {
 func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64, name, version *string) (*store.RegistryEntry, error) {
 	var out *store.RegistryEntry
 	ch := audit("update", "plugin_registry_entry", id)
+	ch.touch(changeRegistry, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
@@ -163,6 +165,7 @@ func (s *Store) RegistryReferences(ctx context.Context, id string) ([]store.Refe
 func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64, cascade bool, fingerprint string) ([]store.Reference, error) {
 	var removed []store.Reference
 	ch := audit("delete", "plugin_registry_entry", id)
+	ch.touch(changeRegistry, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		// Lock the entry first: concurrent binders check it in their own
 		// transaction and wait for this one.
@@ -200,6 +203,13 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 				return err
 			}
 			removed = refs
+			for _, r := range refs {
+				if r.Kind == "upstream" {
+					ch.touch(changeUpstream, r.ID)
+				} else {
+					ch.touch(changePrincipal, r.Owner)
+				}
+			}
 		}
 		_, err = s.exec(ctx, tx, "DELETE FROM plugin_registry WHERE id = ?", id)
 		return err
@@ -287,6 +297,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 	}
 	var out *store.ChainEntry
 	ch := audit("create", "plugin_chain_entry", id)
+	ch.touch(changePrincipal, principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
@@ -334,6 +345,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 func (s *Store) ReorderChain(ctx context.Context, principalID, slot string, order []store.ChainRef) ([]store.ChainEntry, error) {
 	var out []store.ChainEntry
 	ch := audit("reorder", "plugin_chain", principalID)
+	ch.touch(changePrincipal, principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
@@ -376,6 +388,7 @@ func (s *Store) ReorderChain(ctx context.Context, principalID, slot string, orde
 func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store.ChainEntry, error) {
 	var out []store.ChainEntry
 	ch := audit("rebalance", "plugin_chain", principalID)
+	ch.touch(changePrincipal, principalID)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
@@ -426,6 +439,9 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 		}
 		var err error
 		out, err = chainTable.reread(ctx, s.d, tx, ch, id)
+		if err == nil {
+			ch.touch(changePrincipal, out.PrincipalID)
+		}
 		return err
 	})
 	return out, err
@@ -439,14 +455,16 @@ func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry
 func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "plugin_chain_entry", id)
 	return s.tx(ctx, ch, func(tx *sql.Tx) error {
+		cur, err := chainTable.get(ctx, s.d, tx, id)
+		if err != nil {
+			return err
+		}
+		ch.touch(changePrincipal, cur.PrincipalID)
 		n, err := s.exec(ctx, tx, "DELETE FROM plugin_chain_entries WHERE id = ? AND (? = 0 OR revision = ?)", id, expect, expect)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			if _, err := chainTable.get(ctx, s.d, tx, id); err != nil {
-				return err
-			}
 			return store.ErrStaleRevision
 		}
 		return nil

@@ -76,6 +76,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 	now := s.nowT()
 	var out *store.Principal
 	ch := audit("create", "principal", id)
+	ch.touch(changePrincipal, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
 			cache_keepalive, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
@@ -99,6 +100,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, set string, args ...any) (*store.Principal, error) {
 	var out *store.Principal
 	ch := audit("update", "principal", id)
+	ch.touch(changePrincipal, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if err := s.optimistic(ctx, tx, "principals", "revision", "", id, expect, set, args); err != nil {
 			return err
@@ -141,7 +143,9 @@ func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p s
 }
 
 func (s *Store) DeletePrincipal(ctx context.Context, id string, expect int64) error {
-	return s.tx(ctx, audit("delete", "principal", id), func(tx *sql.Tx) error {
+	ch := audit("delete", "principal", id)
+	ch.touch(changePrincipal, id)
+	return s.tx(ctx, ch, func(tx *sql.Tx) error {
 		// Children first: SQLite enforces ON DELETE CASCADE only with
 		// foreign keys on, and explicit deletes keep both drivers alike.
 		n, err := s.exec(ctx, tx, "DELETE FROM principals WHERE id = ? AND (? = 0 OR revision = ?)", id, expect, expect)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -57,9 +58,31 @@ type change struct {
 	action, kind, id string
 	revision         int64 // 0: the resource has no revision (or is gone)
 	none             bool
+	// touched are the resources the change wrote, for the change log
+	// (config_changes); none recorded logs "*": readers rebuild in full.
+	touched []touch
 }
 
+// touch names one resource in the change log: kind is changeUpstream,
+// changePrincipal (its keys and chain entries included) or changeRegistry;
+// id "*" means every resource of the kind.
+type touch struct{ kind, id string }
+
+const (
+	changeUpstream  = "upstream"
+	changePrincipal = "principal"
+	changeRegistry  = "registry"
+	changeAll       = "*"
+)
+
 func audit(action, kind, id string) *change { return &change{action: action, kind: kind, id: id} }
+
+// touch records that the change wrote resource id of kind.
+func (c *change) touch(kind, id string) { c.touched = append(c.touched, touch{kind, id}) }
+
+// changeLogRetention is how many generations of the change log are kept:
+// a replica further behind than that loads in full.
+const changeLogRetention = 10000
 
 // snapshot reads see one consistent state across several statements:
 // PostgreSQL's default READ COMMITTED takes a new snapshot per statement,
@@ -103,6 +126,9 @@ func (s *Store) tx(ctx context.Context, ch *change, fn func(*sql.Tx) error) erro
 		}
 		var gen int64
 		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
+			return s.d.classify(err)
+		}
+		if err := s.logChange(ctx, tx, gen, ch.touched); err != nil {
 			return s.d.classify(err)
 		}
 		if s.d.Notify != nil {
@@ -175,6 +201,11 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		if cfg.Principals, err = principalTable.list(ctx, s.d, tx, ""); err != nil {
 			return err
 		}
+		// Ties on the created time are broken bytewise by id on both
+		// drivers (PostgreSQL's collation may order ids otherwise), so a
+		// configuration a delta was applied to equals a full load.
+		slices.SortStableFunc(cfg.Upstreams, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
+		slices.SortStableFunc(cfg.Principals, func(a, b store.Principal) int { return store.ComparePrincipals(&a, &b) })
 		// Only what the request path needs of a key, in no order: the
 		// snapshot hashes them into a map, and sorting and decoding every
 		// column of 50,000 rows was most of a rebuild at scale (issue 22).

@@ -59,6 +59,7 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 	now := s.nowT()
 	var out *store.Upstream
 	ch := audit("create", "upstream", id)
+	ch.touch(changeUpstream, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var cred any
 		if spec.Credential != nil {
@@ -89,6 +90,7 @@ func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set
 func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int64, check func(*sql.Tx) error, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
 	ch := audit("update", "upstream", id)
+	ch.touch(changeUpstream, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		if check != nil {
 			if err := check(tx); err != nil {
@@ -152,6 +154,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "upstream", id)
+	ch.touch(changeUpstream, id)
 	return s.tx(ctx, ch, func(tx *sql.Tx) error {
 		u, err := upstreamTable.get(ctx, s.d, tx, id)
 		if err != nil {
@@ -242,6 +245,7 @@ func (s *Store) RecordRefreshFailure(ctx context.Context, id string, credentialV
 func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {
 	var out *store.Upstream
 	ch := audit("set_credential", "upstream", id)
+	ch.touch(changeUpstream, id)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var cred any
 		if ciphertext != nil {
@@ -266,6 +270,7 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, error) {
 	var n int64
 	ch := audit("disable_oauth_warmup", "upstream", "*")
+	ch.touch(changeUpstream, changeAll)
 	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
 		var err error
 		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
