@@ -214,12 +214,22 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
-		Extra: map[string]http.Handler{
-			"/metrics":          h.metrics,
-			"/admin/scheduler/": schedulerHandler{g.sched},
-		},
+		Extra: g.adminExtra(h.metrics),
 	})
 	return h
+}
+
+// adminExtra are the handlers mounted beside the admin API, behind its
+// authentication; the profiling endpoint only when configured.
+func (g *gateway) adminExtra(metrics http.Handler) map[string]http.Handler {
+	extra := map[string]http.Handler{
+		"/metrics":          metrics,
+		"/admin/scheduler/": schedulerHandler{g.sched},
+	}
+	if g.cfg.Debug.Pprof {
+		extra[pprofPath] = pprofHandler()
+	}
+	return extra
 }
 
 // startBackground starts the loops that run until shutdown and returns
