@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // startForTest runs the whole proxy (listeners included) on a fresh SQLite
