@@ -42,8 +42,12 @@ type gateway struct {
 	reg   *prometheus.Registry
 	plugs *plugins.Runtime
 	rt    *snapshot.Runtime
-	lim   *limits.Limiter
-	rec   *usage.Recorder
+	// lane and refresher keep admin writes and rebuilds off one processor
+	// (lane.go).
+	lane      *lane
+	refresher *laneRefresher
+	lim       *limits.Limiter
+	rec       *usage.Recorder
 	// relayMetrics are the proxy path's series; the usage hand-off feeds
 	// the ones labelled by principal, upstream and model.
 	relayMetrics *relay.Metrics
@@ -79,6 +83,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	if err := g.rt.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
+	g.lane = newLane(adminLaneSize())
+	g.refresher = &laneRefresher{rt: g.rt, lane: g.lane}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
 	// A replica starting (or restarting) enforces the cluster's counts
@@ -207,7 +213,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
-		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt}, Auth: sec.auth,
+		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt, g.refresher}, Lane: g.lane, Auth: sec.auth,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
@@ -259,15 +265,19 @@ func (g *gateway) applyChange(ctx context.Context, payload string) {
 	if gen, err := strconv.ParseInt(payload, 10, 64); err == nil && gen <= g.rt.Current().Generation {
 		return // our own change, already applied
 	}
-	if _, err := g.rt.RefreshIfChanged(ctx); err != nil {
+	if _, err := g.refresher.RefreshIfChanged(ctx); err != nil {
 		g.log.Warn("refresh after notification", "error", err)
 	}
 }
 
-// runtimeInfo adapts the snapshot runtime to the admin API's view of it.
-type runtimeInfo struct{ rt *snapshot.Runtime }
+// runtimeInfo adapts the snapshot runtime to the admin API's view of it;
+// its refreshes go through the lane.
+type runtimeInfo struct {
+	rt      *snapshot.Runtime
+	refresh *laneRefresher
+}
 
-func (r runtimeInfo) Refresh(ctx context.Context) error { return r.rt.Refresh(ctx) }
+func (r runtimeInfo) Refresh(ctx context.Context) error { return r.refresh.Refresh(ctx) }
 
 func (r runtimeInfo) Info() admin.SnapshotInfo {
 	s := r.rt.Current()
