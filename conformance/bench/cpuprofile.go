@@ -63,6 +63,10 @@ func (p *Profiler) Start(ctx context.Context) {
 	}()
 }
 
+// Done is closed when profiling ends: after Stop, or at the first window
+// that failed.
+func (p *Profiler) Done() <-chan struct{} { return p.done }
+
 // Stop ends profiling: a window still running when the load ended is
 // dropped (it would cover idle time after the load). It returns the
 // profiles written.

@@ -248,5 +248,10 @@ snapshot rebuild on each replica. Writes per second are each kind's count over t
 time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
 requests one after another for as long as the load runs.
 `, p.workers, p.writes, p.proxyN)
+	if p.profileTop != "" {
+		fmt.Fprintf(&b, `Each proxy was CPU-profiled through its /debug/pprof/ (PROXY_DEBUG_PPROF=true) in one-second
+windows while the load ran; the CPU each process used and the profile tops are in %s.
+`, p.profileTop)
+	}
 	return b.String()
 }
