@@ -213,7 +213,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
-		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt, g.refresher}, Lane: g.lane, Auth: sec.auth,
+		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt, g.refresher}, Lane: g.writeLane(), Auth: sec.auth,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
@@ -223,6 +223,17 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Extra: g.adminExtra(h.metrics),
 	})
 	return h
+}
+
+// writeLane is the lane admin writes take: on SQLite only, where a write's
+// own work (the SQL engine runs in this process) competes with the proxy
+// path for processors. On PostgreSQL a write mostly waits for the server,
+// and holding the lane meanwhile would only serialize the writes.
+func (g *gateway) writeLane() admin.Lane {
+	if g.cfg.db.Driver != SQLite {
+		return nil
+	}
+	return g.lane
 }
 
 // adminExtra are the handlers mounted beside the admin API, behind its

@@ -9,13 +9,14 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 )
 
-// lane bounds the admin side's CPU: admin writes and the snapshot rebuilds
-// they (or other replicas' notifications) cause run at most n at a time,
-// n one less than GOMAXPROCS, so a proxied request that becomes ready to
-// run finds a free processor instead of queueing behind them. Without it,
-// eight concurrent admin clients kept both processors of a two-core
-// replica busy and the proxy path's goroutines waited up to the
-// scheduler's 10 ms preemption tick (issue 22.5, docs/benchmarks.md).
+// lane bounds the admin side's CPU: snapshot rebuilds (after an admin
+// write or another replica's notification) and, on SQLite, admin writes
+// run at most n at a time, n one less than GOMAXPROCS, so a proxied
+// request that becomes ready to run finds a free processor instead of
+// queueing behind them. Without it, eight concurrent admin clients on
+// SQLite kept both processors of a two-core replica busy, and the proxy
+// path's goroutines waited for one up to the scheduler's 10 ms preemption
+// tick (issue 22.5; execution traces of the adminload bench).
 type lane struct{ sem chan struct{} }
 
 func newLane(n int) *lane { return &lane{sem: make(chan struct{}, max(1, n))} }

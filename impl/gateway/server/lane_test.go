@@ -61,3 +61,16 @@ func TestLaneNeverEmpty(t *testing.T) {
 		t.Fatal("a lane on one processor must still admit one writer")
 	}
 }
+
+// Admin writes take the lane on SQLite, whose engine runs in the process;
+// on PostgreSQL they mostly wait for the server and do not.
+func TestWriteLaneOnSQLiteOnly(t *testing.T) {
+	g := newTestGateway(t)
+	if g.writeLane() == nil {
+		t.Fatal("SQLite: admin writes do not take the lane")
+	}
+	pg := &gateway{cfg: &Config{db: DatabaseURL{Driver: Postgres}}, lane: newLane(1)}
+	if pg.writeLane() != nil {
+		t.Fatal("PostgreSQL: admin writes take the lane")
+	}
+}
