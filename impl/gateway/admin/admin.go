@@ -123,7 +123,8 @@ type Deps struct {
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
-	// Lane, when set, bounds how many writes run at once: a write holds it
+	// Lane, when set, bounds how many writes (other than those calling a
+	// provider, see callsOut) run at once: a write holds it
 	// from its start to its answer, except while it waits for the
 	// snapshot refresh (Runtime.Refresh takes the lane itself, so that
 	// writes and rebuilds together leave processors to the proxy path).
@@ -138,6 +139,13 @@ type Lane interface {
 
 // laneHeld marks a request context whose handler holds the lane.
 type laneHeld struct{}
+
+// callsOut reports the writes that wait on a provider (the OAuth token
+// exchange and revocation, a limit-reset claim): they do not take the
+// lane, so a slow provider cannot hold up every other write.
+func callsOut(pattern string) bool {
+	return strings.Contains(pattern, "/oauth/") || strings.HasSuffix(pattern, "/limit-resets/claim")
+}
 
 type api struct {
 	Deps
@@ -161,7 +169,7 @@ func New(d Deps) http.Handler {
 	a := &api{Deps: d, mux: http.NewServeMux()}
 	for _, rt := range a.routes() {
 		h := rt.h
-		write := rt.method != http.MethodGet && rt.method != http.MethodHead
+		write := rt.method != http.MethodGet && rt.method != http.MethodHead && !callsOut(rt.pattern)
 		a.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
 			if write && a.Lane != nil {
 				if err := a.Lane.Acquire(r.Context()); err != nil {

@@ -95,4 +95,9 @@ func TestWritesHoldTheLaneExceptAcrossTheRefresh(t *testing.T) {
 	if got := lane.take(); got != "" {
 		t.Fatalf("a read used the lane: %s", got)
 	}
+	// A write that waits on a provider does not hold up the others.
+	e.do("POST", "/admin/v1/upstreams/up_missing/oauth/revoke", nil)
+	if got := lane.take(); got != "" {
+		t.Fatalf("an OAuth call used the lane: %s", got)
+	}
 }
