@@ -71,11 +71,22 @@ func (l *laneRefresher) Refresh(ctx context.Context) error {
 	return l.lastErr
 }
 
-// RefreshIfChanged is the notification path's cheap check, in the lane.
+// RefreshIfChanged is the notification path's check, in the lane. It
+// counts as a rebuild started for the callers of Refresh waiting behind
+// it: either it rebuilds from the database as it is now, or the snapshot
+// was already current, and both include every change committed before.
 func (l *laneRefresher) RefreshIfChanged(ctx context.Context) (bool, error) {
-	if err := l.lane.Acquire(ctx); err != nil {
+	l.waiting.Add(1)
+	err := l.lane.Acquire(ctx)
+	l.waiting.Add(-1)
+	if err != nil {
 		return false, err
 	}
 	defer l.lane.Release()
-	return l.rt.RefreshIfChanged(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.started.Add(1)
+	changed, err := l.rt.RefreshIfChanged(ctx)
+	l.lastErr = err
+	return changed, err
 }
