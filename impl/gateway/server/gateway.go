@@ -43,7 +43,7 @@ type gateway struct {
 	plugs *plugins.Runtime
 	rt    *snapshot.Runtime
 	// lane and refresher keep admin writes and rebuilds off one processor
-	// (lane.go).
+	// on SQLite (lane.go); nil on PostgreSQL.
 	lane      *lane
 	refresher *laneRefresher
 	lim       *limits.Limiter
@@ -83,8 +83,10 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	if err := g.rt.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
-	g.lane = newLane(adminLaneSize())
-	g.refresher = &laneRefresher{rt: g.rt, lane: g.lane}
+	if cfg.db.Driver == SQLite {
+		g.lane = newLane(adminLaneSize())
+		g.refresher = &laneRefresher{rt: g.rt, lane: g.lane}
+	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
 	// A replica starting (or restarting) enforces the cluster's counts
@@ -225,12 +227,11 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	return h
 }
 
-// writeLane is the lane admin writes take: on SQLite only, where a write's
-// own work (the SQL engine runs in this process) competes with the proxy
-// path for processors. On PostgreSQL a write mostly waits for the server,
-// and holding the lane meanwhile would only serialize the writes.
+// writeLane is the lane admin writes take: none (a nil interface, not a
+// nil *lane) on PostgreSQL, where a write mostly waits for the server and
+// holding a lane meanwhile would only serialize the writes.
 func (g *gateway) writeLane() admin.Lane {
-	if g.cfg.db.Driver != SQLite {
+	if g.lane == nil {
 		return nil
 	}
 	return g.lane
@@ -276,19 +277,24 @@ func (g *gateway) applyChange(ctx context.Context, payload string) {
 	if gen, err := strconv.ParseInt(payload, 10, 64); err == nil && gen <= g.rt.Current().Generation {
 		return // our own change, already applied
 	}
-	if _, err := g.refresher.RefreshIfChanged(ctx); err != nil {
+	if _, err := g.rt.RefreshIfChanged(ctx); err != nil {
 		g.log.Warn("refresh after notification", "error", err)
 	}
 }
 
 // runtimeInfo adapts the snapshot runtime to the admin API's view of it;
-// its refreshes go through the lane.
+// its refreshes go through the lane when there is one.
 type runtimeInfo struct {
 	rt      *snapshot.Runtime
 	refresh *laneRefresher
 }
 
-func (r runtimeInfo) Refresh(ctx context.Context) error { return r.refresh.Refresh(ctx) }
+func (r runtimeInfo) Refresh(ctx context.Context) error {
+	if r.refresh != nil {
+		return r.refresh.Refresh(ctx)
+	}
+	return r.rt.Refresh(ctx)
+}
 
 func (r runtimeInfo) Info() admin.SnapshotInfo {
 	s := r.rt.Current()

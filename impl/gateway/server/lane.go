@@ -9,14 +9,15 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 )
 
-// lane bounds the admin side's CPU: snapshot rebuilds (after an admin
-// write or another replica's notification) and, on SQLite, admin writes
-// run at most n at a time, n one less than GOMAXPROCS, so a proxied
-// request that becomes ready to run finds a free processor instead of
-// queueing behind them. Without it, eight concurrent admin clients on
-// SQLite kept both processors of a two-core replica busy, and the proxy
-// path's goroutines waited for one up to the scheduler's 10 ms preemption
-// tick (issue 22.5; execution traces of the adminload bench).
+// lane bounds the admin side's CPU on SQLite: admin writes (the SQL engine
+// runs in this process) and the snapshot rebuilds they cause run at most
+// n at a time, n one less than GOMAXPROCS, so a proxied request that
+// becomes ready to run finds a free processor instead of queueing behind
+// them. Without it, eight concurrent admin clients kept both processors of
+// a two-core replica busy, and the proxy path's goroutines waited for one
+// up to the scheduler's 10 ms preemption tick (issue 22.5; execution
+// traces of the adminload bench). On PostgreSQL a write mostly waits for
+// the server and the traces showed no such waits, so there is no lane.
 type lane struct{ sem chan struct{} }
 
 func newLane(n int) *lane { return &lane{sem: make(chan struct{}, max(1, n))} }
@@ -69,24 +70,4 @@ func (l *laneRefresher) Refresh(ctx context.Context) error {
 	l.started.Add(1)
 	l.lastErr = l.rt.Refresh(ctx)
 	return l.lastErr
-}
-
-// RefreshIfChanged is the notification path's check, in the lane. It
-// counts as a rebuild started for the callers of Refresh waiting behind
-// it: either it rebuilds from the database as it is now, or the snapshot
-// was already current, and both include every change committed before.
-func (l *laneRefresher) RefreshIfChanged(ctx context.Context) (bool, error) {
-	l.waiting.Add(1)
-	err := l.lane.Acquire(ctx)
-	l.waiting.Add(-1)
-	if err != nil {
-		return false, err
-	}
-	defer l.lane.Release()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.started.Add(1)
-	changed, err := l.rt.RefreshIfChanged(ctx)
-	l.lastErr = err
-	return changed, err
 }
