@@ -21,6 +21,8 @@
 #   BENCH_ADMIN_WRITES=2000 BENCH_ADMIN_WORKERS=8 BENCH_ADMIN_PROXY_N=1000
 #                                               admin writes per store, concurrent admin clients, and c=1
 #                                               proxied requests measured without admin load
+#   BENCH_ADMIN_PROFILE=0                       no CPU profile of the proxies during the admin load (default:
+#                                               bin/artifacts/bench/adminload-profile.md)
 #   BENCH_SKIP_SCALE=1 leaves the scale sections out.
 #   BENCH_AGENT_N=50 BENCH_AGENT_RTT_N=3000 size the pillar-csi agent step.
 set -euo pipefail
@@ -63,8 +65,12 @@ if [ -z "${BENCH_SKIP_SCALE:-}" ]; then
       --seed-principals "${BENCH_SCALE_PRINCIPALS:-10000}" --seed-keys "${BENCH_SCALE_KEYS:-50000}" \
       --seed-upstreams "${BENCH_SCALE_UPSTREAMS:-1000}" --seed-chains "${BENCH_SCALE_CHAINS:-100}" --out "$tmp/scale-propagation.md"
   fi
+  # Where the proxies' CPU went during the admin load (pprof through the
+  # opt-in /debug/pprof/): bin/artifacts/bench/adminload-profile.md.
+  admin_profile=()
+  if [ "${BENCH_ADMIN_PROFILE:-1}" != 0 ]; then admin_profile=(--profile-top bin/artifacts/bench/adminload-profile.md); fi
   "$tmp/adminload" --bin-dir bin --writes "${BENCH_ADMIN_WRITES:-2000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
-    --proxy-n "${BENCH_ADMIN_PROXY_N:-1000}" "${scale_pg[@]}" --out "$tmp/scale-admin.md"
+    --proxy-n "${BENCH_ADMIN_PROXY_N:-1000}" "${scale_pg[@]}" "${admin_profile[@]}" --out "$tmp/scale-admin.md"
   cat "$tmp/scale-streams.md" "$tmp/scale-rebuild.md" "$tmp/scale-propagation.md" "$tmp/scale-admin.md" - >"$tmp/scale.md" <<'EOF'
 
 ### Why the scale targets stand where they do

@@ -123,6 +123,28 @@ type Deps struct {
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
+	// Lane, when set, bounds how many writes (other than those calling a
+	// provider, see callsOut) run at once: a write holds it
+	// from its start to its answer, except while it waits for the
+	// snapshot refresh (Runtime.Refresh takes the lane itself, so that
+	// writes and rebuilds together leave processors to the proxy path).
+	Lane Lane
+}
+
+// Lane is a counting semaphore shared with the runtime's refreshes.
+type Lane interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
+
+// laneHeld marks a request context whose handler holds the lane.
+type laneHeld struct{}
+
+// callsOut reports the writes that wait on a provider (the OAuth token
+// exchange and revocation, a limit-reset claim): they do not take the
+// lane, so a slow provider cannot hold up every other write.
+func callsOut(pattern string) bool {
+	return strings.Contains(pattern, "/oauth/") || strings.HasSuffix(pattern, "/limit-resets/claim")
 }
 
 type api struct {
@@ -147,7 +169,15 @@ func New(d Deps) http.Handler {
 	a := &api{Deps: d, mux: http.NewServeMux()}
 	for _, rt := range a.routes() {
 		h := rt.h
+		write := rt.method != http.MethodGet && rt.method != http.MethodHead && !callsOut(rt.pattern)
 		a.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			if write && a.Lane != nil {
+				if err := a.Lane.Acquire(r.Context()); err != nil {
+					return // the client left while waiting; nothing was done
+				}
+				defer a.Lane.Release()
+				r = r.WithContext(context.WithValue(r.Context(), laneHeld{}, true))
+			}
 			if err := h(w, r); err != nil {
 				render(w, r, a.Logger, err)
 			}
@@ -359,6 +389,13 @@ func etag(w http.ResponseWriter, rev int64) {
 func (a *api) changed(ctx context.Context) {
 	if a.Runtime == nil {
 		return
+	}
+	// The refresh takes the lane on its own; holding it here would keep
+	// other writes from committing meanwhile, and so from sharing the
+	// rebuild.
+	if held, _ := ctx.Value(laneHeld{}).(bool); held {
+		a.Lane.Release()
+		defer func() { _ = a.Lane.Acquire(context.WithoutCancel(ctx)) }() // cannot fail: no deadline
 	}
 	if err := a.Runtime.Refresh(context.WithoutCancel(ctx)); err != nil {
 		a.Logger.WarnContext(ctx, "snapshot refresh after an admin change failed; the reconciler will apply the change", "error", err)

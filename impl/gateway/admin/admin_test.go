@@ -58,6 +58,8 @@ type options struct {
 	dashboard http.Handler
 	// destinations is the destination policy (default none).
 	destinations admin.Destinations
+	// lane bounds concurrent writes (default none).
+	lane admin.Lane
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -132,6 +134,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		KeyEnvAllow:  []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
 		ReservedEnv:  []string{"MY_ADMIN_TOKEN"},
 		Destinations: o.destinations,
+		Lane:         o.lane,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -112,6 +112,14 @@ type Config struct {
 	// PROXY_UPSTREAM_KEY_*.
 	AllowPrivateUpstreams bool     `yaml:"allow_private_upstreams"`
 	UpstreamKeyEnvAllow   []string `yaml:"upstream_key_env_allow"`
+
+	// Debug holds diagnostics that are off by default (docs/operations.md,
+	// Profiling).
+	Debug struct {
+		// Pprof serves the Go runtime's profiles under /debug/pprof/ on
+		// the admin listener, behind the admin token.
+		Pprof bool `yaml:"pprof"`
+	} `yaml:"debug"`
 }
 
 // ListenerLimits are the per-connection bounds of a listener.
@@ -209,6 +217,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		return nil
 	})
 	applySecurity := securityFlags(fs)
+	pprofOn := fs.Bool("debug-pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener (admin token required); env PROXY_DEBUG_PPROF")
 	// The flag package would print its error and the whole flag list on
 	// any mistake; a bad flag gets one line (and exit 2), --help the list.
 	fs.SetOutput(io.Discard)
@@ -318,10 +327,19 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if set["drain-timeout"] {
 		c.DrainTimeout = *drain
 	}
+	// debug: the flag wins over the environment, which wins over the file.
+	var envErr error
+	if set["debug-pprof"] {
+		c.Debug.Pprof = *pprofOn
+	} else if v, ok, err := parseBoolEnv(getenv, "PROXY_DEBUG_PPROF"); err != nil {
+		envErr = fmt.Errorf("debug.pprof: PROXY_DEBUG_PPROF must be true or false, got %q", getenv("PROXY_DEBUG_PPROF"))
+	} else if ok {
+		c.Debug.Pprof = v
+	}
 	if c.ReplicaID == "" {
 		c.ReplicaID, _ = os.Hostname()
 	}
-	return &c, c.Validate()
+	return &c, errors.Join(envErr, c.Validate())
 }
 
 // Validate reports every invalid setting, each with its key.
@@ -606,6 +624,7 @@ Environment:
   PROXY_ADMIN_TOKEN                  admin API bearer token (or admin.auth.providers in --config)
   PROXY_METRICS_TOKEN(_FILE)         bearer token /metrics requires, when set
   PROXY_UPSTREAM_KEY_*               upstream API keys an upstream's api_key_env may name
+  PROXY_DEBUG_PPROF                  true: serve /debug/pprof/ on the admin listener, as --debug-pprof
 
 Flags:
 `)

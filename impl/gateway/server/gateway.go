@@ -42,8 +42,12 @@ type gateway struct {
 	reg   *prometheus.Registry
 	plugs *plugins.Runtime
 	rt    *snapshot.Runtime
-	lim   *limits.Limiter
-	rec   *usage.Recorder
+	// lane and refresher keep admin writes and rebuilds off one processor
+	// on SQLite (lane.go); nil on PostgreSQL.
+	lane      *lane
+	refresher *laneRefresher
+	lim       *limits.Limiter
+	rec       *usage.Recorder
 	// relayMetrics are the proxy path's series; the usage hand-off feeds
 	// the ones labelled by principal, upstream and model.
 	relayMetrics *relay.Metrics
@@ -78,6 +82,10 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
 	if err := g.rt.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	if cfg.db.Driver == SQLite {
+		g.lane = newLane(adminLaneSize())
+		g.refresher = &laneRefresher{rt: g.rt, lane: g.lane}
 	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
@@ -207,19 +215,39 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
-		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt}, Auth: sec.auth,
+		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt, g.refresher}, Lane: g.writeLane(), Auth: sec.auth,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
-		Extra: map[string]http.Handler{
-			"/metrics":          h.metrics,
-			"/admin/scheduler/": schedulerHandler{g.sched},
-		},
+		Extra: g.adminExtra(h.metrics),
 	})
 	return h
+}
+
+// writeLane is the lane admin writes take: none (a nil interface, not a
+// nil *lane) on PostgreSQL, where a write mostly waits for the server and
+// holding a lane meanwhile would only serialize the writes.
+func (g *gateway) writeLane() admin.Lane {
+	if g.lane == nil {
+		return nil
+	}
+	return g.lane
+}
+
+// adminExtra are the handlers mounted beside the admin API, behind its
+// authentication; the profiling endpoint only when configured.
+func (g *gateway) adminExtra(metrics http.Handler) map[string]http.Handler {
+	extra := map[string]http.Handler{
+		"/metrics":          metrics,
+		"/admin/scheduler/": schedulerHandler{g.sched},
+	}
+	if g.cfg.Debug.Pprof {
+		extra[pprofPath] = pprofHandler()
+	}
+	return extra
 }
 
 // startBackground starts the loops that run until shutdown and returns
@@ -254,10 +282,19 @@ func (g *gateway) applyChange(ctx context.Context, payload string) {
 	}
 }
 
-// runtimeInfo adapts the snapshot runtime to the admin API's view of it.
-type runtimeInfo struct{ rt *snapshot.Runtime }
+// runtimeInfo adapts the snapshot runtime to the admin API's view of it;
+// its refreshes go through the lane when there is one.
+type runtimeInfo struct {
+	rt      *snapshot.Runtime
+	refresh *laneRefresher
+}
 
-func (r runtimeInfo) Refresh(ctx context.Context) error { return r.rt.Refresh(ctx) }
+func (r runtimeInfo) Refresh(ctx context.Context) error {
+	if r.refresh != nil {
+		return r.refresh.Refresh(ctx)
+	}
+	return r.rt.Refresh(ctx)
+}
 
 func (r runtimeInfo) Info() admin.SnapshotInfo {
 	s := r.rt.Current()

@@ -65,12 +65,14 @@ type running struct {
 	// proxySrv drains first (its listener closes at once); adminSrv keeps
 	// answering /readyz (503) and /metrics until the drain ends.
 	proxySrv, adminSrv *http.Server
-	life               *lifecycle
-	drain              time.Duration
-	cancel             context.CancelFunc
-	errc               chan error
-	sched              *scheduler.Scheduler
-	closeSched         func()
+	// proxyAddr and adminAddr are where the listeners were bound.
+	proxyAddr, adminAddr string
+	life                 *lifecycle
+	drain                time.Duration
+	cancel               context.CancelFunc
+	errc                 chan error
+	sched                *scheduler.Scheduler
+	closeSched           func()
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
@@ -131,8 +133,12 @@ func (r *running) listen(cfg *Config, dest *egress.Policy, h handlers, metricsTo
 	go func() { r.errc <- proxySrv.Serve(proxyLn) }()
 	go func() { r.errc <- adminSrv.Serve(adminLn) }()
 	proxyAddr, adminAddr = proxyLn.Addr().String(), adminLn.Addr().String()
+	r.proxyAddr, r.adminAddr = proxyAddr, adminAddr
 	r.log.Info("listening", "listener", "proxy", "addr", proxyAddr)
 	r.log.Info("listening", "listener", "admin", "addr", adminAddr)
+	if cfg.Debug.Pprof {
+		r.log.Warn("profiling endpoint enabled (debug.pprof): admin token holders can read profiles", "url", "http://"+adminAddr+pprofPath)
+	}
 	return proxyAddr, adminAddr, nil
 }
 

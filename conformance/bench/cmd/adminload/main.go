@@ -44,6 +44,10 @@ func main() {
 type params struct {
 	writes, workers, proxyN int
 	binDir, dbURL, out      string
+	// profileTop, when set, receives where the proxies' CPU went during
+	// the admin load (profile.go); profileDir keeps the raw profiles.
+	profileTop, profileDir string
+	profileTrace           bool
 }
 
 type result struct {
@@ -52,6 +56,8 @@ type result struct {
 	quiet    []time.Duration
 	loaded   []time.Duration
 	replicas int
+	// profile is the CPU report of the loaded phase (--profile-top).
+	profile string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -63,6 +69,9 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&p.binDir, "bin-dir", "bin", "directory of bin/proxy and bin/sim")
 	fs.StringVar(&p.dbURL, "database-url", "", "PostgreSQL server for the three-replica run (a fresh schema); none: SQLite only")
 	fs.StringVar(&p.out, "out", "", "write the markdown section here")
+	fs.StringVar(&p.profileTop, "profile-top", "", "profile the proxies (CPU, through /debug/pprof/) while the admin load runs and write the CPU split and the profile tops here; needs go on PATH")
+	fs.BoolVar(&p.profileTrace, "profile-trace", false, "with --profile-top: also trace replica A and report where its goroutines waited for a processor (go tool trace -pprof=sched)")
+	fs.StringVar(&p.profileDir, "profile-dir", "", "with --profile-top: keep the raw CPU profiles here (default: discarded)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,6 +94,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	md := markdown(p, rs)
 	fmt.Print(md)
+	if p.profileTop != "" {
+		if err := writeProfiles(p, rs); err != nil {
+			return err
+		}
+	}
 	if p.out != "" {
 		return os.WriteFile(p.out, []byte(md), 0o644)
 	}
@@ -123,6 +137,10 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		return res, err
 	}
 	env := map[string]string{"PROXY_ADMIN_TOKEN": token, "PROXY_MASTER_KEY": bench.RandomHex(32)}
+	if p.profileTop != "" {
+		env["PROXY_DEBUG_PPROF"] = "true"
+	}
+	pids := map[string]int{"sim": sim.Pid()}
 	var admins []string
 	var proxyURL string
 	// Replica A migrates first; the others start once it is up.
@@ -137,6 +155,7 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 			return res, err
 		}
 		admins = append(admins, "http://"+adm)
+		pids[fmt.Sprintf("proxy-%d", i)] = pr.Pid()
 		if i == 0 {
 			proxyURL = "http://" + px
 		}
@@ -166,6 +185,10 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		err error
 	}
 	done := make(chan loadDone, 1)
+	prof, err := startProfiles(ctx, p, dir, res, admins, token, pids)
+	if err != nil {
+		return res, err
+	}
 	go func() {
 		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
 		done <- loadDone{l, err}
@@ -182,6 +205,9 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 			finished = true
 		default:
 		}
+	}
+	if res.profile, err = prof.report(ctx); err != nil {
+		return res, err
 	}
 	if ld.err != nil {
 		return res, ld.err
@@ -222,5 +248,10 @@ snapshot rebuild on each replica. Writes per second are each kind's count over t
 time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
 requests one after another for as long as the load runs.
 `, p.workers, p.writes, p.proxyN)
+	if p.profileTop != "" {
+		fmt.Fprintf(&b, `Each proxy was CPU-profiled through its /debug/pprof/ (PROXY_DEBUG_PPROF=true) in one-second
+windows while the load ran; the CPU each process used and the profile tops are in %s.
+`, p.profileTop)
+	}
 	return b.String()
 }

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+)
+
+// lane bounds the admin side's CPU on SQLite: admin writes (the SQL engine
+// runs in this process) and the snapshot rebuilds they cause run at most
+// n at a time, n one less than GOMAXPROCS, so a proxied request that
+// becomes ready to run finds a free processor instead of queueing behind
+// them. Without it, eight concurrent admin clients kept both processors of
+// a two-core replica busy, and the proxy path's goroutines waited for one
+// up to the scheduler's 10 ms preemption tick (issue 22.5; execution
+// traces of the adminload bench). On PostgreSQL a write mostly waits for
+// the server and the traces showed no such waits, so there is no lane.
+type lane struct{ sem chan struct{} }
+
+func newLane(n int) *lane { return &lane{sem: make(chan struct{}, max(1, n))} }
+
+// adminLaneSize leaves one processor to the proxy path.
+func adminLaneSize() int { return runtime.GOMAXPROCS(0) - 1 }
+
+func (l *lane) Acquire(ctx context.Context) error {
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *lane) Release() { <-l.sem }
+
+// laneRefresher runs the snapshot's refreshes in the lane. Callers that
+// arrive while another's rebuild waits for the lane or runs share the next
+// one that starts after them, as snapshot.Runtime.Refresh does for its own
+// callers (here the waiting happens before the runtime sees them).
+type laneRefresher struct {
+	rt   *snapshot.Runtime
+	lane *lane
+
+	mu      sync.Mutex
+	started atomic.Int64
+	lastErr error
+	// waiting counts callers waiting for the lane (tests wait on it).
+	waiting atomic.Int32
+}
+
+// Refresh rebuilds the snapshot, unless a rebuild that started after this
+// call arrived succeeded meanwhile.
+func (l *laneRefresher) Refresh(ctx context.Context) error {
+	arrived := l.started.Load()
+	l.waiting.Add(1)
+	err := l.lane.Acquire(ctx)
+	l.waiting.Add(-1)
+	if err != nil {
+		return err
+	}
+	defer l.lane.Release()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started.Load() > arrived && l.lastErr == nil {
+		return nil
+	}
+	l.started.Add(1)
+	l.lastErr = l.rt.Refresh(ctx)
+	return l.lastErr
+}
