@@ -124,6 +124,7 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		c := ctx()
 		installSnapshotSupport(c)
 		installCSI(c, nil)
+		waitSnapshotController(c)
 		_, err := kc.Client.CoreV1().Namespaces().Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())

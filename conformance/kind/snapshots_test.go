@@ -100,8 +100,8 @@ func apply(c context.Context, objs ...*unstructured.Unstructured) {
 }
 
 // installSnapshotSupport installs the snapshot CRDs shipped in
-// external-snapshotter's client module and the snapshot-controller built
-// from its main module, and waits until both serve.
+// external-snapshotter's client module (waiting until they serve) and the
+// snapshot-controller built from its main module.
 func installSnapshotSupport(c context.Context) {
 	Expect(*snapshotCRDs).NotTo(BeEmpty(), "-snapshot-crds is required (scripts/e2e-kind.sh passes it)")
 	var names []string
@@ -136,11 +136,24 @@ func installSnapshotSupport(c context.Context) {
 		Expect(unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")).To(Succeed())
 	}
 	apply(c, objs...)
+}
+
+// waitSnapshotController waits until the snapshot-controller holds its
+// leader Lease: it takes it only after its start-up checks of the CRDs
+// (a Deployment counts a container that then exits as available).
+func waitSnapshotController(c context.Context) {
 	Eventually(func(g Gomega) {
-		d, err := kc.Client.AppsV1().Deployments("kube-system").Get(c, "snapshot-controller", metav1.GetOptions{})
+		l, err := kc.Client.CoordinationV1().Leases("kube-system").Get(c, "snapshot-controller-leader", metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(d.Status.AvailableReplicas).To(BeNumerically(">=", 1))
-	}, 2*time.Minute, time.Second).Should(Succeed())
+		g.Expect(l.Spec.HolderIdentity).NotTo(BeNil())
+		g.Expect(*l.Spec.HolderIdentity).To(HavePrefix("snapshot-controller-"))
+	}, 3*time.Minute, 2*time.Second).Should(Succeed(), func() string {
+		pods, err := kc.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=snapshot-controller"})
+		if err != nil || len(pods.Items) == 0 {
+			return fmt.Sprintf("snapshot-controller has no pod (%v)", err)
+		}
+		return "snapshot-controller not running; its log: " + podLog(c, "kube-system", pods.Items[0].Name, "")
+	})
 }
 
 // snapshotClass is the VolumeSnapshotClass the chart rendered for the driver.
