@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kind e2e (make e2e-kind): builds or reuses the offline kind node image
 # (scripts/kind/node-image.sh), the project's images (scripts/images.sh) and
-# the CSI sidecar images (scripts/kind/sidecar-images.sh), then runs the
+# the CSI sidecar and snapshot images (scripts/kind/sidecar-images.sh), then runs the
 # Ginkgo suite conformance/kind, which creates the cluster through kind's Go
 # API, installs charts/pillar-csi and charts/proxy with Helm's Go packages,
 # exports the cluster's logs to bin/artifacts/kind on failure and deletes
@@ -25,12 +25,14 @@ step "project images"
 bash scripts/images.sh
 step "CSI sidecar images"
 bash scripts/kind/sidecar-images.sh >/dev/null
+# The snapshot CRDs the suite installs, from the Go module cache.
+snapshot_crds=$(bash scripts/kind/snapshot-crds.sh)
 
 mkdir -p bin/artifacts/kind
 step "conformance/kind on a new cluster"
 rc=0
 go test -v -tags kinde2e -count=1 -timeout 45m ./conformance/kind/ -args \
-  -node-image="$node_image" -artifacts="$PWD/bin/artifacts/kind" \
+  -node-image="$node_image" -artifacts="$PWD/bin/artifacts/kind" -snapshot-crds="$snapshot_crds" \
   -bench-out="$PWD/bin/artifacts/kind/bench.md" \
   -ginkgo.label-filter="$filter" -ginkgo.v -ginkgo.no-color >bin/artifacts/kind/e2e.log 2>&1 || rc=$?
 # The specs run (Ginkgo prints "• [time]" after each), the suite's own

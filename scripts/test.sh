@@ -12,9 +12,11 @@ mkdir -p bin/artifacts/kernel
 guest_log=bin/artifacts/kernel/guest-image.log
 bash scripts/kernel/guest-image.sh >"$guest_log" 2>&1 &
 guest_pid=$!
-# The kind e2e's images: the CSI sidecars and the node image (Kubernetes,
-# CoreDNS from the module proxy), 30-40 minutes from an empty cache on two
-# busy cores; also built beside the tiers below.
+# The kind e2e's images: the CSI sidecars (with csi-snapshotter and the
+# snapshot-controller, one go build of about 20 minutes of its own) and the
+# node image (Kubernetes, CoreDNS from the module proxy), 30-40 minutes
+# from an empty cache on two busy cores before the snapshot images; also
+# built beside the tiers below.
 kind_log=bin/artifacts/kind/images.log
 mkdir -p bin/artifacts/kind
 bash scripts/docker.sh

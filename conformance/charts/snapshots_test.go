@@ -37,7 +37,9 @@ var _ = Describe("pillar-csi chart snapshots", func() {
 		role := decode[rbacv1.ClusterRole](find(objs, "ClusterRole", "pillar-pillar-csi-controller"))
 		Expect(role.Rules).To(ContainElements(snapshotterRule,
 			rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotclasses"}, Verbs: []string{"get", "list", "watch"}},
-			rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"update", "patch"}}))
+			rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"update", "patch"}},
+			// The provisioner's finalizer on a VolumeSnapshot being restored.
+			rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"}, Verbs: []string{"watch", "update"}}))
 		vsc := find(objs, "VolumeSnapshotClass", "pillar-pillar-csi").Map
 		Expect(vsc["apiVersion"]).To(Equal("snapshot.storage.k8s.io/v1"))
 		Expect(vsc["driver"]).To(Equal(domain))

@@ -64,6 +64,9 @@ func csiValues(extra map[string]any) map[string]any {
 			"extraVolumes":      simVol,
 			"extraVolumeMounts": simMount,
 		},
+		// The csi-snapshotter sidecar and the VolumeSnapshotClass
+		// (snapshots_test.go installs the cluster's half first).
+		"snapshots": map[string]any{"enabled": true},
 	}
 	for k, x := range extra {
 		if m, ok := x.(map[string]any); ok {
@@ -119,7 +122,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 
 	BeforeAll(func() {
 		c := ctx()
+		installSnapshotSupport(c)
 		installCSI(c, nil)
+		waitSnapshotController(c)
 		_, err := kc.Client.CoreV1().Namespaces().Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
@@ -184,12 +189,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		}, 2*time.Minute, time.Second).Should(BeZero())
 	})
 
-	// Snapshots and clones (storage issue part 7): a claim cloned from
-	// another (dataSource PersistentVolumeClaim: the provisioner's
-	// CreateVolume with a volume content source, an LVM thin snapshot) has
-	// its data. VolumeSnapshots need the snapshot CRDs and
-	// snapshot-controller, which this offline cluster lacks. Unrun: written
-	// and vetted without a kind cluster.
+	// A claim cloned from another (dataSource PersistentVolumeClaim: the
+	// provisioner's CreateVolume with a volume content source, an LVM thin
+	// snapshot) has its data. VolumeSnapshots: snapshotSpecs.
 	It("clones a claim with the data its source holds", func() {
 		c := ctx()
 		clone := pvc("data-clone", "pillar-thin", "1Gi", false)
@@ -205,6 +207,8 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 			return apierrors.IsNotFound(err)
 		}, 2*time.Minute, time.Second).Should(BeTrue())
 	})
+
+	snapshotSpecs()
 
 	It("grows a claim and its filesystem while a pod uses it", Label("S-CT-1"), func() {
 		c := ctx()

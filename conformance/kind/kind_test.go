@@ -49,8 +49,8 @@ var (
 // images the suite loads into the node: every image the two charts' pods
 // use with default values (tagged so by scripts/images.sh and
 // scripts/kind/sidecar-images.sh; a chart bump that the scripts do not
-// follow fails the load, loudly), the simulated agent and node that
-// csiValues runs, and the test workloads'.
+// follow fails the load, loudly), the snapshot images, the simulated
+// agent and node that csiValues runs, and the test workloads'.
 func images() []string {
 	out := []string{"pillar/sim:local", "pillar/postgres:15-local", "docker.io/library/busybox:1.38.0",
 		"pillar/pillar-agent-sim:local", "pillar/pillar-node-sim:local"}
@@ -61,6 +61,10 @@ func images() []string {
 			collectImages(o.Map, &out)
 		}
 	}
+	// The chart's snapshotter sidecar (snapshots.enabled, off by default)
+	// and the cluster's snapshot-controller.
+	sidecar, controller := snapshotImages()
+	out = append(out, sidecar, controller)
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CSI sidecar images of charts/pillar-csi, tagged with the chart's
 # default references so it renders unchanged on the offline kind cluster
-# (docs/sidecars.md): csi-provisioner and csi-attacher built from their Go
-# modules at the chart's tags, node-driver-registrar, livenessprobe and
+# (docs/sidecars.md): csi-provisioner, csi-attacher and csi-snapshotter
+# (with the cluster's snapshot-controller) built from their Go modules at
+# the chart's tags, node-driver-registrar, livenessprobe and
 # csi-resizer from the stand-ins in sim/ (their modules are not on the Go
 # module proxy). FROM scratch, cached by content; prints the references.
 set -euo pipefail
@@ -19,24 +20,32 @@ repo_of() { awk -v k="$1:" '$1==k{f=1} f&&$1=="repository:"{print $2; exit}' "$v
 bincache=$PILLAR_CACHE/sidecars
 mkdir -p "$bincache"
 
-# upstream MODULE VERSION CMD: builds MODULE/cmd/CMD at VERSION through a
-# wrapper module carrying the module's own replace directives (go install
-# refuses modules that have any).
+# upstream MODULE VERSION CMD...: builds MODULE/cmd/CMD at VERSION for
+# each CMD in one `go build` (their shared dependencies compile once)
+# through a wrapper module carrying the module's own replace directives
+# (go install refuses modules that have any); prints each binary's path.
 upstream() {
-  local mod=$1 ver=$2 cmd=$3 out=$bincache/$3-$2 gomod src
-  if [ ! -x "$out" ]; then
-    step "building $cmd $ver from $mod"
+  local mod=$1 ver=$2 cmd gomod src out missing=() pkgs=() t0
+  shift 2
+  for cmd in "$@"; do [ -x "$bincache/$cmd-$ver" ] || missing+=("$cmd"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    step "building ${missing[*]} $ver from $mod"
+    t0=$SECONDS
     gomod=$(go mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
     [ -f "$gomod" ] || die "could not download $mod@$ver"
     src=$(mktemp -d)
-    { echo "module pillar.local/$cmd"; echo; grep -m1 '^go ' "$gomod"; echo; echo "require $mod $ver"; echo
+    { echo "module pillar.local/${missing[0]}"; echo; grep -m1 '^go ' "$gomod"; echo; echo "require $mod $ver"; echo
       # Replaces pointing into the module's own tree (external-snapshotter's
       # ./client) cannot apply outside it; the required version is used.
       grep -E '^replace [^(]' "$gomod" | grep -v '=> \./' || true; } >"$src/go.mod"
-    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$out.$$" "$mod/cmd/$cmd") || die "$cmd build failed"
-    mv "$out.$$" "$out"; rm -rf "$src"
+    for cmd in "${missing[@]}"; do pkgs+=("$mod/cmd/$cmd"); done
+    mkdir "$src/bin"
+    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o bin/ "${pkgs[@]}") || die "${missing[*]} build failed"
+    for cmd in "${missing[@]}"; do mv "$src/bin/$cmd" "$bincache/$cmd-$ver"; done
+    rm -rf "$src"
+    note "built ${missing[*]} in $((SECONDS - t0))s"
   fi
-  echo "$out"
+  for cmd in "$@"; do echo "$bincache/$cmd-$ver"; done
 }
 standin() {
   local cmd=$1 out
@@ -64,3 +73,11 @@ image "$(repo_of attacher):$(tag_of attacher)" "$(upstream github.com/kubernetes
 image "$(repo_of resizer):$(tag_of resizer)" "$(standin csi-resizer)" csi-resizer
 image "$(repo_of livenessProbe):$(tag_of livenessProbe)" "$(standin livenessprobe)" livenessprobe
 image "$(repo_of nodeDriverRegistrar):$(tag_of nodeDriverRegistrar)" "$(standin csi-node-driver-registrar)" csi-node-driver-registrar
+# Volume snapshots (chart snapshots.enabled): the sidecar and the cluster's
+# snapshot-controller, which the kind suite installs (conformance/kind) under
+# the sidecar's registry path and tag.
+snap_tag=$(tag_of snapshotter) snap_repo=$(repo_of snapshotter)
+mapfile -t snap_bins < <(upstream github.com/kubernetes-csi/external-snapshotter/v8 "$snap_tag" csi-snapshotter snapshot-controller)
+[ ${#snap_bins[@]} = 2 ] || die "external-snapshotter $snap_tag build failed"
+image "$snap_repo:$snap_tag" "${snap_bins[0]}" csi-snapshotter
+image "${snap_repo%/*}/snapshot-controller:$snap_tag" "${snap_bins[1]}" snapshot-controller
