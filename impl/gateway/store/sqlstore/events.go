@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,14 +156,14 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	var chunks []*sql.Stmt
 	for rest := len(events); rest > 0; {
 		n := 1 << (bits.Len(uint(min(rest, eventsPerInsert))) - 1)
-		st, err := s.prepared(ctx, insertEventsQuery(n))
+		st, err := s.prepared(ctx, insertEventsKeys[bits.Len(uint(n))-1], func() string { return insertEventsQuery(n) })
 		if err != nil {
 			return s.d.classify(err)
 		}
 		chunks = append(chunks, st)
 		rest -= n
 	}
-	up, err := s.prepared(ctx, upsertAffinity)
+	up, err := s.prepared(ctx, "upsert affinity", func() string { return upsertAffinity })
 	if err != nil {
 		return s.d.classify(err)
 	}
@@ -202,10 +203,23 @@ const upsertAffinity = `INSERT INTO upstream_affinity (principal_id, upstream_id
 	WHERE upstream_affinity.last_used_at < excluded.last_used_at`
 
 // eventsPerInsert bounds the rows of one INSERT: 18 parameters a row stay
-// far below SQLite's and PostgreSQL's parameter limits. A power of two.
-const eventsPerInsert = 256
+// far below SQLite's and PostgreSQL's parameter limits. A power of two, so
+// that a batch is written in INSERTs of 1, 2, 4, … rows
+// (insertEventsShapes of them).
+const (
+	insertEventsShapes = 9
+	eventsPerInsert    = 1 << (insertEventsShapes - 1)
+)
 
 const eventColumns = 18
+
+// insertEventsKeys name the prepared INSERTs of 2^k rows.
+var insertEventsKeys = func() (ks [insertEventsShapes]string) {
+	for k := range ks {
+		ks[k] = "insert events " + strconv.Itoa(1<<k)
+	}
+	return ks
+}()
 
 var insertEventsHead = `INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
 	status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,

@@ -44,25 +44,25 @@ func (s *Store) Driver() string { return s.d.Name }
 
 func (s *Store) Close() error { return s.db.Close() }
 
-// prepared is q (with '?' placeholders) prepared once for the life of the
-// store, for the statements run often enough that parsing them each time
-// shows in the CPU they take (the request-event writer's). A transaction
-// uses it through Tx.StmtContext, which reuses the statement prepared on
-// the transaction's connection.
-func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+// prepared is the statement named key, query(key) with '?' placeholders,
+// prepared once for the life of the store: for the statements run often
+// enough that parsing them each time shows in the CPU they take (the
+// request-event writer's). A transaction uses it through Tx.StmtContext,
+// which reuses the statement prepared on the transaction's connection.
+func (s *Store) prepared(ctx context.Context, key string, query func() string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if st, ok := s.stmts[q]; ok {
+	if st, ok := s.stmts[key]; ok {
 		return st, nil
 	}
-	st, err := s.db.PrepareContext(ctx, s.d.rebind(q))
+	st, err := s.db.PrepareContext(ctx, s.d.rebind(query()))
 	if err != nil {
 		return nil, err
 	}
 	if s.stmts == nil {
 		s.stmts = map[string]*sql.Stmt{}
 	}
-	s.stmts[q] = st
+	s.stmts[key] = st
 	return st, nil
 }
 
