@@ -16,7 +16,7 @@ import (
 // default database: one batch of n events (issue 24: its CPU burst lands
 // on the cores serving requests).
 func BenchmarkInsertRequestEvents(b *testing.B) {
-	for _, n := range []int{1, 8, 64} {
+	for _, n := range []int{1, 16, 32, 128} {
 		b.Run(itoa(n), func(b *testing.B) {
 			ctx := context.Background()
 			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "proxy.db"), sqlite.Options{})
