@@ -49,10 +49,10 @@ type Writer interface {
 //
 // The write period is a fraction of the flush interval so that the work
 // comes in small transactions spread over the interval rather than one
-// burst per interval: at c=1 one burst of about 1.4 ms every 200 ms was
-// the largest overlap of a third of the proxy's slowest 1% of requests,
-// while a few bursts of a quarter of it fit in the spread of ordinary
-// requests (issue 24).
+// burst per interval, which at c=1 (about 1.4 ms every 200 ms) overlapped
+// a third of the proxy's slowest 1% of requests (issue 24). Smaller bursts
+// overlap more requests, each by less; WriteEvery = FlushInterval gives
+// back one write per interval.
 type Recorder struct {
 	w   Writer
 	log *slog.Logger
