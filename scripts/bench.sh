@@ -152,6 +152,9 @@ go test -run '^$' -bench Admit -benchmem -count 1 ./impl/gateway/limits/ | tee -
 # issue 23 (h/ops): the proxy path with a limited principal (anthropic-ratelimit-* headers) and
 # the metrics on, beside the plain path; allocs/op is the stable figure on a busy machine.
 go test -run '^$' -bench 'BenchmarkRelay(LimitedWithMetrics)?$' -benchmem -benchtime 2000x -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
+# issue 24 (h/evwriter): one write of the request-event writer on SQLite, by events per
+# transaction (it writes every 50 ms); cpu-ns/op is the burst beside the requests.
+go test -run '^$' -bench InsertRequestEvents -benchmem -benchtime 500x -count 1 ./impl/gateway/store/sqlite/ | tee -a "$tmp/micro.txt"
 
 step "router plugin cost (a Go WASM module under wazero) and the proxy path with a one-plugin chain"
 # Three rounds, medians in the doc (benchtable); then the proxy path with the

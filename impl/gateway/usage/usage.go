@@ -1,7 +1,8 @@
 // Package usage records proxied requests as request events without slowing
 // the request path: the handler appends what it captured to a buffer and
-// returns; a background goroutine takes the buffer every flush interval (or
-// when a batch is full), extracts token usage and writes the events.
+// returns; a background goroutine takes the buffer several times per flush
+// interval (or when a batch is full), extracts token usage and writes the
+// events.
 package usage
 
 import (
@@ -43,7 +44,15 @@ type Writer interface {
 // per request costs the request path a thread hand-off and, under load,
 // scheduler latency): the writer takes what is queued on its own tick, or
 // when a batch is full. An event is therefore written, and seen by
-// OnEvent, within one flush interval of Record, as before.
+// OnEvent, within one write period (WriteEvery) of Record, never later than
+// one flush interval.
+//
+// The write period is a fraction of the flush interval so that the work
+// comes in small transactions spread over the interval rather than one
+// burst per interval, which at c=1 (about 1.4 ms every 200 ms) overlapped
+// a third of the proxy's slowest 1% of requests (issue 24). Smaller bursts
+// overlap more requests, each by less; WriteEvery = FlushInterval gives
+// back one write per interval.
 type Recorder struct {
 	w   Writer
 	log *slog.Logger
@@ -56,7 +65,8 @@ type Recorder struct {
 	full     chan struct{} // enough is queued: wake the writer early (never closed)
 	stop     chan struct{} // closed by Close
 	batch    int
-	interval time.Duration
+	every    time.Duration
+	ticks    <-chan time.Time // tests drive the writer's ticks; nil: a ticker of every
 	onEvent  func(store.RequestEvent)
 	price    func(*store.RequestEvent)
 	dropped  atomic.Int64
@@ -72,14 +82,26 @@ type Options struct {
 	QueueSize     int           // default 8192
 	BatchSize     int           // default 256
 	FlushInterval time.Duration // default 200ms
-	Logger        *slog.Logger
+	// WriteEvery is how often the writer takes what is queued and writes
+	// it, one transaction each time; default a quarter of FlushInterval,
+	// never more than FlushInterval (the durability bound of
+	// docs/operations.md, "Crash windows").
+	WriteEvery time.Duration
+	Logger     *slog.Logger
 	// Price, when set, fills an event's cost once its token counts are
 	// known, off the request path, before OnEvent sees it.
 	Price func(*store.RequestEvent)
 	// OnEvent, when set, sees each event once its token counts are known
 	// (principal token limits), on the recorder's goroutine.
 	OnEvent func(store.RequestEvent)
+
+	ticks <-chan time.Time // tests: the writer's ticks, in place of a ticker
 }
+
+// writesPerInterval is how many writes the default WriteEvery spreads over
+// a flush interval: at 300-600 requests a second, transactions of 15-30
+// events, each a fraction of the spread of an ordinary request's latency.
+const writesPerInterval = 4
 
 // NewRecorder starts the background writer.
 func NewRecorder(w Writer, o Options) *Recorder {
@@ -92,13 +114,17 @@ func NewRecorder(w Writer, o Options) *Recorder {
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = 200 * time.Millisecond
 	}
+	if o.WriteEvery <= 0 {
+		o.WriteEvery = o.FlushInterval / writesPerInterval
+	}
+	o.WriteEvery = min(o.WriteEvery, o.FlushInterval)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
 		w: w, log: o.Logger, full: make(chan struct{}, 1), stop: make(chan struct{}), batch: o.BatchSize,
-		interval: o.FlushInterval, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
+		every: o.WriteEvery, ticks: o.ticks, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
 	// One shard per 32 events of a batch (at most 8): a full batch always
 	// fills one shard to wakeAt, so a batch is never kept waiting longer.
@@ -197,8 +223,12 @@ func (r *Recorder) Close() {
 
 func (r *Recorder) run(ctx context.Context) {
 	defer close(r.done)
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
+	ticks := r.ticks
+	if ticks == nil {
+		t := time.NewTicker(r.every)
+		defer t.Stop()
+		ticks = t.C
+	}
 	buf := make([]store.RequestEvent, 0, r.batch)
 	// A failed batch stays in buf and is retried on the next flush, so a
 	// database restart loses no usage; beyond retryLimit the oldest go.
@@ -246,14 +276,17 @@ func (r *Recorder) run(ctx context.Context) {
 	for {
 		select {
 		case <-r.full:
+			// A batch's worth is waiting: write it now, so that no more
+			// than a batch is ever held unwritten.
 			drain()
+			flush()
 		case <-r.stop:
 			// Record stops queueing once closed is set; one taken
 			// before that is in a shard by the time its lock is free.
 			drain()
 			flush()
 			return
-		case <-t.C:
+		case <-ticks:
 			drain()
 			flush()
 		case ack := <-r.flushReq:

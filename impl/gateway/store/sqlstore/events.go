@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -143,6 +145,28 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	if len(events) == 0 {
 		return nil
 	}
+	// Many rows per statement: the batch is written while requests are
+	// served on the same cores, and one statement per row costs several
+	// times the CPU of the rows themselves. The statements are prepared
+	// once, for 2^k rows each (a batch of n takes one per bit of n):
+	// parsing a fresh multi-row INSERT on every flush was a third of the
+	// flush's CPU on SQLite (issue 24). They are looked up before the
+	// transaction starts, because preparing one may need a connection of
+	// its own (an in-memory database has only one).
+	var chunks []*sql.Stmt
+	for rest := len(events); rest > 0; {
+		n := 1 << (bits.Len(uint(min(rest, eventsPerInsert))) - 1)
+		st, err := s.prepared(ctx, insertEventsKeys[bits.Len(uint(n))-1], func() string { return insertEventsQuery(n) })
+		if err != nil {
+			return s.d.classify(err)
+		}
+		chunks = append(chunks, st)
+		rest -= n
+	}
+	up, err := s.prepared(ctx, "upsert affinity", func() string { return upsertAffinity })
+	if err != nil {
+		return s.d.classify(err)
+	}
 	return s.tx(ctx, nil, func(tx *sql.Tx) error {
 		// The newest use of each (principal, upstream) pair feeds
 		// upstream_affinity, upserted in the same transaction.
@@ -155,20 +179,17 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 				}
 			}
 		}
-		for k, at := range latest {
-			if _, err := s.exec(ctx, tx, `INSERT INTO upstream_affinity (principal_id, upstream_id, last_used_at) VALUES (?, ?, ?)
-				ON CONFLICT (principal_id, upstream_id) DO UPDATE SET last_used_at = excluded.last_used_at
-				WHERE upstream_affinity.last_used_at < excluded.last_used_at`, k[0], k[1], s.d.t(at)); err != nil {
-				return err
+		if len(latest) > 0 {
+			up := tx.StmtContext(ctx, up)
+			for k, at := range latest {
+				if _, err := up.ExecContext(ctx, k[0], k[1], s.d.t(at)); err != nil {
+					return err
+				}
 			}
 		}
-		// Many rows per statement: the batch is written while requests
-		// are served on the same cores, and one statement per row costs
-		// several times the CPU of the rows themselves (issue 24).
-		for len(events) > 0 {
-			n := min(len(events), eventsPerInsert)
-			q, args := insertEventsQuery(events[:n], s.d)
-			if _, err := tx.ExecContext(ctx, s.d.rebind(q), args...); err != nil {
+		for _, st := range chunks {
+			n := 1 << (bits.Len(uint(min(len(events), eventsPerInsert))) - 1)
+			if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, insertEventsArgs(events[:n], s.d)...); err != nil {
 				return err
 			}
 			events = events[n:]
@@ -177,27 +198,52 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	})
 }
 
+const upsertAffinity = `INSERT INTO upstream_affinity (principal_id, upstream_id, last_used_at) VALUES (?, ?, ?)
+	ON CONFLICT (principal_id, upstream_id) DO UPDATE SET last_used_at = excluded.last_used_at
+	WHERE upstream_affinity.last_used_at < excluded.last_used_at`
+
 // eventsPerInsert bounds the rows of one INSERT: 18 parameters a row stay
-// far below SQLite's and PostgreSQL's parameter limits.
-const eventsPerInsert = 256
+// far below SQLite's and PostgreSQL's parameter limits. A power of two, so
+// that a batch is written in INSERTs of 1, 2, 4, … rows
+// (insertEventsShapes of them).
+const (
+	insertEventsShapes = 9
+	eventsPerInsert    = 1 << (insertEventsShapes - 1)
+)
 
 const eventColumns = 18
+
+// insertEventsKeys name the prepared INSERTs of 2^k rows.
+var insertEventsKeys = func() (ks [insertEventsShapes]string) {
+	for k := range ks {
+		ks[k] = "insert events " + strconv.Itoa(1<<k)
+	}
+	return ks
+}()
 
 var insertEventsHead = `INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
 	status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
 	cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms) VALUES `
 
-func insertEventsQuery(events []store.RequestEvent, d *Dialect) (string, []any) {
+// insertEventsQuery is the INSERT of n rows, in '?' placeholders.
+func insertEventsQuery(n int) string {
 	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	var b strings.Builder
-	b.Grow(len(insertEventsHead) + len(events)*(len(row)+2))
+	b.Grow(len(insertEventsHead) + n*(len(row)+2))
 	b.WriteString(insertEventsHead)
-	args := make([]any, 0, len(events)*eventColumns)
-	for i, e := range events {
+	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// insertEventsArgs are the parameters of insertEventsQuery(len(events)).
+func insertEventsArgs(events []store.RequestEvent, d *Dialect) []any {
+	args := make([]any, 0, len(events)*eventColumns)
+	for _, e := range events {
 		id := e.ID
 		if id == "" {
 			id = store.NewID("ev")
@@ -206,7 +252,7 @@ func insertEventsQuery(events []store.RequestEvent, d *Dialect) (string, []any) 
 			e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
 			e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis))
 	}
-	return b.String(), args
+	return args
 }
 
 func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]store.RequestEvent, error) {
