@@ -88,10 +88,20 @@ func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) 
 	return gateway{Handler: h, rec: rec, events: ev}
 }
 
-// recorded flushes the usage recorder and returns how many events it wrote.
-func (g gateway) recorded() int {
-	g.rec.Flush(context.Background())
-	g.events.mu.Lock()
-	defer g.events.mu.Unlock()
-	return g.events.n
+// recorded flushes the usage recorder and returns how many events it
+// wrote, once want are written or after a few seconds. The relay answers
+// the client before it hands the event over (issue 24), so the last
+// request's event may reach the recorder just after its answer.
+func (g gateway) recorded(want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.rec.Flush(context.Background())
+		g.events.mu.Lock()
+		n := g.events.n
+		g.events.mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

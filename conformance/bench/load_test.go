@@ -264,7 +264,7 @@ func TestRunAgainstTheSimulator(t *testing.T) {
 		t.Errorf("provider saw keys %v, want %d requests all with the upstream key", seen, 3*perTarget)
 	}
 	// The gateway did its usage work for every one of its requests.
-	if n := gw.recorded(); n != perTarget {
+	if n := gw.recorded(perTarget); n != perTarget {
 		t.Errorf("gateway recorded %d request events, want %d", n, perTarget)
 	}
 }
@@ -340,7 +340,7 @@ func TestRunInterleavedAgainstTheSimulator(t *testing.T) {
 	if len(rep.Rows) != 4 || len(rep.Messages) != 3 || len(rep.Streams) != 3 || len(rep.Messages[1]) != 10 {
 		t.Fatalf("report %+v", rep)
 	}
-	if n := gw.recorded(); n != 2*(10+2) {
+	if n := gw.recorded(2 * (10 + 2)); n != 2*(10+2) {
 		t.Errorf("gateway recorded %d request events, want %d", n, 2*(10+2))
 	}
 	md := rep.Markdown()

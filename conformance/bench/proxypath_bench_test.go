@@ -236,7 +236,7 @@ func TestProxyPathFixture(t *testing.T) {
 			}
 		}
 	}
-	if n := gw.recorded(); n != 6 {
+	if n := gw.recorded(6); n != 6 {
 		t.Errorf("gateway recorded %d events, want 6", n)
 	}
 	c := newClient(false, "sk-wrong")
