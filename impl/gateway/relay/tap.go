@@ -59,6 +59,14 @@ func (t *sseTap) feed(p []byte) {
 			}
 			t.decide(head[:min(len(head), tapDecideBytes)])
 			t.line = t.line[:prev]
+			if t.keep && prev == 0 && i >= 0 {
+				// The whole line is in this read: kept without gathering.
+				if len(seg) <= tapMaxLine {
+					t.save(trimCR(seg))
+				}
+				t.decided, t.keep = false, false
+				continue
+			}
 			if t.keep {
 				t.gather(seg)
 			}
@@ -67,7 +75,7 @@ func (t *sseTap) feed(p []byte) {
 		}
 		if i >= 0 {
 			if t.keep && len(t.line) > 0 {
-				t.save(bytes.TrimRight(t.line, "\r"))
+				t.save(trimCR(t.line))
 			}
 			t.line, t.decided, t.keep = t.line[:0], false, false
 		}
@@ -89,21 +97,32 @@ func (t *sseTap) save(line []byte) {
 	if cap(t.kept)-len(t.kept) < len(line) {
 		t.kept = make([]byte, 0, max(len(line), 512, 2*cap(t.kept)))
 	}
+	if t.lines == nil {
+		t.lines = make([][]byte, 0, 4) // a stream keeps three or so
+	}
 	s := len(t.kept)
 	t.kept = append(t.kept, line...)
 	t.lines = append(t.lines, t.kept[s:len(t.kept):len(t.kept)])
 }
 
+func trimCR(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == '\r' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
 // decide classifies the current line from head, its first tapDecideBytes.
+// The comparisons are with constant strings, which compile to a few loads.
 func (t *sseTap) decide(head []byte) {
 	t.decided = true
 	switch {
-	case bytes.HasPrefix(head, []byte("event:")):
+	case len(head) >= 6 && string(head[:6]) == "event:":
 		named, _, start := usageNames(head)
 		t.usageEvent = named
 		t.keep = false
 		t.started = t.started || start
-	case bytes.HasPrefix(head, []byte("data:")):
+	case len(head) >= 5 && string(head[:5]) == "data:":
 		if t.usageEvent && t.started {
 			t.keep = true // nothing the head says can change the outcome
 		} else {
@@ -124,27 +143,21 @@ func (t *sseTap) decide(head []byte) {
 // usageNames reports whether head names message_start, message_delta or
 // content_block_start anywhere (named), one of them as a JSON string
 // (quoted), and message_start anywhere (start). Each name has its first
-// underscore 7 bytes in, so one pass over the underscores finds them all.
+// underscore 7 bytes in, so one pass over the bytes finds them all.
 func usageNames(head []byte) (named, quoted, start bool) {
-	for off := 0; ; {
-		k := bytes.IndexByte(head[off:], '_')
-		if k < 0 {
-			return named, quoted, start
-		}
-		j := off + k // head[j] == '_'
-		off = j + 1
-		if j < 7 {
+	for j := 7; j < len(head); j++ {
+		if head[j] != '_' {
 			continue
 		}
 		b := head[j-7:]
 		n := 0
 		switch {
-		case bytes.HasPrefix(b, []byte("message_start")):
-			n, start = len("message_start"), true
-		case bytes.HasPrefix(b, []byte("message_delta")):
-			n = len("message_delta")
-		case bytes.HasPrefix(b, []byte("content_block_start")):
-			n = len("content_block_start")
+		case len(b) >= 13 && string(b[:13]) == "message_start":
+			n, start = 13, true
+		case len(b) >= 13 && string(b[:13]) == "message_delta":
+			n = 13
+		case len(b) >= 19 && string(b[:19]) == "content_block_start":
+			n = 19
 		default:
 			continue
 		}
@@ -153,4 +166,5 @@ func usageNames(head []byte) (named, quoted, start bool) {
 			quoted = true
 		}
 	}
+	return named, quoted, start
 }
