@@ -43,7 +43,63 @@ type timer interface {
 	Stop() bool
 }
 
-func realAfterFunc(d time.Duration, f func()) timer { return time.AfterFunc(d, f) }
+func realAfterFunc(d time.Duration, f func()) timer {
+	t := &lazyTimer{f: f}
+	t.due.Store(monoNow() + int64(d))
+	t.t = time.AfterFunc(d, t.fire)
+	return t
+}
+
+// monoBase anchors monoNow: time.Since of a time with a monotonic reading
+// costs one clock read, where time.Now costs two.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// lazyTimer runs f once its deadline passed, like time.AfterFunc, but a
+// Reset that moves the deadline later (the idle deadline re-armed on every
+// read of a response) only records it: the runtime timer, when it fires
+// early, re-arms itself for what is left. A read then costs one clock read
+// and one atomic store instead of a runtime timer update under its lock.
+type lazyTimer struct {
+	f   func()
+	t   *time.Timer
+	due atomic.Int64 // monoNow when f is due; 0: stopped or fired
+}
+
+func (l *lazyTimer) Reset(d time.Duration) bool {
+	due := monoNow() + int64(d)
+	old := l.due.Swap(due)
+	if old == 0 || due < old {
+		// Stopped, fired, or due sooner than the runtime timer is set for.
+		l.t.Reset(d)
+	}
+	return old != 0
+}
+
+func (l *lazyTimer) Stop() bool {
+	old := l.due.Swap(0)
+	l.t.Stop()
+	return old != 0
+}
+
+func (l *lazyTimer) fire() {
+	for {
+		due := l.due.Load()
+		if due == 0 {
+			return // stopped
+		}
+		if now := monoNow(); now < due {
+			l.t.Reset(time.Duration(due - now))
+			return
+		}
+		if l.due.CompareAndSwap(due, 0) {
+			l.f()
+			return
+		}
+		// A Reset moved the deadline meanwhile: look again.
+	}
+}
 
 // attempt is one outbound exchange with one upstream. Its context is
 // cancelled, with errHeaderTimeout or errUpstreamIdle as the cause, by one
