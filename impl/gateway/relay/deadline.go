@@ -43,28 +43,31 @@ type timer interface {
 	Stop() bool
 }
 
-func realAfterFunc(d time.Duration, f func()) timer {
-	t := &lazyTimer{f: f}
-	t.due.Store(monoNow() + int64(d))
-	t.t = time.AfterFunc(d, t.fire)
-	return t
-}
-
 // monoBase anchors monoNow: time.Since of a time with a monotonic reading
 // costs one clock read, where time.Now costs two.
 var monoBase = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoBase)) }
 
-// lazyTimer runs f once its deadline passed, like time.AfterFunc, but a
-// Reset that moves the deadline later (the idle deadline re-armed on every
-// read of a response) only records it: the runtime timer, when it fires
-// early, re-arms itself for what is left. A read then costs one clock read
-// and one atomic store instead of a runtime timer update under its lock.
+// expirer is what a lazyTimer calls when its deadline passed.
+type expirer interface{ expire() }
+
+// lazyTimer calls on.expire once its deadline passed, like time.AfterFunc,
+// but a Reset that moves the deadline later (the idle deadline re-armed on
+// every read of a response) only records it: the runtime timer, when it
+// fires early, re-arms itself for what is left. A read then costs one
+// clock read and one atomic store instead of a runtime timer update under
+// its lock. The zero value is unarmed; start arms it once.
 type lazyTimer struct {
-	f   func()
+	on  expirer
 	t   *time.Timer
-	due atomic.Int64 // monoNow when f is due; 0: stopped or fired
+	due atomic.Int64 // monoNow when on.expire is due; 0: stopped or fired
+}
+
+func (l *lazyTimer) start(d time.Duration, on expirer) {
+	l.on = on
+	l.due.Store(monoNow() + int64(d))
+	l.t = time.AfterFunc(d, l.fire)
 }
 
 func (l *lazyTimer) Reset(d time.Duration) bool {
@@ -94,7 +97,7 @@ func (l *lazyTimer) fire() {
 			return
 		}
 		if l.due.CompareAndSwap(due, 0) {
-			l.f()
+			l.on.expire()
 			return
 		}
 		// A Reset moved the deadline meanwhile: look again.
@@ -112,12 +115,21 @@ type attempt struct {
 	idle   time.Duration
 	// reading is set once headers arrived: the timer then means "idle".
 	reading atomic.Bool
+	// deadline is timer outside tests, and body the outbound request's
+	// body: kept here, they cost the request no allocations of their own.
+	deadline lazyTimer
+	body     bodyReader
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
 	a := &attempt{idle: h.idleTimeout}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
-	a.timer = h.afterFunc(headerTimeout, a.expire)
+	if h.afterFunc != nil {
+		a.timer = h.afterFunc(headerTimeout, a.expire)
+	} else {
+		a.deadline.start(headerTimeout, a)
+		a.timer = &a.deadline
+	}
 	return a
 }
 
