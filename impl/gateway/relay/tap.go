@@ -37,6 +37,12 @@ const tapDecideBytes = 64
 const tapMaxLine = 64 << 10
 
 func (t *sseTap) feed(p []byte) {
+	if !t.decided && len(t.line) == 0 && !t.usageEvent && !mayNameUsage(p) {
+		// Whole lines that name no usage event change nothing (most of a
+		// stream: content_block_delta, ping): only an unterminated rest,
+		// whose head may go on in the next read, goes the long way.
+		p = p[bytes.LastIndexByte(p, '\n')+1:]
+	}
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		seg := p
@@ -140,15 +146,35 @@ func (t *sseTap) decide(head []byte) {
 	}
 }
 
+// mayNameUsage reports whether p holds message_ or content_block_start,
+// which every name usageNames looks for begins with: one pass over the
+// underscores of a whole read, where classifying its lines one by one
+// costs several searches per line.
+func mayNameUsage(p []byte) bool {
+	for j := 7; j < len(p); j++ {
+		k := bytes.IndexByte(p[j:], '_')
+		if k < 0 {
+			return false
+		}
+		j += k
+		if b := p[j-7:]; string(b[:8]) == "message_" || len(b) >= 19 && string(b[:19]) == "content_block_start" {
+			return true
+		}
+	}
+	return false
+}
+
 // usageNames reports whether head names message_start, message_delta or
 // content_block_start anywhere (named), one of them as a JSON string
 // (quoted), and message_start anywhere (start). Each name has its first
-// underscore 7 bytes in, so one pass over the bytes finds them all.
+// underscore 7 bytes in, so one pass over the underscores finds them all.
 func usageNames(head []byte) (named, quoted, start bool) {
 	for j := 7; j < len(head); j++ {
-		if head[j] != '_' {
-			continue
+		k := bytes.IndexByte(head[j:], '_')
+		if k < 0 {
+			break
 		}
+		j += k // head[j] == '_'
 		b := head[j-7:]
 		n := 0
 		switch {
