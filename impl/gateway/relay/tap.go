@@ -157,8 +157,15 @@ func mayNameUsage(p []byte) bool {
 			return false
 		}
 		j += k
-		if b := p[j-7:]; string(b[:8]) == "message_" || len(b) >= 19 && string(b[:19]) == "content_block_start" {
-			return true
+		switch b := p[j-7:]; b[0] {
+		case 'm':
+			if string(b[:8]) == "message_" {
+				return true
+			}
+		case 'c':
+			if len(b) >= 19 && string(b[:19]) == "content_block_start" {
+				return true
+			}
 		}
 	}
 	return false
