@@ -138,3 +138,32 @@ func FuzzRelayStreamPassthrough(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanString: the string scanner's fast path (no backslash before the
+// first quote) ends every string where the escape-aware walk does.
+func FuzzScanString(f *testing.F) {
+	f.Add([]byte(`"abc" rest`))
+	f.Add([]byte(`"a\"b\\" rest"`))
+	f.Add([]byte(`"unterminated`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			return
+		}
+		end, esc := scanString(b, 0)
+		wantEnd, wantEsc := -1, false
+		for j := 1; j < len(b); j++ {
+			if b[j] == '\\' {
+				wantEsc = true
+				j++
+				continue
+			}
+			if b[j] == '"' {
+				wantEnd = j + 1
+				break
+			}
+		}
+		if end != wantEnd || esc != wantEsc {
+			t.Fatalf("%q: got (%d, %v), want (%d, %v)", b, end, esc, wantEnd, wantEsc)
+		}
+	})
+}
