@@ -138,3 +138,31 @@ func BenchmarkRelayRouterPlugin(b *testing.B) {
 	})
 	benchRequests(b, h)
 }
+
+// BenchmarkSSETap is the tap's work on one stream of 14 events, fed one
+// event per read as the proxy path reads a provider that flushes each.
+func BenchmarkSSETap(b *testing.B) {
+	ev := func(typ, data string) []byte { return []byte("event: " + typ + "\ndata: " + data + "\n\n") }
+	events := [][]byte{
+		ev("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":8,"output_tokens":1}}}`),
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		ev("ping", `{"type":"ping"}`),
+	}
+	for _, w := range strings.Fields("measure the cost of the tap on every event please") {
+		events = append(events, ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+w+` "}}`))
+	}
+	events = append(events,
+		ev("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":8}}`),
+		ev("message_stop", `{"type":"message_stop"}`))
+	b.ReportAllocs()
+	for b.Loop() {
+		var tap sseTap
+		for _, e := range events {
+			tap.feed(e)
+		}
+		if len(tap.lines) != 3 || !tap.started {
+			b.Fatalf("kept %d lines", len(tap.lines))
+		}
+	}
+}

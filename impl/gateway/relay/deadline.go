@@ -43,7 +43,66 @@ type timer interface {
 	Stop() bool
 }
 
-func realAfterFunc(d time.Duration, f func()) timer { return time.AfterFunc(d, f) }
+// monoBase anchors monoNow: time.Since of a time with a monotonic reading
+// costs one clock read, where time.Now costs two.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// expirer is what a lazyTimer calls when its deadline passed.
+type expirer interface{ expire() }
+
+// lazyTimer calls on.expire once its deadline passed, like time.AfterFunc,
+// but a Reset that moves the deadline later (the idle deadline re-armed on
+// every read of a response) only records it: the runtime timer, when it
+// fires early, re-arms itself for what is left. A read then costs one
+// clock read and one atomic store instead of a runtime timer update under
+// its lock. The zero value is unarmed; start arms it once.
+type lazyTimer struct {
+	on  expirer
+	t   *time.Timer
+	due atomic.Int64 // monoNow when on.expire is due; 0: stopped or fired
+}
+
+func (l *lazyTimer) start(d time.Duration, on expirer) {
+	l.on = on
+	l.due.Store(monoNow() + int64(d))
+	l.t = time.AfterFunc(d, l.fire)
+}
+
+func (l *lazyTimer) Reset(d time.Duration) bool {
+	due := monoNow() + int64(d)
+	old := l.due.Swap(due)
+	if old == 0 || due < old {
+		// Stopped, fired, or due sooner than the runtime timer is set for.
+		l.t.Reset(d)
+	}
+	return old != 0
+}
+
+func (l *lazyTimer) Stop() bool {
+	old := l.due.Swap(0)
+	l.t.Stop()
+	return old != 0
+}
+
+func (l *lazyTimer) fire() {
+	for {
+		due := l.due.Load()
+		if due == 0 {
+			return // stopped
+		}
+		if now := monoNow(); now < due {
+			l.t.Reset(time.Duration(due - now))
+			return
+		}
+		if l.due.CompareAndSwap(due, 0) {
+			l.on.expire()
+			return
+		}
+		// A Reset moved the deadline meanwhile: look again.
+	}
+}
 
 // attempt is one outbound exchange with one upstream. Its context is
 // cancelled, with errHeaderTimeout or errUpstreamIdle as the cause, by one
@@ -56,12 +115,21 @@ type attempt struct {
 	idle   time.Duration
 	// reading is set once headers arrived: the timer then means "idle".
 	reading atomic.Bool
+	// deadline is timer outside tests, and body the outbound request's
+	// body: kept here, they cost the request no allocations of their own.
+	deadline lazyTimer
+	body     bodyReader
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
 	a := &attempt{idle: h.idleTimeout}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
-	a.timer = h.afterFunc(headerTimeout, a.expire)
+	if h.afterFunc != nil {
+		a.timer = h.afterFunc(headerTimeout, a.expire)
+	} else {
+		a.deadline.start(headerTimeout, a)
+		a.timer = &a.deadline
+	}
 	return a
 }
 

@@ -29,6 +29,8 @@ func FuzzSSETap(f *testing.F) {
 	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\n"), uint8(1))
 	f.Add([]byte("event: message_delta\r\ndata: {\"usage\":{\"output_tokens\":2},\"type\":\"message_delta\"}\r\n\r\nevent: ping\ndata: {}\n\n"), uint8(7))
 	f.Add([]byte("data: {\"type\":\"content_block_start\"}\ndata"), uint8(3))
+	f.Add([]byte("event: content_block_start\ndata: {\"index\":0,\"content_block\":{\"type\":\"tool_use\"},\"type\":\"content_block_start\"}\n\n: message_start\n"), uint8(11))
+	f.Add([]byte("data: {\"x\":\"0123456789012345678901234567890123456789\",\"type\":\"message_delta\"}\n"), uint8(60))
 	f.Fuzz(func(t *testing.T, stream []byte, split uint8) {
 		orig := bytes.Clone(stream)
 		var whole sseTap
@@ -49,7 +51,48 @@ func FuzzSSETap(f *testing.F) {
 				t.Fatalf("kept line %q", l)
 			}
 		}
+		lines, started := tapModel(stream)
+		if !slices.EqualFunc(whole.lines, lines, bytes.Equal) || whole.started != started {
+			t.Fatalf("the tap kept %q (started %v), the model %q (started %v)", whole.lines, whole.started, lines, started)
+		}
 	})
+}
+
+// tapModel is what sseTap computes, written line by line over the whole
+// stream with plain searches: the tap's own code avoids copies and repeated
+// searches, and must not change what it keeps.
+func tapModel(stream []byte) (kept [][]byte, started bool) {
+	usageEvent := false
+	names := [][]byte{[]byte("message_start"), []byte("message_delta"), []byte("content_block_start")}
+	for {
+		i := bytes.IndexByte(stream, '\n')
+		if i < 0 {
+			// A line is kept only once it ended, but a long enough head
+			// is decided before.
+			if len(stream) >= tapDecideBytes {
+				started = started || bytes.Contains(stream[:tapDecideBytes], names[0])
+			}
+			return kept, started
+		}
+		line := stream[:i]
+		stream = stream[i+1:]
+		head := line[:min(len(line), tapDecideBytes)]
+		named, quoted := false, false
+		for _, n := range names {
+			named = named || bytes.Contains(head, n)
+			quoted = quoted || bytes.Contains(head, []byte(`"`+string(n)+`"`))
+		}
+		started = started || bytes.Contains(head, names[0])
+		isData := bytes.HasPrefix(head, []byte("data:"))
+		if isData && (usageEvent || quoted) && len(line) <= tapMaxLine {
+			kept = append(kept, bytes.TrimRight(line, "\r"))
+		}
+		if bytes.HasPrefix(head, []byte("event:")) {
+			usageEvent = named
+		} else if isData {
+			usageEvent = false
+		}
+	}
 }
 
 // chunkReader returns its data size bytes at a time, as a network does.
@@ -92,6 +135,35 @@ func FuzzRelayStreamPassthrough(f *testing.F) {
 		h.relayResponse(w, r, resp, a, up, &store.RequestEvent{}, time.Now(), nil, nil)
 		if !bytes.Equal(w.Body.Bytes(), stream) {
 			t.Fatalf("client got %d bytes, upstream sent %d", w.Body.Len(), len(stream))
+		}
+	})
+}
+
+// FuzzScanString: the string scanner's fast path (no backslash before the
+// first quote) ends every string where the escape-aware walk does.
+func FuzzScanString(f *testing.F) {
+	f.Add([]byte(`"abc" rest`))
+	f.Add([]byte(`"a\"b\\" rest"`))
+	f.Add([]byte(`"unterminated`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			return
+		}
+		end, esc := scanString(b, 0)
+		wantEnd, wantEsc := -1, false
+		for j := 1; j < len(b); j++ {
+			if b[j] == '\\' {
+				wantEsc = true
+				j++
+				continue
+			}
+			if b[j] == '"' {
+				wantEnd = j + 1
+				break
+			}
+		}
+		if end != wantEnd || esc != wantEsc {
+			t.Fatalf("%q: got (%d, %v), want (%d, %v)", b, end, esc, wantEnd, wantEsc)
 		}
 	})
 }

@@ -108,7 +108,8 @@ type Handler struct {
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	held                                                                heldBytes
 	refresh                                                             *refresher
-	afterFunc                                                           func(time.Duration, func()) timer
+	// afterFunc, set by tests, replaces the attempts' deadline timers.
+	afterFunc func(time.Duration, func()) timer
 }
 
 // NewTransport returns the outbound transport: many idle connections per
@@ -157,7 +158,6 @@ func New(o Options) *Handler {
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
-		afterFunc:              realAfterFunc,
 	}
 	h.held.max = o.MaxBodyBytesInFlight
 	if o.Refresher != nil {
@@ -226,7 +226,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, typ, msg) // finish counts it in the metrics
 		ev := refused
 		ev.Status, ev.ErrorType = status, typ
-		h.finish(ev, start, nil)
+		h.finish(ev, start)
 	}
 
 	body, held, err := h.readBody(w, r)
@@ -328,7 +328,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// would tell the client its own key is wrong.
 			ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
 		}
-		h.finish(ev, start, nil)
+		h.finish(ev, start)
 		if r.Context().Err() != nil {
 			return // the client went away; nobody to answer
 		}
@@ -494,7 +494,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// The last candidate is tried anyway: the provider decides.
 		}
 		a := h.newAttempt(r.Context(), headerTimeout)
-		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body)
+		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, &a.body)
 		if err != nil {
 			a.done()
 			lastErr, lastUp = err, up
@@ -552,9 +552,10 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 
 var errOAuthRefused = errors.New("upstream refused its OAuth token")
 
-// outbound is the request to up carrying body, on the target parsed once
-// per snapshot (an Upstream not built by the snapshot is parsed here).
-func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte) (*http.Request, error) {
+// outbound is the request to up carrying body, read through rd, on the
+// target parsed once per snapshot (an Upstream not built by the snapshot
+// is parsed here).
+func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte, rd *bodyReader) (*http.Request, error) {
 	target, s := up.MessagesTarget, up.MessagesURL
 	if ep == epCountTokens {
 		target, s = up.CountTokensTarget, up.CountTokensURL
@@ -573,7 +574,8 @@ func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery 
 	*out.URL = *target
 	out.URL.RawQuery = rawQuery
 	out.Host = target.Host
-	out.Body, out.ContentLength = &bodyReader{Reader: *bytes.NewReader(body)}, int64(len(body))
+	rd.Reset(body)
+	out.Body, out.ContentLength = rd, int64(len(body))
 	// GetBody lets the transport resend the body on a fresh connection
 	// when a reused one turned out closed before anything was sent.
 	out.GetBody = func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil }
@@ -635,7 +637,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		if rerr != nil && rerr != io.EOF {
 			h.interrupted(ev, a, up)
 			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
-			h.finish(*ev, start, nil)
+			h.finish(*ev, start)
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusBadGateway, "api_error", "the upstream response was cut short")
 			}
@@ -717,10 +719,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
-	h.finish(*ev, start, func(p *usage.Pending) {
-		p.Body = capture
-		p.SSE = tap.lines
-	})
+	h.finishWith(*ev, start, capture, tap.lines)
 	if x != nil {
 		x.Status, x.Body, x.SSE = resp.StatusCode, capture, tap.lines
 		h.obs.Observe(*x)
@@ -791,7 +790,11 @@ func writeStreamError(w io.Writer, typ, msg string) {
 
 // finish hands the event to the recorder and updates metrics, off the
 // client's critical path: the response bytes are already written.
-func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usage.Pending)) {
+func (h *Handler) finish(ev store.RequestEvent, start time.Time) { h.finishWith(ev, start, nil, nil) }
+
+// finishWith is finish with the captured response: the body of a
+// non-streaming answer, the usage lines of a stream.
+func (h *Handler) finishWith(ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
 	took := h.now().Sub(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
@@ -802,11 +805,7 @@ func (h *Handler) finish(ev store.RequestEvent, start time.Time, fill func(*usag
 	if h.rec == nil {
 		return
 	}
-	p := usage.Pending{Event: ev}
-	if fill != nil {
-		fill(&p)
-	}
-	h.rec.Record(p)
+	h.rec.Record(usage.Pending{Event: ev, Body: body, SSE: sse})
 }
 
 // fail answers a request refused before dispatch.

@@ -89,6 +89,11 @@ func skipWS(b []byte, i int) int {
 // scanString returns the index just past the closing quote of the string
 // starting at b[i], and whether it contained escapes; -1 if unterminated.
 func scanString(b []byte, i int) (int, bool) {
+	// Most strings hold no backslash: then the first quote ends them, and
+	// two vector searches find it faster than a loop over every byte.
+	if q := bytes.IndexByte(b[i+1:], '"'); q >= 0 && bytes.IndexByte(b[i+1:i+1+q], '\\') < 0 {
+		return i + 1 + q + 1, false
+	}
 	esc := false
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {

@@ -5,7 +5,14 @@ import "bytes"
 // sseTap watches a server-sent event stream as it passes and keeps only the
 // data lines that carry usage (message_start and message_delta), so usage
 // can be read after the stream ends without buffering the stream.
+//
+// It runs on every read of every stream, so it copies nothing it does not
+// keep: a line's head is classified where it lies in the read, and only a
+// head split across reads, or a kept line, is gathered in line.
 type sseTap struct {
+	// line holds the current line's head while it is undecided and split
+	// across reads (fewer than tapDecideBytes), or the line so far once it
+	// is decided to be kept.
 	line    []byte
 	decided bool
 	keep    bool
@@ -17,6 +24,9 @@ type sseTap struct {
 	// started is set once message_start went by: the response-begin moment
 	// of a stream (the keep-alive anchor).
 	started bool
+	// kept backs the kept lines, so a stream's few usage lines cost one
+	// allocation rather than one each.
+	kept []byte
 }
 
 // A data line's event type sits in its first bytes; this many are enough to
@@ -27,6 +37,12 @@ const tapDecideBytes = 64
 const tapMaxLine = 64 << 10
 
 func (t *sseTap) feed(p []byte) {
+	if !t.decided && len(t.line) == 0 && !t.usageEvent && !mayNameUsage(p) {
+		// Whole lines that name no usage event change nothing (most of a
+		// stream: content_block_delta, ping): only an unterminated rest,
+		// whose head may go on in the next read, goes the long way.
+		p = p[bytes.LastIndexByte(p, '\n')+1:]
+	}
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		seg := p
@@ -35,49 +51,153 @@ func (t *sseTap) feed(p []byte) {
 		} else {
 			p = nil
 		}
-		if !t.decided || t.keep {
-			if len(t.line)+len(seg) <= tapMaxLine {
-				t.line = append(t.line, seg...)
-			} else {
-				if !t.decided {
-					// Too long to keep, but its head still decides
-					// whether it was message_start (the anchor).
-					room := max(0, tapDecideBytes-len(t.line))
-					t.line = append(t.line, seg[:min(room, len(seg))]...)
-					t.decide()
-				}
-				t.keep, t.decided = false, true
+		switch {
+		case !t.decided:
+			prev := len(t.line)
+			if i < 0 && prev+len(seg) < tapDecideBytes {
+				t.line = append(t.line, seg...) // the head goes on in the next read
+				continue
 			}
-		}
-		if !t.decided && (i >= 0 || len(t.line) >= tapDecideBytes) {
-			t.decide()
+			head := seg
+			if prev > 0 {
+				t.line = append(t.line, seg[:min(len(seg), tapDecideBytes-prev)]...)
+				head = t.line
+			}
+			t.decide(head[:min(len(head), tapDecideBytes)])
+			t.line = t.line[:prev]
+			if t.keep && prev == 0 && i >= 0 {
+				// The whole line is in this read: kept without gathering.
+				if len(seg) <= tapMaxLine {
+					t.save(trimCR(seg))
+				}
+				t.decided, t.keep = false, false
+				continue
+			}
+			if t.keep {
+				t.gather(seg)
+			}
+		case t.keep:
+			t.gather(seg)
 		}
 		if i >= 0 {
 			if t.keep && len(t.line) > 0 {
-				t.lines = append(t.lines, bytes.Clone(bytes.TrimRight(t.line, "\r")))
+				t.save(trimCR(t.line))
 			}
 			t.line, t.decided, t.keep = t.line[:0], false, false
 		}
 	}
 }
 
-// decide classifies the current line from its first tapDecideBytes.
-func (t *sseTap) decide() {
+// gather adds seg to the kept line, or gives the line up past tapMaxLine.
+func (t *sseTap) gather(seg []byte) {
+	if len(t.line)+len(seg) > tapMaxLine {
+		t.keep = false
+		return
+	}
+	t.line = append(t.line, seg...)
+}
+
+// save keeps a copy of line. The copies share kept; each is capped at its
+// length so appending to one cannot overwrite the next.
+func (t *sseTap) save(line []byte) {
+	if cap(t.kept)-len(t.kept) < len(line) {
+		t.kept = make([]byte, 0, max(len(line), 512, 2*cap(t.kept)))
+	}
+	if t.lines == nil {
+		t.lines = make([][]byte, 0, 4) // a stream keeps three or so
+	}
+	s := len(t.kept)
+	t.kept = append(t.kept, line...)
+	t.lines = append(t.lines, t.kept[s:len(t.kept):len(t.kept)])
+}
+
+func trimCR(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == '\r' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// decide classifies the current line from head, its first tapDecideBytes.
+// The comparisons are with constant strings, which compile to a few loads.
+func (t *sseTap) decide(head []byte) {
 	t.decided = true
-	head := t.line
-	if len(head) > tapDecideBytes {
-		head = head[:tapDecideBytes]
-	}
-	isData := bytes.HasPrefix(head, []byte("data:"))
-	t.keep = isData && (t.usageEvent || bytes.Contains(head, []byte(`"message_start"`)) ||
-		bytes.Contains(head, []byte(`"message_delta"`)) || bytes.Contains(head, []byte(`"content_block_start"`)))
-	if bytes.Contains(head, []byte("message_start")) {
-		t.started = true
-	}
-	if bytes.HasPrefix(head, []byte("event:")) {
-		t.usageEvent = bytes.Contains(head, []byte("message_start")) || bytes.Contains(head, []byte("message_delta")) ||
-			bytes.Contains(head, []byte("content_block_start"))
-	} else if isData {
+	switch {
+	case len(head) >= 6 && string(head[:6]) == "event:":
+		named, _, start := usageNames(head)
+		t.usageEvent = named
+		t.keep = false
+		t.started = t.started || start
+	case len(head) >= 5 && string(head[:5]) == "data:":
+		if t.usageEvent && t.started {
+			t.keep = true // nothing the head says can change the outcome
+		} else {
+			_, quoted, start := usageNames(head)
+			t.keep = t.usageEvent || quoted
+			t.started = t.started || start
+		}
 		t.usageEvent = false
+	default:
+		t.keep = false
+		if !t.started {
+			_, _, start := usageNames(head)
+			t.started = start
+		}
 	}
+}
+
+// mayNameUsage reports whether p holds message_ or content_block_start,
+// which every name usageNames looks for begins with: one pass over the
+// underscores of a whole read, where classifying its lines one by one
+// costs several searches per line.
+func mayNameUsage(p []byte) bool {
+	for j := 7; j < len(p); j++ {
+		k := bytes.IndexByte(p[j:], '_')
+		if k < 0 {
+			return false
+		}
+		j += k
+		switch b := p[j-7:]; b[0] {
+		case 'm':
+			if string(b[:8]) == "message_" {
+				return true
+			}
+		case 'c':
+			if len(b) >= 19 && string(b[:19]) == "content_block_start" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// usageNames reports whether head names message_start, message_delta or
+// content_block_start anywhere (named), one of them as a JSON string
+// (quoted), and message_start anywhere (start). Each name has its first
+// underscore 7 bytes in, so one pass over the underscores finds them all.
+func usageNames(head []byte) (named, quoted, start bool) {
+	for j := 7; j < len(head); j++ {
+		k := bytes.IndexByte(head[j:], '_')
+		if k < 0 {
+			break
+		}
+		j += k // head[j] == '_'
+		b := head[j-7:]
+		n := 0
+		switch {
+		case len(b) >= 13 && string(b[:13]) == "message_start":
+			n, start = 13, true
+		case len(b) >= 13 && string(b[:13]) == "message_delta":
+			n = 13
+		case len(b) >= 19 && string(b[:19]) == "content_block_start":
+			n = 19
+		default:
+			continue
+		}
+		named = true
+		if j >= 8 && head[j-8] == '"' && len(b) > n && b[n] == '"' {
+			quoted = true
+		}
+	}
+	return named, quoted, start
 }
