@@ -107,10 +107,15 @@ times on this shared two-core machine run two to five times the CPU they measure
   while one runs waits for the next and returns with it (`Runtime.Refresh`,
   `TestConcurrentRefreshesShareOneRebuild`), so eight writers cost about two rebuilds, not eight.
   The proxy path takes no lock and makes no database call (one snapshot pointer load; usage events
-  are queued), yet on SQLite its p99 rises to tens of milliseconds under eight admin clients (4x
-  with one client, 26x with eight in a trial run): the SQLite writes run in the proxy's own process
-  (modernc is pure Go) and compete with requests for two cores. That reading is not confirmed by a
-  CPU profile of bin/proxy, which serves no pprof; it is not fixed.
+  are queued); what raises its p99 is CPU. Profiles through bin/proxy's `/debug/pprof/` (the
+  profile tops are in bin/artifacts/bench/adminload-profile.md) and execution traces showed, on
+  SQLite, proxied requests waiting for a processor behind admin goroutines running the SQLite engine
+  (in process: modernc is pure Go) and the rebuild; admin writes and their rebuilds now run in a
+  lane of GOMAXPROCS − 1 slots (docs/operations.md), which took the proxy path's processor waits
+  from p99 1.1–4.4 ms to about 70 µs in those traces. What is left on SQLite is mostly statement
+  parsing (`sqlite3RunParser`, about a quarter of the proxy's CPU during the load: admin statements
+  are not prepared). On PostgreSQL the proxy does not wait inside its own process; the three
+  replicas, the server, the simulator and the load generator fill both cores.
 EOF
 fi
 
