@@ -14,38 +14,50 @@ import "bytes"
 // exact is false when the scanner cannot tell what encoding/json would
 // read (a key with an escape, a key given twice): the caller decodes then.
 func field(obj []byte, key string) (v []byte, exact bool) {
+	var vals [1][]byte
+	exact = fields(obj, []string{key}, vals[:])
+	return vals[0], exact
+}
+
+// fields is field for several keys in one pass over obj: vals[i] gets the
+// value of keys[i] (each pass over a line cost as much as the rest of its
+// bookkeeping). On an inexact answer vals must not be used.
+func fields(obj []byte, keys []string, vals [][]byte) (exact bool) {
+	clear(vals)
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return nil, true
+		return true
 	}
 	i++
 	for {
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != '"' {
-			return v, true
+			return true
 		}
 		ks := i + 1
 		i = skipString(obj, i)
 		k := obj[ks:max(ks, i-1)]
 		if bytes.IndexByte(k, '\\') >= 0 {
-			return nil, false
+			return false
 		}
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != ':' {
-			return v, true
+			return true
 		}
 		i = skipSpace(obj, i+1)
 		vs := i
 		i = skipValue(obj, i)
-		if bytes.EqualFold(k, []byte(key)) {
-			if v != nil {
-				return nil, false
+		for j, key := range keys {
+			if bytes.EqualFold(k, []byte(key)) {
+				if vals[j] != nil {
+					return false
+				}
+				vals[j] = obj[vs:min(i, len(obj))]
 			}
-			v = obj[vs:min(i, len(obj))]
 		}
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != ',' {
-			return v, true
+			return true
 		}
 		i++
 	}
@@ -142,6 +154,10 @@ func integer(v []byte) (n int64, set, ok bool) {
 	return n, true, true
 }
 
+// usageKeys are the fields of a usage object Extract reads, in the order
+// readUsage takes them.
+var usageKeys = [...]string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"}
+
 // readUsage reads a usage object into u. ok is false when decoding it
 // would have been an error (not an object or null, a count that is not an
 // integer); set is false when it is absent or null. exact as for field.
@@ -153,19 +169,12 @@ func readUsage(obj []byte, u *tokenUsage) (set, ok, exact bool) {
 		return false, false, true
 	}
 	var got tokenUsage
-	for _, f := range [...]struct {
-		key string
-		dst *int64
-	}{
-		{"input_tokens", &got.InputTokens},
-		{"output_tokens", &got.OutputTokens},
-		{"cache_creation_input_tokens", &got.CacheCreationInputTokens},
-		{"cache_read_input_tokens", &got.CacheReadInputTokens},
-	} {
-		v, ex := field(obj, f.key)
-		if !ex {
-			return false, false, false
-		}
+	var vals [len(usageKeys)][]byte
+	if !fields(obj, usageKeys[:], vals[:]) {
+		return false, false, false
+	}
+	for i, dst := range [...]*int64{&got.InputTokens, &got.OutputTokens, &got.CacheCreationInputTokens, &got.CacheReadInputTokens} {
+		v := vals[i]
 		if v == nil {
 			continue
 		}
@@ -174,16 +183,12 @@ func readUsage(obj []byte, u *tokenUsage) (set, ok, exact bool) {
 			return false, false, true
 		}
 		if isSet {
-			*f.dst = n
+			*dst = n
 		}
 	}
 	// cache_creation as encoding/json decodes it into a struct: null or
 	// absent leaves it zero, anything but an object is an error.
-	cc, ex := field(obj, "cache_creation")
-	if !ex {
-		return false, false, false
-	}
-	if cc != nil && string(cc) != "null" {
+	if cc := vals[4]; cc != nil && string(cc) != "null" {
 		if cc[0] != '{' {
 			return false, false, true
 		}

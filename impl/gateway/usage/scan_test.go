@@ -41,6 +41,9 @@ var usageBodies = []string{
 	`not json`,
 	`[]`,
 	`{"type":"error","error":{"type":"overloaded_error","message":"x"}}`,
+	// Keys fold as encoding/json folds them, Unicode folds of another
+	// length included (ſ is s, K is K).
+	`{"USAGE":{"Input_Tokens":5,"output_tokenſ":2,"cache_read_input_toKens":1}}`,
 }
 
 var usageLines = []string{
@@ -143,5 +146,29 @@ func TestExtractIgnoresCutCaptures(t *testing.T) {
 	}
 	if u := scanned([]byte(whole+`{"usage":{"input_tokens":5}}`), nil); u != (tokenUsage{}) {
 		t.Fatalf("two objects: %+v", u)
+	}
+}
+
+// BenchmarkExtractStream is the recorder's work on one streamed answer's
+// captured lines (message_start, message_delta).
+func BenchmarkExtractStream(b *testing.B) {
+	sse := [][]byte{
+		[]byte(`data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`),
+		[]byte(`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}`),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := Pending{SSE: sse}
+		Extract(&p)
+	}
+}
+
+// BenchmarkExtractMessage is the same for a non-streamed answer's body.
+func BenchmarkExtractMessage(b *testing.B) {
+	body := []byte(`{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":15}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		p := Pending{Body: body}
+		Extract(&p)
 	}
 }

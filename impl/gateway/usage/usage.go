@@ -328,6 +328,9 @@ func Extract(p *Pending) {
 // decodeUsage reads; a capture cut short (no closing brace) gives no usage
 // either way. Checking full JSON validity first cost more than the rest of
 // the request's bookkeeping together, for providers that send JSON.
+// lineKeys are the top-level fields of an event line scanUsage reads.
+var lineKeys = [...]string{"type", "message", "usage"}
+
 func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 	if len(body) > 0 && complete(body) {
 		v, ex := field(body, "usage")
@@ -348,11 +351,11 @@ func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 		}
 		// The line as decodeUsage decodes it: a mistyped field anywhere
 		// in it makes the whole line an error, skipped.
-		typ, ex1 := field(line, "type")
-		msg, ex2 := field(line, "message")
-		top, ex3 := field(line, "usage")
-		inMsg, ex4 := field(msg, "usage")
-		if !ex1 || !ex2 || !ex3 || !ex4 || bytes.IndexByte(typ, '\\') >= 0 {
+		var vals [3][]byte
+		ex1 := fields(line, lineKeys[:], vals[:])
+		typ, msg, top := vals[0], vals[1], vals[2]
+		inMsg, ex2 := field(msg, "usage")
+		if !ex1 || !ex2 || bytes.IndexByte(typ, '\\') >= 0 {
 			return u, false
 		}
 		var start, delta tokenUsage
