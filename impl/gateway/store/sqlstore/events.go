@@ -153,14 +153,18 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	// flush's CPU on SQLite (issue 24). They are looked up before the
 	// transaction starts, because preparing one may need a connection of
 	// its own (an in-memory database has only one).
-	var chunks []*sql.Stmt
+	type chunk struct {
+		st *sql.Stmt
+		n  int
+	}
+	var chunks []chunk
 	for rest := len(events); rest > 0; {
 		n := 1 << (bits.Len(uint(min(rest, eventsPerInsert))) - 1)
 		st, err := s.prepared(ctx, insertEventsKeys[bits.Len(uint(n))-1], func() string { return insertEventsQuery(n) })
 		if err != nil {
 			return s.d.classify(err)
 		}
-		chunks = append(chunks, st)
+		chunks = append(chunks, chunk{st, n})
 		rest -= n
 	}
 	up, err := s.prepared(ctx, "upsert affinity", func() string { return upsertAffinity })
@@ -187,12 +191,11 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 				}
 			}
 		}
-		for _, st := range chunks {
-			n := 1 << (bits.Len(uint(min(len(events), eventsPerInsert))) - 1)
-			if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, insertEventsArgs(events[:n], s.d)...); err != nil {
+		for _, c := range chunks {
+			if _, err := tx.StmtContext(ctx, c.st).ExecContext(ctx, insertEventsArgs(events[:c.n], s.d)...); err != nil {
 				return err
 			}
-			events = events[n:]
+			events = events[c.n:]
 		}
 		return nil
 	})
