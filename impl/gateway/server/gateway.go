@@ -42,12 +42,11 @@ type gateway struct {
 	reg   *prometheus.Registry
 	plugs *plugins.Runtime
 	rt    *snapshot.Runtime
-	// lane and refresher keep admin writes and rebuilds off one processor
-	// on SQLite (lane.go); nil on PostgreSQL.
-	lane      *lane
-	refresher *laneRefresher
-	lim       *limits.Limiter
-	rec       *usage.Recorder
+	// lane keeps admin writes and their rebuilds off one processor on
+	// SQLite (lane.go); nil on PostgreSQL.
+	lane *lane
+	lim  *limits.Limiter
+	rec  *usage.Recorder
 	// relayMetrics are the proxy path's series; the usage hand-off feeds
 	// the ones labelled by principal, upstream and model.
 	relayMetrics *relay.Metrics
@@ -85,7 +84,6 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	}
 	if cfg.db.Driver == SQLite {
 		g.lane = newLane(adminLaneSize())
-		g.refresher = &laneRefresher{rt: g.rt, lane: g.lane}
 	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
@@ -215,7 +213,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
-		Store: g.stor.st, Sealer: g.box, Runtime: runtimeInfo{g.rt, g.refresher}, Lane: g.writeLane(), Auth: sec.auth,
+		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
@@ -227,7 +225,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	return h
 }
 
-// writeLane is the lane admin writes take: none (a nil interface, not a
+// writeLane is the lane admin writes and their refreshes take: none (a nil interface, not a
 // nil *lane) on PostgreSQL, where a write mostly waits for the server and
 // holding a lane meanwhile would only serialize the writes.
 func (g *gateway) writeLane() admin.Lane {
@@ -283,18 +281,17 @@ func (g *gateway) applyChange(ctx context.Context, payload string) {
 }
 
 // runtimeInfo adapts the snapshot runtime to the admin API's view of it;
-// its refreshes go through the lane when there is one.
+// its refreshes run inside gate when there is one (the lane).
 type runtimeInfo struct {
-	rt      *snapshot.Runtime
-	refresh *laneRefresher
+	rt   *snapshot.Runtime
+	gate snapshot.Gate
 }
 
-func (r runtimeInfo) Refresh(ctx context.Context) error {
-	if r.refresh != nil {
-		return r.refresh.Refresh(ctx)
-	}
-	return r.rt.Refresh(ctx)
-}
+func (r runtimeInfo) Refresh(ctx context.Context) error { return r.rt.RefreshIn(ctx, r.gate) }
+
+// adminRuntime is the runtime as the admin API sees it: the refreshes
+// after its writes take the lane, as the writes do.
+func (g *gateway) adminRuntime() runtimeInfo { return runtimeInfo{g.rt, g.writeLane()} }
 
 func (r runtimeInfo) Info() admin.SnapshotInfo {
 	s := r.rt.Current()

@@ -3,10 +3,6 @@ package server
 import (
 	"context"
 	"runtime"
-	"sync"
-	"sync/atomic"
-
-	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 )
 
 // lane bounds the admin side's CPU on SQLite: admin writes (the SQL engine
@@ -35,39 +31,3 @@ func (l *lane) Acquire(ctx context.Context) error {
 }
 
 func (l *lane) Release() { <-l.sem }
-
-// laneRefresher runs the snapshot's refreshes in the lane. Callers that
-// arrive while another's rebuild waits for the lane or runs share the next
-// one that starts after them, as snapshot.Runtime.Refresh does for its own
-// callers (here the waiting happens before the runtime sees them).
-type laneRefresher struct {
-	rt   *snapshot.Runtime
-	lane *lane
-
-	mu      sync.Mutex
-	started atomic.Int64
-	lastErr error
-	// waiting counts callers waiting for the lane (tests wait on it).
-	waiting atomic.Int32
-}
-
-// Refresh rebuilds the snapshot, unless a rebuild that started after this
-// call arrived succeeded meanwhile.
-func (l *laneRefresher) Refresh(ctx context.Context) error {
-	arrived := l.started.Load()
-	l.waiting.Add(1)
-	err := l.lane.Acquire(ctx)
-	l.waiting.Add(-1)
-	if err != nil {
-		return err
-	}
-	defer l.lane.Release()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.started.Load() > arrived && l.lastErr == nil {
-		return nil
-	}
-	l.started.Add(1)
-	l.lastErr = l.rt.Refresh(ctx)
-	return l.lastErr
-}

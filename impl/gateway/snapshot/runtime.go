@@ -49,8 +49,8 @@ type Runtime struct {
 	// outcome (under mu). See Refresh.
 	started atomic.Uint64
 	lastErr error
-	// waiting counts callers between arriving and taking mu, so a test can
-	// tell when they are queued behind a running rebuild.
+	// waiting counts callers between arriving and taking mu (their gate
+	// included), so a test can tell when they are queued.
 	waiting atomic.Int32
 	// cfg is the configuration cur was built from, the base the next delta
 	// applies to; nil when no trusted base exists (a full load is next).
@@ -95,9 +95,29 @@ func (r *Runtime) Current() *Snapshot { return r.cur.Load() }
 // of reading the whole configuration again. Concurrent admin writes then
 // cost about two rebuilds rather than one each (issue 22: on SQLite eight
 // writers' serial rebuilds starved the proxy path of CPU).
-func (r *Runtime) Refresh(ctx context.Context) error {
+func (r *Runtime) Refresh(ctx context.Context) error { return r.RefreshIn(ctx, nil) }
+
+// Gate bounds how many goroutines run CPU-heavy work at once (the server's
+// admin lane on SQLite).
+type Gate interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
+
+// RefreshIn is Refresh with the rebuild run inside gate when it is not
+// nil. The gate is taken before the rebuild lock, as a write would take
+// it, so a caller waiting for it holds nothing a gate holder might need;
+// callers that arrived while the gate was busy still share one rebuild.
+func (r *Runtime) RefreshIn(ctx context.Context, gate Gate) error {
 	arrived := r.started.Load()
 	r.waiting.Add(1)
+	if gate != nil {
+		if err := gate.Acquire(ctx); err != nil {
+			r.waiting.Add(-1)
+			return err
+		}
+		defer gate.Release()
+	}
 	r.mu.Lock()
 	r.waiting.Add(-1)
 	defer r.mu.Unlock()

@@ -263,6 +263,85 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 	}
 }
 
+// chanGate is a gate of one slot.
+type chanGate chan struct{}
+
+func (g chanGate) Acquire(ctx context.Context) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g chanGate) Release() { <-g }
+
+// Gated refreshes rebuild only inside the gate; those that waited for it
+// together share one rebuild; a caller that gives up waiting changes
+// nothing; and a refresh without the gate is not held up by the callers
+// waiting for it (a gate holder may call Refresh without deadlocking).
+func TestRefreshInWaitsForTheGateAndShares(t *testing.T) {
+	t.Parallel()
+	l := &fakeLoader{cfg: baseConfig(1)}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	gate := make(chanGate, 1)
+	ctx := context.Background()
+	if err := gate.Acquire(ctx); err != nil { // an admin write holds the gate
+		t.Fatal(err)
+	}
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- rt.RefreshIn(ctx, gate) }()
+	}
+	for rt.waiting.Load() < n && l.loads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := l.loads.Load(); got != 0 {
+		t.Fatalf("%d rebuilds ran while the gate was held", got)
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := rt.RefreshIn(short, gate); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a caller whose context ended waiting for the gate got %v", err)
+	}
+	l.set(baseConfig(2))
+	gate.Release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.loads.Load(); got != 1 {
+		t.Fatalf("%d reads for %d callers that waited for the gate together; want 1 shared", got, n)
+	}
+	if g := rt.Current().Generation; g != 2 {
+		t.Fatalf("generation %d; want 2", g)
+	}
+
+	// The gate's holder refreshes without it while another caller waits
+	// for the gate: it must not wait, and the waiter shares its rebuild.
+	if err := gate.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { errs <- rt.RefreshIn(ctx, gate) }()
+	for rt.waiting.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	l.set(baseConfig(3))
+	if err := rt.Refresh(ctx); err != nil || l.loads.Load() != 2 || rt.Current().Generation != 3 {
+		t.Fatalf("ungated refresh beside a gated waiter: %v, %d reads, generation %d", err, l.loads.Load(), rt.Current().Generation)
+	}
+	gate.Release()
+	if err := <-errs; err != nil || l.loads.Load() != 2 {
+		t.Fatalf("the waiter: %v, %d reads; want the ungated rebuild shared", err, l.loads.Load())
+	}
+	if len(gate) != 0 {
+		t.Fatal("the gate is still held")
+	}
+}
+
 // A WASM router entry gets a Bound slot for the request path, and every
 // usable upstream knows its index in Usable (what router plugins name).
 func TestBuildPluginEntriesAndUsableIndexes(t *testing.T) {
