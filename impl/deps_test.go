@@ -6,6 +6,7 @@
 package impl_test
 
 import (
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -28,7 +29,7 @@ func TestDependencyDirection(t *testing.T) {
 			cmd.Dir = ".." // the module root
 			out, err := cmd.Output()
 			if err != nil {
-				if ee, ok := err.(*exec.ExitError); ok {
+				if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 					t.Fatalf("go list: %v\n%s", err, ee.Stderr)
 				}
 				t.Fatalf("go list: %v", err)
@@ -48,7 +49,7 @@ func TestDependencyDirection(t *testing.T) {
 
 // goTool is the go command of the toolchain running the test.
 func goTool() string {
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	p := filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // a test binary runs where it was built
 	if _, err := exec.LookPath(p); err == nil {
 		return p
 	}

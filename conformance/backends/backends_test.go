@@ -201,6 +201,7 @@ func buildFakestorage(t *testing.T) string {
 			t.Fatalf("%s missing (run make build): %v", exe, err)
 		}
 	} else {
+		//nolint:staticcheck // the go of the toolchain running the test; a test binary runs where it was built
 		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/pillarhq/pillar/sim/cmd/fakestorage")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

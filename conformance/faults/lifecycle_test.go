@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -149,7 +150,7 @@ func integrityCheck(px *h.Proxy) {
 func closedByServer(conn net.Conn) error {
 	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
 	_, err := io.Copy(io.Discard, conn)
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("%s still open: the server did not close it", conn.LocalAddr())
 	}
 	return nil
@@ -195,7 +196,6 @@ var _ = Describe("Lifecycle faults", func() {
 	})
 
 	for _, d := range drivers {
-		d := d
 		Context("on "+d.name, func() {
 			It("drains on SIGTERM: readiness 503, new connections refused, every long stream finishes complete", func() {
 				w := newLifeWorld(d.url(), "--drain-timeout=60s")

@@ -86,7 +86,6 @@ func simControl(method, url, body string) int {
 
 var _ = Describe("OAuth token endpoint faults", func() {
 	for _, d := range drivers {
-		d := d
 		It("recovers a token whose refresh outlived its retry budget once the endpoint is back ("+d.name+")", func() {
 			w := newOAuthFaultWorld(d, "acct-down-"+d.name, "20s")
 			// The token endpoint goes down after the flow: every refresh

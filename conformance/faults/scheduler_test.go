@@ -56,7 +56,6 @@ func recurring(a *h.Admin, jobType string) (map[string]any, time.Time) {
 
 var _ = Describe("Scheduler faults", func() {
 	for _, d := range drivers {
-		d := d
 		It("shows a stalled cron in next_run_at and resumes it ("+d.name+")", func() {
 			// One worker; metadata_refresh asks the upstream for its models
 			// every 2 s, and the sim answers the next such request 8 s late:

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -199,7 +200,7 @@ func (c *KindCluster) Helm(ctx context.Context, release, namespace, chartDir str
 	}
 	hist := action.NewHistory(cfg)
 	hist.Max = 1
-	if _, err := hist.Run(release); err == driver.ErrReleaseNotFound {
+	if _, err := hist.Run(release); errors.Is(err, driver.ErrReleaseNotFound) {
 		in := action.NewInstall(cfg)
 		in.ReleaseName, in.Namespace, in.CreateNamespace = release, namespace, true
 		in.Wait, in.Timeout = true, timeout

@@ -74,7 +74,7 @@ func StartPG() *PG {
 	asPostgres(pg.bin+"/initdb", "-D", pg.Dir, "-U", "postgres", "-A", "trust", "--no-sync")
 	pg.Start()
 	DeferCleanup(func() {
-		exec.Command("runuser", "-u", "postgres", "--", pg.bin+"/pg_ctl", "-D", pg.Dir, "-m", "immediate", "stop").Run()
+		_ = exec.Command("runuser", "-u", "postgres", "--", pg.bin+"/pg_ctl", "-D", pg.Dir, "-m", "immediate", "stop").Run() // best effort: the directory goes next
 		os.RemoveAll(base)
 	})
 	return pg

@@ -69,8 +69,9 @@ func (l *Link) pipe(c net.Conn) {
 	l.conns[up] = struct{}{}
 	l.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); done <- struct{}{} }()
-	go func() { io.Copy(c, up); done <- struct{}{} }()
+	// Either side ending, cleanly or not, ends the link.
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
 	<-done
 	l.drop(c)
 	l.drop(up)
@@ -104,7 +105,7 @@ func (l *Link) Heal() {
 // reset closes with RST, not FIN, so the peer sees a broken connection.
 func reset(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
+		_ = tc.SetLinger(0) // on a closed socket there is nothing left to reset
 	}
 	c.Close()
 }

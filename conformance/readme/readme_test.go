@@ -4,6 +4,7 @@ package readme_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -133,7 +134,7 @@ var _ = Describe("the proxy's command line", func() {
 		cmd.Dir = GinkgoT().TempDir()
 		cmd.Stdout, cmd.Stderr = &o, &e
 		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else {
 			Expect(err).NotTo(HaveOccurred())

@@ -9,7 +9,7 @@ import (
 // Binders add their flags; each check sees the parsed value, and a binder
 // without a check adds none.
 func TestBindAndRunChecks(t *testing.T) {
-	type conf struct{ n int }
+	type conf struct{}
 	var got string
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	checks := Bind(fs, []FlagBinder[conf]{

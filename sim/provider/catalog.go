@@ -57,5 +57,5 @@ func (p *Provider) catalog(w http.ResponseWriter, r *http.Request) {
 		prices[m.ID] = map[string]float64{"input": base, "output": base * 5, "cache_write": base * 1.25, "cache_read": base * 0.1}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"version": fmt.Sprintf("v%d", v), "currency": "USD", "unit": "per_million_tokens", "models": prices})
+	_ = json.NewEncoder(w).Encode(map[string]any{"version": fmt.Sprintf("v%d", v), "currency": "USD", "unit": "per_million_tokens", "models": prices})
 }

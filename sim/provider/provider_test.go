@@ -112,7 +112,7 @@ func readEvents(t *testing.T, body string) []sseEvent {
 	var out []sseEvent
 	for {
 		ev, err := readEvent(rd)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -66,18 +66,6 @@ func copySparse(src, dst string, size int64) error {
 	return out.Close()
 }
 
-// snapshotsOf lists the snapshots of a dataset, sorted.
-func (t *tool) snapshotsOf(ds string) []string {
-	var snaps []string
-	for name := range t.st.Datasets {
-		if strings.HasPrefix(name, ds+"@") {
-			snaps = append(snaps, name)
-		}
-	}
-	sort.Strings(snaps)
-	return snaps
-}
-
 // clonesOf lists the clones of a snapshot, sorted.
 func (t *tool) clonesOf(snap string) []string {
 	var clones []string

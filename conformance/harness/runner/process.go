@@ -49,7 +49,7 @@ func (r Process) Start(name string, args []string, o Options) (*Proc, error) {
 		return nil, err
 	}
 	p.ctl = &process{cmd: cmd}
-	go func() { cmd.Wait(); close(p.done) }()
+	go func() { _ = cmd.Wait(); close(p.done) }() // the exit status is read from cmd.ProcessState
 	return p, nil
 }
 

@@ -213,7 +213,7 @@ func writeUsageCSV(w http.ResponseWriter, groupBy []string, rows []UsageRow) err
 	}
 	header = append(header, "requests", "errors", "input_tokens", "output_tokens", "cache_creation_input_tokens",
 		"cache_creation_1h_input_tokens", "cache_read_input_tokens", "cost_usd", "unpriced_requests")
-	cw.Write(header)
+	_ = cw.Write(header) // a write error is the client leaving (see the return)
 	for _, r := range rows {
 		var rec []string
 		for _, s := range []*string{r.PrincipalID, r.PrincipalName, r.KeyID, r.UpstreamID, r.UpstreamName, r.Model} {
@@ -226,7 +226,7 @@ func writeUsageCSV(w http.ResponseWriter, groupBy []string, rows []UsageRow) err
 			rec = append(rec, strconv.FormatInt(n, 10))
 		}
 		rec = append(rec, t.CostUSD, strconv.FormatInt(t.UnpricedRequests, 10))
-		cw.Write(rec)
+		_ = cw.Write(rec)
 	}
 	cw.Flush()
 	return nil // the status is sent; a write error is the client's going away

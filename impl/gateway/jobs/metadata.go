@@ -88,7 +88,7 @@ func fetchModels(ctx context.Context, c *http.Client, u *snapshot.Upstream) ([]a
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 4096)) // drained for reuse
 		return nil, fmt.Errorf("GET /v1/models: status %d", res.StatusCode)
 	}
 	var list struct {

@@ -162,11 +162,6 @@ type env struct {
 }
 
 func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
-func (e *env) advance(d time.Duration) {
-	e.mu.Lock()
-	e.now = e.now.Add(d)
-	e.mu.Unlock()
-}
 
 const kaCfg = `{"enabled":true,"refresh_lead_time_5m_secs":30,"refresh_lead_time_1h_secs":120,"max_refreshes_per_session":3,"max_total_duration_secs":3600,"snapshot_max_bytes":1048576,"classifier":{"extra_wait_for_user_tools":[],"treat_end_turn_as_ambiguous":false}}`
 

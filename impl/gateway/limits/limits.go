@@ -400,11 +400,11 @@ func (l *Limiter) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			l.Sync(fctx)
+			_ = l.Sync(fctx) // Sync logs its own failures
 			cancel()
 			return
 		case <-t.C:
-			l.Sync(ctx)
+			_ = l.Sync(ctx)
 		}
 	}
 }

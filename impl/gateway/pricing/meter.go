@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -67,7 +66,7 @@ func (m *Meter) Price(ev *store.RequestEvent) {
 		if m.name != nil {
 			name = m.name(ev.PrincipalID)
 		}
-		m.spend.WithLabelValues(name, ev.Model).Add(money.Nanos(cost).Dollars())
+		m.spend.WithLabelValues(name, ev.Model).Add(cost.Dollars())
 	}
 }
 

@@ -171,7 +171,7 @@ type readDeadliner interface{ SetReadDeadline(time.Time) error }
 // after the answer instead of being reused.
 func dontWaitForBody(w any) {
 	if d, ok := w.(readDeadliner); ok {
-		d.SetReadDeadline(time.Now())
+		_ = d.SetReadDeadline(time.Now()) // a writer that cannot is reused as before
 	}
 }
 

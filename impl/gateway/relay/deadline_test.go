@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +124,7 @@ func TestAttemptDeadlineCauses(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the attempt's deadline did not end its context")
 		}
-		if got := a.cause(); got != want {
+		if got := a.cause(); !errors.Is(got, want) {
 			t.Fatalf("cause %v, want %v", got, want)
 		}
 	}

@@ -195,7 +195,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/healthz":
 		// Liveness for load balancers and probes; reveals nothing.
 		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 		return
 	default:
 		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
@@ -459,8 +459,10 @@ func filterModels(body []byte, p *snapshot.Principal) []byte {
 		var first, last struct {
 			ID string `json:"id"`
 		}
-		json.Unmarshal(kept[0], &first)
-		json.Unmarshal(kept[len(kept)-1], &last)
+		// kept holds entries already decoded as objects; an entry without
+		// a string id leaves the field empty.
+		_ = json.Unmarshal(kept[0], &first)
+		_ = json.Unmarshal(kept[len(kept)-1], &last)
 		list["first_id"], _ = json.Marshal(first.ID)
 		list["last_id"], _ = json.Marshal(last.ID)
 	} else {
@@ -527,7 +529,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// or rotated elsewhere): refresh it and move on.
 			h.refreshToken(up)
 			h.metrics.upstreamError(up, ErrAuth)
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			// Drained only so the connection can be reused; the answer is
+			// discarded either way.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			a.done()
 			lastErr, lastUp = errOAuthRefused, up
@@ -539,7 +543,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		if !last && retryableStatus(resp.StatusCode) {
 			class, _ := statusErrorClass(resp.StatusCode)
 			h.metrics.upstreamError(up, class)
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drained for reuse, as above
 			resp.Body.Close()
 			a.done()
 			h.failover()
@@ -634,7 +638,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	var rerr error
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
-		if rerr != nil && rerr != io.EOF {
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
 			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
 			h.finish(*ev, start)
@@ -699,7 +703,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		flusher.Flush()
 	}
 	abort := false
-	if rerr != nil && rerr != io.EOF && !clientGone {
+	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
 		h.interrupted(ev, a, up)
 		ev.ErrorType = "stream_interrupted"
 		if r.Context().Err() == nil {
@@ -785,7 +789,7 @@ func writeStreamError(w io.Writer, typ, msg string) {
 	b = append(b, `,"message":`...)
 	b = append(b, m...)
 	b = append(b, "}}\n\n"...)
-	w.Write(b)
+	_, _ = w.Write(b) // a client that is gone cannot be told
 }
 
 // finish hands the event to the recorder and updates metrics, off the
@@ -842,8 +846,10 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (b []byte, he
 		// The server bounds only header reads; a client that trickles or
 		// stalls its body is cut off here. Cleared at once after, so the
 		// deadline never reaches the response.
-		d.SetReadDeadline(h.now().Add(h.bodyReadTimeout))
-		defer d.SetReadDeadline(time.Time{})
+		// Both always succeed on net/http's HTTP/1 and HTTP/2 writers,
+		// the only ones that implement the interface.
+		_ = d.SetReadDeadline(h.now().Add(h.bodyReadTimeout))
+		defer func() { _ = d.SetReadDeadline(time.Time{}) }()
 	}
 	b = make([]byte, 0, size)
 	lr := io.LimitReader(r.Body, MaxBodyBytes+1)

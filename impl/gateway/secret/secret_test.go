@@ -45,21 +45,21 @@ func TestOpenRejectsWrongBindingOrTampering(t *testing.T) {
 	t.Parallel()
 	b := testBox(t)
 	ct, _ := b.Seal([]byte("secret"), []byte("upstream-credential:up_1"))
-	if _, err := b.Open(ct, []byte("upstream-credential:up_2")); err != ErrOpen {
+	if _, err := b.Open(ct, []byte("upstream-credential:up_2")); !errors.Is(err, ErrOpen) {
 		t.Fatalf("other associated data: err = %v", err)
 	}
 	for i := range ct {
 		bad := bytes.Clone(ct)
 		bad[i] ^= 1
-		if _, err := b.Open(bad, []byte("upstream-credential:up_1")); err != ErrOpen {
+		if _, err := b.Open(bad, []byte("upstream-credential:up_1")); !errors.Is(err, ErrOpen) {
 			t.Fatalf("flipped byte %d: err = %v", i, err)
 		}
 	}
 	other, _ := New(bytes.Repeat([]byte{8}, KeySize))
-	if _, err := other.Open(ct, []byte("upstream-credential:up_1")); err != ErrOpen {
+	if _, err := other.Open(ct, []byte("upstream-credential:up_1")); !errors.Is(err, ErrOpen) {
 		t.Fatalf("other key: err = %v", err)
 	}
-	if _, err := b.Open(ct[:5], nil); err != ErrOpen {
+	if _, err := b.Open(ct[:5], nil); !errors.Is(err, ErrOpen) {
 		t.Fatalf("short: err = %v", err)
 	}
 }

@@ -89,7 +89,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
-	g.lim.Sync(ctx)
+	_ = g.lim.Sync(ctx)
 	// The price installer comes before the recorder, which prices each
 	// event with the catalog installed when it is recorded.
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)

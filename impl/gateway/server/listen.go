@@ -48,10 +48,10 @@ func (l *lifecycle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if r.URL.Path == "/readyz" && l.draining.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, "draining\n")
+		_, _ = io.WriteString(w, "draining\n")
 		return
 	}
-	io.WriteString(w, "ok\n")
+	_, _ = io.WriteString(w, "ok\n")
 }
 
 // adminFront routes the admin listener: the probes, /metrics for the

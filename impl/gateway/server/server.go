@@ -43,8 +43,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	case <-ctx.Done():
 		return s.shutdown()
 	case err := <-s.errc:
-		s.shutdown()
-		return fmt.Errorf("listener stopped: %w", err)
+		return errors.Join(fmt.Errorf("listener stopped: %w", err), s.shutdown())
 	}
 }
 

@@ -100,6 +100,7 @@ func (s *Server) statusOf(err error) error {
 		return err
 	}
 	code := codes.Internal
+	//nolint:errorlint // Classify returns the sentinel itself
 	switch backend.Classify(err) {
 	case backend.ErrNotFound:
 		code = codes.NotFound

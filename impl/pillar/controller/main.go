@@ -103,7 +103,7 @@ func NewManager(c *Config, agents csicontroller.Agents, log *slog.Logger, opts .
 		WebhookPort: c.WebhookPort, WebhookCertDir: c.WebhookCertDir,
 		InProcessReplicas: o.inProcessReplicas, Elected: o.elected,
 		Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
-			return serveCSI(ctx, c, &csicontroller.Server{Stores: src, Agents: agents, Overrides: ov, Hosts: kubecontroller.Hosts{Config: src.Config}, Log: log}, log)
+			return serveCSI(ctx, c, &csicontroller.Server{Stores: src, Agents: agents, Overrides: ov, Hosts: kubecontroller.Hosts{Config: src.Config}, Log: log}, log) //nolint:staticcheck // S1016: a conversion would hide that Hosts reads with the same client configuration
 		},
 	})
 }

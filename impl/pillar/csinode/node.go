@@ -436,7 +436,7 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err := unix.Statfs(p, &st); err != nil {
 		return nil, status.Errorf(codes.Internal, "statfs %s: %v", p, err)
 	}
-	bs := int64(st.Bsize)
+	bs := int64(st.Bsize) //nolint:unconvert // int32 on some architectures
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
 		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
 		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},

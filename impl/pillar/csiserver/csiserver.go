@@ -4,6 +4,7 @@ package csiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -120,8 +121,8 @@ func Metrics(reg prometheus.Registerer) grpc.UnaryServerInterceptor {
 	// A second server on the same registry (controller replicas in one
 	// process, the envtest suite) shares the first one's histogram.
 	if err := reg.Register(h); err != nil {
-		are, ok := err.(prometheus.AlreadyRegisteredError)
-		if !ok {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
 			panic(err)
 		}
 		h = are.ExistingCollector.(*prometheus.HistogramVec)

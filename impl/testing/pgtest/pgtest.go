@@ -105,7 +105,7 @@ func drop(u, stmt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if conn, err := pgx.Connect(ctx, u); err == nil {
-		conn.Exec(ctx, stmt)
+		_, _ = conn.Exec(ctx, stmt) // cleanup of a throwaway schema or database: best effort
 		conn.Close(context.Background())
 	}
 }

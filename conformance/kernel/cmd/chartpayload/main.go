@@ -152,13 +152,19 @@ func unpackLayer(file, dir string) (string, error) {
 	// overlayfs's form; the chart's images have none, so refuse rather
 	// than ship a layer that resurrects deleted files.
 	var whiteout string
-	filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && strings.HasPrefix(d.Name(), ".wh.") {
+	err = filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), ".wh.") {
 			whiteout = p
 			return filepath.SkipAll
 		}
 		return nil
 	})
+	if err != nil {
+		return "", fmt.Errorf("looking for whiteouts in %s: %w", dst, err)
+	}
 	if whiteout != "" {
 		return "", fmt.Errorf("whiteout %s: layers that delete files are not supported", whiteout)
 	}

@@ -13,8 +13,6 @@ import (
 
 type call = backendtest.Call
 
-const notExist = "cannot open 'tank/k8s/pvc-1': dataset does not exist\n"
-
 func newScripted(t *testing.T, calls ...call) *Backend {
 	return New(Config{Pool: "tank", ParentDataset: "k8s"}, backendtest.NewScript(t, calls...))
 }
@@ -134,7 +132,7 @@ func TestClassify(t *testing.T) {
 			ce.Err = errors.New("not found")
 		}
 		got := backend.Classify(classify(ce))
-		if got != c.want {
+		if got != c.want { //nolint:errorlint // Classify returns the sentinel itself
 			t.Errorf("classify(%q) = %v, want %v", c.stderr, got, c.want)
 		}
 		if !errors.As(classify(ce), new(*backend.CommandError)) {
