@@ -40,6 +40,10 @@ var Dialect = &sqlstore.Dialect{
 	Name:       "postgres",
 	Numbered:   true,
 	HourBucket: "date_trunc('hour', at)",
+	// pgx prepares and caches every statement per connection already
+	// (QueryExecModeCacheStatement): the store's own cache only added
+	// allocations (BenchmarkAdminWrites).
+	SkipPrepare: true,
 	IsUnique: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,7 +20,7 @@ const inChunk = 500
 // transaction. A change that names nothing it touched logs "*", so a
 // mutation added without its touches costs a full rebuild, never a missed
 // change.
-func (s *Store) logChange(ctx context.Context, tx *sql.Tx, gen int64, touched []touch) error {
+func (s *Store) logChange(ctx context.Context, tx *txn, gen int64, touched []touch) error {
 	if len(touched) == 0 || len(touched) > maxDeltaResources {
 		touched = []touch{{changeAll, changeAll}}
 	}
@@ -54,7 +53,7 @@ func deltaUnavailable(format string, args ...any) error {
 // the log does not cover every one of those generations.
 func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.ConfigDelta, error) {
 	d := &store.ConfigDelta{From: since}
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&d.Generation); err != nil {
 			return err
 		}
@@ -116,7 +115,7 @@ func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.Config
 	return d, nil
 }
 
-func (s *Store) readDeltaUpstreams(ctx context.Context, tx *sql.Tx, d *store.ConfigDelta, ids map[string]bool) error {
+func (s *Store) readDeltaUpstreams(ctx context.Context, tx *txn, d *store.ConfigDelta, ids map[string]bool) error {
 	if d.AllUpstreams {
 		us, err := upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL")
 		slices.SortStableFunc(us, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
@@ -140,7 +139,7 @@ func (s *Store) readDeltaUpstreams(ctx context.Context, tx *sql.Tx, d *store.Con
 	return err
 }
 
-func (s *Store) readDeltaPrincipals(ctx context.Context, tx *sql.Tx, d *store.ConfigDelta, ids map[string]bool) error {
+func (s *Store) readDeltaPrincipals(ctx context.Context, tx *txn, d *store.ConfigDelta, ids map[string]bool) error {
 	d.PrincipalIDs = sortedKeys(ids)
 	return inChunks(d.PrincipalIDs, func(in string, args []any) error {
 		ps, err := principalTable.list(ctx, s.d, tx, "WHERE id IN ("+in+")", args...)

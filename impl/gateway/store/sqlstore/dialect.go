@@ -40,6 +40,10 @@ type Dialect struct {
 	ForUpdate string
 	// HourBucket is the SQL expression truncating request_events.at to its hour.
 	HourBucket string
+	// SkipPrepare leaves statements unprepared by the store (stmts.go):
+	// the driver keeps its own per-connection cache of prepared
+	// statements (pgx's default).
+	SkipPrepare bool
 	// Notify, when set, runs inside every configuration-changing
 	// transaction after the generation bump (PostgreSQL NOTIFY).
 	Notify func(ctx context.Context, tx *sql.Tx, generation int64) error
