@@ -153,25 +153,8 @@ func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
 		return s.d.classify(err)
 	}
 	if ch != nil && !ch.none {
-		var rev any
-		if ch.revision != 0 {
-			rev = ch.revision
-		}
-		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id, revision) VALUES (?, ?, ?, ?, ?, ?, ?)",
-			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id, rev); err != nil {
+		if err := s.record(ctx, tx, ch); err != nil {
 			return s.d.classify(err)
-		}
-		var gen int64
-		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
-			return s.d.classify(err)
-		}
-		if err := s.logChange(ctx, tx, gen, ch.touched); err != nil {
-			return s.d.classify(err)
-		}
-		if s.d.Notify != nil {
-			if err := s.d.Notify(ctx, tx.Tx, gen); err != nil {
-				return s.d.classify(err)
-			}
 		}
 	}
 	return s.d.classify(tx.Commit())

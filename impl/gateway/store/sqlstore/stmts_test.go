@@ -8,17 +8,21 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	msqlite "modernc.org/sqlite"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
-// parsingConn counts the statements the driver is handed as text: each
-// one prepared, or executed or queried without a prepared statement, is
-// parsed by SQLite.
+// parsingConn counts the statements the driver is handed as text: on
+// SQLite each one prepared, or executed or queried without a prepared
+// statement, is parsed; on PostgreSQL each is a round trip.
 type parsingConn struct {
 	fullConn
 	parses *atomic.Int64
@@ -50,6 +54,7 @@ func (c parsingConn) QueryContext(ctx context.Context, q string, args []driver.N
 type parsingConnector struct {
 	dsn    string
 	parses *atomic.Int64
+	driver driver.Driver // nil: SQLite's
 }
 
 func (c parsingConnector) Connect(context.Context) (driver.Conn, error) {
@@ -60,13 +65,18 @@ func (c parsingConnector) Connect(context.Context) (driver.Conn, error) {
 	return parsingConn{conn.(fullConn), c.parses}, nil
 }
 
-func (parsingConnector) Driver() driver.Driver { return &msqlite.Driver{} }
+func (c parsingConnector) Driver() driver.Driver {
+	if c.driver != nil {
+		return c.driver
+	}
+	return &msqlite.Driver{}
+}
 
 // openCounting opens a migrated SQLite store whose parses are counted.
 func openCounting(t *testing.T, d *sqlstore.Dialect) (*sqlstore.Store, *atomic.Int64) {
 	t.Helper()
 	var parses atomic.Int64
-	db := sql.OpenDB(parsingConnector{sqlite.DSN(filepath.Join(t.TempDir(), "proxy.db")), &parses})
+	db := sql.OpenDB(parsingConnector{sqlite.DSN(filepath.Join(t.TempDir(), "proxy.db")), &parses, nil})
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
 	ms, err := sqlite.Migrations()
@@ -158,5 +168,46 @@ func TestPreparedStatementsBounded(t *testing.T) {
 	}
 	if n := sqlstore.PreparedForTest(st); n != sqlstore.MaxPreparedForTest {
 		t.Fatalf("%d statements kept prepared, want the bound %d", n, sqlstore.MaxPreparedForTest)
+	}
+}
+
+// On PostgreSQL a configuration change records itself (audit row,
+// generation bump, change log, NOTIFY) in one statement, so a principal
+// patch is three round trips inside its transaction, not six.
+func TestChangeRecordedInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.Schema(t)
+	st, err := postgres.Open(ctx, u, postgres.Options{}) // migrates
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var stmts atomic.Int64
+	db := sql.OpenDB(parsingConnector{u, &stmts, stdlib.GetDefaultDriver()})
+	defer db.Close()
+	st = sqlstore.New(db, postgres.Dialect, nil, nil)
+	p, err := st.CreatePrincipal(ctx, store.Principal{Name: "p", Kind: "machine", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stmts.Load()
+	models := []string{"claude-*"}
+	if _, err := st.PatchPrincipal(ctx, p.ID, p.Revision, store.PrincipalPatch{AllowedModels: &models}); err != nil {
+		t.Fatal(err)
+	}
+	if n := stmts.Load() - before; n != 3 {
+		t.Fatalf("a principal patch ran %d statements, want 3 (update, read back, change record)", n)
+	}
+	if gen, err := st.ConfigGeneration(ctx); err != nil || gen != 2 {
+		t.Fatalf("generation %d, %v; want 2", gen, err)
+	}
+	d, err := st.LoadConfigDelta(ctx, 1)
+	if err != nil || len(d.PrincipalIDs) != 1 || d.PrincipalIDs[0] != p.ID {
+		t.Fatalf("change log of generation 2: %+v, %v", d, err)
+	}
+	es, err := st.ListAudit(ctx, time.Time{}, 10)
+	if err != nil || len(es) != 2 || es[0].Action != "update" || es[0].ResourceID != p.ID {
+		t.Fatalf("audit: %+v, %v", es, err)
 	}
 }
