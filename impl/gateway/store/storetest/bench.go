@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"syscall"
 	"testing"
@@ -17,11 +16,9 @@ import (
 // reports CPU per pair (cpu-ns/op) beside wall time: on a shared machine a
 // write's wall time is mostly waiting for a core.
 func BenchAdminWrites(b *testing.B, st store.Store) {
+	// A request's context, as the admin API passes: cancellable.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if os.Getenv("BENCH_BG") != "" {
-		ctx = context.Background()
-	}
 	gen, err := st.ConfigGeneration(ctx)
 	if err != nil {
 		b.Fatal(err)
