@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strings"
 )
 
 // Every statement the store runs through a txn or s.pool is prepared once
@@ -18,6 +19,12 @@ import (
 // bound a new text is run unprepared, as before.
 const maxPrepared = 512
 
+// maxPreparedParams: a text with more placeholders than this (a long IN
+// list of a delta read, one shape per length) runs unprepared. Each would
+// keep a large program on every connection for the life of the store,
+// and reading that many rows costs more than parsing.
+const maxPreparedParams = 32
+
 // stmt is the store's prepared statement of q, nil if there is none yet.
 func (s *Store) stmt(q string) *sql.Stmt {
 	if s.d.SkipPrepare {
@@ -29,14 +36,15 @@ func (s *Store) stmt(q string) *sql.Stmt {
 }
 
 // prepare prepares q on the pool and keeps it under its text; nil when the
-// store keeps maxPrepared statements already. It may wait for a free
+// store keeps maxPrepared statements already or q has more than
+// maxPreparedParams placeholders. It may wait for a free
 // connection, so it is never called by a goroutine inside a transaction
 // (an in-memory database has only one connection).
 func (s *Store) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	full := len(s.stmts) >= maxPrepared
 	s.stmtMu.Unlock()
-	if full {
+	if full || strings.Count(q, "?") > maxPreparedParams {
 		return nil, nil
 	}
 	return s.prepared(ctx, q, func() string { return q })

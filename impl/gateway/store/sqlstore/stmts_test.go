@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,6 +169,33 @@ func TestPreparedStatementsBounded(t *testing.T) {
 	}
 	if n := sqlstore.PreparedForTest(st); n != sqlstore.MaxPreparedForTest {
 		t.Fatalf("%d statements kept prepared, want the bound %d", n, sqlstore.MaxPreparedForTest)
+	}
+}
+
+// A statement with many placeholders (a long IN list) runs unprepared and
+// is not kept: one per list length would pile up for the store's life.
+func TestLongStatementsNotKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, n := range []int{4, 40} {
+		before := sqlstore.PreparedForTest(st)
+		args := make([]any, n)
+		for i := range args {
+			args[i] = i
+		}
+		q := "SELECT COUNT(*) FROM (SELECT 1 WHERE 1 IN (" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + "))"
+		if got, err := sqlstore.QueryIntForTest(ctx, st, q, args...); err != nil || got != 1 {
+			t.Fatalf("%d placeholders: %d, %v", n, got, err)
+		}
+		kept := sqlstore.PreparedForTest(st) - before
+		if want := map[int]int{4: 1, 40: 0}[n]; kept != want {
+			t.Fatalf("%d placeholders: %d statements kept, want %d", n, kept, want)
+		}
 	}
 }
 
