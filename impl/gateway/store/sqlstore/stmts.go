@@ -16,7 +16,9 @@ import (
 // maxPrepared bounds the statements a store keeps prepared. The texts built
 // from a variable part (IN lists of a delta, optional filters, the columns
 // a patch sets) come in a bounded number of shapes in practice; past the
-// bound a new text is run unprepared, as before.
+// bound a new text is run unprepared, as before. Prepared programs cost
+// memory on each connection: an admin workload's (creates, patches, key
+// issues, delta and full reads, lists) took 130 KB on one.
 const maxPrepared = 512
 
 // maxPreparedParams: a text with more placeholders than this (a long IN
