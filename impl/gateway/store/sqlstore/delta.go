@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,33 +16,6 @@ const maxDeltaResources = 2000
 // inChunk is how many ids one IN (...) list carries.
 const inChunk = 500
 
-// logChange writes the change log rows of generation gen, in the change's
-// transaction. A change that names nothing it touched logs "*", so a
-// mutation added without its touches costs a full rebuild, never a missed
-// change.
-func (s *Store) logChange(ctx context.Context, tx *sql.Tx, gen int64, touched []touch) error {
-	if len(touched) == 0 || len(touched) > maxDeltaResources {
-		touched = []touch{{changeAll, changeAll}}
-	}
-	seen := make(map[touch]bool, len(touched))
-	for _, t := range touched {
-		if seen[t] {
-			continue
-		}
-		seen[t] = true
-		if _, err := s.exec(ctx, tx, "INSERT INTO config_changes (generation, kind, id) VALUES (?, ?, ?)", gen, t.kind, t.id); err != nil {
-			return err
-		}
-	}
-	// Pruned in steps, not on every change: one range delete per hundred.
-	if gen%100 == 0 {
-		if _, err := s.exec(ctx, tx, "DELETE FROM config_changes WHERE generation <= ?", gen-changeLogRetention); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func deltaUnavailable(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{store.ErrDeltaUnavailable}, args...)...)
 }
@@ -54,7 +26,7 @@ func deltaUnavailable(format string, args ...any) error {
 // the log does not cover every one of those generations.
 func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.ConfigDelta, error) {
 	d := &store.ConfigDelta{From: since}
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&d.Generation); err != nil {
 			return err
 		}
@@ -116,7 +88,7 @@ func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.Config
 	return d, nil
 }
 
-func (s *Store) readDeltaUpstreams(ctx context.Context, tx *sql.Tx, d *store.ConfigDelta, ids map[string]bool) error {
+func (s *Store) readDeltaUpstreams(ctx context.Context, tx *txn, d *store.ConfigDelta, ids map[string]bool) error {
 	if d.AllUpstreams {
 		us, err := upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL")
 		slices.SortStableFunc(us, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
@@ -140,7 +112,7 @@ func (s *Store) readDeltaUpstreams(ctx context.Context, tx *sql.Tx, d *store.Con
 	return err
 }
 
-func (s *Store) readDeltaPrincipals(ctx context.Context, tx *sql.Tx, d *store.ConfigDelta, ids map[string]bool) error {
+func (s *Store) readDeltaPrincipals(ctx context.Context, tx *txn, d *store.ConfigDelta, ids map[string]bool) error {
 	d.PrincipalIDs = sortedKeys(ids)
 	return inChunks(d.PrincipalIDs, func(in string, args []any) error {
 		ps, err := principalTable.list(ctx, s.d, tx, "WHERE id IN ("+in+")", args...)

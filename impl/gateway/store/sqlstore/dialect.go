@@ -40,9 +40,16 @@ type Dialect struct {
 	ForUpdate string
 	// HourBucket is the SQL expression truncating request_events.at to its hour.
 	HourBucket string
-	// Notify, when set, runs inside every configuration-changing
-	// transaction after the generation bump (PostgreSQL NOTIFY).
-	Notify func(ctx context.Context, tx *sql.Tx, generation int64) error
+	// SkipPrepare leaves statements unprepared by the store (stmts.go):
+	// the driver keeps its own per-connection cache of prepared
+	// statements (pgx's default).
+	SkipPrepare bool
+	// NotifyChannel, when set, is the channel every configuration change
+	// announces its new generation on (PostgreSQL NOTIFY). Such a database
+	// records a change in one statement (a data-modifying WITH): audit
+	// row, generation bump, change log and notification in one round trip
+	// instead of four.
+	NotifyChannel string
 }
 
 func (d *Dialect) rebind(q string) string {

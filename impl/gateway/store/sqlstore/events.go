@@ -70,7 +70,7 @@ const rollupCols = `requests, errors, input_tokens, output_tokens, cache_creatio
 // AggregateRequestEvents implements store.EventReader with the same grouping
 // as RollupUsage, without writing anything.
 func (s *Store) AggregateRequestEvents(ctx context.Context, from, to time.Time) ([]store.UsageRollup, error) {
-	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, `+eventSums+`
+	rs, err := list(ctx, s.d, s.pool, scanRollup, `SELECT `+s.d.HourBucket+` AS bucket, principal_id, upstream_id, model, `+eventSums+`
 		FROM request_events WHERE at >= ? AND at < ?
 		GROUP BY `+s.d.HourBucket+`, principal_id, upstream_id, model
 		ORDER BY bucket, principal_id, upstream_id, model`, s.d.t(from), s.d.t(to))
@@ -125,7 +125,7 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	if len(by) > 0 {
 		query += ` GROUP BY ` + strings.Join(by, ", ") + ` ORDER BY ` + strings.Join(by, ", ")
 	}
-	ts, err := list(ctx, s.d, s.db, func(r scanner, u *store.UsageTotal) error {
+	ts, err := list(ctx, s.d, s.pool, func(r scanner, u *store.UsageTotal) error {
 		return r.Scan(append([]any{&u.PrincipalID, &u.KeyID, &u.UpstreamID, &u.Model}, countDests(&u.UsageCounts)...)...)
 	}, query, s.d.t(rs), s.d.t(re), s.d.t(q.From), s.d.t(rs), s.d.t(re), s.d.t(q.To))
 	if err != nil {
@@ -171,7 +171,7 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	if err != nil {
 		return s.d.classify(err)
 	}
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		// The newest use of each (principal, upstream) pair feeds
 		// upstream_affinity, upserted in the same transaction.
 		latest := map[[2]string]time.Time{}
@@ -280,7 +280,7 @@ func nullMillis(ms int64) sql.NullInt64 { return sql.NullInt64{Int64: ms, Valid:
 // queryRequestEvents reads request events matching cond (a WHERE clause
 // with ? placeholders, or empty), newest first, at most the last argument.
 func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
-	es, err := list(ctx, s.d, s.db, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
+	es, err := list(ctx, s.d, s.pool, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
 		cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms
 		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`, args...)
@@ -294,7 +294,7 @@ func (s *Store) RollupUsage(ctx context.Context, from, to time.Time) (int64, err
 		to = from.Add(time.Hour)
 	}
 	var n int64
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		if _, err := s.exec(ctx, tx, "DELETE FROM usage_rollups WHERE bucket_start >= ? AND bucket_start < ?", s.d.t(from), s.d.t(to)); err != nil {
 			return err
 		}
@@ -325,7 +325,7 @@ func scanRollup(r scanner, u *store.UsageRollup) error {
 }
 
 func (s *Store) ListUsageRollups(ctx context.Context, since time.Time) ([]store.UsageRollup, error) {
-	rs, err := list(ctx, s.d, s.db, scanRollup, `SELECT bucket_start, principal_id, upstream_id, model, `+rollupCols+`
+	rs, err := list(ctx, s.d, s.pool, scanRollup, `SELECT bucket_start, principal_id, upstream_id, model, `+rollupCols+`
 		FROM usage_rollups WHERE bucket_start >= ?
 		ORDER BY bucket_start, principal_id, upstream_id, model`, s.d.t(since.UTC().Truncate(time.Hour)))
 	return rs, s.d.classify(err)
@@ -338,7 +338,7 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 	if !ok {
 		return 0, fmt.Errorf("prune: %q is not prunable", table)
 	}
-	res, err := s.db.ExecContext(ctx, s.d.rebind("DELETE FROM "+table+" WHERE "+col+" < ?"), s.d.t(before))
+	res, err := s.pool.ExecContext(ctx, s.d.rebind("DELETE FROM "+table+" WHERE "+col+" < ?"), s.d.t(before))
 	if err != nil {
 		return 0, s.d.classify(err)
 	}

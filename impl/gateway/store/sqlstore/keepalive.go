@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -28,7 +27,7 @@ func (s *Store) getKeepAlive(ctx context.Context, q querier, where string, args 
 
 func (s *Store) UpsertKeepAliveSession(ctx context.Context, in store.KeepAliveSession) (*store.KeepAliveSession, error) {
 	var out *store.KeepAliveSession
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		now := s.d.t(s.nowT())
 		ttl := int64(in.TTL / time.Second)
 		// One statement: concurrent turns of one conversation on several
@@ -52,13 +51,13 @@ func (s *Store) UpsertKeepAliveSession(ctx context.Context, in store.KeepAliveSe
 }
 
 func (s *Store) GetKeepAliveSession(ctx context.Context, id string) (*store.KeepAliveSession, error) {
-	k, err := s.getKeepAlive(ctx, s.db, "WHERE id = ?", id)
+	k, err := s.getKeepAlive(ctx, s.pool, "WHERE id = ?", id)
 	return k, s.d.classify(err)
 }
 
 func (s *Store) RecordKeepAliveRefresh(ctx context.Context, id string, generation int64, anchor, expiresAt time.Time) (bool, error) {
 	ok := false
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		n, err := s.exec(ctx, tx, `UPDATE keepalive_sessions SET refreshes = refreshes + 1, anchor_at = ?, expires_at = ?, updated_at = ?
 			WHERE id = ? AND generation = ? AND state = 'active'`, s.d.t(anchor), s.d.t(expiresAt), s.d.t(s.nowT()), id, generation)
 		ok = n == 1
@@ -69,7 +68,7 @@ func (s *Store) RecordKeepAliveRefresh(ctx context.Context, id string, generatio
 
 func (s *Store) StopKeepAliveSession(ctx context.Context, id string, generation int64, reason string, now time.Time) (bool, error) {
 	ok := false
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		n, err := s.exec(ctx, tx, `UPDATE keepalive_sessions SET state = 'stopped', stop_reason = ?, updated_at = ?
 			WHERE id = ? AND generation = ?`, reason, s.d.t(now), id, generation)
 		ok = n == 1
@@ -80,7 +79,7 @@ func (s *Store) StopKeepAliveSession(ctx context.Context, id string, generation 
 
 func (s *Store) DeleteExpiredKeepAliveSessions(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		var err error
 		n, err = s.exec(ctx, tx, "DELETE FROM keepalive_sessions WHERE expires_at < ?", s.d.t(before))
 		return err
@@ -89,7 +88,7 @@ func (s *Store) DeleteExpiredKeepAliveSessions(ctx context.Context, before time.
 }
 
 func (s *Store) SetKeepAliveSnapshot(ctx context.Context, id string, generation int64, sealed []byte) error {
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		n, err := s.exec(ctx, tx, "UPDATE keepalive_sessions SET snapshot = ? WHERE id = ? AND generation = ?", sealed, id, generation)
 		if err == nil && n == 0 {
 			return store.ErrStaleRevision

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -32,7 +31,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) 
 	k.RevokedAt = nil
 	ch := audit("issue", "key", k.ID)
 	ch.touch(changePrincipal, k.PrincipalID)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := principalTable.get(ctx, s.d, tx, k.PrincipalID); err != nil {
 			return err
 		}
@@ -54,7 +53,7 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.Key, 
 	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
 		return nil, err
 	}
-	ks, err := keyTable.list(ctx, s.d, s.db, "WHERE principal_id = ?", principalID)
+	ks, err := keyTable.list(ctx, s.d, s.pool, "WHERE principal_id = ?", principalID)
 	return ks, s.d.classify(err)
 }
 
@@ -62,7 +61,7 @@ func (s *Store) RevokeKey(ctx context.Context, principalID, keyID string) (*stor
 	var out *store.Key
 	ch := audit("revoke", "key", keyID)
 	ch.touch(changePrincipal, principalID)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		n, err := s.exec(ctx, tx, "UPDATE principal_keys SET revoked_at = ? WHERE id = ? AND principal_id = ? AND revoked_at IS NULL",
 			s.d.t(s.nowT()), keyID, principalID)
 		if err != nil {

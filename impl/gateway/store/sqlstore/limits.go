@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 func (s *Store) SyncLimitWindows(ctx context.Context, deltas []store.LimitWindow, now time.Time) ([]store.LimitWindow, error) {
 	var out []store.LimitWindow
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		// Upserts in key order: two replicas syncing the same windows
 		// lock their rows in the same order and cannot deadlock.
 		sortWindows(deltas)

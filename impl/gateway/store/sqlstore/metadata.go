@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"strings"
 
@@ -15,7 +14,7 @@ import (
 func (s *Store) SetUpstreamModels(ctx context.Context, upstreamID string, models []store.UpstreamModel) error {
 	// Upserts, not delete-then-insert: two refreshes running at once (a late
 	// tick overlapping the next) must both succeed and converge.
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		keep := make([]any, 0, len(models)+1)
 		keep = append(keep, upstreamID)
 		marks := make([]string, 0, len(models))
@@ -42,7 +41,7 @@ func scanModel(r scanner, m *store.UpstreamModel) error {
 }
 
 func (s *Store) ListUpstreamModels(ctx context.Context, upstreamID string) ([]store.UpstreamModel, error) {
-	ms, err := list(ctx, s.d, s.db, scanModel, "SELECT model_id, display_name, refreshed_at FROM upstream_models WHERE upstream_id = ? ORDER BY model_id", upstreamID)
+	ms, err := list(ctx, s.d, s.pool, scanModel, "SELECT model_id, display_name, refreshed_at FROM upstream_models WHERE upstream_id = ? ORDER BY model_id", upstreamID)
 	return ms, s.d.classify(err)
 }
 
@@ -56,14 +55,14 @@ func scanCatalog(r scanner, c *store.PriceCatalog) error {
 }
 
 func (s *Store) GetPriceCatalog(ctx context.Context) (*store.PriceCatalog, error) {
-	c, err := one(ctx, s.d, s.db, scanCatalog, "SELECT version, etag, body, fetched_at FROM price_catalog WHERE id = 1")
+	c, err := one(ctx, s.d, s.pool, scanCatalog, "SELECT version, etag, body, fetched_at FROM price_catalog WHERE id = 1")
 	return c, s.d.classify(err)
 }
 
 func (s *Store) PutPriceCatalog(ctx context.Context, c store.PriceCatalog) (bool, error) {
 	// One atomic upsert that only writes a different version: of several
 	// concurrent fetches of one version exactly one reports the change.
-	res, err := s.db.ExecContext(ctx, s.d.rebind(`INSERT INTO price_catalog (id, version, etag, body, fetched_at) VALUES (1, ?, ?, ?, ?)
+	res, err := s.pool.ExecContext(ctx, s.d.rebind(`INSERT INTO price_catalog (id, version, etag, body, fetched_at) VALUES (1, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET version = excluded.version, etag = excluded.etag, body = excluded.body, fetched_at = excluded.fetched_at
 		WHERE price_catalog.version <> excluded.version`), c.Version, c.ETag, string(c.Body), s.d.t(c.FetchedAt))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // these transactions pass no change: no audit row, no new generation.
 
 func (s *Store) CreateOAuthFlow(ctx context.Context, f store.OAuthFlow) error {
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		_, err := s.exec(ctx, tx, `INSERT INTO oauth_flows (state, upstream_id, verifier, redirect_uri, created_at, expires_at)
 			VALUES (?, ?, ?, ?, ?, ?)`, f.State, f.UpstreamID, f.Verifier, f.RedirectURI, s.d.t(f.CreatedAt), s.d.t(f.ExpiresAt))
 		return err
@@ -26,7 +26,7 @@ func scanFlow(r scanner, f *store.OAuthFlow) error {
 
 func (s *Store) TakeOAuthFlow(ctx context.Context, state string, now time.Time) (*store.OAuthFlow, error) {
 	var f *store.OAuthFlow
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		// DELETE … RETURNING: of two concurrent completions only one gets the row.
 		var err error
 		f, err = one(ctx, s.d, tx, scanFlow, `DELETE FROM oauth_flows WHERE state = ?
@@ -75,7 +75,7 @@ func (s *Store) getQuota(ctx context.Context, q querier, id string, lock bool) (
 }
 
 func (s *Store) GetQuota(ctx context.Context, upstreamID string) (*store.QuotaObservation, error) {
-	o, err := s.getQuota(ctx, s.db, upstreamID, false)
+	o, err := s.getQuota(ctx, s.pool, upstreamID, false)
 	return o, s.d.classify(err)
 }
 
@@ -88,7 +88,7 @@ func nullStr(v string) any {
 
 func (s *Store) PutQuota(ctx context.Context, obs store.QuotaObservation, recoverAfter time.Duration) (bool, error) {
 	applied := false
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		cur, err := s.getQuota(ctx, tx, obs.UpstreamID, true)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -153,7 +153,7 @@ func (s *Store) PutQuota(ctx context.Context, obs store.QuotaObservation, recove
 
 func (s *Store) AcquireCouponFence(ctx context.Context, upstreamID, couponID string, credentialVersion int64, now time.Time) (string, error) {
 	id := store.NewID("fence")
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		// One conditional UPDATE is the atomic test-and-set on both drivers.
 		n, err := s.exec(ctx, tx, `UPDATE upstream_quota SET fence_id = ?, fence_state = ?, fence_at = ?, fence_resolved_at = NULL
 			WHERE upstream_id = ? AND fence_state IS NULL AND coupon_available = ? AND coupon_id = ? AND credential_version = ?`,
@@ -173,7 +173,7 @@ func (s *Store) AcquireCouponFence(ctx context.Context, upstreamID, couponID str
 }
 
 func (s *Store) ResolveCouponFence(ctx context.Context, upstreamID, fenceID, outcome string, now time.Time) error {
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		var n int64
 		var err error
 		switch outcome {
@@ -197,7 +197,7 @@ func (s *Store) ResolveCouponFence(ctx context.Context, upstreamID, fenceID, out
 }
 
 func (s *Store) GetWarmupState(ctx context.Context, upstreamID string) (*store.WarmupState, error) {
-	w, err := one(ctx, s.d, s.db, func(r scanner, w *store.WarmupState) error {
+	w, err := one(ctx, s.d, s.pool, func(r scanner, w *store.WarmupState) error {
 		var cycle, reset, owner sql.NullString
 		if err := r.Scan(&cycle, timeCol{&w.CycleWrittenAt}, &reset, timeCol{&w.ResetRecordedAt}, &owner, timeCol{&w.LeaseUntil}); err != nil {
 			return err
@@ -217,14 +217,14 @@ func (s *Store) GetWarmupState(ctx context.Context, upstreamID string) (*store.W
 }
 
 // ensureWarmupRow creates the upstream's warm-up record if missing.
-func (s *Store) ensureWarmupRow(ctx context.Context, tx *sql.Tx, upstreamID string) error {
+func (s *Store) ensureWarmupRow(ctx context.Context, tx *txn, upstreamID string) error {
 	_, err := s.exec(ctx, tx, "INSERT INTO upstream_warmup (upstream_id) VALUES (?) ON CONFLICT (upstream_id) DO NOTHING", upstreamID)
 	return err
 }
 
 func (s *Store) AcquireWarmupLease(ctx context.Context, upstreamID, owner string, until, now time.Time) (bool, error) {
 	got := false
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		if err := s.ensureWarmupRow(ctx, tx, upstreamID); err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (s *Store) AcquireWarmupLease(ctx context.Context, upstreamID, owner string
 }
 
 func (s *Store) ReleaseWarmupLease(ctx context.Context, upstreamID, owner string) error {
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		_, err := s.exec(ctx, tx, "UPDATE upstream_warmup SET lease_owner = NULL, lease_until = NULL WHERE upstream_id = ? AND lease_owner = ?",
 			upstreamID, owner)
 		return err
@@ -247,7 +247,7 @@ func (s *Store) ReleaseWarmupLease(ctx context.Context, upstreamID, owner string
 
 func (s *Store) WriteCycleKey(ctx context.Context, upstreamID, cycleKey string, now time.Time) (bool, error) {
 	written := false
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		if err := s.ensureWarmupRow(ctx, tx, upstreamID); err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func (s *Store) WriteCycleKey(ctx context.Context, upstreamID, cycleKey string, 
 }
 
 func (s *Store) RecordResetCycleKey(ctx context.Context, upstreamID, cycleKey string, now time.Time) error {
-	return s.tx(ctx, nil, func(tx *sql.Tx) error {
+	return s.tx(ctx, nil, func(tx *txn) error {
 		if err := s.ensureWarmupRow(ctx, tx, upstreamID); err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (s *Store) RecordResetCycleKey(ctx context.Context, upstreamID, cycleKey st
 
 func (s *Store) CollectQuotaGarbage(ctx context.Context, now time.Time) (store.QuotaGC, error) {
 	var gc store.QuotaGC
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		// Rows whose upstream is gone or holds no OAuth credential any more:
 		// a new credential starts from a fresh observation anyway.
 		orphan := `upstream_id NOT IN (SELECT id FROM upstreams WHERE deleted_at IS NULL AND credential_kind = 'oauth')`

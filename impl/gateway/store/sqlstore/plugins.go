@@ -50,7 +50,7 @@ func (s *Store) CreateRegistryEntry(ctx context.Context, e store.RegistryEntry, 
 	var out *store.RegistryEntry
 	ch := audit("create", "plugin_registry_entry", id)
 	ch.touch(changeRegistry, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		now := s.d.t(s.nowT())
 		var version any
 		if e.Version != nil {
@@ -68,17 +68,17 @@ func (s *Store) CreateRegistryEntry(ctx context.Context, e store.RegistryEntry, 
 }
 
 func (s *Store) GetRegistryEntry(ctx context.Context, id string) (*store.RegistryEntry, error) {
-	e, err := registryTable.get(ctx, s.d, s.db, id)
+	e, err := registryTable.get(ctx, s.d, s.pool, id)
 	return e, s.d.classify(err)
 }
 
 func (s *Store) ListRegistryEntries(ctx context.Context) ([]store.RegistryEntry, error) {
-	es, err := registryTable.list(ctx, s.d, s.db, "")
+	es, err := registryTable.list(ctx, s.d, s.pool, "")
 	return es, s.d.classify(err)
 }
 
 func (s *Store) RegistryModule(ctx context.Context, id string) ([]byte, error) {
-	m, err := one(ctx, s.d, s.db, func(r scanner, m *[]byte) error { return r.Scan(m) }, "SELECT module FROM plugin_registry WHERE id = ?", id)
+	m, err := one(ctx, s.d, s.pool, func(r scanner, m *[]byte) error { return r.Scan(m) }, "SELECT module FROM plugin_registry WHERE id = ?", id)
 	if err != nil {
 		return nil, s.d.classify(err)
 	}
@@ -89,7 +89,7 @@ func (s *Store) PatchRegistryEntry(ctx context.Context, id string, expect int64,
 	var out *store.RegistryEntry
 	ch := audit("update", "plugin_registry_entry", id)
 	ch.touch(changeRegistry, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		cur, err := registryTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
@@ -151,7 +151,7 @@ func (s *Store) registryRefs(ctx context.Context, tx querier, id string) ([]stor
 
 func (s *Store) RegistryReferences(ctx context.Context, id string) ([]store.Reference, error) {
 	var refs []store.Reference
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *txn) error {
 		if _, err := registryTable.get(ctx, s.d, tx, id); err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func (s *Store) DeleteRegistryEntry(ctx context.Context, id string, expect int64
 	var removed []store.Reference
 	ch := audit("delete", "plugin_registry_entry", id)
 	ch.touch(changeRegistry, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		// Lock the entry first: concurrent binders check it in their own
 		// transaction and wait for this one.
 		cur, err := registryTable.get(ctx, s.d, tx, id)
@@ -269,7 +269,7 @@ func (s *Store) queryChain(ctx context.Context, q querier, where string, args ..
 
 // checkSlot verifies, inside tx, that a registry entry exists and supports
 // slot; on PostgreSQL it share-locks the row so a concurrent delete waits.
-func (s *Store) checkSlot(ctx context.Context, tx *sql.Tx, registryID, slot string) error {
+func (s *Store) checkSlot(ctx context.Context, tx *txn, registryID, slot string) error {
 	if s.d.ForShare != "" {
 		if _, err := s.exec(ctx, tx, "SELECT id FROM plugin_registry WHERE id = ?"+s.d.ForShare, registryID); err != nil {
 			return err
@@ -298,7 +298,7 @@ func (s *Store) InsertChainEntry(ctx context.Context, principalID string, e stor
 	var out *store.ChainEntry
 	ch := audit("create", "plugin_chain_entry", id)
 	ch.touch(changePrincipal, principalID)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
@@ -346,7 +346,7 @@ func (s *Store) ReorderChain(ctx context.Context, principalID, slot string, orde
 	var out []store.ChainEntry
 	ch := audit("reorder", "plugin_chain", principalID)
 	ch.touch(changePrincipal, principalID)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
@@ -389,7 +389,7 @@ func (s *Store) RebalanceChain(ctx context.Context, principalID string) ([]store
 	var out []store.ChainEntry
 	ch := audit("rebalance", "plugin_chain", principalID)
 	ch.touch(changePrincipal, principalID)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := principalTable.get(ctx, s.d, tx, principalID); err != nil {
 			return err
 		}
@@ -423,7 +423,7 @@ func (s *Store) ListChain(ctx context.Context, principalID string) ([]store.Chai
 	if _, err := s.GetPrincipal(ctx, principalID); err != nil {
 		return nil, err
 	}
-	es, err := s.queryChain(ctx, s.db, "WHERE principal_id = ?", principalID)
+	es, err := s.queryChain(ctx, s.pool, "WHERE principal_id = ?", principalID)
 	return es, s.d.classify(err)
 }
 
@@ -433,7 +433,7 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 	}
 	var out *store.ChainEntry
 	ch := audit("update", "plugin_chain_entry", id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if err := s.optimistic(ctx, tx, "plugin_chain_entries", "revision", "", id, expect, "config = ?, enabled = ?", []any{string(config), enabled}); err != nil {
 			return err
 		}
@@ -448,13 +448,13 @@ func (s *Store) UpdateChainEntry(ctx context.Context, id string, expect int64, c
 }
 
 func (s *Store) GetChainEntry(ctx context.Context, id string) (*store.ChainEntry, error) {
-	e, err := chainTable.get(ctx, s.d, s.db, id)
+	e, err := chainTable.get(ctx, s.d, s.pool, id)
 	return e, s.d.classify(err)
 }
 
 func (s *Store) DeleteChainEntry(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "plugin_chain_entry", id)
-	return s.tx(ctx, ch, func(tx *sql.Tx) error {
+	return s.tx(ctx, ch, func(tx *txn) error {
 		cur, err := chainTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err

@@ -37,12 +37,12 @@ var principalTable = &table[store.Principal]{
 }
 
 func (s *Store) GetPrincipal(ctx context.Context, id string) (*store.Principal, error) {
-	p, err := principalTable.get(ctx, s.d, s.db, id)
+	p, err := principalTable.get(ctx, s.d, s.pool, id)
 	return p, s.d.classify(err)
 }
 
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	ps, err := principalTable.list(ctx, s.d, s.db, "")
+	ps, err := principalTable.list(ctx, s.d, s.pool, "")
 	return ps, s.d.classify(err)
 }
 
@@ -77,7 +77,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 	var out *store.Principal
 	ch := audit("create", "principal", id)
 	ch.touch(changePrincipal, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
 			cache_keepalive, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 			id, p.Name, p.Kind, p.Enabled, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits),
@@ -101,7 +101,7 @@ func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, se
 	var out *store.Principal
 	ch := audit("update", "principal", id)
 	ch.touch(changePrincipal, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if err := s.optimistic(ctx, tx, "principals", "revision", "", id, expect, set, args); err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p s
 func (s *Store) DeletePrincipal(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "principal", id)
 	ch.touch(changePrincipal, id)
-	return s.tx(ctx, ch, func(tx *sql.Tx) error {
+	return s.tx(ctx, ch, func(tx *txn) error {
 		// Children first: SQLite enforces ON DELETE CASCADE only with
 		// foreign keys on, and explicit deletes keep both drivers alike.
 		n, err := s.exec(ctx, tx, "DELETE FROM principals WHERE id = ? AND (? = 0 OR revision = ?)", id, expect, expect)

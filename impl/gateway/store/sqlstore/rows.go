@@ -7,7 +7,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// querier is a *sql.DB or a *sql.Tx: reads run alone or inside a transaction.
+// querier is a pool or a *txn: reads run alone or inside a transaction,
+// prepared either way (stmts.go).
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
@@ -74,7 +75,7 @@ func (tb *table[T]) get(ctx context.Context, d *Dialect, q querier, id string) (
 
 // reread reads back the row a change wrote, inside the change's
 // transaction, and notes its new revision for the audit entry.
-func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx *sql.Tx, ch *change, id string) (*T, error) {
+func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx querier, ch *change, id string) (*T, error) {
 	v, err := tb.get(ctx, d, tx, id)
 	if err == nil {
 		ch.revision = tb.revision(v)

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -51,7 +50,7 @@ var sealedColumns = []sealedColumn{
 
 func (s *Store) ResealAll(ctx context.Context, reseal func(store.Sealed) ([]byte, error)) (int, error) {
 	n := 0
-	err := s.tx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.tx(ctx, nil, func(tx *txn) error {
 		for _, col := range sealedColumns {
 			type row struct {
 				key []any

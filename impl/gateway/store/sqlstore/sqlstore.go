@@ -16,13 +16,14 @@ import (
 // Store implements store.Store over database/sql.
 type Store struct {
 	db   *sql.DB
+	pool pool // runs statements on db, prepared (stmts.go)
 	d    *Dialect
 	now  func() time.Time
 	log  *slog.Logger
 	conn string
 
 	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // guarded by stmtMu; see prepared
+	stmts  map[string]*sql.Stmt // by key or query text; guarded by stmtMu; see prepared
 }
 
 var _ store.Store = (*Store)(nil)
@@ -35,7 +36,9 @@ func New(db *sql.DB, d *Dialect, now func() time.Time, log *slog.Logger) *Store 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{db: db, d: d, now: now, log: log}
+	s := &Store{db: db, d: d, now: now, log: log}
+	s.pool = pool{s}
+	return s
 }
 
 // DB exposes the handle (the scheduler shares the database).
@@ -46,19 +49,25 @@ func (s *Store) Driver() string { return s.d.Name }
 func (s *Store) Close() error { return s.db.Close() }
 
 // prepared is the statement named key, query(key) with '?' placeholders,
-// prepared once for the life of the store: for the statements run often
-// enough that parsing them each time shows in the CPU they take (the
-// request-event writer's). A transaction uses it through Tx.StmtContext,
-// which reuses the statement prepared on the transaction's connection.
+// prepared once for the life of the store (stmts.go). It may wait for a
+// free connection, so the caller must not be inside a transaction; the
+// lock is not held meanwhile, since transactions look statements up under it.
 func (s *Store) prepared(ctx context.Context, key string, query func() string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
-	if st, ok := s.stmts[key]; ok {
+	st, ok := s.stmts[key]
+	s.stmtMu.Unlock()
+	if ok {
 		return st, nil
 	}
 	st, err := s.db.PrepareContext(ctx, s.d.rebind(query()))
 	if err != nil {
 		return nil, err
+	}
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if prev, ok := s.stmts[key]; ok {
+		st.Close() // prepared twice at once: keep the first
+		return prev, nil
 	}
 	if s.stmts == nil {
 		s.stmts = map[string]*sql.Stmt{}
@@ -117,12 +126,13 @@ const changeLogRetention = 10000
 var snapshot = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 
 // read runs fn in one snapshot transaction.
-func (s *Store) read(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, snapshot)
+func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, snapshot)
 	if err != nil {
 		return s.d.classify(err)
 	}
-	defer tx.Rollback()
+	tx := &txn{Tx: sqlTx, s: s}
+	defer s.end(ctx, tx)
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
 	}
@@ -132,41 +142,34 @@ func (s *Store) read(ctx context.Context, fn func(*sql.Tx) error) error {
 // tx runs fn in a transaction. A configuration change (ch != nil) also
 // bumps the config generation, appends an audit row and notifies, all in
 // the same transaction: no change is visible without its audit entry.
-func (s *Store) tx(ctx context.Context, ch *change, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.d.classify(err)
 	}
-	defer tx.Rollback()
+	tx := &txn{Tx: sqlTx, s: s}
+	defer s.end(ctx, tx)
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
 	}
 	if ch != nil && !ch.none {
-		var rev any
-		if ch.revision != 0 {
-			rev = ch.revision
-		}
-		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id, revision) VALUES (?, ?, ?, ?, ?, ?, ?)",
-			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id, rev); err != nil {
+		if err := s.record(ctx, tx, ch); err != nil {
 			return s.d.classify(err)
-		}
-		var gen int64
-		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
-			return s.d.classify(err)
-		}
-		if err := s.logChange(ctx, tx, gen, ch.touched); err != nil {
-			return s.d.classify(err)
-		}
-		if s.d.Notify != nil {
-			if err := s.d.Notify(ctx, tx, gen); err != nil {
-				return s.d.classify(err)
-			}
 		}
 	}
 	return s.d.classify(tx.Commit())
 }
 
-func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
+// end rolls tx back unless it committed, then prepares what it ran
+// unprepared, now that its connection is free.
+func (s *Store) end(ctx context.Context, tx *txn) {
+	tx.Rollback()
+	if len(tx.missed) > 0 && ctx.Err() == nil {
+		s.prepareAll(ctx, tx.missed)
+	}
+}
+
+func (s *Store) exec(ctx context.Context, tx *txn, q string, args ...any) (int64, error) {
 	res, err := tx.ExecContext(ctx, s.d.rebind(q), args...)
 	if err != nil {
 		return 0, err
@@ -178,7 +181,7 @@ func (s *Store) nowT() time.Time { return s.now().UTC().Truncate(time.Second) }
 
 // checkRevision distinguishes a missing row from a stale revision after an
 // optimistic update touched no row.
-func (s *Store) checkRevision(ctx context.Context, tx *sql.Tx, table, revCol, live, id string) error {
+func (s *Store) checkRevision(ctx context.Context, tx *txn, table, revCol, live, id string) error {
 	var rev int64
 	err := tx.QueryRowContext(ctx, s.d.rebind("SELECT "+revCol+" FROM "+table+" WHERE id = ?"+live), id).Scan(&rev)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -193,7 +196,7 @@ func (s *Store) checkRevision(ctx context.Context, tx *sql.Tx, table, revCol, li
 // optimistic applies set to one row when its revision matches expect (or
 // expect is AnyRevision), incrementing the revision and the updated time in
 // the same statement; a miss is told apart as not found or stale.
-func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live, id string, expect int64, set string, args []any) error {
+func (s *Store) optimistic(ctx context.Context, tx *txn, table, revCol, live, id string, expect int64, set string, args []any) error {
 	all := append(append([]any{}, args...), s.d.t(s.nowT()), id, expect, expect)
 	n, err := s.exec(ctx, tx, "UPDATE "+table+" SET "+set+", "+revCol+" = "+revCol+" + 1, updated_at = ? "+
 		"WHERE id = ?"+live+" AND (? = 0 OR "+revCol+" = ?)", all...)
@@ -210,13 +213,13 @@ func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live,
 
 func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 	var g int64
-	err := s.db.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
+	err := s.pool.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
 	return g, s.d.classify(err)
 }
 
 func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	cfg := &store.Config{}
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
@@ -260,7 +263,7 @@ func (s *Store) ListAudit(ctx context.Context, since time.Time, limit int) ([]st
 	if limit <= 0 {
 		limit = 100
 	}
-	es, err := list(ctx, s.d, s.db, scanAudit,
+	es, err := list(ctx, s.d, s.pool, scanAudit,
 		"SELECT id, at, actor, action, resource_kind, resource_id FROM audit_log WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?", s.d.t(since), limit)
 	return es, s.d.classify(err)
 }

@@ -42,12 +42,12 @@ var upstreamTable = &table[store.Upstream]{
 }
 
 func (s *Store) GetUpstream(ctx context.Context, id string) (*store.Upstream, error) {
-	u, err := upstreamTable.get(ctx, s.d, s.db, id)
+	u, err := upstreamTable.get(ctx, s.d, s.pool, id)
 	return u, s.d.classify(err)
 }
 
 func (s *Store) ListUpstreams(ctx context.Context) ([]store.Upstream, error) {
-	us, err := upstreamTable.list(ctx, s.d, s.db, "WHERE deleted_at IS NULL")
+	us, err := upstreamTable.list(ctx, s.d, s.pool, "WHERE deleted_at IS NULL")
 	return us, s.d.classify(err)
 }
 
@@ -60,7 +60,7 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 	var out *store.Upstream
 	ch := audit("create", "upstream", id)
 	ch.touch(changeUpstream, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		var cred any
 		if spec.Credential != nil {
 			cred = spec.Credential
@@ -87,11 +87,11 @@ func (s *Store) updateUpstream(ctx context.Context, id string, expect int64, set
 	return s.updateUpstreamChecked(ctx, id, expect, nil, set, args...)
 }
 
-func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int64, check func(*sql.Tx) error, set string, args ...any) (*store.Upstream, error) {
+func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int64, check func(*txn) error, set string, args ...any) (*store.Upstream, error) {
 	var out *store.Upstream
 	ch := audit("update", "upstream", id)
 	ch.touch(changeUpstream, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		if check != nil {
 			if err := check(tx); err != nil {
 				return err
@@ -143,11 +143,11 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 		}
 		add("warmup_dialect_plugin", v)
 	}
-	var check func(*sql.Tx) error
+	var check func(*txn) error
 	if p.SetWarmupDialect && p.WarmupDialectPlugin != nil {
 		// The binding is checked in the update's transaction, so a plugin
 		// deleted meanwhile cannot end up bound.
-		check = func(tx *sql.Tx) error { return s.checkSlot(ctx, tx, *p.WarmupDialectPlugin, store.SlotWarmupDialect) }
+		check = func(tx *txn) error { return s.checkSlot(ctx, tx, *p.WarmupDialectPlugin, store.SlotWarmupDialect) }
 	}
 	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
 }
@@ -155,7 +155,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) error {
 	ch := audit("delete", "upstream", id)
 	ch.touch(changeUpstream, id)
-	return s.tx(ctx, ch, func(tx *sql.Tx) error {
+	return s.tx(ctx, ch, func(tx *txn) error {
 		u, err := upstreamTable.get(ctx, s.d, tx, id)
 		if err != nil {
 			return err
@@ -219,7 +219,7 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 	if st.LastApplyError != nil {
 		applyErr = *st.LastApplyError
 	}
-	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ? WHERE id = ? AND deleted_at IS NULL"),
+	res, err := s.pool.ExecContext(ctx, s.d.rebind("UPDATE upstreams SET last_apply_error = ?, last_apply_at = ? WHERE id = ? AND deleted_at IS NULL"),
 		applyErr, s.d.tp(st.LastApplyAt), id)
 	if err != nil {
 		return s.d.classify(err)
@@ -233,7 +233,7 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 // RecordRefreshFailure writes the refresh columns only, and only while
 // the failed credential version is still the stored one.
 func (s *Store) RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.d.rebind(`UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
+	res, err := s.pool.ExecContext(ctx, s.d.rebind(`UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
 		WHERE id = ? AND credential_version = ? AND deleted_at IS NULL`), msg, s.d.t(at), refused, id, credentialVersion)
 	if err != nil {
 		return false, s.d.classify(err)
@@ -246,7 +246,7 @@ func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciph
 	var out *store.Upstream
 	ch := audit("set_credential", "upstream", id)
 	ch.touch(changeUpstream, id)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		var cred any
 		if ciphertext != nil {
 			cred = ciphertext
@@ -271,7 +271,7 @@ func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, erro
 	var n int64
 	ch := audit("disable_oauth_warmup", "upstream", "*")
 	ch.touch(changeUpstream, changeAll)
-	err := s.tx(ctx, ch, func(tx *sql.Tx) error {
+	err := s.tx(ctx, ch, func(tx *txn) error {
 		var err error
 		n, err = s.exec(ctx, tx, `UPDATE upstreams SET warmup_enabled = ?, spec_revision = spec_revision + 1, updated_at = ?
 			WHERE kind = ? AND deleted_at IS NULL AND warmup_enabled = ?`, false, s.d.t(s.nowT()), store.KindVendorOAuth, true)
