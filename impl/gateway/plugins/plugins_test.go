@@ -43,6 +43,16 @@ func TestMain(m *testing.M) {
 		}
 		modules[name], _ = os.ReadFile(out)
 	}
+	// Plugins written in WebAssembly text (wat2wasm, Debian's wabt).
+	for _, name := range []string{"pinrouterwat"} {
+		out := filepath.Join(dir, name+".wasm")
+		src := filepath.Join(root, "fixtures", "plugins", name, strings.TrimSuffix(name, "wat")+".wat")
+		if b, err := exec.Command("wat2wasm", "-o", out, src).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s (wat2wasm comes with Debian's wabt: scripts/setup.sh): %v\n%s", name, err, b)
+			os.Exit(2)
+		}
+		modules[name], _ = os.ReadFile(out)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -347,10 +357,16 @@ func TestShapeWarmup(t *testing.T) {
 
 // BenchmarkRoute is the per-request cost of a router plugin (ABI v2, the
 // sample pin router): one call on a pooled, configured instance.
-func BenchmarkRoute(b *testing.B) {
+func BenchmarkRoute(b *testing.B) { benchmarkRoute(b, "pinrouter") }
+
+// BenchmarkRouteWAT is BenchmarkRoute with the same router written in
+// WebAssembly text (no guest runtime).
+func BenchmarkRouteWAT(b *testing.B) { benchmarkRoute(b, "pinrouterwat") }
+
+func benchmarkRoute(b *testing.B, module string) {
 	r, _ := newRuntime(b, Options{})
 	r.o.CallTimeout = 5 * time.Second // a loaded machine must not fail the run
-	bd := bind(b, r, compile(b, r, "pinrouter"), `{"upstream_id":"up_b","fallback":true}`)
+	bd := bind(b, r, compile(b, r, module), `{"upstream_id":"up_b","fallback":true}`)
 	req := &RouteRequest{PrincipalID: "pr_1", PrincipalName: "app", Model: "claude-sonnet-4-5", AnthropicVersion: "2023-06-01"}
 	dst := make([]uint16, 0, 8)
 	ctx := context.Background()
@@ -360,8 +376,8 @@ func BenchmarkRoute(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		out, _, err := bd.Route(ctx, req, all, dst)
-		if err != nil || len(out) != 3 {
-			b.Fatal(out, err)
+		if err != nil || len(out) != 3 || out[0] != 1 || out[1] != 0 || out[2] != 2 {
+			b.Fatal(ids(out), err)
 		}
 	}
 }
