@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	}
 	// Plugins written in WebAssembly text (wat2wasm, Debian's wabt).
 	for _, name := range []string{"pinrouterwat"} {
-		if modules[name], err = wat.File(filepath.Join(root, "fixtures", "plugins", name, strings.TrimSuffix(name, "wat")+".wat")); err != nil {
+		if modules[name], err = wat.File(filepath.Join(root, "fixtures", "plugins", name, name+".wat")); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
