@@ -232,7 +232,7 @@ func TestPinRouters(t *testing.T) {
 
 // A metered guest that never returns runs out of fuel: the call fails as a
 // timeout, well within the test's patience, and its instance is thrown
-// away; one that traps fails as a trap.
+// away; one that traps fails as a trap; the memory cap applies.
 func TestMeteredGuestIsInterrupted(t *testing.T) {
 	r, _ := newRuntime(t, Options{CallTimeout: 50 * time.Millisecond})
 	router := func(route string) []byte {
@@ -249,6 +249,9 @@ func TestMeteredGuestIsInterrupted(t *testing.T) {
 	}{
 		{`(loop $l (br $l)) (i64.const 0)`, ErrTimeout},
 		{`unreachable`, ErrTrap},
+		// The memory cap holds: growing past it fails, and this guest traps
+		// then (were the cap ignored, its empty answer would be garbage).
+		{`(if (i32.eq (memory.grow (i32.const 2000)) (i32.const -1)) (then unreachable)) (i64.const 0)`, ErrTrap},
 		{`(i64.const 0x7fffffff00000004)`, ErrGarbage},
 	} {
 		d, _, err := r.Compile(ctx, router(c.route))
