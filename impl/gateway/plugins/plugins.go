@@ -180,10 +180,11 @@ func (r *Runtime) Metered(digest string) bool {
 }
 
 // fuelPerCall is the fuel of a call that may take timeout: one unit per
-// nanosecond. A unit pays for one instruction, and compiled guest code
-// runs more than one a nanosecond, so a guest that spends it all has run
-// for at most about the time limit (less on an idle machine).
-func fuelPerCall(timeout time.Duration) uint64 { return uint64(timeout.Nanoseconds()) }
+// two nanoseconds. A unit pays for one instruction; the tightest loop (a
+// branch, plus the charge itself on every iteration) spends 50 ms worth in
+// 75-100 ms on a loaded 2-core machine, larger loop bodies spend it faster,
+// so a guest that spends it all has run for about the limit or less.
+func fuelPerCall(timeout time.Duration) uint64 { return uint64(timeout.Nanoseconds() / 2) }
 
 // startTimeout is what an instance's start may take: the guest runtime
 // boots.
