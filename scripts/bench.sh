@@ -353,7 +353,7 @@ nothing and use only instructions of known cost run **metered** (`impl/gateway/p
 module is rewritten so that every function entry and every loop iteration pays for its instructions
 from a counter the host sets before each call, and traps when it is spent; such modules run in a
 second wazero runtime without termination checks, so no goroutine is started. A guest loop is still
-interrupted (by its fuel: one unit per instruction, the call timeout in nanoseconds as units), and
+interrupted (by its fuel: one unit per instruction, half the call timeout in nanoseconds), and
 counted as a timeout. Modules that import anything (every Go module imports WASI) keep the checks and
 the watchdog. Of the metered call's remaining CPU, the two monotonic clock reads of
 `svc_plugin_call_duration_seconds` are about a third. The in-process ratio adds the request path's
