@@ -18,6 +18,8 @@ version = $(shell sed -n 's/^$(1)=//p' scripts/versions.env)
 GOLANGCI_LINT_VERSION ?= $(call version,GOLANGCI_LINT_VERSION)
 
 PLUGINS := modelrouter pinrouter hostile dialect
+# Plugins written in WebAssembly text, assembled by wat2wasm (Debian's wabt).
+WAT_PLUGINS := pinrouterwat
 
 .PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
 
@@ -48,6 +50,7 @@ build-sim: ## Build bin/sim (the provider simulator) only
 plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@mkdir -p $(BIN)/plugins
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
+	@for p in $(WAT_PLUGINS); do wat2wasm -o $(BIN)/plugins/$$p.wasm fixtures/plugins/$$p/$$p.wat || exit 1; done
 
 generate: proto chart-docs ## Regenerate every generated file (protobuf Go code, chart READMEs and schemas)
 

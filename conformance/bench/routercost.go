@@ -29,6 +29,9 @@ type RouterCostResult struct {
 	OverHTTP           bool
 	Builtin, Plugin    []time.Duration
 	PluginDesc, Config string
+	// Metered: the plugin ran metered (plugins/fuel), not under wazero's
+	// termination checks.
+	Metered bool
 }
 
 // RouterCost sends n requests through each of two in-process proxy paths
@@ -69,7 +72,8 @@ func RouterCost(ctx context.Context, wasm []byte, config string, n int, overHTTP
 		}
 		return d, nil
 	}
-	res := RouterCostResult{N: n, OverHTTP: overHTTP, Config: config, PluginDesc: fmt.Sprintf("%d KB module", len(wasm)>>10)}
+	res := RouterCostResult{N: n, OverHTTP: overHTTP, Config: config, PluginDesc: fmt.Sprintf("%d KB module", len(wasm)>>10),
+		Metered: rt.Metered(digest)}
 	for i := range n + n/10 { // the first tenth warms up and is not kept
 		first, second := builtin, plugin
 		if i%2 == 1 {
@@ -193,6 +197,10 @@ func (r RouterCostResult) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.2fx | <= %.2fx | %s |\n", path, p.name, Micros(a), Micros(c), ratio, RouterCostGoal, met)
 	}
-	fmt.Fprintf(&b, "\n%d requests each, alternating; the plugin is the sample pin router (%s) with config `%s`.\n", r.N, r.PluginDesc, r.Config)
+	how := "under wazero's termination checks"
+	if r.Metered {
+		how = "metered"
+	}
+	fmt.Fprintf(&b, "\n%d requests each, alternating; the plugin is the sample pin router (%s, run %s) with config `%s`.\n", r.N, r.PluginDesc, how, r.Config)
 	return b.String()
 }

@@ -98,6 +98,30 @@ var _ = Describe("WASM plugins", func() {
 		Expect(w.servedBy("after cascade")).To(Equal(simKey))
 	})
 
+	// The pin router written in WebAssembly text imports nothing, so the
+	// proxy runs it metered (no termination checks, no goroutine per call).
+	It("routes by a router plugin without a guest runtime, as by the Go one", Label("P-REG-6"), func() {
+		w := newPluginWorld()
+		reg := upload(w.admin, "pinrouterwat")
+		Expect(reg["slots"]).To(ConsistOf("router"))
+		entry := w.admin.JSON("POST", "/admin/v1/principals/"+w.principal+"/plugin-chain", map[string]any{
+			"slot": "router", "wasm_registry_id": reg["id"], "config": map[string]any{"upstream_id": w.second, "fallback": true}}, 201)
+		for i := range 3 { // the instance is reused from the second request on
+			marker := fmt.Sprintf("pinned %d", i)
+			st, b := ask(w, "claude-haiku-4-5", marker)
+			Expect(st).To(Equal(200), string(b))
+			Expect(w.servedBy(marker)).To(Equal(simKey2))
+		}
+		// Pinned to an unknown upstream: the candidates pass unchanged.
+		w.admin.JSON("PUT", "/admin/v1/plugin-chain-entries/"+entry["id"].(string), map[string]any{
+			"config": map[string]any{"upstream_id": "up_unknown"}}, 200)
+		st, b := ask(w, "claude-haiku-4-5", "unknown pin")
+		Expect(st).To(Equal(200), string(b))
+		Expect(w.servedBy("unknown pin")).To(Equal(simKey))
+		// ("ok" of the router slot sorts before the warm-up slot's.)
+		Expect(counter(w.px, "svc_plugin_calls_total", "outcome", "ok")).To(BeEquivalentTo(4))
+	})
+
 	It("contains hostile plugins: the request fails closed, the process and other principals keep working", Label("P-REG-6"), func() {
 		w := newPluginWorld()
 		reg := upload(w.admin, "hostile")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/textproto"
-	"time"
 )
 
 // The JSON documents of ABI v1 (every slot) and of the warm-up slot of v2.
@@ -100,7 +99,7 @@ type WarmupOutput struct {
 // request (body and headers). Credentials are never shown to plugins and
 // cannot be set by them.
 func (r *Runtime) ShapeWarmup(ctx context.Context, digest string, up Candidate, body []byte, headers map[string]string) (_ []byte, _ map[string]string, err error) {
-	defer r.observe("warmup_dialect", time.Now(), &err)
+	defer r.obs["warmup_dialect"].observe(sinceEpoch(), &err)
 	abi := 1
 	if m := r.module(digest); m != nil {
 		abi = m.abi

@@ -10,6 +10,12 @@
 // entry's config and the snapshot's upstream table once; each call then
 // exchanges a small binary record through a buffer the instance keeps, with
 // no allocation on the host. ABI v1 modules (JSON per call) still run.
+//
+// Modules that import nothing and use only instructions package fuel can
+// meter run metered, in a runtime without wazero's termination checks: a
+// guest loop is stopped by its fuel running out instead of by a watcher
+// goroutine started for every call. Every other module (Go modules import
+// WASI) runs with the checks and a watchdog per instance.
 package plugins
 
 import (
@@ -26,6 +32,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/pillarhq/pillar/impl/gateway/plugins/fuel"
 )
 
 // Exports of the plugin ABIs.
@@ -70,14 +78,22 @@ type Options struct {
 	MaxOutputBytes int
 	Registerer     prometheus.Registerer
 	// CompilationCache, when set, shares compiled code between runtimes
-	// (tests build many runtimes of the same modules).
+	// (tests build many runtimes of the same modules). Metered modules are
+	// never put in it: their code has no termination checks, and a shared
+	// cache must not hand it to a runtime that expects them.
 	CompilationCache wazero.CompilationCache
+	// Unmetered runs every module under wazero's termination checks, as
+	// before metering existed (benchmarks compare the two).
+	Unmetered bool
 }
 
 // Runtime holds compiled modules, router bindings and their instance pools.
 type Runtime struct {
-	o     Options
-	rt    wazero.Runtime
+	o  Options
+	rt wazero.Runtime
+	// fast runs metered modules: no termination checks compiled in, so a
+	// call starts no watcher goroutine; fuel bounds the guest instead.
+	fast  wazero.Runtime
 	calls *prometheus.CounterVec
 	dur   *prometheus.HistogramVec
 	// obs holds each slot's metric children, resolved once so that a call
@@ -97,7 +113,9 @@ type slotMetrics struct {
 
 type module struct {
 	digest   string
+	rt       wazero.Runtime // the runtime that compiled it
 	compiled wazero.CompiledModule
+	metered  bool
 	abi      int
 	slots    []string
 	// pool holds instances for JSON-document calls (every slot of v1, the
@@ -131,7 +149,8 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 		rt.Close(ctx)
 		return nil, err
 	}
-	r := &Runtime{o: o, rt: rt, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{}}
+	fast := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(o.MemoryLimitPages))
+	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{}}
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_plugin_calls_total",
 		Help: "WASM plugin calls by slot and outcome (ok, timeout, trap, garbage, error)."}, []string{"slot", "outcome"})
 	r.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "svc_plugin_call_duration_seconds",
@@ -149,7 +168,27 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 }
 
 // Close releases every module and instance.
-func (r *Runtime) Close(ctx context.Context) error { return r.rt.Close(ctx) }
+func (r *Runtime) Close(ctx context.Context) error {
+	return errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
+}
+
+// Metered reports whether a compiled module runs metered (package fuel)
+// rather than under wazero's termination checks.
+func (r *Runtime) Metered(digest string) bool {
+	m := r.module(digest)
+	return m != nil && m.metered
+}
+
+// fuelPerCall is the fuel of a call that may take timeout: one unit per
+// two nanoseconds. A unit pays for one instruction; the tightest loop (a
+// branch, plus the charge itself on every iteration) spends 50 ms worth in
+// 75-100 ms on a loaded 2-core machine, larger loop bodies spend it faster,
+// so a guest that spends it all has run for about the limit or less.
+func fuelPerCall(timeout time.Duration) uint64 { return uint64(timeout.Nanoseconds() / 2) }
+
+// startTimeout is what an instance's start may take: the guest runtime
+// boots.
+func (r *Runtime) startTimeout() time.Duration { return max(r.o.CallTimeout*20, 2*time.Second) }
 
 // Digest is the hex SHA-256 of a module.
 func Digest(wasm []byte) string {
@@ -185,11 +224,22 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 		compiled.Close(ctx)
 		return "", nil, err
 	}
-	m = &module{digest: digest, compiled: compiled, abi: abi, slots: slots, pool: make(chan *instance, r.o.PoolSize)}
+	m = &module{digest: digest, rt: r.rt, compiled: compiled, abi: abi, slots: slots, pool: make(chan *instance, r.o.PoolSize)}
+	// Metered only after the checked runtime validated the module as it
+	// was uploaded: a rewrite must not make an invalid module valid (its
+	// code could name the fuel global).
+	if !r.o.Unmetered {
+		if metered, err := fuel.Meter(wasm, fuelPerCall(r.startTimeout())); err == nil {
+			if fc, err := r.fast.CompileModule(ctx, metered); err == nil {
+				compiled.Close(ctx)
+				m.rt, m.compiled, m.metered = r.fast, fc, true
+			}
+		}
+	}
 	// One instance proves the module starts (its initialisation runs).
 	inst, err := r.instantiate(ctx, m)
 	if err != nil {
-		compiled.Close(ctx)
+		m.compiled.Close(ctx)
 		return "", nil, fmt.Errorf("%w: it does not start: %v", ErrInvalidModule, err)
 	}
 	if m.abi == 2 && !contains(slots, "warmup_dialect") {
@@ -204,7 +254,7 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 		for len(m.pool) > 0 {
 			(<-m.pool).close()
 		}
-		compiled.Close(ctx)
+		m.compiled.Close(ctx)
 		return digest, old.slots, nil
 	}
 	r.mods[digest] = m
@@ -291,14 +341,21 @@ func (r *Runtime) module(digest string) *module {
 // Call runs a slot's export of the module with a JSON document and returns
 // its answer (ABI v1 slots, and the warm-up slot of v2).
 func (r *Runtime) Call(ctx context.Context, digest, slot string, input []byte) (out []byte, err error) {
-	defer r.observe(slot, time.Now(), &err)
+	defer r.obs[slot].observe(sinceEpoch(), &err)
 	return r.call(ctx, digest, slot, input)
 }
 
-// observe counts a call's outcome and duration.
-func (r *Runtime) observe(slot string, start time.Time, err *error) {
-	m := r.obs[slot]
-	m.dur.Observe(time.Since(start).Seconds())
+// epoch anchors sinceEpoch.
+var epoch = time.Now()
+
+// sinceEpoch reads the monotonic clock only: time.Now reads the wall clock
+// too, and a clock read is a large part of a plugin call's cost.
+func sinceEpoch() time.Duration { return time.Since(epoch) }
+
+// observe counts a call's outcome and the duration since start
+// (sinceEpoch).
+func (m *slotMetrics) observe(start time.Duration, err *error) {
+	m.dur.Observe((sinceEpoch() - start).Seconds())
 	switch e := *err; {
 	case e == nil:
 		m.ok.Inc()
@@ -373,15 +430,22 @@ type instance struct {
 	watchdog *time.Timer
 	// router holds what a v2 router binding keeps per instance.
 	router routerState
+	// fuel is the counter of a metered instance (nil otherwise), set to
+	// budget before every call.
+	fuel   api.MutableGlobal
+	budget uint64
 }
 
 func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error) {
 	// Start-up gets a longer budget than a call: the guest runtime boots.
-	ictx, cancel := context.WithTimeout(ctx, max(r.o.CallTimeout*20, 2*time.Second))
+	ictx, cancel := context.WithTimeout(ctx, r.startTimeout())
 	defer cancel()
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
-	mod, err := r.rt.InstantiateModule(ictx, m.compiled, cfg)
+	mod, err := m.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
+		if m.metered && spent(mod) {
+			return nil, fmt.Errorf("%w: its start ran out of fuel", ErrTimeout)
+		}
 		return nil, err
 	}
 	name := ExportAlloc
@@ -389,6 +453,14 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 		name = ExportInput
 	}
 	inst := &instance{mod: mod, mem: mod.Memory(), input: mod.ExportedFunction(name)}
+	if m.metered {
+		g, ok := mod.ExportedGlobal(fuel.Export).(api.MutableGlobal)
+		if !ok {
+			mod.Close(context.Background())
+			return nil, fmt.Errorf("%w: metered without a fuel counter", ErrInvalidModule)
+		}
+		inst.fuel, inst.budget = g, fuelPerCall(r.o.CallTimeout)
+	}
 	if inst.mem == nil {
 		mod.Close(context.Background())
 		return nil, fmt.Errorf("%w: the module has no memory", ErrInvalidModule)
@@ -409,6 +481,17 @@ func (in *instance) close() {
 // after timeout. A call whose watchdog fired is a timeout even if it
 // returned just then: the instance is being closed and must be discarded.
 func (in *instance) run(fn api.Function, timeout time.Duration) error {
+	if in.fuel != nil {
+		// Metered: the fuel, not a watchdog, ends a call that runs too long.
+		in.fuel.Set(in.budget)
+		if err := fn.CallWithStack(in.ctx, in.stack[:]); err != nil {
+			if in.fuel.Get() == fuel.Spent {
+				return ErrTimeout
+			}
+			return fmt.Errorf("%w: %v", ErrTrap, err)
+		}
+		return nil
+	}
 	in.watchdog.Reset(timeout)
 	err := fn.CallWithStack(in.ctx, in.stack[:])
 	if !in.watchdog.Stop() {
@@ -479,4 +562,13 @@ func (in *instance) document(abi int, export api.Function, input []byte, timeout
 		return nil, err
 	}
 	return append([]byte(nil), b...), nil
+}
+
+// spent reports whether a metered module's fuel ran out (mod may be nil).
+func spent(mod api.Module) bool {
+	if mod == nil {
+		return false
+	}
+	g := mod.ExportedGlobal(fuel.Export)
+	return g != nil && g.Get() == fuel.Spent
 }

@@ -10,12 +10,15 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tetratelabs/wazero"
+
+	"github.com/pillarhq/pillar/impl/testing/wat"
 )
 
 // modules are the sample plugins of fixtures/plugins, built once, and
@@ -42,6 +45,13 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		modules[name], _ = os.ReadFile(out)
+	}
+	// Plugins written in WebAssembly text (wat2wasm, Debian's wabt).
+	for _, name := range []string{"pinrouterwat"} {
+		if modules[name], err = wat.File(filepath.Join(root, "fixtures", "plugins", name, name+".wat")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -137,14 +147,6 @@ func TestRoute(t *testing.T) {
 	if err != nil || out != nil || ref == nil || ref.Status != 403 || ref.Type != "permission_error" || !strings.Contains(ref.Message, "claude-opus-4") {
 		t.Fatalf("refusal: %v %+v %v", out, ref, err)
 	}
-	p := compile(t, r, "pinrouter")
-	for cfg, want := range map[string]string{`{"upstream_id":"up_b","fallback":true}`: "up_b,up_a,up_c",
-		`{"upstream_id":"up_b"}`: "up_b", `{"upstream_id":"up_zzz"}`: "up_a,up_b,up_c"} {
-		out, _, err := bind(t, r, p, cfg).Route(ctx, &RouteRequest{}, all, make([]uint16, 0, 8))
-		if err != nil || ids(out) != want {
-			t.Errorf("pin %s: %v %v, want %s", cfg, ids(out), err, want)
-		}
-	}
 	if _, err := r.BindRouter("0000", nil, table); !errors.Is(err, ErrNotLoaded) {
 		t.Fatalf("unknown digest: %v", err)
 	}
@@ -156,6 +158,137 @@ func TestRoute(t *testing.T) {
 	}
 	if _, _, err := b.Route(ctx, &RouteRequest{}, []uint16{7}, nil); err == nil {
 		t.Fatal("a candidate outside the table was sent")
+	}
+}
+
+// The two sample pin routers, in Go and in WebAssembly text, route alike:
+// the text one runs metered, the Go one under the termination checks.
+func TestPinRouters(t *testing.T) {
+	// Routing is under test here, not time limits: a loaded machine must
+	// not fail the Go module's configuration.
+	r, _ := newRuntime(t, Options{CallTimeout: 10 * time.Second})
+	ctx := context.Background()
+	// A larger table than the other tests' and candidates in any order, as
+	// a router earlier in the chain leaves them.
+	big := make([]Candidate, 300)
+	for i := range big {
+		big[i] = Candidate{ID: fmt.Sprintf("up_%d", i), Kind: "vendor_api_key", Healthy: true}
+	}
+	rev := make([]uint16, 300)
+	for i := range rev {
+		rev[i] = uint16(299 - i)
+	}
+	name := func(idx []uint16) string {
+		var s []string
+		for _, i := range idx {
+			s = append(s, big[i].ID)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, module := range []string{"pinrouter", "pinrouterwat"} {
+		d := compile(t, r, module)
+		if got, want := r.Metered(d), module == "pinrouterwat"; got != want {
+			t.Errorf("%s metered: %v, want %v", module, got, want)
+		}
+		for _, c := range []struct {
+			config string
+			cands  []uint16
+			want   string
+		}{
+			{`{"upstream_id":"up_1","fallback":true}`, []uint16{0, 1, 2}, "up_1,up_0,up_2"},
+			{`{"upstream_id":"up_1"}`, []uint16{0, 1, 2}, "up_1"},
+			{`{"upstream_id":"up_1","fallback":false}`, []uint16{2, 1}, "up_1"},
+			{`{"upstream_id":"up_1","fallback":true}`, []uint16{0, 2}, "up_0,up_2"},           // not offered: unchanged
+			{`{"upstream_id":"up_1"}`, []uint16{0, 2}, "up_0,up_2"},                           // … even without fallback
+			{`{"upstream_id":"up_zzz","fallback":true}`, []uint16{2, 0, 1}, "up_2,up_0,up_1"}, // unknown upstream
+			{`{}`, []uint16{1, 0}, "up_1,up_0"},
+			{`{"upstream_id":null,"other":{"upstream_id":"up_2"},"fallback":null}`, []uint16{0, 2}, "up_0,up_2"},
+			{`{"note":"a \"quoted\" [odd] {value}","upstream_id":"up_299","fallback":true}`, rev, "up_299," + name(rev[1:])},
+			{`{"upstream_id":"up_150","fallback":true}`, rev, "up_150," + name(rev[:149]) + "," + name(rev[150:])},
+			{`{"upstream_id":"up_0","fallback":true}`, rev, name(append(rev[299:], rev[:299]...))},
+			{`{"upstream_id":"up_0"}`, nil, ""},
+		} {
+			b, err := r.BindRouter(d, []byte(c.config), big)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the second call reuses the configured instance
+				out, ref, err := b.Route(ctx, &RouteRequest{Model: "m"}, c.cands, make([]uint16, 0, 8))
+				if err != nil || ref != nil || name(out) != c.want {
+					t.Errorf("%s %s %v: %v %+v %v, want %s", module, c.config, c.cands, name(out), ref, err, c.want)
+				}
+			}
+			b.Release()
+		}
+		for _, config := range []string{`{"upstream_id":5}`, `{"fallback":"yes"}`} {
+			b, _ := r.BindRouter(d, []byte(config), big)
+			if _, _, err := b.Route(ctx, &RouteRequest{}, rev, nil); !errors.Is(err, ErrConfig) {
+				t.Errorf("%s %s: %v, want a refused configuration", module, config, err)
+			}
+			b.Release()
+		}
+	}
+}
+
+// A metered guest that never returns runs out of fuel: the call fails as a
+// timeout, well within the test's patience, and its instance is thrown
+// away; one that traps fails as a trap; the memory cap applies.
+func TestMeteredGuestIsInterrupted(t *testing.T) {
+	r, _ := newRuntime(t, Options{CallTimeout: 50 * time.Millisecond})
+	router := func(route string) []byte {
+		return wat.Assemble(t, `(module (memory (export "memory") 1)
+  (func (export "pillar_abi_v2"))
+  (func (export "pillar_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "pillar_configure") (param i32) (result i64) (i64.const 0))
+  (func (export "pillar_route") (param i32) (result i64) `+route+`))`)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		route string
+		want  error
+	}{
+		{`(loop $l (br $l)) (i64.const 0)`, ErrTimeout},
+		{`unreachable`, ErrTrap},
+		// The memory cap holds: growing past it fails, and this guest traps
+		// then (were the cap ignored, its empty answer would be garbage).
+		{`(if (i32.eq (memory.grow (i32.const 2000)) (i32.const -1)) (then unreachable)) (i64.const 0)`, ErrTrap},
+		{`(i64.const 0x7fffffff00000004)`, ErrGarbage},
+	} {
+		d, _, err := r.Compile(ctx, router(c.route))
+		if err != nil || !r.Metered(d) {
+			t.Fatalf("%s: %v, metered %v", c.route, err, r.Metered(d))
+		}
+		b := bind(t, r, d, `{}`)
+		for range 2 {
+			start := time.Now()
+			_, _, err := b.Route(ctx, &RouteRequest{}, all, nil)
+			if !errors.Is(err, c.want) {
+				t.Errorf("%s: %v, want %v", c.route, err, c.want)
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Errorf("%s took %s", c.route, time.Since(start))
+			}
+			if n := b.idle(); n != 0 {
+				t.Errorf("%s: %d instances pooled after a failure", c.route, n)
+			}
+		}
+	}
+	if got := testutil.ToFloat64(r.calls.WithLabelValues("router", "timeout")); got != 2 {
+		t.Errorf("%v timeouts counted, want 2", got)
+	}
+}
+
+// Unmetered puts every module under the termination checks; the text pin
+// router routes the same there.
+func TestUnmetered(t *testing.T) {
+	r, _ := newRuntime(t, Options{Unmetered: true})
+	d := compile(t, r, "pinrouterwat")
+	if r.Metered(d) {
+		t.Fatal("metered despite Unmetered")
+	}
+	out, _, err := bind(t, r, d, `{"upstream_id":"up_b","fallback":true}`).Route(context.Background(), &RouteRequest{}, all, nil)
+	if err != nil || ids(out) != "up_b,up_a,up_c" {
+		t.Fatalf("%v %v", ids(out), err)
 	}
 }
 
@@ -213,7 +346,7 @@ func TestHostilePluginsAreContained(t *testing.T) {
 			if time.Since(start) > 10*time.Second {
 				t.Errorf("%s took %s", mode, time.Since(start))
 			}
-			if n := len(b.pool); n != 0 {
+			if n := b.idle(); n != 0 {
 				t.Errorf("%s: %d instances pooled after a failure", mode, n)
 			}
 		}
@@ -275,7 +408,7 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Error(err)
 	}
 	for _, b := range bs {
-		if n := len(b.pool); n == 0 || n > 3 {
+		if n := b.idle(); n == 0 || n > 3 {
 			t.Errorf("%d idle instances, want 1 to 3", n)
 		}
 	}
@@ -298,17 +431,17 @@ func TestBindingsAreSharedAndRetired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(a.pool) != 2 {
-		t.Fatalf("%d pooled after two warm-ups", len(a.pool))
+	if a.idle() != 2 {
+		t.Fatalf("%d pooled after two warm-ups", a.idle())
 	}
 	a.Release()
-	if len(a.pool) != 2 {
+	if a.idle() != 2 {
 		t.Fatal("released while referenced")
 	}
 	b.Release()
 	c.Release()
-	if len(a.pool) != 1 {
-		t.Fatalf("a retired binding keeps %d idle instances, want 1", len(a.pool))
+	if a.idle() != 1 {
+		t.Fatalf("a retired binding keeps %d idle instances, want 1", a.idle())
 	}
 	again, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
 	if again != a {
@@ -319,7 +452,7 @@ func TestBindingsAreSharedAndRetired(t *testing.T) {
 		o, _ := r.BindRouter(d, []byte(fmt.Sprintf(`{"upstream_id":"up_%d"}`, i)), table)
 		o.Release()
 	}
-	if !a.closed.Load() || len(a.pool) != 0 {
+	if !a.closed.Load() || a.idle() != 0 {
 		t.Fatal("the oldest retired binding was not closed")
 	}
 	fresh, _ := r.BindRouter(d, []byte(`{"upstream_id":"up_a"}`), table)
@@ -331,7 +464,7 @@ func TestBindingsAreSharedAndRetired(t *testing.T) {
 	if out, _, err := a.Route(ctx, &RouteRequest{}, all, nil); err != nil || ids(out) != "up_a" {
 		t.Fatalf("closed binding: %v %v", ids(out), err)
 	}
-	if len(a.pool) != 0 {
+	if a.idle() != 0 {
 		t.Fatal("a closed binding pooled an instance")
 	}
 }
@@ -347,10 +480,22 @@ func TestShapeWarmup(t *testing.T) {
 
 // BenchmarkRoute is the per-request cost of a router plugin (ABI v2, the
 // sample pin router): one call on a pooled, configured instance.
-func BenchmarkRoute(b *testing.B) {
-	r, _ := newRuntime(b, Options{})
+func BenchmarkRoute(b *testing.B) { benchmarkRoute(b, "pinrouter", Options{}) }
+
+// BenchmarkRouteWAT is BenchmarkRoute with the same router written in
+// WebAssembly text (no guest runtime).
+func BenchmarkRouteWAT(b *testing.B) { benchmarkRoute(b, "pinrouterwat", Options{}) }
+
+// BenchmarkRouteWATChecked runs it under wazero's termination checks
+// instead of metered: what the watcher goroutine per call costs.
+func BenchmarkRouteWATChecked(b *testing.B) {
+	benchmarkRoute(b, "pinrouterwat", Options{Unmetered: true})
+}
+
+func benchmarkRoute(b *testing.B, module string, o Options) {
+	r, _ := newRuntime(b, o)
 	r.o.CallTimeout = 5 * time.Second // a loaded machine must not fail the run
-	bd := bind(b, r, compile(b, r, "pinrouter"), `{"upstream_id":"up_b","fallback":true}`)
+	bd := bind(b, r, compile(b, r, module), `{"upstream_id":"up_b","fallback":true}`)
 	req := &RouteRequest{PrincipalID: "pr_1", PrincipalName: "app", Model: "claude-sonnet-4-5", AnthropicVersion: "2023-06-01"}
 	dst := make([]uint16, 0, 8)
 	ctx := context.Background()
@@ -358,10 +503,11 @@ func BenchmarkRoute(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	for b.Loop() {
 		out, _, err := bd.Route(ctx, req, all, dst)
-		if err != nil || len(out) != 3 {
-			b.Fatal(out, err)
+		if err != nil || len(out) != 3 || out[0] != 1 || out[1] != 0 || out[2] != 2 {
+			b.Fatal(ids(out), err)
 		}
 	}
 }
@@ -372,6 +518,7 @@ func BenchmarkRouteV1(b *testing.B) {
 	bd := bind(b, r, compile(b, r, "v1router"), `{}`)
 	req := &RouteRequest{PrincipalID: "pr_1", PrincipalName: "app", Model: "claude-sonnet-4-5", AnthropicVersion: "2023-06-01"}
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	for b.Loop() {
 		if _, _, err := bd.Route(context.Background(), req, all, nil); err != nil {
 			b.Fatal(err)
@@ -392,9 +539,27 @@ func BenchmarkCallFloor(b *testing.B) {
 	defer bd.put(in)
 	fn := in.mod.ExportedFunction(ExportABIv2)
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	for b.Loop() {
 		if err := in.run(fn, r.o.CallTimeout); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// reportCPU adds the process's CPU time per operation (user and system,
+// every goroutine, wazero's watchers included) to a benchmark's results:
+// on a loaded machine it moves far less than the wall clock does. Call
+// the function it returns when the loop ends.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

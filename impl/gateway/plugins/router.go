@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/tetratelabs/wazero/api"
 )
@@ -56,7 +55,11 @@ type Binding struct {
 	key   string
 	setup []byte // the setup document sent to pillar_configure
 	table []Candidate
-	pool  chan *instance
+	obs   *slotMetrics
+	// hot holds the idle instance a call takes first: one atomic swap
+	// instead of a channel's lock each way. pool holds the others.
+	hot  atomic.Pointer[instance]
+	pool chan *instance
 
 	config json.RawMessage // v1: sent with every call
 	refs   int             // guarded by r.mu
@@ -119,7 +122,7 @@ func (r *Runtime) BindRouter(digest string, config json.RawMessage, table []Cand
 		return b, nil
 	}
 	b := &Binding{r: r, m: m, key: key, setup: setup, table: append([]Candidate(nil), table...), config: config,
-		pool: make(chan *instance, r.o.PoolSize), refs: 1}
+		obs: r.obs["router"], pool: make(chan *instance, r.o.PoolSize-1), refs: 1}
 	r.bindings[key] = b
 	return b, nil
 }
@@ -160,6 +163,13 @@ func (b *Binding) Release() {
 
 // drain closes idle instances until keep are left.
 func (b *Binding) drain(keep int) {
+	if keep == 0 {
+		if in := b.hot.Swap(nil); in != nil {
+			in.close()
+		}
+	} else if b.hot.Load() != nil {
+		keep--
+	}
 	for len(b.pool) > keep {
 		select {
 		case in := <-b.pool:
@@ -193,7 +203,7 @@ func (b *Binding) Warm(ctx context.Context) error {
 // offered candidates, each at most once; anything else is garbage. On the
 // ABI v2 path a call allocates nothing when dst has room.
 func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uint16) (_ []uint16, _ *Refusal, err error) {
-	defer b.r.observe("router", time.Now(), &err)
+	defer b.obs.observe(sinceEpoch(), &err)
 	if b.m.abi == 1 {
 		return b.routeV1(ctx, req, cands, dst)
 	}
@@ -218,6 +228,9 @@ func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uin
 }
 
 func (b *Binding) instance(ctx context.Context) (*instance, error) {
+	if in := b.hot.Swap(nil); in != nil {
+		return in, nil
+	}
 	select {
 	case in := <-b.pool:
 		return in, nil
@@ -241,6 +254,13 @@ func (b *Binding) start(ctx context.Context) (*instance, error) {
 
 func (b *Binding) put(in *instance) {
 	if !b.closed.Load() {
+		if b.hot.CompareAndSwap(nil, in) {
+			// A Release that drained the binding meanwhile missed this one.
+			if b.closed.Load() {
+				b.drain(0)
+			}
+			return
+		}
 		select {
 		case b.pool <- in:
 			// A Release that drained the pool meanwhile missed this one.
@@ -390,4 +410,13 @@ func refusal(status int, typ, msg string) (*Refusal, error) {
 		msg = "refused by a routing plugin"
 	}
 	return &Refusal{Status: status, Type: typ, Message: msg}, nil
+}
+
+// idle counts the idle instances (tests).
+func (b *Binding) idle() int {
+	n := len(b.pool)
+	if b.hot.Load() != nil {
+		n++
+	}
+	return n
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/testing/wat"
 )
 
 // cannedTransport answers every request in memory, so the benchmark
@@ -115,6 +116,21 @@ func BenchmarkRelayRouterPlugin(b *testing.B) {
 		b.Fatalf("build plugin: %v\n%s", err, out)
 	}
 	wasm, _ := os.ReadFile(wasmPath)
+	benchRelayRouterPlugin(b, wasm)
+}
+
+// BenchmarkRelayRouterPluginWAT is the same with the pin router written in
+// WebAssembly text, which runs metered (no guest runtime, no watcher
+// goroutine per call).
+func BenchmarkRelayRouterPluginWAT(b *testing.B) {
+	wasm, err := wat.File(filepath.Join("..", "..", "..", "fixtures", "plugins", "pinrouterwat", "pinrouterwat.wat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRelayRouterPlugin(b, wasm)
+}
+
+func benchRelayRouterPlugin(b *testing.B, wasm []byte) {
 	// A loaded machine must not turn a slow call into a failed run.
 	rt, err := plugins.New(context.Background(), plugins.Options{CallTimeout: 5 * time.Second})
 	if err != nil {

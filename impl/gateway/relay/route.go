@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
-	"sync"
 
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -20,10 +19,9 @@ type PluginRouter interface {
 
 var errNoPlugins = errors.New("no plugin runtime")
 
-// routeScratch holds a request's candidate indexes while its chain runs.
-type routeScratch struct{ cands, chosen []uint16 }
-
-var scratchPool = sync.Pool{New: func() any { return &routeScratch{cands: make([]uint16, 0, 16), chosen: make([]uint16, 0, 16)} }}
+// scratchLen is how many candidate indexes route keeps on its stack; a
+// longer list grows onto the heap.
+const scratchLen = 32
 
 // route runs a dynamic chain: its routers form a pipeline, each ordering or
 // narrowing the candidates the previous one left, starting from every
@@ -31,12 +29,10 @@ var scratchPool = sync.Pool{New: func() any { return &routeScratch{cands: make([
 // refuses it.
 func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Principal, model string, stream bool) ([]*snapshot.Upstream, *plugins.Refusal, error) {
 	cur := snap.Usable
-	var sc *routeScratch
-	defer func() {
-		if sc != nil {
-			scratchPool.Put(sc)
-		}
-	}()
+	// The candidate indexes live on the stack: a router call keeps neither
+	// slice, and a pool's get and put cost more than the call's own work.
+	var candBuf, chosenBuf [scratchLen]uint16
+	cands, chosenScratch := candBuf[:0], chosenBuf[:0]
 	for i := range p.Routers {
 		rt := &p.Routers[i]
 		switch {
@@ -54,16 +50,14 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		if err != nil {
 			return nil, nil, fmt.Errorf("plugin %s: %w", rt.WasmName, err)
 		}
-		if sc == nil {
-			sc = scratchPool.Get().(*routeScratch)
-		}
-		sc.cands = sc.cands[:0]
+		cands = cands[:0]
 		for _, u := range cur {
-			sc.cands = append(sc.cands, uint16(u.UsableIndex))
+			cands = append(cands, uint16(u.UsableIndex))
 		}
 		req := plugins.RouteRequest{PrincipalID: p.ID, PrincipalName: p.Name, Model: model, Stream: stream,
-			AnthropicBeta: r.Header.Get("Anthropic-Beta"), AnthropicVersion: r.Header.Get("Anthropic-Version"), UserAgent: r.Header.Get("User-Agent")}
-		chosen, refusal, err := b.Route(r.Context(), &req, sc.cands, sc.chosen)
+			AnthropicBeta: header(r.Header, "Anthropic-Beta"), AnthropicVersion: header(r.Header, "Anthropic-Version"),
+			UserAgent: header(r.Header, "User-Agent")}
+		chosen, refusal, err := b.Route(r.Context(), &req, cands, chosenScratch)
 		if release {
 			b.Release()
 		}
@@ -73,7 +67,7 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		if refusal != nil {
 			return nil, refusal, nil
 		}
-		sc.chosen = chosen[:0]
+		chosenScratch = chosen[:0]
 		next := make([]*snapshot.Upstream, len(chosen))
 		for j, c := range chosen {
 			next[j] = snap.Usable[c]
@@ -81,6 +75,15 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		cur = next
 	}
 	return cur, nil, nil
+}
+
+// header is h.Get for a canonical key: the server canonicalised the
+// request's keys already, so the lookup skips canonicalising it again.
+func header(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // binding returns the entry's plugin binding for this snapshot, binding it

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/pillarhq/pillar/conformance/bench"
 )
@@ -36,6 +37,7 @@ func run(plugin, config string, n int, out string) error {
 		if err != nil {
 			return err
 		}
+		res.PluginDesc = fmt.Sprintf("`%s`, %s", filepath.Base(plugin), res.PluginDesc)
 		md += res.Markdown() + "\n"
 	}
 	fmt.Print(md)

@@ -1,0 +1,412 @@
+// Package fuel meters a WebAssembly module: it rewrites the module so that
+// every function entry and every loop iteration pays, from a fuel counter
+// the host sets before each call, for the instructions it is about to
+// run, and traps when the fuel is spent. A metered module cannot run
+// longer than its fuel allows, so it can run without wazero's termination
+// checks, which start a watcher goroutine on every call.
+//
+// Only modules whose every instruction is understood and bounded are
+// metered: no imports (a host function could block), no bulk memory or
+// table operations (their cost depends on an operand), no tail calls,
+// exceptions, SIMD, threads or GC instructions. Anything else is left to
+// the checked runtime (ErrNotMeterable).
+//
+// The counter is an exported mutable i64 global named Export. When a
+// charge exceeds what is left the module sets it to Spent and traps.
+package fuel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// Export names the fuel global in a metered module.
+const Export = "pillar:fuel"
+
+// Spent is the counter's value after a call ran out of fuel.
+const Spent = ^uint64(0)
+
+// ErrNotMeterable: the module uses something this package does not meter.
+var ErrNotMeterable = errors.New("module cannot be metered")
+
+// Section ids and the order rank of each (custom sections go anywhere).
+const (
+	secCustom   = 0
+	secImport   = 2
+	secGlobal   = 6
+	secExport   = 7
+	secCode     = 10
+	typeI64     = 0x7e
+	kindGlobal  = 0x03
+	opEnd       = 0x0b
+	opLoop      = 0x03
+	opGlobalGet = 0x23
+	opGlobalSet = 0x24
+	opI64Const  = 0x42
+)
+
+var rank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+
+// Meter returns the metered module, its fuel counter starting at initial
+// (what instantiation, with its start functions, may spend), or
+// ErrNotMeterable. The module must already have been validated: Meter
+// checks only what it needs to rewrite it soundly.
+func Meter(wasm []byte, initial uint64) ([]byte, error) {
+	if len(wasm) < 8 || !bytes.Equal(wasm[:8], []byte{0, 'a', 's', 'm', 1, 0, 0, 0}) {
+		return nil, fmt.Errorf("%w: not a WebAssembly 1.0 binary", ErrNotMeterable)
+	}
+	var secs []section
+	r := reader{b: wasm, p: 8}
+	for !r.done() {
+		id := r.byte()
+		n := r.u32()
+		body := r.bytes(int(n))
+		if r.err != nil {
+			return nil, r.err
+		}
+		if id != secCustom && rank[id] == 0 {
+			return nil, fmt.Errorf("%w: section %d", ErrNotMeterable, id)
+		}
+		secs = append(secs, section{id, body})
+	}
+	var globals uint32
+	var haveGlobal, haveExport bool
+	for _, s := range secs {
+		switch s.id {
+		case secImport:
+			sr := reader{b: s.body}
+			if sr.u32() != 0 {
+				return nil, fmt.Errorf("%w: it imports (a host function may block)", ErrNotMeterable)
+			}
+		case secGlobal:
+			sr := reader{b: s.body}
+			globals, haveGlobal = sr.u32(), true
+		case secExport:
+			haveExport = true
+		}
+	}
+	// The counter is the last global: no imports, so its index is the
+	// number of globals the module defines.
+	global := leb(nil, uint64(globals))
+	counter := []byte{typeI64, 1, opI64Const}
+	counter = sleb(counter, int64(initial))
+	counter = append(counter, opEnd)
+	export := leb(nil, uint64(len(Export)))
+	export = append(append(export, Export...), kindGlobal)
+	export = leb(export, uint64(globals))
+	if !haveGlobal {
+		secs = insert(secs, func(id byte) bool { return rank[id] > rank[secGlobal] }, section{secGlobal, []byte{0}})
+	}
+	if !haveExport {
+		secs = insert(secs, func(id byte) bool { return rank[id] > rank[secExport] }, section{secExport, []byte{0}})
+	}
+	out := append([]byte(nil), wasm[:8]...)
+	for _, s := range secs {
+		body := s.body
+		var err error
+		switch s.id {
+		case secGlobal:
+			body, err = appendEntry(body, counter)
+		case secExport:
+			body, err = appendEntry(body, export)
+		case secCode:
+			body, err = meterCode(body, global)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s.id)
+		out = leb(out, uint64(len(body)))
+		out = append(out, body...)
+	}
+	return out, nil
+}
+
+type section struct {
+	id   byte
+	body []byte
+}
+
+// insert puts s before the first non-custom section that must follow it.
+func insert(secs []section, after func(byte) bool, s section) []section {
+	for i, x := range secs {
+		if x.id != secCustom && after(x.id) {
+			return append(secs[:i], append([]section{s}, secs[i:]...)...)
+		}
+	}
+	return append(secs, s)
+}
+
+// appendEntry adds one entry to a vector section.
+func appendEntry(body, entry []byte) ([]byte, error) {
+	r := reader{b: body}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := leb(nil, uint64(n)+1)
+	out = append(out, body[r.p:]...)
+	return append(out, entry...), nil
+}
+
+// meterCode charges every function body on entry and every loop on each
+// iteration.
+func meterCode(body, global []byte) ([]byte, error) {
+	r := reader{b: body}
+	n := r.u32()
+	out := leb(nil, uint64(n))
+	for range n {
+		size := r.u32()
+		fn := r.bytes(int(size))
+		if r.err != nil {
+			return nil, r.err
+		}
+		metered, err := meterFunc(fn, global)
+		if err != nil {
+			return nil, err
+		}
+		out = leb(out, uint64(len(metered)))
+		out = append(out, metered...)
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%w: trailing bytes in the code section", ErrNotMeterable)
+	}
+	return out, nil
+}
+
+// op is one decoded instruction: where it starts and ends in the body.
+type op struct {
+	code       byte
+	start, end int
+}
+
+func meterFunc(fn, global []byte) ([]byte, error) {
+	r := reader{b: fn}
+	groups := r.u32()
+	for range groups {
+		r.u32()
+		if t := r.byte(); !valtype(t) {
+			return nil, fmt.Errorf("%w: local of type %#x", ErrNotMeterable, t)
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	code := r.p
+	var ops []op
+	// matching[i] is the index of the end of the loop at ops[i].
+	matching := map[int]int{}
+	var open []int // indexes of open blocks (block, loop, if); -1 for the body
+	open = append(open, -1)
+	for len(open) > 0 {
+		if r.done() {
+			return nil, fmt.Errorf("%w: a function body ends inside a block", ErrNotMeterable)
+		}
+		start := r.p
+		c, err := r.instruction()
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op{c, start, r.p})
+		switch c {
+		case 0x02, opLoop, 0x04:
+			open = append(open, len(ops)-1)
+		case opEnd:
+			top := open[len(open)-1]
+			open = open[:len(open)-1]
+			if top >= 0 && ops[top].code == opLoop {
+				matching[top] = len(ops) - 1
+			}
+		}
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%w: bytes after a function body's end", ErrNotMeterable)
+	}
+	out := append([]byte(nil), fn[:code]...)
+	out = charge(out, global, uint64(len(ops)))
+	for i, o := range ops {
+		out = append(out, fn[o.start:o.end]...)
+		if o.code == opLoop {
+			out = charge(out, global, uint64(matching[i]-i))
+		}
+	}
+	return out, nil
+}
+
+// charge appends: if fuel < n { fuel = Spent; unreachable }; fuel -= n.
+// It leaves the operand stack as it was and closes its own block, so
+// branch depths around it do not change.
+func charge(out, global []byte, n uint64) []byte {
+	out = append(out, opGlobalGet)
+	out = append(out, global...)
+	out = append(out, opI64Const)
+	out = sleb(out, int64(n))
+	out = append(out, 0x54, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // i64.lt_u, if, i64.const -1, global.set
+	out = append(out, global...)
+	out = append(out, 0x00, opEnd, opGlobalGet) // unreachable, end
+	out = append(out, global...)
+	out = append(out, opI64Const)
+	out = sleb(out, int64(n))
+	out = append(out, 0x7d, opGlobalSet) // i64.sub
+	return append(out, global...)
+}
+
+func valtype(t byte) bool {
+	switch t {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x70, 0x6f: // i32 i64 f32 f64 funcref externref
+		return true
+	}
+	return false
+}
+
+// reader decodes the binary format; the first error sticks.
+type reader struct {
+	b   []byte
+	p   int
+	err error
+}
+
+func (r *reader) done() bool { return r.err != nil || r.p >= len(r.b) }
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: "+format, append([]any{ErrNotMeterable}, args...)...)
+	}
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || r.p >= len(r.b) {
+		r.fail("truncated")
+		return 0
+	}
+	r.p++
+	return r.b[r.p-1]
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil || n < 0 || r.p+n > len(r.b) {
+		r.fail("truncated")
+		return nil
+	}
+	r.p += n
+	return r.b[r.p-n : r.p]
+}
+
+// uleb reads an unsigned LEB128 of at most bits bits.
+func (r *reader) uleb(bits int) uint64 {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		if shift >= bits+7 {
+			r.fail("LEB128 too long")
+			return 0
+		}
+		b := r.byte()
+		if r.err != nil {
+			return 0
+		}
+		v |= uint64(b&0x7f) << shift
+		if b&0x80 == 0 {
+			return v
+		}
+	}
+}
+
+func (r *reader) u32() uint32 { return uint32(r.uleb(32)) }
+
+// sleb skips a signed LEB128 of at most bits bits (its value is not needed).
+func (r *reader) sleb(bits int) { r.uleb(bits) }
+
+// instruction decodes one instruction and returns its opcode; only
+// instructions whose cost does not depend on an operand are accepted.
+func (r *reader) instruction() (byte, error) {
+	c := r.byte()
+	switch {
+	case c == 0x00, c == 0x01, c == 0x05, c == opEnd, c == 0x0f, c == 0x1a, c == 0x1b: // unreachable nop else end return drop select
+	case c == 0x02, c == opLoop, c == 0x04: // block loop if: a block type
+		switch t := r.byte(); {
+		case t == 0x40, valtype(t):
+		case t&0x80 == 0 && t&0x40 == 0: // a one-byte type index
+		case t&0x80 != 0: // a longer type index
+			r.uleb(32)
+		default:
+			r.fail("block type %#x", t)
+		}
+	case c == 0x0c, c == 0x0d, c == 0x10, c == 0xd2: // br br_if call ref.func
+		r.u32()
+	case c == 0x0e: // br_table
+		n := r.u32()
+		for range n {
+			r.u32()
+		}
+		r.u32()
+	case c == 0x11: // call_indirect: type, table (the callee pays on entry)
+		r.u32()
+		r.u32()
+	case c == 0x1c: // select with types
+		n := r.u32()
+		for range n {
+			if t := r.byte(); !valtype(t) {
+				r.fail("select of type %#x", t)
+			}
+		}
+	case c >= 0x20 && c <= 0x26: // local.get/set/tee, global.get/set, table.get/set
+		r.u32()
+	case c >= 0x28 && c <= 0x3e: // loads and stores: alignment, offset
+		if a := r.u32(); a >= 64 {
+			r.fail("memory argument %#x (multiple memories)", a)
+		}
+		r.uleb(64)
+	case c == 0x3f, c == 0x40: // memory.size, memory.grow (bounded by the memory cap)
+		if r.byte() != 0 {
+			r.fail("memory index")
+		}
+	case c == 0x41:
+		r.sleb(32)
+	case c == opI64Const:
+		r.sleb(64)
+	case c == 0x43:
+		r.bytes(4)
+	case c == 0x44:
+		r.bytes(8)
+	case c >= 0x45 && c <= 0xc4: // numeric, sign extension
+	case c == 0xd0: // ref.null
+		if t := r.byte(); t != 0x70 && t != 0x6f {
+			r.fail("ref.null of type %#x", t)
+		}
+	case c == 0xd1: // ref.is_null
+	case c == 0xfc:
+		switch sub := r.u32(); {
+		case sub <= 7: // saturating truncation
+		case sub == 9, sub == 13, sub == 16: // data.drop, elem.drop, table.size
+			r.u32()
+		default: // bulk memory and table operations cost their length
+			r.fail("instruction 0xfc %d", sub)
+		}
+	default:
+		r.fail("instruction %#x", c)
+	}
+	return c, r.err
+}
+
+func leb(out []byte, v uint64) []byte {
+	for {
+		b := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 {
+			return append(out, b)
+		}
+		out = append(out, b|0x80)
+	}
+}
+
+func sleb(out []byte, v int64) []byte {
+	for {
+		b := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && b&0x40 == 0) || (v == -1 && b&0x40 != 0) {
+			return append(out, b)
+		}
+		out = append(out, b|0x80)
+	}
+}
