@@ -270,12 +270,18 @@ func (g *gateway) startBackground() *running {
 }
 
 // applyChange refreshes the snapshot after another replica announced a
-// change (payload: its generation).
+// change (payload: its generation). A generation past the snapshot's is
+// rebuilt at once; without a readable one the stored generation decides.
 func (g *gateway) applyChange(ctx context.Context, payload string) {
-	if gen, err := strconv.ParseInt(payload, 10, 64); err == nil && gen <= g.rt.Current().Generation {
-		return // our own change, already applied
+	var err error
+	if gen, perr := strconv.ParseInt(payload, 10, 64); perr != nil {
+		_, err = g.rt.RefreshIfChanged(ctx)
+	} else if gen <= g.rt.Current().Generation {
+		return // our own change, or one applied already
+	} else {
+		err = g.rt.Refresh(ctx)
 	}
-	if _, err := g.rt.RefreshIfChanged(ctx); err != nil {
+	if err != nil {
 		g.log.Warn("refresh after notification", "error", err)
 	}
 }

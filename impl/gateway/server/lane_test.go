@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -62,5 +63,40 @@ func TestWriteLaneOnSQLiteOnly(t *testing.T) {
 	pg := &gateway{}
 	if pg.writeLane() != nil || pg.adminRuntime().gate != nil {
 		t.Fatal("no lane, yet admin writes or refreshes would take one")
+	}
+}
+
+// A notification naming a generation past the snapshot's is applied; one
+// naming the snapshot's own (this replica's change) rebuilds nothing; one
+// without a readable generation falls back to the stored one.
+func TestApplyChangeByNotifiedGeneration(t *testing.T) {
+	g := newTestGateway(t)
+	ctx := context.Background()
+	create := func(name string) int64 {
+		t.Helper()
+		if _, err := g.stor.st.CreateUpstream(ctx, store.UpstreamSpec{Name: name, Kind: store.KindVendorAPIKey,
+			BaseURL: "https://api.example", Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := g.stor.st.ConfigGeneration(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gen
+	}
+	gen := create("notified")
+	g.applyChange(ctx, strconv.FormatInt(gen, 10))
+	if got := g.rt.Current().Generation; got != gen {
+		t.Fatalf("generation %d after a notification of %d", got, gen)
+	}
+	d, f := g.rt.Rebuilds()
+	g.applyChange(ctx, strconv.FormatInt(gen, 10))
+	if d2, f2 := g.rt.Rebuilds(); d2 != d || f2 != f {
+		t.Fatal("a notification of the snapshot's own generation rebuilt it")
+	}
+	gen = create("unreadable")
+	g.applyChange(ctx, "not-a-generation")
+	if got := g.rt.Current().Generation; got != gen {
+		t.Fatalf("generation %d after an unreadable notification; the stored one is %d", got, gen)
 	}
 }
