@@ -180,3 +180,24 @@ func TestAlarmRingsAtDueTimesAndFollowsUp(t *testing.T) {
 		t.Fatalf("%d wakes still armed, want at most one follow-up", n)
 	}
 }
+
+// A job whose RunAt has already come (the current cron tick at start-up, a
+// warm-up due at once) is fetched right after its insert, and keeps its
+// RunAt as scheduled time.
+func TestSQLiteJobDueInThePastRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	runs := make(chan time.Time, 4)
+	s := openSQLiteScheduler(t, filepath.Join(t.TempDir(), "s.db"), fast, ok, runs)
+	startScheduler(t, s)
+	runAt := time.Now().Add(-time.Minute).Truncate(time.Second)
+	enqueued := time.Now()
+	_, id, err := s.Enqueue(context.Background(), Enqueue{Type: "test:alarm", IdempotencyKey: "past", RunAt: runAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := awaitRun(t, runs, enqueued.Add(wakeBound), "job due a minute ago")
+	t.Logf("started %s after the enqueue", at.Sub(enqueued))
+	if got := waitState(t, s, id).ScheduledAt; !got.Equal(runAt) {
+		t.Fatalf("scheduled at %s, want its RunAt %s", got, runAt)
+	}
+}

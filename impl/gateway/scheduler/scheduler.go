@@ -210,6 +210,7 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		RetryPolicy:          retryPolicy{s},
+		Hooks:                []rivertype.Hook{river.HookInsertBeginFunc(availableWhenDue)},
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(o.PollInterval, 100*time.Millisecond),
 		JobTimeout:           min(time.Minute, o.RescueAfter),
@@ -221,6 +222,20 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 		DiscardedJobRetentionPeriod: 30 * 24 * time.Hour,
 		CancelledJobRetentionPeriod: 30 * 24 * time.Hour,
 	}
+}
+
+// availableWhenDue inserts a job whose RunAt has already come as available
+// rather than scheduled. River makes a scheduled job available only on its
+// job scheduler's next run (every 5 s), and on SQLite nothing then tells the
+// producer, so a job due now (the current cron tick at start-up, a warm-up
+// or refresh due at once) waited for a poll; available, it is fetched right
+// after its insert (LISTEN/NOTIFY on PostgreSQL, a local fetch on SQLite).
+// Its scheduled_at stays RunAt.
+func availableWhenDue(_ context.Context, p *rivertype.JobInsertParams) error {
+	if p.State == rivertype.JobStateScheduled && p.ScheduledAt != nil && !p.ScheduledAt.After(time.Now()) {
+		p.State = rivertype.JobStateAvailable
+	}
+	return nil
 }
 
 func newScheduler(types []Type, o Options) (*Scheduler, error) {
