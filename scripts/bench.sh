@@ -160,6 +160,9 @@ go test -run '^$' -bench 'BenchmarkRelay(LimitedWithMetrics)?$' -benchmem -bench
 # issue 24 (h/evwriter): one write of the request-event writer on SQLite, by events per
 # transaction (it writes every 50 ms); cpu-ns/op is the burst beside the requests.
 go test -run '^$' -bench InsertRequestEvents -benchmem -benchtime 500x -count 1 ./impl/gateway/store/sqlite/ | tee -a "$tmp/micro.txt"
+# issue 24 (h/tail): one 32-event write's thread CPU over 4000 writes (p50, p99, max): the write
+# that crosses wal_autocheckpoint pages also checkpoints (1000, the default; 100; 0 = never).
+go test -run '^$' -bench FlushTail -benchtime 4000x -count 1 ./impl/gateway/store/sqlite/ | tee -a "$tmp/micro.txt"
 
 step "router plugin cost (a Go WASM module under wazero) and the proxy path with a one-plugin chain"
 # Three rounds, medians in the doc (benchtable); then the proxy path with the
