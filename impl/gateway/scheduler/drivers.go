@@ -58,7 +58,11 @@ func NewSQLite(ctx context.Context, db *sql.DB, types []Type, o Options) (*Sched
 	if err := migrate[*sql.Tx](ctx, drv); err != nil {
 		return nil, err
 	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = SQLitePollInterval
+	}
 	o.defaults()
+	s.alarm = newAlarm(s.log, s.ring)
 	c, err := river.NewClient(drv, s.riverConfig(o))
 	if err != nil {
 		return nil, err

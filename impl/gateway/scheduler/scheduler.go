@@ -149,6 +149,9 @@ type Scheduler struct {
 	client  client
 	// rescueAfter is how long a running job may go before it is rescued.
 	rescueAfter time.Duration
+	// alarm wakes the producer at due times on SQLite (nil on PostgreSQL,
+	// where River's LISTEN/NOTIFY does).
+	alarm *alarm
 
 	// down is why the scheduler failed to start (see Down); nil when up.
 	down error
@@ -157,6 +160,7 @@ type Scheduler struct {
 	cronNext map[string]time.Time
 	stop     context.CancelFunc
 	done     chan struct{}
+	bgDone   sync.WaitGroup
 }
 
 // Options configures a Scheduler.
@@ -168,7 +172,9 @@ type Options struct {
 	Workers int
 	// ID names this replica's River client.
 	ID string
-	// PollInterval is how often idle workers look for due jobs.
+	// PollInterval is how often idle workers look for due jobs. Zero: 1 s
+	// on PostgreSQL (a fallback: LISTEN/NOTIFY wakes them), SQLitePollInterval
+	// on SQLite (a fallback: the alarm wakes them at known due times).
 	PollInterval time.Duration
 	// RescueAfter is how long a job may stay running before it is taken for
 	// dead (its worker crashed) and retried by any replica, within its class.
@@ -186,7 +192,7 @@ func (o *Options) defaults() {
 		o.Workers = 4
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = time.Second
+		o.PollInterval = time.Second // PostgreSQL's; NewSQLite sets its own first
 	}
 	if o.RescueAfter <= 0 {
 		o.RescueAfter = 5 * time.Minute
@@ -197,12 +203,14 @@ func (o *Options) defaults() {
 func (s *Scheduler) riverConfig(o Options) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{s: s})
+	river.AddWorker(workers, doorbellWorker{})
 	return &river.Config{
 		ID:                   o.ID,
 		Logger:               slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		RetryPolicy:          retryPolicy{s},
+		Hooks:                []rivertype.Hook{river.HookInsertBeginFunc(availableWhenDue)},
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(o.PollInterval, 100*time.Millisecond),
 		JobTimeout:           min(time.Minute, o.RescueAfter),
@@ -214,6 +222,20 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 		DiscardedJobRetentionPeriod: 30 * 24 * time.Hour,
 		CancelledJobRetentionPeriod: 30 * 24 * time.Hour,
 	}
+}
+
+// availableWhenDue inserts a job whose RunAt has already come as available
+// rather than scheduled. River makes a scheduled job available only on its
+// job scheduler's next run (every 5 s), and on SQLite nothing then tells the
+// producer, so a job due now (the current cron tick at start-up, a warm-up
+// or refresh due at once) waited for a poll; available, it is fetched right
+// after its insert (LISTEN/NOTIFY on PostgreSQL, a local fetch on SQLite).
+// Its scheduled_at stays RunAt.
+func availableWhenDue(_ context.Context, p *rivertype.JobInsertParams) error {
+	if p.State == rivertype.JobStateScheduled && p.ScheduledAt != nil && !p.ScheduledAt.After(time.Now()) {
+		p.State = rivertype.JobStateAvailable
+	}
+	return nil
 }
 
 func newScheduler(types []Type, o Options) (*Scheduler, error) {
@@ -262,6 +284,10 @@ func (s *Scheduler) Enqueue(ctx context.Context, e Enqueue) (inserted bool, jobI
 	if err != nil {
 		return false, 0, fmt.Errorf("enqueue %s: %w", e.Type, err)
 	}
+	if s.alarm != nil {
+		// A duplicate too: its row may be the one scheduled at RunAt.
+		s.alarm.arm(e.RunAt)
+	}
 	return !res.UniqueSkippedAsDuplicate, res.Job.ID, nil
 }
 
@@ -283,7 +309,45 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.stop = cancel
 	s.done = make(chan struct{})
 	go s.cron(cctx)
+	if s.alarm != nil {
+		s.armFromTable(ctx)
+		s.bgDone.Add(1)
+		go func() {
+			defer s.bgDone.Done()
+			s.alarm.run(cctx)
+		}()
+	}
 	return nil
+}
+
+// ring makes River's local producer fetch now: see alarm.
+func (s *Scheduler) ring(ctx context.Context) error {
+	_, err := s.client.Insert(ctx, doorbellArgs{}, &river.InsertOpts{Pending: true, UniqueOpts: river.UniqueOpts{ByState: allStates}})
+	return err
+}
+
+// armFromTable arms the due times of jobs queued before this process
+// started (the first armFromTableLimit by due time; the poll covers the
+// rest). Jobs already due are woken once River's job scheduler, which
+// starts with leadership, has had time to make them available.
+func (s *Scheduler) armFromTable(ctx context.Context) {
+	res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(Kind).States(notStarted...).
+		OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(armFromTableLimit))
+	if err != nil {
+		s.log.Warn("scheduler alarm: list queued jobs (the poll still finds them)", "error", err)
+		return
+	}
+	now, overdue := time.Now(), false
+	for _, j := range res.Jobs {
+		if j.ScheduledAt.After(now) {
+			s.alarm.arm(j.ScheduledAt)
+		} else {
+			overdue = true
+		}
+	}
+	if overdue {
+		s.alarm.arm(now.Add(followUpAfter))
+	}
 }
 
 // Stop stops the cron producer and waits for running jobs.
@@ -291,6 +355,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	if s.stop != nil {
 		s.stop()
 		<-s.done
+		s.bgDone.Wait()
 	}
 	return s.client.Stop(ctx)
 }
@@ -469,7 +534,11 @@ func (p retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	if t := p.s.types[a.JobType]; t != nil {
 		class = t.Class
 	}
-	return p.s.now().Add(class.NextDelay(job.Attempt))
+	at := p.s.now().Add(class.NextDelay(job.Attempt))
+	if p.s.alarm != nil {
+		p.s.alarm.arm(at)
+	}
+	return at
 }
 
 // minLevel drops records below a level: River reports routine progress at

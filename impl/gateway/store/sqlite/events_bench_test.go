@@ -3,10 +3,14 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
@@ -56,4 +60,67 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFlushTail is the distribution of one flush's CPU (32 events,
+// the writer's batch at the bench's rate) as the table grows: a WAL
+// checkpoint makes the flush that crosses wal_autocheckpoint pages cost
+// several times the others (issue 24); 0 never checkpoints, for the
+// comparison. Thread CPU time, the goroutine locked to its thread: the
+// pure-Go engine runs on the caller's goroutine.
+func BenchmarkFlushTail(b *testing.B) {
+	for _, pages := range []int{1000, 100, 0} {
+		b.Run("autocheckpoint="+itoa(pages), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ctx := context.Background()
+			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "proxy.db"), sqlite.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			db := st.DB()
+			db.SetMaxOpenConns(1) // the pragma is per connection
+			if _, err := db.ExecContext(ctx, "PRAGMA wal_autocheckpoint = "+itoa(pages)); err != nil {
+				b.Fatal(err)
+			}
+			cost := int64(1234)
+			evs := make([]store.RequestEvent, 32)
+			per := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				for i := range evs {
+					evs[i] = store.RequestEvent{At: time.Now(), PrincipalID: "pr_0123456789abcdef", KeyID: "ky_0123456789abcdef",
+						UpstreamID: "up_0123456789abcdef", Model: "claude-sonnet-4-5", Status: 200, InputTokens: 12, OutputTokens: 34,
+						DurationMillis: 1, CostNanos: &cost, PriceVersion: "2025-10-01", FirstByteMillis: 1}
+				}
+				t0 := threadCPU()
+				if err := st.InsertRequestEvents(ctx, evs); err != nil {
+					b.Fatal(err)
+				}
+				per = append(per, threadCPU()-t0)
+			}
+			b.StopTimer()
+			slices.Sort(per)
+			var sum time.Duration
+			for _, d := range per {
+				sum += d
+			}
+			q := func(f float64) float64 { return float64(per[int(f*float64(len(per)-1))].Nanoseconds()) }
+			b.ReportMetric(float64(sum.Nanoseconds())/float64(len(per)), "cpu-ns/flush")
+			b.ReportMetric(q(0.5), "p50-cpu-ns")
+			b.ReportMetric(q(0.99), "p99-cpu-ns")
+			b.ReportMetric(q(0.999), "p99.9-cpu-ns")
+			b.ReportMetric(q(1), "max-cpu-ns")
+		})
+	}
+}
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
