@@ -47,13 +47,16 @@ var Dialect = &sqlstore.Dialect{
 // DSN is the connection string for a database file: WAL so readers never
 // block the writer, a busy timeout so concurrent writers wait instead of
 // failing, immediate transactions so a reader never has to upgrade its lock,
-// and foreign keys on.
+// foreign keys on, and every commit synced (synchronous=FULL): under WAL,
+// NORMAL syncs only at checkpoints, so a power cut could roll back
+// acknowledged changes (a key revocation, request events) made since the
+// last one (docs/operations.md, "Power loss on SQLite").
 func DSN(path string) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
 	return "file:" + path + "?" + q.Encode()
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,5 +59,38 @@ func TestReopenKeepsData(t *testing.T) {
 	got, err := st.GetPrincipal(ctx, p.ID)
 	if err != nil || got.Name != "keep" {
 		t.Fatalf("after reopen: %+v %v", got, err)
+	}
+}
+
+// Every pooled connection syncs each commit (synchronous=FULL = 2): with
+// WAL's NORMAL an acknowledged revocation could roll back on a power cut.
+func TestEveryConnectionSyncsEachCommit(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Hold several connections at once so each is a different one.
+	var conns []*sql.Conn
+	for range 4 {
+		c, err := st.DB().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		var mode, journal string
+		if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&journal); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "2" || journal != "wal" {
+			t.Errorf("connection %d: synchronous=%s journal_mode=%s, want 2 (FULL) and wal", i, mode, journal)
+		}
+		c.Close()
 	}
 }
