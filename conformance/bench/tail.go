@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -112,7 +113,7 @@ func AnalyzeTrace(r io.Reader, groups ...[]Window) ([]TailBreakdown, error) {
 	}
 	for {
 		ev, err := tr.ReadEvent()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

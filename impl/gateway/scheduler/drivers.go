@@ -35,7 +35,12 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, types []Type, o Option
 		return nil, fmt.Errorf("river migration lock: %w", err)
 	}
 	err = migrate[pgx.Tx](ctx, drv)
-	conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrationLockKey)
+	if _, uerr := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrationLockKey); uerr != nil {
+		// The lock belongs to the session: a connection that may still
+		// hold it must not go back to the pool, where it would block every
+		// later migration for as long as it lives.
+		_ = conn.Conn().Close(context.Background())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -249,7 +249,9 @@ func cpuTime(pid int) time.Duration {
 	var ticks int64
 	for _, i := range []int{11, 12, 13, 14} {
 		var v int64
-		fmt.Sscan(f[i], &v)
+		if _, err := fmt.Sscan(f[i], &v); err != nil {
+			log.Fatalf("/proc stat field %d: %v", i, err)
+		}
 		ticks += v
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond

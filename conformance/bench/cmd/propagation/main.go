@@ -75,7 +75,9 @@ func admin(base, method, path string, body any) map[string]any {
 	if res.StatusCode >= 300 {
 		fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
 	}
-	json.Unmarshal(b, &m)
+	if err := json.Unmarshal(b, &m); err != nil {
+		fatalf("%s %s: %v: %s", method, path, err, b)
+	}
 	return m
 }
 
@@ -87,7 +89,7 @@ func probe(proxy, key string) int {
 	if err != nil {
 		fatal(err)
 	}
-	io.Copy(io.Discard, res.Body)
+	_, _ = io.Copy(io.Discard, res.Body) // only the status is probed
 	res.Body.Close()
 	return res.StatusCode
 }

@@ -136,8 +136,7 @@ func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz 
 	if err != nil {
 		return r, err
 	}
-	snap := snapshot.Build(cfg, box, time.Now())
-	cfg = nil
+	snap := snapshot.Build(cfg, box, time.Now()) // cfg is dead past here: the heap below is the snapshot's
 	r.mb = float64(heap()-before) / (1 << 20)
 	r.ups, r.prs, r.keys = snap.Counts()
 	if r.ups != sz.Upstreams || r.prs != sz.Principals || r.keys != sz.Keys || len(snap.Errors) > 0 {
