@@ -148,7 +148,7 @@ func (s *Store) readDeltaPrincipals(ctx context.Context, tx *sql.Tx, d *store.Co
 			return err
 		}
 		d.Principals = append(d.Principals, ps...)
-		ks, err := list(ctx, s.d, tx, scanLiveKey, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL AND principal_id IN ("+in+")", args...)
+		ks, err := s.liveKeys(ctx, tx, 0, "AND principal_id IN ("+in+")", args...)
 		if err != nil {
 			return err
 		}

@@ -110,16 +110,26 @@ func (c timeCol) Scan(src any) error {
 	return nil
 }
 
-// reqTime scans a NOT NULL time.
+// reqTime scans a NOT NULL time. It decodes in place rather than through
+// timeCol, whose result pointer would be one more allocation per row of a
+// full configuration read.
 type reqTime struct{ dst *time.Time }
 
 func (c reqTime) Scan(src any) error {
-	var p *time.Time
-	if err := (timeCol{&p}).Scan(src); err != nil {
-		return err
-	}
-	if p != nil {
-		*c.dst = *p
+	switch v := src.(type) {
+	case nil:
+	case int64:
+		*c.dst = time.Unix(v, 0).UTC()
+	case time.Time:
+		*c.dst = v.UTC()
+	default:
+		var p *time.Time
+		if err := (timeCol{&p}).Scan(src); err != nil {
+			return err
+		}
+		if p != nil {
+			*c.dst = *p
+		}
 	}
 	return nil
 }

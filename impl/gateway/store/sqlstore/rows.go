@@ -24,18 +24,27 @@ type scanFunc[T any] func(r scanner, v *T) error
 // list runs query (? placeholders, rebound for the dialect) and scans every
 // row. No rows is an empty, non-nil slice: lists render as [] in JSON.
 func list[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], query string, args ...any) ([]T, error) {
+	return listSized(ctx, d, q, scan, 0, query, args...)
+}
+
+// listSized is list into a slice made for about n rows: growing a slice
+// of tens of thousands of rows by appends copies it over and over (most
+// of a full configuration read's CPU before the sizes were remembered).
+func listSized[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], n int, query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, d.rebind(query), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []T{}
+	out := make([]T, 0, n)
+	var zero T
 	for rows.Next() {
-		var v T
-		if err := scan(rows, &v); err != nil {
+		// Scanned in place: a row variable handed to scan would escape,
+		// one allocation per row.
+		out = append(out, zero)
+		if err := scan(rows, &out[len(out)-1]); err != nil {
 			return nil, err
 		}
-		out = append(out, v)
 	}
 	return out, rows.Err()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -23,7 +24,14 @@ type Store struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // guarded by stmtMu; see prepared
+
+	// loaded are the row counts of the last full configuration read: the
+	// next one sizes its slices from them (listSized).
+	loaded atomic.Pointer[configSizes]
 }
+
+// configSizes counts the rows of a full configuration read.
+type configSizes struct{ upstreams, principals, keys, chains int }
 
 var _ store.Store = (*Store)(nil)
 
@@ -216,29 +224,35 @@ func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 
 func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	cfg := &store.Config{}
+	hint := s.loaded.Load()
+	if hint == nil {
+		hint = &configSizes{}
+	}
 	err := s.read(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
 		var err error
-		if cfg.Upstreams, err = upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL"); err != nil {
-			return err
-		}
-		if cfg.Principals, err = principalTable.list(ctx, s.d, tx, ""); err != nil {
-			return err
-		}
-		// Ties on the created time are broken bytewise by id on both
-		// drivers (PostgreSQL's collation may order ids otherwise), so a
+		// No ORDER BY: the rows are sorted here, where ties on the created
+		// time are broken bytewise by id on both drivers (PostgreSQL's
+		// collation may order ids otherwise, and sorting 10,000 principals
+		// by it took the server longer than reading them), so a
 		// configuration a delta was applied to equals a full load.
-		slices.SortStableFunc(cfg.Upstreams, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
-		slices.SortStableFunc(cfg.Principals, func(a, b store.Principal) int { return store.ComparePrincipals(&a, &b) })
+		if cfg.Upstreams, err = listSized(ctx, s.d, tx, scanUpstream, grown(hint.upstreams), upstreamTable.sel+"WHERE deleted_at IS NULL"); err != nil {
+			return err
+		}
+		if cfg.Principals, err = listSized(ctx, s.d, tx, scanPrincipal, grown(hint.principals), principalTable.sel); err != nil {
+			return err
+		}
+		slices.SortFunc(cfg.Upstreams, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
+		slices.SortFunc(cfg.Principals, func(a, b store.Principal) int { return store.ComparePrincipals(&a, &b) })
 		// Only what the request path needs of a key, in no order: the
 		// snapshot hashes them into a map, and sorting and decoding every
 		// column of 50,000 rows was most of a rebuild at scale (issue 22).
-		if cfg.Keys, err = list(ctx, s.d, tx, scanLiveKey, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL"); err != nil {
+		if cfg.Keys, err = s.liveKeys(ctx, tx, grown(hint.keys), ""); err != nil {
 			return err
 		}
-		if cfg.Chains, err = s.queryChain(ctx, tx, ""); err != nil {
+		if cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), ""); err != nil {
 			return err
 		}
 		cfg.Plugins, err = registryTable.list(ctx, s.d, tx, "")
@@ -247,8 +261,13 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.loaded.Store(&configSizes{upstreams: len(cfg.Upstreams), principals: len(cfg.Principals), keys: len(cfg.Keys), chains: len(cfg.Chains)})
 	return cfg, nil
 }
+
+// grown is a slice size for n rows read last time, with room for a few
+// more created since.
+func grown(n int) int { return n + n/16 }
 
 // ----------------------------------------------------------------- audit
 
