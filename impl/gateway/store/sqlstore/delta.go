@@ -119,7 +119,7 @@ func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.Config
 func (s *Store) readDeltaUpstreams(ctx context.Context, tx *sql.Tx, d *store.ConfigDelta, ids map[string]bool) error {
 	if d.AllUpstreams {
 		us, err := upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL")
-		slices.SortStableFunc(us, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
+		sortRows(us, store.CompareUpstreams)
 		d.Upstreams = us
 		return err
 	}

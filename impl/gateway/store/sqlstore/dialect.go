@@ -40,6 +40,12 @@ type Dialect struct {
 	ForUpdate string
 	// HourBucket is the SQL expression truncating request_events.at to its hour.
 	HourBucket string
+	// ExportSnapshot, when set, is the query returning the name of the
+	// snapshot of the read transaction it runs in, and ImportSnapshot the
+	// statement (with %s for the name) making another read transaction
+	// see that same snapshot: a full configuration read then reads on two
+	// connections at once (LoadConfig).
+	ExportSnapshot, ImportSnapshot string
 	// Notify, when set, runs inside every configuration-changing
 	// transaction after the generation bump (PostgreSQL NOTIFY).
 	Notify func(ctx context.Context, tx *sql.Tx, generation int64) error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"slices"
 	"sort"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -257,7 +256,7 @@ func (s *Store) queryChainSized(ctx context.Context, q querier, n int, where str
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b store.ChainEntry) int { return store.CompareChainEntries(&a, &b) })
+	sortRows(out, store.CompareChainEntries)
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"slices"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -89,4 +90,42 @@ func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx *sql.Tx, ch *chan
 		ch.revision = tb.revision(v)
 	}
 	return v, err
+}
+
+// sortRows sorts rows by cmp. It sorts their indexes and then moves each
+// row once: configuration rows are 100-200 bytes, and sorting them in
+// place copied them on every swap and every comparison (a seventh of a
+// full configuration read at 10,000 principals).
+func sortRows[T any](rows []T, cmp func(a, b *T) int) {
+	sorted := true
+	for i := 1; i < len(rows) && sorted; i++ {
+		sorted = cmp(&rows[i-1], &rows[i]) <= 0
+	}
+	if sorted {
+		return
+	}
+	idx := make([]int32, len(rows))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(i, j int32) int { return cmp(&rows[i], &rows[j]) })
+	// Row k goes to position i where idx[i] == k: follow each cycle of
+	// the permutation, marking done positions with -1.
+	for start := range idx {
+		if idx[start] < 0 || int(idx[start]) == start {
+			continue
+		}
+		saved := rows[start]
+		at := start
+		for {
+			from := int(idx[at])
+			idx[at] = -1
+			if from == start {
+				rows[at] = saved
+				break
+			}
+			rows[at] = rows[from]
+			at = from
+		}
+	}
 }

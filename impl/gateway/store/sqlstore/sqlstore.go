@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +27,11 @@ type Store struct {
 	// loaded are the row counts of the last full configuration read: the
 	// next one sizes its slices from them (listSized).
 	loaded atomic.Pointer[configSizes]
+	// beside is held by the full configuration read running a second
+	// transaction (keysBeside): one at a time, so reads waiting for a
+	// second connection cannot fill the pool between them.
+	beside sync.Mutex
 }
-
-// configSizes counts the rows of a full configuration read.
-type configSizes struct{ upstreams, principals, keys, chains int }
 
 var _ store.Store = (*Store)(nil)
 
@@ -215,59 +215,6 @@ func (s *Store) optimistic(ctx context.Context, tx *sql.Tx, table, revCol, live,
 }
 
 // ---------------------------------------------------------------- config
-
-func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
-	var g int64
-	err := s.db.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
-	return g, s.d.classify(err)
-}
-
-func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
-	cfg := &store.Config{}
-	hint := s.loaded.Load()
-	if hint == nil {
-		hint = &configSizes{}
-	}
-	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
-			return err
-		}
-		var err error
-		// No ORDER BY: the rows are sorted here, where ties on the created
-		// time are broken bytewise by id on both drivers (PostgreSQL's
-		// collation may order ids otherwise, and sorting 10,000 principals
-		// by it took the server longer than reading them), so a
-		// configuration a delta was applied to equals a full load.
-		if cfg.Upstreams, err = listSized(ctx, s.d, tx, scanUpstream, grown(hint.upstreams), upstreamTable.sel+"WHERE deleted_at IS NULL"); err != nil {
-			return err
-		}
-		if cfg.Principals, err = listSized(ctx, s.d, tx, scanPrincipal, grown(hint.principals), principalTable.sel); err != nil {
-			return err
-		}
-		slices.SortFunc(cfg.Upstreams, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
-		slices.SortFunc(cfg.Principals, func(a, b store.Principal) int { return store.ComparePrincipals(&a, &b) })
-		// Only what the request path needs of a key, in no order: the
-		// snapshot hashes them into a map, and sorting and decoding every
-		// column of 50,000 rows was most of a rebuild at scale (issue 22).
-		if cfg.Keys, err = s.liveKeys(ctx, tx, grown(hint.keys), ""); err != nil {
-			return err
-		}
-		if cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), ""); err != nil {
-			return err
-		}
-		cfg.Plugins, err = registryTable.list(ctx, s.d, tx, "")
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.loaded.Store(&configSizes{upstreams: len(cfg.Upstreams), principals: len(cfg.Principals), keys: len(cfg.Keys), chains: len(cfg.Chains)})
-	return cfg, nil
-}
-
-// grown is a slice size for n rows read last time, with room for a few
-// more created since.
-func grown(n int) int { return n + n/16 }
 
 // ----------------------------------------------------------------- audit
 
