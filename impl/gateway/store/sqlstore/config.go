@@ -3,7 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -22,21 +24,33 @@ func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 	return g, s.d.classify(err)
 }
 
-// LoadConfig reads the whole configuration as of one generation. The keys,
-// most of the rows, are read on a second connection at the same time as
-// the rest when the store can show both reads see one state (keysBeside).
+// LoadConfig reads the whole configuration as of one generation. The keys
+// and the chain entries, most of the rows, are read on connections of
+// their own at the same time as the rest, when the store can show that
+// every read sees one state (beside).
 func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	cfg := &store.Config{}
 	hint := s.loaded.Load()
 	if hint == nil {
 		hint = &configSizes{}
 	}
+	// Only what the request path needs of a key, in no order: the
+	// snapshot hashes them into a map, and sorting and decoding every
+	// column of 50,000 rows was most of a rebuild at scale (issue 22).
+	readKeys := func(tx *sql.Tx) (err error) {
+		cfg.Keys, err = s.liveKeys(ctx, tx, grown(hint.keys), "")
+		return err
+	}
+	readChains := func(tx *sql.Tx) (err error) {
+		cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), "")
+		return err
+	}
 	err := s.read(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
-		keys := s.keysBeside(ctx, tx, cfg.Generation, grown(hint.keys))
-		defer keys.stop()
+		aside := s.beside(ctx, tx, cfg.Generation, readKeys, readChains)
+		defer aside.stop()
 		var err error
 		// No ORDER BY: the rows are sorted here, where ties on the created
 		// time are broken bytewise by id on both drivers (PostgreSQL's
@@ -51,22 +65,20 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		}
 		sortRows(cfg.Upstreams, store.CompareUpstreams)
 		sortRows(cfg.Principals, store.ComparePrincipals)
-		if cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), ""); err != nil {
-			return err
-		}
 		if cfg.Plugins, err = registryTable.list(ctx, s.d, tx, ""); err != nil {
 			return err
 		}
-		// Only what the request path needs of a key, in no order: the
-		// snapshot hashes them into a map, and sorting and decoding every
-		// column of 50,000 rows was most of a rebuild at scale (issue 22).
-		// Read here when the second transaction could not be used.
-		if cfg.Keys, err = keys.wait(); err != nil {
-			cfg.Keys, err = s.liveKeys(ctx, tx, grown(hint.keys), "")
-		} else {
-			besideUsed.Add(1)
+		// What could not be read beside is read here.
+		for i, err := range aside.wait() {
+			if err == nil {
+				besideUsed.Add(1)
+				continue
+			}
+			if err := []func(*sql.Tx) error{readKeys, readChains}[i](tx); err != nil {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -75,103 +87,112 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	return cfg, nil
 }
 
-// besideRead is the keys being read in a second transaction.
-type besideRead struct {
-	done   chan struct{}
-	keys   []store.Key
-	err    error
+// besideReads are reads running in transactions of their own.
+type besideReads struct {
+	wg     sync.WaitGroup
+	errs   []error
 	cancel context.CancelFunc
 }
 
-// besideHook, when set (tests), runs before the second transaction begins.
+// errNotBeside: no transaction of its own was started for the read.
+var errNotBeside = errors.New("no read transaction beside")
+
+// besideHook, when set (tests), runs before each transaction beside
+// begins.
 var besideHook func()
 
-// besideUsed counts full reads whose keys came from the second
-// transaction (tests).
+// besideUsed counts the reads done in a transaction beside (tests).
 var besideUsed atomic.Int64
 
-// errNotBeside: no second transaction was started.
-var errNotBeside = fmt.Errorf("no second read transaction")
-
-// wait returns the keys read, or why they were not.
-func (b *besideRead) wait() ([]store.Key, error) {
-	if b.done == nil {
-		return nil, b.err
-	}
-	<-b.done
-	return b.keys, b.err
+// wait returns, for each read, nil when it was done beside, or why not
+// (the caller then does it in its own transaction).
+func (b *besideReads) wait() []error {
+	b.wg.Wait()
+	return b.errs
 }
 
-// stop ends the second transaction if still running and waits for it, so
-// it never outlives the first.
-func (b *besideRead) stop() {
-	if b.done != nil {
-		b.cancel()
-		<-b.done
-	}
+// stop cancels the reads still running and waits for them, so none
+// outlives the transaction they share a state with.
+func (b *besideReads) stop() {
+	b.cancel()
+	b.wg.Wait()
 }
 
-// keysBeside starts reading the live keys in a second read-only
-// transaction on another connection, while tx, whose first statement read
-// generation gen, reads the rest. The two reads must see one state:
+// beside starts each read in a read-only transaction of its own, on
+// another connection, while tx, whose first statement read generation gen,
+// reads the rest. All of them must see one state:
 //   - where the dialect can share a snapshot (PostgreSQL exports tx's and
-//     the second transaction imports it), they see the very same one;
-//   - otherwise (SQLite: each WAL read transaction has its own) the second
-//     reads the generation first as well, and its keys are used only if it
-//     equals gen. Every change of keys bumps the generation in its own
-//     transaction, so equal generations are the same keys.
+//     the others import it), they see the very same one;
+//   - otherwise (SQLite: each WAL read transaction has its own) each other
+//     transaction reads the generation first as well, and its read is used
+//     only if it equals gen. Every configuration change bumps the
+//     generation in its own transaction, so equal generations are the
+//     same configuration rows.
 //
 // It starts nothing when the pool has a single connection (in-memory
-// SQLite) or another full read is using a second one; the caller then
-// reads the keys in tx.
-func (s *Store) keysBeside(ctx context.Context, tx *sql.Tx, gen int64, n int) *besideRead {
-	if s.db.Stats().MaxOpenConnections == 1 || !s.beside.TryLock() {
-		return &besideRead{err: errNotBeside}
+// SQLite) or another full read is using more than one; the caller then
+// does every read in tx.
+func (s *Store) beside(ctx context.Context, tx *sql.Tx, gen int64, reads ...func(*sql.Tx) error) *besideReads {
+	ctx, cancel := context.WithCancel(ctx)
+	b := &besideReads{errs: make([]error, len(reads)), cancel: cancel}
+	none := func(err error) *besideReads {
+		for i := range b.errs {
+			b.errs[i] = err
+		}
+		return b
+	}
+	if s.db.Stats().MaxOpenConnections == 1 || !s.besideMu.TryLock() {
+		return none(errNotBeside)
 	}
 	var snap string
 	if s.d.ExportSnapshot != "" {
 		if err := tx.QueryRowContext(ctx, s.d.ExportSnapshot).Scan(&snap); err != nil || !snapshotID(snap) {
-			s.beside.Unlock()
-			return &besideRead{err: fmt.Errorf("export snapshot %q: %v", snap, err)}
+			s.besideMu.Unlock()
+			return none(fmt.Errorf("export snapshot %q: %v", snap, err))
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	b := &besideRead{done: make(chan struct{}), cancel: cancel}
+	b.wg.Add(len(reads))
 	go func() {
-		defer close(b.done)
-		defer s.beside.Unlock()
-		if besideHook != nil {
-			besideHook()
-		}
-		b.keys, b.err = s.readKeysBeside(ctx, snap, gen, n)
+		b.wg.Wait()
+		s.besideMu.Unlock()
 	}()
+	for i, read := range reads {
+		go func() {
+			defer b.wg.Done()
+			if besideHook != nil {
+				besideHook()
+			}
+			b.errs[i] = s.readBeside(ctx, snap, gen, read)
+		}()
+	}
 	return b
 }
 
-func (s *Store) readKeysBeside(ctx context.Context, snap string, gen int64, n int) ([]store.Key, error) {
+// readBeside runs read in a read-only transaction that sees snapshot snap
+// (when not empty) and must be at generation gen.
+func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, snapshot)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer tx.Rollback()
 	if snap != "" {
 		// A utility statement: no parameters; snapshotID vetted the id.
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.d.ImportSnapshot, snap)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	var g int64
 	if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g); err != nil {
-		return nil, err
+		return err
 	}
 	if g != gen {
-		return nil, fmt.Errorf("second read transaction at generation %d, not %d", g, gen)
+		return fmt.Errorf("read transaction beside at generation %d, not %d", g, gen)
 	}
-	keys, err := s.liveKeys(ctx, tx, n, "")
-	if err != nil {
-		return nil, err
+	if err := read(tx); err != nil {
+		return err
 	}
-	return keys, tx.Commit()
+	return tx.Commit()
 }
 
 // snapshotID reports whether id looks like an exported snapshot's name

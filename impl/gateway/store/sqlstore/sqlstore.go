@@ -27,10 +27,10 @@ type Store struct {
 	// loaded are the row counts of the last full configuration read: the
 	// next one sizes its slices from them (listSized).
 	loaded atomic.Pointer[configSizes]
-	// beside is held by the full configuration read running a second
-	// transaction (keysBeside): one at a time, so reads waiting for a
-	// second connection cannot fill the pool between them.
-	beside sync.Mutex
+	// besideMu is held by the full configuration read running reads in
+	// transactions of their own (beside): one at a time, so reads waiting
+	// for more connections cannot fill the pool between them.
+	besideMu sync.Mutex
 }
 
 var _ store.Store = (*Store)(nil)
