@@ -20,6 +20,11 @@ import (
 // removed registry entry) is built in full from cfg.
 func Apply(prev *Snapshot, cfg *store.Config, d *store.ConfigDelta, open Opener, now time.Time) *Snapshot {
 	if !sameRouterPlugins(prev.Plugins, cfg.Plugins) {
+		if cfg.KeysOmitted {
+			full := *cfg
+			full.Keys, full.KeysOmitted = keysAfter(prev, d), false
+			cfg = &full
+		}
 		return Build(cfg, open, now)
 	}
 	s := &Snapshot{
@@ -199,4 +204,30 @@ func sameRouterPlugins(old map[string]store.RegistryEntry, entries []store.Regis
 		}
 	}
 	return true
+}
+
+// keysAfter lists the live keys of prev's configuration with d applied,
+// for a build from a configuration whose holder left its keys out
+// (store.Config.ApplyWithoutKeys): prev's keys but those of the
+// principals d touched, then d's.
+func keysAfter(prev *Snapshot, d *store.ConfigDelta) []store.Key {
+	touched := make(map[string]bool, len(d.PrincipalIDs))
+	for _, id := range d.PrincipalIDs {
+		touched[id] = true
+	}
+	n := 0
+	for _, m := range prev.keys {
+		n += len(m)
+	}
+	out := make([]store.Key, 0, n+len(d.Keys))
+	hashes := make([][sha256.Size]byte, 0, n)
+	for _, m := range prev.keys {
+		for h, k := range m {
+			if !touched[k.Principal.ID] {
+				hashes = append(hashes, h)
+				out = append(out, store.Key{ID: k.ID, PrincipalID: k.Principal.ID, Hash: hashes[len(hashes)-1][:]})
+			}
+		}
+	}
+	return append(out, d.Keys...)
 }

@@ -181,7 +181,9 @@ func (r *Runtime) rebuildDelta(ctx context.Context, dl DeltaLoader) error {
 	if d.Empty() {
 		return nil
 	}
-	cfg := r.cfg.Apply(d)
+	// The snapshot holds the live keys: the base keeps none, so a change
+	// of a principal copies no list of every key.
+	cfg := r.cfg.ApplyWithoutKeys(d)
 	if r.Stage != nil {
 		r.Stage(ctx, cfg)
 	}
@@ -216,7 +218,10 @@ func (r *Runtime) rebuildFull(ctx context.Context) error {
 	}
 	s := Build(cfg, r.opener, r.now())
 	r.lastFull = read
-	r.install(ctx, cfg, s, cfg.Upstreams)
+	// The base the next delta applies to keeps no keys (see rebuildDelta).
+	base := *cfg
+	base.Keys, base.KeysOmitted = nil, true
+	r.install(ctx, &base, s, cfg.Upstreams)
 	return nil
 }
 

@@ -156,24 +156,32 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 		principals: make(map[string]*Principal, len(cfg.Principals)),
 		routes:     map[string][]*Upstream{},
 	}
-	s.buildUpstreams(cfg, open)
-	s.setPlugins(cfg.Plugins)
 	// One allocation for all principals and one for all keys: at 10,000
 	// and 50,000 of them, one each was most of the build's garbage.
 	prs := make([]Principal, len(cfg.Principals))
 	for i := range cfg.Principals {
+		s.principals[cfg.Principals[i].ID] = &prs[i]
+	}
+	// The keys go into their maps on another goroutine while this one
+	// builds the rest: they only need where each principal will be.
+	keys := make(chan mappedKeys)
+	go func() {
+		for i := range s.keys {
+			s.keys[i] = make(map[[sha256.Size]byte]*Key, len(cfg.Keys)/keyShards+1)
+		}
+		keys <- s.mapKeys(cfg.Keys, s.principals)
+	}()
+	s.buildUpstreams(cfg, open)
+	s.setPlugins(cfg.Plugins)
+	for i := range cfg.Principals {
 		prs[i] = newPrincipal(&cfg.Principals[i])
-		s.principals[prs[i].ID] = &prs[i]
 	}
 	s.addRouters(cfg.Chains, s.principals)
 	memo := routesMemo{shared: s.routes, owned: true}
 	for _, p := range s.principals {
 		s.resolveRoutes(p, &memo)
 	}
-	for i := range s.keys {
-		s.keys[i] = make(map[[sha256.Size]byte]*Key, len(cfg.Keys)/keyShards+1)
-	}
-	s.addKeys(cfg.Keys, s.principals)
+	setKeyHashes(<-keys)
 	return s
 }
 
@@ -237,12 +245,45 @@ func newPrincipal(p *store.Principal) Principal {
 // addRouters appends the enabled router entries of chains to the
 // principals of to that they belong to, in chain order.
 func (s *Snapshot) addRouters(chains []store.ChainEntry, to map[string]*Principal) {
-	chains = slices.Clone(chains)
-	slices.SortStableFunc(chains, func(a, b store.ChainEntry) int {
+	order := func(a, b *store.ChainEntry) int {
 		return cmp.Or(strings.Compare(a.PrincipalID, b.PrincipalID), cmp.Compare(a.Position, b.Position))
-	})
-	for _, e := range chains {
-		p := to[e.PrincipalID]
+	}
+	// A configuration's chains are in this order already (by principal,
+	// slot, position): sorted only when not.
+	for i := 1; i < len(chains); i++ {
+		if order(&chains[i-1], &chains[i]) > 0 {
+			chains = slices.Clone(chains)
+			slices.SortStableFunc(chains, func(a, b store.ChainEntry) int { return order(&a, &b) })
+			break
+		}
+	}
+	// One backing array for every principal's routers, cut by principal:
+	// a principal's entries are adjacent.
+	n := 0
+	for i := range chains {
+		if chains[i].Enabled && chains[i].Slot == store.SlotRouter {
+			n++
+		}
+	}
+	all := make([]Router, 0, n)
+	var p *Principal
+	start := 0
+	flush := func() {
+		switch {
+		case p == nil || len(all) == start:
+		case p.Routers == nil:
+			p.Routers = all[start:len(all):len(all)]
+		default:
+			p.Routers = append(p.Routers, all[start:]...)
+		}
+		start = len(all)
+	}
+	for i := range chains {
+		e := &chains[i]
+		if p == nil || p.ID != e.PrincipalID {
+			flush()
+			p = to[e.PrincipalID]
+		}
 		if p == nil || !e.Enabled || e.Slot != store.SlotRouter {
 			continue
 		}
@@ -257,41 +298,58 @@ func (s *Snapshot) addRouters(chains []store.ChainEntry, to map[string]*Principa
 			}
 			r.Bound = &Bound{}
 		}
-		p.Routers = append(p.Routers, r)
+		all = append(all, r)
 	}
+	flush()
 }
 
 // addKeys adds the live keys among keys whose principal is in owners; the
 // key maps they land in must be this snapshot's own.
 func (s *Snapshot) addKeys(keys []store.Key, owners map[string]*Principal) {
-	ks := make([]Key, 0, len(keys))
-	hs := make([][sha256.Size]byte, 0, len(keys))
+	setKeyHashes(s.mapKeys(keys, owners))
+}
+
+// mappedKeys are the keys a build put in its maps, with their hashes.
+type mappedKeys struct {
+	keys   []Key
+	hashes [][sha256.Size]byte
+}
+
+// mapKeys puts the live keys among keys whose principal is in owners into
+// the snapshot's key maps. It reads no field of the principals, so they
+// may still be being built.
+func (s *Snapshot) mapKeys(keys []store.Key, owners map[string]*Principal) mappedKeys {
+	m := mappedKeys{keys: make([]Key, 0, len(keys)), hashes: make([][sha256.Size]byte, 0, len(keys))}
 	for i := range keys {
 		k := &keys[i]
 		p := owners[k.PrincipalID]
 		if p == nil || k.RevokedAt != nil || len(k.Hash) != sha256.Size {
 			continue
 		}
-		var h [sha256.Size]byte
-		copy(h[:], k.Hash)
-		ks = append(ks, Key{ID: k.ID, Principal: p})
-		hs = append(hs, h)
-		s.keys[h[0]][h] = &ks[len(ks)-1]
+		h := [sha256.Size]byte(k.Hash)
+		m.keys = append(m.keys, Key{ID: k.ID, Principal: p})
+		m.hashes = append(m.hashes, h)
+		s.keys[h[0]][h] = &m.keys[len(m.keys)-1]
 	}
-	// Each principal's hashes, for Apply: one backing array, cut by owner.
+	return m
+}
+
+// setKeyHashes gives each principal of m the hashes of its keys, for
+// Apply: one backing array, cut by owner.
+func setKeyHashes(m mappedKeys) {
 	n := map[*Principal]int{}
-	for i := range ks {
-		n[ks[i].Principal]++
+	for i := range m.keys {
+		n[m.keys[i].Principal]++
 	}
-	all := make([][sha256.Size]byte, len(hs))
+	all := make([][sha256.Size]byte, len(m.keys))
 	off := 0
-	for i := range ks {
-		p := ks[i].Principal
+	for i := range m.keys {
+		p := m.keys[i].Principal
 		if p.keyHashes == nil {
 			p.keyHashes = all[off : off : off+n[p]]
 			off += n[p]
 		}
-		p.keyHashes = append(p.keyHashes, hs[i])
+		p.keyHashes = append(p.keyHashes, m.hashes[i])
 	}
 }
 
@@ -390,7 +448,7 @@ type modelMatcher struct {
 }
 
 func newModelMatcher(patterns []string) modelMatcher {
-	m := modelMatcher{exact: make(map[string]struct{}, len(patterns))}
+	var m modelMatcher
 	for _, p := range patterns {
 		switch {
 		case p == "*":
@@ -398,6 +456,11 @@ func newModelMatcher(patterns []string) modelMatcher {
 		case strings.HasSuffix(p, "*"):
 			m.prefixes = append(m.prefixes, strings.TrimSuffix(p, "*"))
 		default:
+			// Made only when needed: most principals allow "*", and a map
+			// each was a fifth of a build's allocations.
+			if m.exact == nil {
+				m.exact = make(map[string]struct{}, len(patterns))
+			}
 			m.exact[p] = struct{}{}
 		}
 	}

@@ -417,3 +417,36 @@ func TestApplyBindingSlots(t *testing.T) {
 		t.Fatal("the previous snapshot changed")
 	}
 }
+
+// A delta that renames a router's plugin is built in full; from a
+// configuration kept without its keys (the runtime's), the keys come from
+// the previous snapshot: those of untouched principals, then the delta's.
+func TestApplyWithoutKeysBuildsInFull(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(1)
+	reg := "wasm_1"
+	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
+	cfg.Principals = append(cfg.Principals, store.Principal{ID: "pr_2", Name: "q", Kind: "machine", Enabled: true})
+	h2, h3 := sha256.Sum256([]byte("k2")), sha256.Sum256([]byte("k3"))
+	cfg.Keys = append(cfg.Keys, store.Key{ID: "key_2", PrincipalID: "pr_2", Hash: h2[:]})
+	prev := Build(cfg, xorOpener{}, time.Now())
+	bare := cfg.ApplyWithoutKeys(&store.ConfigDelta{From: 1, Generation: 1})
+	if !bare.KeysOmitted || len(bare.Keys) != 0 || len(cfg.Keys) != 2 {
+		t.Fatalf("without keys: omitted %v, %d keys; the original has %d", bare.KeysOmitted, len(bare.Keys), len(cfg.Keys))
+	}
+	// pr_2's key_2 revoked and key_3 issued, and the plugin renamed.
+	renamed := []store.RegistryEntry{{ID: reg, Name: "r2", Digest: "d1", Slots: []string{"router"}}}
+	d := &store.ConfigDelta{From: 1, Generation: 2, PrincipalIDs: []string{"pr_2"}, Principals: []store.Principal{cfg.Principals[1]},
+		Keys: []store.Key{{ID: "key_3", PrincipalID: "pr_2", Hash: h3[:]}}, Plugins: renamed}
+	next := Apply(prev, bare.ApplyWithoutKeys(d), d, xorOpener{}, time.Now())
+	if want := Describe(Build(cfg.Apply(d), xorOpener{}, next.BuiltAt)); Describe(next) != want {
+		t.Fatalf("applied:\n%s\nbuilt:\n%s", Describe(next), want)
+	}
+	if next.KeyByHash(h2) != nil || next.KeyByHash(h3) == nil || next.KeyByHash(sha256.Sum256([]byte("k1"))) == nil {
+		t.Fatal("keys after the delta: want key_1 and key_3, not key_2")
+	}
+	if next.Principal("pr_1").Routers[1].WasmName != "r2" {
+		t.Fatal("the renamed plugin did not reach the router")
+	}
+}

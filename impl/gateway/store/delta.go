@@ -50,10 +50,33 @@ func (d *ConfigDelta) UpstreamsChanged() bool {
 // the result shares with c the slices d does not touch: callers treat both
 // as read-only.
 func (c *Config) Apply(d *ConfigDelta) *Config {
+	if c.KeysOmitted {
+		panic("store: Apply on a configuration without its keys")
+	}
+	return c.apply(d, true)
+}
+
+// ApplyWithoutKeys is Apply for a holder that keeps the live keys
+// elsewhere (the snapshot runtime: its snapshot holds them): the result
+// has no Keys and KeysOmitted set. A change of a principal then costs no
+// copy of every other key (50,000 at issue 22's size).
+func (c *Config) ApplyWithoutKeys(d *ConfigDelta) *Config {
+	if d.Empty() {
+		out := *c
+		out.Keys, out.KeysOmitted = nil, true
+		return &out
+	}
+	return c.apply(d, false)
+}
+
+func (c *Config) apply(d *ConfigDelta, withKeys bool) *Config {
 	if d.Empty() {
 		return c
 	}
 	out := &Config{Generation: d.Generation, Upstreams: c.Upstreams, Principals: c.Principals, Keys: c.Keys, Chains: c.Chains, Plugins: d.Plugins}
+	if !withKeys {
+		out.Keys, out.KeysOmitted = nil, true
+	}
 	switch {
 	case d.AllUpstreams:
 		out.Upstreams = d.Upstreams
@@ -76,6 +99,9 @@ func (c *Config) Apply(d *ConfigDelta) *Config {
 	}
 	out.Principals = mergeSorted(c.Principals, d.Principals, func(p *Principal) bool { return touched[p.ID] }, ComparePrincipals)
 	out.Chains = mergeSorted(c.Chains, d.Chains, func(e *ChainEntry) bool { return touched[e.PrincipalID] }, CompareChainEntries)
+	if !withKeys {
+		return out
+	}
 	// Keys are in no order: the untouched ones, then the touched
 	// principals' live keys.
 	keys := make([]Key, 0, len(c.Keys)+len(d.Keys))

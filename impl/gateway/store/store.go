@@ -232,8 +232,11 @@ type Config struct {
 	Generation int64
 	Upstreams  []Upstream // non-deleted, ordered by created time then id
 	Principals []Principal
-	Keys       []Key        // non-revoked keys only, in no order; only ID, PrincipalID and Hash are read
-	Chains     []ChainEntry // ordered by principal, slot, position
+	Keys       []Key // non-revoked keys only, in no order; only ID, PrincipalID and Hash are read
+	// KeysOmitted: Keys was left out (ApplyWithoutKeys) by a holder that
+	// keeps the live keys elsewhere; Keys is then empty, not "no keys".
+	KeysOmitted bool
+	Chains      []ChainEntry // ordered by principal, slot, position
 	// Plugins are the registry entries (metadata, no modules).
 	Plugins []RegistryEntry
 }

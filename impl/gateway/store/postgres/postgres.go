@@ -52,6 +52,7 @@ var Dialect = &sqlstore.Dialect{
 		return errors.As(err, &pe) && pe.Code == "23503"
 	},
 	ForShare: " FOR SHARE", ForUpdate: " FOR UPDATE",
+	ExportSnapshot: "SELECT pg_export_snapshot()", ImportSnapshot: "SET TRANSACTION SNAPSHOT '%s'",
 	IsUnavailable: func(err error) bool {
 		var ce *pgconn.ConnectError
 		var pe *pgconn.PgError

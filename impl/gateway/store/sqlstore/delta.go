@@ -91,7 +91,7 @@ func (s *Store) LoadConfigDelta(ctx context.Context, since int64) (*store.Config
 func (s *Store) readDeltaUpstreams(ctx context.Context, tx *txn, d *store.ConfigDelta, ids map[string]bool) error {
 	if d.AllUpstreams {
 		us, err := upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL")
-		slices.SortStableFunc(us, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
+		sortRows(us, store.CompareUpstreams)
 		d.Upstreams = us
 		return err
 	}
@@ -120,7 +120,7 @@ func (s *Store) readDeltaPrincipals(ctx context.Context, tx *txn, d *store.Confi
 			return err
 		}
 		d.Principals = append(d.Principals, ps...)
-		ks, err := list(ctx, s.d, tx, scanLiveKey, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL AND principal_id IN ("+in+")", args...)
+		ks, err := s.liveKeys(ctx, tx, 0, "AND principal_id IN ("+in+")", args...)
 		if err != nil {
 			return err
 		}

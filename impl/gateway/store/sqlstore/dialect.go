@@ -50,6 +50,12 @@ type Dialect struct {
 	// row, generation bump, change log and notification in one round trip
 	// instead of four.
 	NotifyChannel string
+	// ExportSnapshot, when set, is the query returning the name of the
+	// snapshot of the read transaction it runs in, and ImportSnapshot the
+	// statement (with %s for the name) making another read transaction
+	// see that same snapshot: a full configuration read then reads on two
+	// connections at once (LoadConfig).
+	ExportSnapshot, ImportSnapshot string
 }
 
 func (d *Dialect) rebind(q string) string {
@@ -117,16 +123,26 @@ func (c timeCol) Scan(src any) error {
 	return nil
 }
 
-// reqTime scans a NOT NULL time.
+// reqTime scans a NOT NULL time. It decodes in place rather than through
+// timeCol, whose result pointer would be one more allocation per row of a
+// full configuration read.
 type reqTime struct{ dst *time.Time }
 
 func (c reqTime) Scan(src any) error {
-	var p *time.Time
-	if err := (timeCol{&p}).Scan(src); err != nil {
-		return err
-	}
-	if p != nil {
-		*c.dst = *p
+	switch v := src.(type) {
+	case nil:
+	case int64:
+		*c.dst = time.Unix(v, 0).UTC()
+	case time.Time:
+		*c.dst = v.UTC()
+	default:
+		var p *time.Time
+		if err := (timeCol{&p}).Scan(src); err != nil {
+			return err
+		}
+		if p != nil {
+			*c.dst = *p
+		}
 	}
 	return nil
 }

@@ -21,3 +21,14 @@ func QueryIntForTest(ctx context.Context, s *Store, q string, args ...any) (int6
 	err := s.pool.QueryRowContext(ctx, q, args...).Scan(&n)
 	return n, err
 }
+
+// SetBesideHook makes f run before every second read transaction of a
+// full configuration read begins; the returned function removes it.
+func SetBesideHook(f func()) func() {
+	besideHook = f
+	return func() { besideHook = nil }
+}
+
+// BesideUsed counts the full reads whose keys came from a second
+// transaction.
+func BesideUsed() int64 { return besideUsed.Load() }

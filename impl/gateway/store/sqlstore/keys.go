@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"database/sql"
 	"fmt"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -18,9 +20,25 @@ func scanKey(r scanner, k *store.Key) error {
 	return r.Scan(&k.ID, &k.PrincipalID, &k.Name, &k.Prefix, &k.Hash, reqTime{&k.CreatedAt}, timeCol{&k.RevokedAt})
 }
 
-// scanLiveKey reads LoadConfig's narrow key rows (id, principal_id, hash).
-func scanLiveKey(r scanner, k *store.Key) error {
-	return r.Scan(&k.ID, &k.PrincipalID, &k.Hash)
+// liveKeys reads the configuration's narrow key rows (id, principal_id,
+// hash) of the live keys matching where ("AND …", or empty), about n of
+// them. The hashes share backing arrays of many keys each rather than
+// taking one allocation apiece.
+func (s *Store) liveKeys(ctx context.Context, q querier, n int, where string, args ...any) ([]store.Key, error) {
+	var arena []byte
+	var raw sql.RawBytes
+	return listSized(ctx, s.d, q, func(r scanner, k *store.Key) error {
+		if err := r.Scan(&k.ID, &k.PrincipalID, &raw); err != nil {
+			return err
+		}
+		if len(arena)+len(raw) > cap(arena) {
+			arena = make([]byte, 0, max(len(raw), min(max(n, 64), 4096)*sha256.Size))
+		}
+		at := len(arena)
+		arena = append(arena, raw...)
+		k.Hash = arena[at:len(arena):len(arena)]
+		return nil
+	}, n, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "+where, args...)
 }
 
 func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {

@@ -247,23 +247,16 @@ var chainTable = &table[store.ChainEntry]{
 
 // queryChain returns entries in chain order: by principal, slot, position.
 func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
-	out, err := chainTable.list(ctx, s.d, q, where, args...)
+	return s.queryChainSized(ctx, q, 0, where, args...)
+}
+
+// queryChainSized is queryChain for about n entries.
+func (s *Store) queryChainSized(ctx context.Context, q querier, n int, where string, args ...any) ([]store.ChainEntry, error) {
+	out, err := listSized(ctx, s.d, q, chainTable.scan, n, chainTable.sel+where+chainTable.order, args...)
 	if err != nil {
 		return nil, err
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.PrincipalID != b.PrincipalID {
-			return a.PrincipalID < b.PrincipalID
-		}
-		if a.Slot != b.Slot {
-			return a.Slot < b.Slot
-		}
-		if a.Position != b.Position {
-			return a.Position < b.Position
-		}
-		return a.ID < b.ID
-	})
+	sortRows(out, store.CompareChainEntries)
 	return out, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -18,8 +20,11 @@ func scanPrincipal(r scanner, p *store.Principal) error {
 		reqTime{&p.CreatedAt}, reqTime{&p.UpdatedAt}); err != nil {
 		return err
 	}
-	if err := json.Unmarshal([]byte(models), &p.AllowedModels); err != nil {
-		return fmt.Errorf("principal %s allowed_models: %w", p.ID, err)
+	var ok bool
+	if p.AllowedModels, ok = plainStrings(models); !ok {
+		if err := json.Unmarshal([]byte(models), &p.AllowedModels); err != nil {
+			return fmt.Errorf("principal %s allowed_models: %w", p.ID, err)
+		}
 	}
 	if p.AllowedModels == nil {
 		p.AllowedModels = []string{}
@@ -161,4 +166,50 @@ func (s *Store) DeletePrincipal(ctx context.Context, id string, expect int64) er
 		_, err = s.exec(ctx, tx, "DELETE FROM plugin_chain_entries WHERE principal_id = ?", id)
 		return err
 	})
+}
+
+// plainStrings decodes a JSON array of strings as json.Marshal writes it
+// when no string needs an escape (`[]`, `["*"]`, `["a","b-*"]`): what
+// allowed_models holds on every principal, decoded at every full read.
+// ok is false for anything else, which the caller hands to encoding/json.
+func plainStrings(s string) (out []string, ok bool) {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return nil, false
+	}
+	rest := s[1 : len(s)-1]
+	if rest == "" {
+		return []string{}, true
+	}
+	out = make([]string, 0, strings.Count(rest, ",")+1)
+	for {
+		if len(rest) < 2 || rest[0] != '"' {
+			return nil, false
+		}
+		end := strings.IndexByte(rest[1:], '"') + 1
+		if end == 0 {
+			return nil, false
+		}
+		v := rest[1:end]
+		if strings.IndexByte(v, '\\') >= 0 || !utf8.ValidString(v) || hasControl(v) {
+			return nil, false
+		}
+		out = append(out, v)
+		rest = rest[end+1:]
+		if rest == "" {
+			return out, true
+		}
+		if rest[0] != ',' {
+			return nil, false
+		}
+		rest = rest[1:]
+	}
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return true
+		}
+	}
+	return false
 }

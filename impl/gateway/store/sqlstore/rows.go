@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"slices"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -25,18 +26,27 @@ type scanFunc[T any] func(r scanner, v *T) error
 // list runs query (? placeholders, rebound for the dialect) and scans every
 // row. No rows is an empty, non-nil slice: lists render as [] in JSON.
 func list[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], query string, args ...any) ([]T, error) {
+	return listSized(ctx, d, q, scan, 0, query, args...)
+}
+
+// listSized is list into a slice made for about n rows: growing a slice
+// of tens of thousands of rows by appends copies it over and over (most
+// of a full configuration read's CPU before the sizes were remembered).
+func listSized[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], n int, query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, d.rebind(query), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []T{}
+	out := make([]T, 0, n)
+	var zero T
 	for rows.Next() {
-		var v T
-		if err := scan(rows, &v); err != nil {
+		// Scanned in place: a row variable handed to scan would escape,
+		// one allocation per row.
+		out = append(out, zero)
+		if err := scan(rows, &out[len(out)-1]); err != nil {
 			return nil, err
 		}
-		out = append(out, v)
 	}
 	return out, rows.Err()
 }
@@ -81,4 +91,42 @@ func (tb *table[T]) reread(ctx context.Context, d *Dialect, tx querier, ch *chan
 		ch.revision = tb.revision(v)
 	}
 	return v, err
+}
+
+// sortRows sorts rows by cmp. It sorts their indexes and then moves each
+// row once: configuration rows are 100-200 bytes, and sorting them in
+// place copied them on every swap and every comparison (a seventh of a
+// full configuration read at 10,000 principals).
+func sortRows[T any](rows []T, cmp func(a, b *T) int) {
+	sorted := true
+	for i := 1; i < len(rows) && sorted; i++ {
+		sorted = cmp(&rows[i-1], &rows[i]) <= 0
+	}
+	if sorted {
+		return
+	}
+	idx := make([]int32, len(rows))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(i, j int32) int { return cmp(&rows[i], &rows[j]) })
+	// Row k goes to position i where idx[i] == k: follow each cycle of
+	// the permutation, marking done positions with -1.
+	for start := range idx {
+		if idx[start] < 0 || int(idx[start]) == start {
+			continue
+		}
+		saved := rows[start]
+		at := start
+		for {
+			from := int(idx[at])
+			idx[at] = -1
+			if from == start {
+				rows[at] = saved
+				break
+			}
+			rows[at] = rows[from]
+			at = from
+		}
+	}
 }

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -24,6 +24,14 @@ type Store struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // by key or query text; guarded by stmtMu; see prepared
+
+	// loaded are the row counts of the last full configuration read: the
+	// next one sizes its slices from them (listSized).
+	loaded atomic.Pointer[configSizes]
+	// besideMu is held by the full configuration read running reads in
+	// transactions of their own (beside): one at a time, so reads waiting
+	// for more connections cannot fill the pool between them.
+	besideMu sync.Mutex
 }
 
 var _ store.Store = (*Store)(nil)
@@ -210,48 +218,6 @@ func (s *Store) optimistic(ctx context.Context, tx *txn, table, revCol, live, id
 }
 
 // ---------------------------------------------------------------- config
-
-func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
-	var g int64
-	err := s.pool.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
-	return g, s.d.classify(err)
-}
-
-func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
-	cfg := &store.Config{}
-	err := s.read(ctx, func(tx *txn) error {
-		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
-			return err
-		}
-		var err error
-		if cfg.Upstreams, err = upstreamTable.list(ctx, s.d, tx, "WHERE deleted_at IS NULL"); err != nil {
-			return err
-		}
-		if cfg.Principals, err = principalTable.list(ctx, s.d, tx, ""); err != nil {
-			return err
-		}
-		// Ties on the created time are broken bytewise by id on both
-		// drivers (PostgreSQL's collation may order ids otherwise), so a
-		// configuration a delta was applied to equals a full load.
-		slices.SortStableFunc(cfg.Upstreams, func(a, b store.Upstream) int { return store.CompareUpstreams(&a, &b) })
-		slices.SortStableFunc(cfg.Principals, func(a, b store.Principal) int { return store.ComparePrincipals(&a, &b) })
-		// Only what the request path needs of a key, in no order: the
-		// snapshot hashes them into a map, and sorting and decoding every
-		// column of 50,000 rows was most of a rebuild at scale (issue 22).
-		if cfg.Keys, err = list(ctx, s.d, tx, scanLiveKey, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL"); err != nil {
-			return err
-		}
-		if cfg.Chains, err = s.queryChain(ctx, tx, ""); err != nil {
-			return err
-		}
-		cfg.Plugins, err = registryTable.list(ctx, s.d, tx, "")
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return cfg, nil
-}
 
 // ----------------------------------------------------------------- audit
 

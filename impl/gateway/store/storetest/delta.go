@@ -41,6 +41,10 @@ func testDeltaEqualsFullLoad(t *testing.T, open Opener) {
 	at := time.Unix(1, 0)
 	prevSnap := snapshot.Build(prev, plainOpener{}, at)
 	prevDesc := snapshot.Describe(prevSnap)
+	// What the runtime keeps: the configuration without its keys
+	// (ApplyWithoutKeys), and the snapshot applied from it.
+	bare := prev.ApplyWithoutKeys(&store.ConfigDelta{From: prev.Generation, Generation: prev.Generation})
+	bareSnap := prevSnap
 	for step := 0; step < deltaSteps; step++ {
 		op := m.step()
 		full := must(b.st.LoadConfig(b.ctx))
@@ -65,6 +69,18 @@ func testDeltaEqualsFullLoad(t *testing.T, open Opener) {
 		if got, want := snapshot.Describe(snap), snapshot.Describe(snapshot.Build(full, plainOpener{}, at)); got != want {
 			t.Fatalf("step %d (%s, seed %d): applied snapshot differs from a full build:\n%s", step, op, seed, lineDiff(got, want))
 		}
+		bareCfg := bare.ApplyWithoutKeys(d)
+		withKeys := *bareCfg
+		withKeys.Keys, withKeys.KeysOmitted = full.Keys, false
+		if diff := configDiff(&withKeys, full); diff != "" || !bareCfg.KeysOmitted || len(bareCfg.Keys) != 0 {
+			t.Fatalf("step %d (%s, seed %d): the configuration without keys differs from a full load (omitted %v, %d keys): %s",
+				step, op, seed, bareCfg.KeysOmitted, len(bareCfg.Keys), diff)
+		}
+		bareSnap = snapshot.Apply(bareSnap, bareCfg, d, plainOpener{}, at)
+		if got, want := snapshot.Describe(bareSnap), snapshot.Describe(snapshot.Build(full, plainOpener{}, at)); got != want {
+			t.Fatalf("step %d (%s, seed %d): snapshot applied from the configuration without keys differs from a full build:\n%s", step, op, seed, lineDiff(got, want))
+		}
+		bare = bareCfg
 		// Readers may still hold the previous snapshot: it is unchanged.
 		if now := snapshot.Describe(prevSnap); now != prevDesc {
 			t.Fatalf("step %d (%s): applying a delta changed the previous snapshot:\n%s", step, op, lineDiff(now, prevDesc))

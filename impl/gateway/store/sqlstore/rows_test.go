@@ -1,0 +1,58 @@
+package sqlstore
+
+import (
+	"cmp"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// sortRows moves every row to where a plain sort puts it, whatever the
+// permutation's cycles (sizes 0 to 300, few and many ties).
+func TestSortRows(t *testing.T) {
+	type row struct {
+		k, id int
+		pad   [5]string
+	}
+	byKey := func(a, b *row) int { return cmp.Or(cmp.Compare(a.k, b.k), cmp.Compare(a.id, b.id)) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= 300; n += 1 + n/7 {
+		for _, keys := range []int{1, 3, 1000} {
+			rows := make([]row, n)
+			for i := range rows {
+				rows[i] = row{k: rng.IntN(keys), id: i}
+				rows[i].pad[4] = string(rune('a' + i%26))
+			}
+			rng.Shuffle(n, func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+			want := slices.Clone(rows)
+			slices.SortFunc(want, func(a, b row) int { return byKey(&a, &b) })
+			sortRows(rows, byKey)
+			if !slices.Equal(rows, want) {
+				t.Fatalf("n=%d keys=%d: got %v, want %v", n, keys, rows, want)
+			}
+		}
+	}
+}
+
+// plainStrings agrees with encoding/json wherever it answers, and leaves
+// what it cannot tell to it.
+func TestPlainStrings(t *testing.T) {
+	for _, s := range []string{`[]`, `["*"]`, `["a","b-*"]`, `["claude-3-5-sonnet-*","x"]`, `[""]`, `["a\"b"]`, `["\u00e9"]`,
+		`[ "a"]`, `["a",]`, `["a"`, `[1]`, `null`, `["a""b"]`, `["a",,"b"]`, "[\"\x01\"]", "[\"\xff\"]", `["é"]`, `[`, `]`, ``, `["a"]x`} {
+		got, ok := plainStrings(s)
+		var want []string
+		err := json.Unmarshal([]byte(s), &want)
+		if !ok {
+			continue
+		}
+		if err != nil || !slices.Equal(got, want) || got == nil {
+			t.Errorf("%q: plainStrings %q, encoding/json %q (%v)", s, got, want, err)
+		}
+	}
+	for _, s := range []string{`[]`, `["*"]`, `["a","b-*"]`, `["é"]`} {
+		if _, ok := plainStrings(s); !ok {
+			t.Errorf("%q: not decoded", s)
+		}
+	}
+}
