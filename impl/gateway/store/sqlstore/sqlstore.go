@@ -20,7 +20,6 @@ type Store struct {
 	d    *Dialect
 	now  func() time.Time
 	log  *slog.Logger
-	conn string
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // by key or query text; guarded by stmtMu; see prepared
