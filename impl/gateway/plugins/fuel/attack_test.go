@@ -227,3 +227,23 @@ func TestCostlyInstructions(t *testing.T) {
 		t.Errorf("ref.func: %v", err)
 	}
 }
+
+// Vectors that claim 2^32-1 entries and end at once are refused at the
+// first missing entry, not after four billion reads (the fuzzer found the
+// local groups and br_table cases stalling a worker for seconds each).
+func TestHugeCountsStopAtTheEnd(t *testing.T) {
+	head := "\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00"
+	for name, code := range map[string]string{
+		"local groups": "\x01\x05\xff\xff\xff\xff\x0f",
+		"br_table":     "\x01\x07\x00\x0e\xff\xff\xff\xff\x0f",
+		"select types": "\x01\x07\x00\x1c\xff\xff\xff\xff\x0f",
+		"functions":    "\xff\xff\xff\xff\x0f",
+	} {
+		b := []byte(head + "\x0a" + string(leb(nil, uint64(len(code)))) + code)
+		start := time.Now()
+		if _, err := Meter(b, 1); !errors.Is(err, ErrNotMeterable) {
+			t.Errorf("%s: %v", name, err)
+		}
+		t.Logf("%s: %s", name, time.Since(start))
+	}
+}

@@ -216,8 +216,9 @@ func cost(code byte) uint64 {
 
 func meterFunc(fn, global []byte) ([]byte, error) {
 	r := reader{b: fn}
-	groups := r.u32()
-	for range groups {
+	// Every vector loop stops at the first error: a count of 2^32-1 in a
+	// short input would otherwise cost seconds of reads past its end.
+	for groups := r.u32(); groups > 0 && r.err == nil; groups-- {
 		r.u32()
 		if t := r.byte(); !valtype(t) {
 			return nil, fmt.Errorf("%w: local of type %#x", ErrNotMeterable, t)
@@ -335,7 +336,7 @@ func (r *reader) bytes(n int) []byte {
 func (r *reader) uleb(bits int) uint64 {
 	var v uint64
 	for shift := 0; ; shift += 7 {
-		if shift >= bits+7 {
+		if shift >= bits { // ceil(bits/7) bytes at most
 			r.fail("LEB128 too long")
 			return 0
 		}
@@ -375,8 +376,7 @@ func (r *reader) instruction() (byte, error) {
 	case c == 0xd2: // ref.func: a host call that looks the function up, about 300 units
 		r.fail("ref.func")
 	case c == 0x0e: // br_table
-		n := r.u32()
-		for range n {
+		for n := r.u32(); n > 0 && r.err == nil; n-- {
 			r.u32()
 		}
 		r.u32()
@@ -384,8 +384,7 @@ func (r *reader) instruction() (byte, error) {
 		r.u32()
 		r.u32()
 	case c == 0x1c: // select with types
-		n := r.u32()
-		for range n {
+		for n := r.u32(); n > 0 && r.err == nil; n-- {
 			if t := r.byte(); !valtype(t) {
 				r.fail("select of type %#x", t)
 			}
