@@ -24,8 +24,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,6 +102,13 @@ type Runtime struct {
 	// does no label lookup.
 	obs map[string]*slotMetrics
 
+	// live holds the metered instances, which reap watches; stopReap
+	// ends it and reaped says it ended.
+	liveMu   sync.Mutex
+	live     map[*instance]struct{}
+	stopReap chan struct{}
+	reaped   chan struct{}
+
 	mu       sync.Mutex
 	mods     map[string]*module
 	bindings map[string]*Binding
@@ -150,7 +159,9 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 		return nil, err
 	}
 	fast := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(o.MemoryLimitPages))
-	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{}}
+	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{},
+		live: map[*instance]struct{}{}, stopReap: make(chan struct{}), reaped: make(chan struct{})}
+	go r.reap(o.CallTimeout)
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_plugin_calls_total",
 		Help: "WASM plugin calls by slot and outcome (ok, timeout, trap, garbage, error)."}, []string{"slot", "outcome"})
 	r.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "svc_plugin_call_duration_seconds",
@@ -169,6 +180,8 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 
 // Close releases every module and instance.
 func (r *Runtime) Close(ctx context.Context) error {
+	close(r.stopReap)
+	<-r.reaped
 	return errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
 }
 
@@ -434,6 +447,56 @@ type instance struct {
 	// budget before every call.
 	fuel   api.MutableGlobal
 	budget uint64
+	// calls counts the metered calls begun and state says whether one runs
+	// (idle, running, reaping), so that reap can find one that overran;
+	// watched is reap's own: the call it saw running at its last tick.
+	calls   atomic.Uint64
+	state   atomic.Uint32
+	watched uint64
+	r       *Runtime
+}
+
+// States of a metered instance's call.
+const (
+	idle uint32 = iota
+	running
+	reaping
+)
+
+// reap stops metered calls that run longer than a tick (every): fuel
+// bounds the instructions a call runs, not their time, and a unit costs
+// far more than the budget assumes when every load misses the caches
+// (BenchmarkFuelRate in package fuel: 60 times the tightest loop's on
+// 64 MiB). A call seen running at two ticks in a row gets its counter
+// zeroed, so its next charge traps: it ends as a timeout within two ticks
+// plus one loop iteration or function body. Its cost on the call path is
+// three atomic operations, where a watchdog timer per call would cost a
+// timer reset and stop.
+func (r *Runtime) reap(every time.Duration) {
+	defer close(r.reaped)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopReap:
+			return
+		case <-t.C:
+		}
+		r.liveMu.Lock()
+		for in := range r.live {
+			c := in.calls.Load()
+			if in.state.Load() != running {
+				in.watched = 0
+				continue
+			}
+			if in.watched == c && in.state.CompareAndSwap(running, reaping) {
+				in.fuel.Set(0)
+				in.state.Store(running)
+			}
+			in.watched = c
+		}
+		r.liveMu.Unlock()
+	}
 }
 
 func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error) {
@@ -459,7 +522,10 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 			mod.Close(context.Background())
 			return nil, fmt.Errorf("%w: metered without a fuel counter", ErrInvalidModule)
 		}
-		inst.fuel, inst.budget = g, fuelPerCall(r.o.CallTimeout)
+		inst.fuel, inst.budget, inst.r = g, fuelPerCall(r.o.CallTimeout), r
+		r.liveMu.Lock()
+		r.live[inst] = struct{}{}
+		r.liveMu.Unlock()
 	}
 	if inst.mem == nil {
 		mod.Close(context.Background())
@@ -472,6 +538,11 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 }
 
 func (in *instance) close() {
+	if in.r != nil {
+		in.r.liveMu.Lock()
+		delete(in.r.live, in)
+		in.r.liveMu.Unlock()
+	}
 	in.watchdog.Stop()
 	in.cancel()
 	in.mod.Close(context.Background())
@@ -482,9 +553,19 @@ func (in *instance) close() {
 // returned just then: the instance is being closed and must be discarded.
 func (in *instance) run(fn api.Function, timeout time.Duration) error {
 	if in.fuel != nil {
-		// Metered: the fuel, not a watchdog, ends a call that runs too long.
+		// Metered: the fuel, not a watchdog, ends a call that runs too long,
+		// and reap one whose units cost more than the budget assumes.
+		// The budget is set before the call is marked running, so that
+		// reap's zeroing is ordered after it; a call that ends while reap
+		// zeroes its counter waits for reap to finish.
 		in.fuel.Set(in.budget)
-		if err := fn.CallWithStack(in.ctx, in.stack[:]); err != nil {
+		in.calls.Add(1)
+		in.state.Store(running)
+		err := fn.CallWithStack(in.ctx, in.stack[:])
+		for !in.state.CompareAndSwap(running, idle) {
+			runtime.Gosched()
+		}
+		if err != nil {
 			if in.fuel.Get() == fuel.Spent {
 				return ErrTimeout
 			}
