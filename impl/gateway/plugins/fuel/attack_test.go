@@ -1,8 +1,10 @@
 package fuel
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +247,41 @@ func TestHugeCountsStopAtTheEnd(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 		t.Logf("%s: %s", name, time.Since(start))
+	}
+}
+
+// rewriteAlloc is what Meter allocates for a module of one function whose
+// body is body.
+func rewriteAlloc(t *testing.T, body []byte) (uint64, []byte, error) {
+	t.Helper()
+	code := cat([]byte{0}, body, []byte{opEnd})
+	wasm := cat([]byte("\x00asm\x01\x00\x00\x00"), sect(1, vec(1, []byte{0x60, 0, 0})), sect(3, vec(1, []byte{0})),
+		sect(10, cat([]byte{1}, leb(nil, uint64(len(code))), code)))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out, err := Meter(wasm, 1)
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, out, err
+}
+
+// The rewrite's memory follows the module's size (an 8 MiB body of nops
+// made Meter allocate 1.1 GiB, a module at the 32 MiB upload limit four
+// times that), and a body made mostly of loops, which the charges would
+// inflate tenfold, is refused.
+func TestRewriteStaysSmall(t *testing.T) {
+	const size = 4 << 20
+	alloc, out, err := rewriteAlloc(t, bytes.Repeat([]byte{0x01}, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc > 4*size {
+		t.Errorf("metering %d bytes of code allocated %d", size, alloc)
+	}
+	if len(out) > size+1024 {
+		t.Errorf("a body with no loop grew from %d to %d bytes", size, len(out))
+	}
+	if _, _, err := rewriteAlloc(t, bytes.Repeat([]byte{0x03, 0x40, 0x0b}, size/3)); !errors.Is(err, ErrNotMeterable) {
+		t.Errorf("a body of loops: %v", err)
 	}
 }

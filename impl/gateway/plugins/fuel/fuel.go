@@ -156,23 +156,28 @@ func appendEntry(body, entry []byte) ([]byte, error) {
 }
 
 // meterCode charges every function body on entry and every loop on each
-// iteration.
+// iteration. It refuses code the charges would more than quadruple (a
+// body made mostly of loops), so that neither the rewrite nor the
+// compilation of its result costs much more than the module's own.
 func meterCode(body, global []byte) ([]byte, error) {
 	r := reader{b: body}
 	n := r.u32()
-	out := leb(nil, uint64(n))
-	for range n {
+	room := 4*len(body) + 1<<16
+	out := make([]byte, 0, len(body)+len(body)/4)
+	out = leb(out, uint64(n))
+	for i := uint32(0); i < n && r.err == nil; i++ {
 		size := r.u32()
 		fn := r.bytes(int(size))
 		if r.err != nil {
 			return nil, r.err
 		}
-		metered, err := meterFunc(fn, global)
-		if err != nil {
+		var err error
+		if out, err = meterFunc(out, fn, global, &room); err != nil {
 			return nil, err
 		}
-		out = leb(out, uint64(len(metered)))
-		out = append(out, metered...)
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	if !r.done() {
 		return nil, fmt.Errorf("%w: trailing bytes in the code section", ErrNotMeterable)
@@ -195,12 +200,6 @@ func exportsCounterName(body []byte) error {
 	return r.err
 }
 
-// op is one decoded instruction: where it starts and ends in the body.
-type op struct {
-	code       byte
-	start, end int
-}
-
 // growCost is what memory.grow pays: it calls the host even when it
 // fails, about 50 times the cost of a unit of the tightest loop
 // (measured with BenchmarkFuelRate).
@@ -214,7 +213,14 @@ func cost(code byte) uint64 {
 	return 1
 }
 
-func meterFunc(fn, global []byte) ([]byte, error) {
+// maxCharge is the longest a charge's code can be (charge).
+const maxCharge = 14 + 4*5 + 2*10
+
+// meterFunc appends fn, its size first, charged, taking what it adds from
+// room. A first pass finds what the body and each of its loops cost, a
+// second copies the body with the charges; nothing per instruction is
+// kept between them.
+func meterFunc(out, fn, global []byte, room *int) ([]byte, error) {
 	r := reader{b: fn}
 	// Every vector loop stops at the first error: a count of 2^32-1 in a
 	// short input would otherwise cost seconds of reads past its end.
@@ -228,49 +234,61 @@ func meterFunc(fn, global []byte) ([]byte, error) {
 		return nil, r.err
 	}
 	code := r.p
-	var ops []op
-	// matching[i] is the index of the end of the loop at ops[i].
-	matching := map[int]int{}
-	var open []int // indexes of open blocks (block, loop, if); -1 for the body
-	open = append(open, -1)
+	// An open block: loop is its index in loops (-1 for block, if and the
+	// body), at the cost spent when it opened.
+	type block struct {
+		loop int
+		at   uint64
+	}
+	var loops []uint64 // what an iteration of each loop costs, in order
+	var total uint64
+	open := []block{{-1, 0}}
 	for len(open) > 0 {
 		if r.done() {
 			return nil, fmt.Errorf("%w: a function body ends inside a block", ErrNotMeterable)
 		}
-		start := r.p
 		c, err := r.instruction()
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, op{c, start, r.p})
+		total += cost(c)
 		switch c {
-		case 0x02, opLoop, 0x04:
-			open = append(open, len(ops)-1)
+		case 0x02, 0x04:
+			open = append(open, block{-1, total})
+		case opLoop:
+			open = append(open, block{len(loops), total})
+			loops = append(loops, 0)
 		case opEnd:
-			top := open[len(open)-1]
+			b := open[len(open)-1]
 			open = open[:len(open)-1]
-			if top >= 0 && ops[top].code == opLoop {
-				matching[top] = len(ops) - 1
+			if b.loop >= 0 {
+				// From after the loop instruction to its end, inclusive.
+				loops[b.loop] = total - b.at
 			}
 		}
 	}
 	if !r.done() {
 		return nil, fmt.Errorf("%w: bytes after a function body's end", ErrNotMeterable)
 	}
-	// sum[i] is the cost of ops[:i]: a loop pays for ops[i+1 : matching+1].
-	sum := make([]uint64, len(ops)+1)
-	for i, o := range ops {
-		sum[i+1] = sum[i] + cost(o.code)
+	*room -= (len(loops) + 1) * maxCharge
+	if *room < 0 {
+		return nil, fmt.Errorf("%w: the charges would more than quadruple its code", ErrNotMeterable)
 	}
-	out := append([]byte(nil), fn[:code]...)
-	out = charge(out, global, sum[len(ops)])
-	for i, o := range ops {
-		out = append(out, fn[o.start:o.end]...)
-		if o.code == opLoop {
-			out = charge(out, global, sum[matching[i]+1]-sum[i+1])
+	body := append([]byte(nil), fn[:code]...)
+	body = charge(body, global, total)
+	// Copy up to and including each loop instruction, then its charge.
+	r = reader{b: fn, p: code}
+	from := code
+	for next := 0; next < len(loops); {
+		if c, _ := r.instruction(); c == opLoop {
+			body = append(body, fn[from:r.p]...)
+			body = charge(body, global, loops[next])
+			from, next = r.p, next+1
 		}
 	}
-	return out, nil
+	body = append(body, fn[from:]...)
+	out = leb(out, uint64(len(body)))
+	return append(out, body...), nil
 }
 
 // charge appends: if fuel < n { fuel = Spent; unreachable }; fuel -= n.
