@@ -447,6 +447,8 @@ type instance struct {
 	// budget before every call.
 	fuel   api.MutableGlobal
 	budget uint64
+	// stop, set by reap, makes the guest's next charge trap (fuel.Stop).
+	stop api.MutableGlobal
 	// calls counts the metered calls begun and state says whether one runs
 	// (idle, running, reaping), so that reap can find one that overran;
 	// watched is reap's own: the call it saw running at its last tick.
@@ -467,9 +469,10 @@ const (
 // bounds the instructions a call runs, not their time, and a unit costs
 // far more than the budget assumes when every load misses the caches
 // (BenchmarkFuelRate in package fuel: 60 times the tightest loop's on
-// 64 MiB). A call seen running at two ticks in a row gets its counter
-// zeroed, so its next charge traps: it ends as a timeout within two ticks
-// plus one loop iteration or function body. Its cost on the call path is
+// 64 MiB). A call seen running at two ticks in a row gets its stop flag
+// set (not its counter zeroed: the guest's own update of the counter would
+// overwrite that), so its next charge traps: it ends as a timeout within
+// two ticks plus one loop iteration or function body. Its cost on the call path is
 // three atomic operations, where a watchdog timer per call would cost a
 // timer reset and stop.
 func (r *Runtime) reap(every time.Duration) {
@@ -490,7 +493,7 @@ func (r *Runtime) reap(every time.Duration) {
 				continue
 			}
 			if in.watched == c && in.state.CompareAndSwap(running, reaping) {
-				in.fuel.Set(0)
+				in.stop.Set(1)
 				in.state.Store(running)
 			}
 			in.watched = c
@@ -518,11 +521,12 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	inst := &instance{mod: mod, mem: mod.Memory(), input: mod.ExportedFunction(name)}
 	if m.metered {
 		g, ok := mod.ExportedGlobal(fuel.Export).(api.MutableGlobal)
-		if !ok {
+		stop, ok2 := mod.ExportedGlobal(fuel.Stop).(api.MutableGlobal)
+		if !ok || !ok2 {
 			mod.Close(context.Background())
 			return nil, fmt.Errorf("%w: metered without a fuel counter", ErrInvalidModule)
 		}
-		inst.fuel, inst.budget, inst.r = g, fuelPerCall(r.o.CallTimeout), r
+		inst.fuel, inst.stop, inst.budget, inst.r = g, stop, fuelPerCall(r.o.CallTimeout), r
 		r.liveMu.Lock()
 		r.live[inst] = struct{}{}
 		r.liveMu.Unlock()
@@ -556,14 +560,17 @@ func (in *instance) run(fn api.Function, timeout time.Duration) error {
 		// Metered: the fuel, not a watchdog, ends a call that runs too long,
 		// and reap one whose units cost more than the budget assumes.
 		// The budget is set before the call is marked running, so that
-		// reap's zeroing is ordered after it; a call that ends while reap
-		// zeroes its counter waits for reap to finish.
+		// reap's stop is ordered after it; a call that ends while reap
+		// stops it waits for reap to finish, then clears the flag.
 		in.fuel.Set(in.budget)
 		in.calls.Add(1)
 		in.state.Store(running)
 		err := fn.CallWithStack(in.ctx, in.stack[:])
 		for !in.state.CompareAndSwap(running, idle) {
 			runtime.Gosched()
+		}
+		if in.stop.Get() != 0 {
+			in.stop.Set(0)
 		}
 		if err != nil {
 			if in.fuel.Get() == fuel.Spent {

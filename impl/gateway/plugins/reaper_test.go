@@ -11,7 +11,7 @@ import (
 
 // A metered call its fuel does not stop in time (cache misses can make a
 // unit cost 60 times what the budget assumes; here the budget is simply
-// out of reach) is stopped by the reaper: its counter is zeroed, the next
+// out of reach) is stopped by the reaper: its stop flag is set, the next
 // charge traps, and the call is a timeout. The instance then works again.
 func TestReaperStopsAnOverrunningMeteredCall(t *testing.T) {
 	r, _ := newRuntime(t, Options{CallTimeout: 20 * time.Millisecond})

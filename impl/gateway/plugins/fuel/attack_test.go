@@ -285,3 +285,29 @@ func TestRewriteStaysSmall(t *testing.T) {
 		t.Errorf("a body of loops: %v", err)
 	}
 }
+
+// The host stops a running call by setting Stop, which the guest only
+// reads: the next charge traps with the counter at Spent. (Zeroing the
+// counter instead is lost to the guest's own read-modify-write of it: a
+// loop given 2^62 fuel ran on.)
+func TestStopEndsARunningCall(t *testing.T) {
+	metered, err := Meter(assemble(t, `(module (func (export "f") (loop $l (br $l))))`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, mod, g := guard(t, metered, 0)
+	stop, ok := mod.ExportedGlobal(Stop).(api.MutableGlobal)
+	if !ok {
+		t.Fatal("no mutable stop flag exported")
+	}
+	g.Set(1 << 62)
+	done := make(chan error, 1)
+	go func() { _, err := mod.ExportedFunction("f").Call(ctx); done <- err }()
+	for g.Get() == 1<<62 { // until the loop runs
+		runtime.Gosched()
+	}
+	stop.Set(1)
+	if err := <-done; err == nil || ctx.Err() != nil || g.Get() != Spent {
+		t.Errorf("%v (deadline: %v), counter %d", err, ctx.Err(), g.Get())
+	}
+}

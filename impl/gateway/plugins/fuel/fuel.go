@@ -14,7 +14,11 @@
 // pays one unit, memory.grow growCost (it calls the host).
 //
 // The counter is an exported mutable i64 global named Export. When a
-// charge exceeds what is left the module sets it to Spent and traps.
+// charge exceeds what is left the module sets it to Spent and traps. It
+// does the same when the host has set the i32 global named Stop to
+// non-zero: the guest only reads that one, so a host write during a call
+// is never lost (a write to the counter is, to the guest's own
+// read-modify-write of it).
 package fuel
 
 import (
@@ -25,6 +29,10 @@ import (
 
 // Export names the fuel global in a metered module.
 const Export = "pillar:fuel"
+
+// Stop names the global that, set to non-zero, makes the next charge trap
+// as if the fuel had run out.
+const Stop = "pillar:stop"
 
 // Spent is the counter's value after a call ran out of fuel.
 const Spent = ^uint64(0)
@@ -91,15 +99,19 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 			}
 		}
 	}
-	// The counter is the last global: no imports, so its index is the
-	// number of globals the module defines.
-	global := leb(nil, uint64(globals))
+	// The counter and the stop flag are the last globals: no imports, so
+	// their indexes follow the globals the module defines.
+	global, stop := leb(nil, uint64(globals)), leb(nil, uint64(globals)+1)
 	counter := []byte{typeI64, 1, opI64Const}
 	counter = sleb(counter, int64(initial))
 	counter = append(counter, opEnd)
+	counter = append(counter, 0x7f, 1, 0x41, 0, opEnd) // mut i32 = 0
 	export := leb(nil, uint64(len(Export)))
 	export = append(append(export, Export...), kindGlobal)
-	export = leb(export, uint64(globals))
+	export = append(export, global...)
+	export = leb(export, uint64(len(Stop)))
+	export = append(append(export, Stop...), kindGlobal)
+	export = append(export, stop...)
 	if !haveGlobal {
 		secs = insert(secs, func(id byte) bool { return rank[id] > rank[secGlobal] }, section{secGlobal, []byte{0}})
 	}
@@ -112,11 +124,11 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 		var err error
 		switch s.id {
 		case secGlobal:
-			body, err = appendEntry(body, counter)
+			body, err = appendEntries(body, 2, counter)
 		case secExport:
-			body, err = appendEntry(body, export)
+			body, err = appendEntries(body, 2, export)
 		case secCode:
-			body, err = meterCode(body, global)
+			body, err = meterCode(body, global, stop)
 		}
 		if err != nil {
 			return nil, err
@@ -143,23 +155,23 @@ func insert(secs []section, after func(byte) bool, s section) []section {
 	return append(secs, s)
 }
 
-// appendEntry adds one entry to a vector section.
-func appendEntry(body, entry []byte) ([]byte, error) {
+// appendEntries adds n entries to a vector section.
+func appendEntries(body []byte, n uint64, entries []byte) ([]byte, error) {
 	r := reader{b: body}
-	n := r.u32()
+	have := r.u32()
 	if r.err != nil {
 		return nil, r.err
 	}
-	out := leb(nil, uint64(n)+1)
+	out := leb(nil, uint64(have)+n)
 	out = append(out, body[r.p:]...)
-	return append(out, entry...), nil
+	return append(out, entries...), nil
 }
 
 // meterCode charges every function body on entry and every loop on each
 // iteration. It refuses code the charges would more than quadruple (a
 // body made mostly of loops), so that neither the rewrite nor the
 // compilation of its result costs much more than the module's own.
-func meterCode(body, global []byte) ([]byte, error) {
+func meterCode(body, global, stop []byte) ([]byte, error) {
 	r := reader{b: body}
 	n := r.u32()
 	room := 4*len(body) + 1<<16
@@ -172,7 +184,7 @@ func meterCode(body, global []byte) ([]byte, error) {
 			return nil, r.err
 		}
 		var err error
-		if out, err = meterFunc(out, fn, global, &room); err != nil {
+		if out, err = meterFunc(out, fn, global, stop, &room); err != nil {
 			return nil, err
 		}
 	}
@@ -185,16 +197,16 @@ func meterCode(body, global []byte) ([]byte, error) {
 	return out, nil
 }
 
-// exportsCounterName refuses a module that already exports Export: the
-// host must find the counter under that name, not the guest's own.
+// exportsCounterName refuses a module that already exports Export or
+// Stop: the host must find the counter under that name, not the guest's own.
 func exportsCounterName(body []byte) error {
 	r := reader{b: body}
 	for n := r.u32(); n > 0 && r.err == nil; n-- {
 		name := r.bytes(int(r.u32()))
 		r.byte()
 		r.u32()
-		if string(name) == Export {
-			return fmt.Errorf("%w: it exports %q itself", ErrNotMeterable, Export)
+		if string(name) == Export || string(name) == Stop {
+			return fmt.Errorf("%w: it exports %q itself", ErrNotMeterable, name)
 		}
 	}
 	return r.err
@@ -214,13 +226,13 @@ func cost(code byte) uint64 {
 }
 
 // maxCharge is the longest a charge's code can be (charge).
-const maxCharge = 14 + 4*5 + 2*10
+const maxCharge = 16 + 5*5 + 2*10
 
 // meterFunc appends fn, its size first, charged, taking what it adds from
 // room. A first pass finds what the body and each of its loops cost, a
 // second copies the body with the charges; nothing per instruction is
 // kept between them.
-func meterFunc(out, fn, global []byte, room *int) ([]byte, error) {
+func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 	r := reader{b: fn}
 	// Every vector loop stops at the first error: a count of 2^32-1 in a
 	// short input would otherwise cost seconds of reads past its end.
@@ -275,14 +287,14 @@ func meterFunc(out, fn, global []byte, room *int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the charges would more than quadruple its code", ErrNotMeterable)
 	}
 	body := append([]byte(nil), fn[:code]...)
-	body = charge(body, global, total)
+	body = charge(body, global, stop, total)
 	// Copy up to and including each loop instruction, then its charge.
 	r = reader{b: fn, p: code}
 	from := code
 	for next := 0; next < len(loops); {
 		if c, _ := r.instruction(); c == opLoop {
 			body = append(body, fn[from:r.p]...)
-			body = charge(body, global, loops[next])
+			body = charge(body, global, stop, loops[next])
 			from, next = r.p, next+1
 		}
 	}
@@ -291,15 +303,17 @@ func meterFunc(out, fn, global []byte, room *int) ([]byte, error) {
 	return append(out, body...), nil
 }
 
-// charge appends: if fuel < n { fuel = Spent; unreachable }; fuel -= n.
+// charge appends: if fuel < n | stop { fuel = Spent; unreachable }; fuel -= n.
 // It leaves the operand stack as it was and closes its own block, so
 // branch depths around it do not change.
-func charge(out, global []byte, n uint64) []byte {
+func charge(out, global, stop []byte, n uint64) []byte {
 	out = append(out, opGlobalGet)
 	out = append(out, global...)
 	out = append(out, opI64Const)
 	out = sleb(out, int64(n))
-	out = append(out, 0x54, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // i64.lt_u, if, i64.const -1, global.set
+	out = append(out, 0x54, opGlobalGet) // i64.lt_u, global.get
+	out = append(out, stop...)
+	out = append(out, 0x72, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // i32.or, if, i64.const -1, global.set
 	out = append(out, global...)
 	out = append(out, 0x00, opEnd, opGlobalGet) // unreachable, end
 	out = append(out, global...)
