@@ -472,9 +472,9 @@ const (
 // 64 MiB). A call seen running at two ticks in a row gets its stop flag
 // set (not its counter zeroed: the guest's own update of the counter would
 // overwrite that), so its next charge traps: it ends as a timeout within
-// two ticks plus one loop iteration or function body. Its cost on the call path is
-// three atomic operations, where a watchdog timer per call would cost a
-// timer reset and stop.
+// two ticks plus one loop iteration or function body. On the call path it
+// costs three atomic operations, where a watchdog timer per call would
+// cost a timer reset and stop.
 func (r *Runtime) reap(every time.Duration) {
 	defer close(r.reaped)
 	t := time.NewTicker(every)
@@ -526,14 +526,17 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 			mod.Close(context.Background())
 			return nil, fmt.Errorf("%w: metered without a fuel counter", ErrInvalidModule)
 		}
-		inst.fuel, inst.stop, inst.budget, inst.r = g, stop, fuelPerCall(r.o.CallTimeout), r
-		r.liveMu.Lock()
-		r.live[inst] = struct{}{}
-		r.liveMu.Unlock()
+		inst.fuel, inst.stop, inst.budget = g, stop, fuelPerCall(r.o.CallTimeout)
 	}
 	if inst.mem == nil {
 		mod.Close(context.Background())
 		return nil, fmt.Errorf("%w: the module has no memory", ErrInvalidModule)
+	}
+	if m.metered {
+		inst.r = r
+		r.liveMu.Lock()
+		r.live[inst] = struct{}{}
+		r.liveMu.Unlock()
 	}
 	inst.ctx, inst.cancel = context.WithCancel(context.Background())
 	inst.watchdog = time.AfterFunc(time.Hour, inst.cancel)
