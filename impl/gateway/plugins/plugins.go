@@ -449,12 +449,15 @@ type instance struct {
 	budget uint64
 	// stop, set by reap, makes the guest's next charge trap (fuel.Stop).
 	stop api.MutableGlobal
-	// calls counts the metered calls begun and state says whether one runs
-	// (idle, running, reaping), so that reap can find one that overran;
-	// watched is reap's own: the call it saw running at its last tick.
+	// calls counts the metered calls begun, state says whether one runs
+	// (idle, running, reaping) and ticks how many of reap's ticks it may
+	// run through, so that reap can find one that overran; watched and seen
+	// are reap's own: the call it saw running and at how many ticks.
 	calls   atomic.Uint64
 	state   atomic.Uint32
+	ticks   atomic.Uint32
 	watched uint64
+	seen    uint32
 	r       *Runtime
 }
 
@@ -465,16 +468,17 @@ const (
 	reaping
 )
 
-// reap stops metered calls that run longer than a tick (every): fuel
-// bounds the instructions a call runs, not their time, and a unit costs
-// far more than the budget assumes when every load misses the caches
-// (BenchmarkFuelRate in package fuel: 60 times the tightest loop's on
-// 64 MiB). A call seen running at two ticks in a row gets its stop flag
-// set (not its counter zeroed: the guest's own update of the counter would
-// overwrite that), so its next charge traps: it ends as a timeout within
-// two ticks plus one loop iteration or function body. On the call path it
-// costs three atomic operations, where a watchdog timer per call would
-// cost a timer reset and stop.
+// reap stops metered calls that run longer than they may (a call
+// timeout; an instance's start timeout for _initialize), counted in ticks
+// of every: fuel bounds the instructions a call runs, not their time, and
+// a unit costs far more than the budget assumes when every load misses
+// the caches (BenchmarkFuelRate in package fuel: 60 times the tightest
+// loop's on 64 MiB). A call seen running at more ticks than it may gets
+// its stop flag set (not its counter zeroed: the guest's own update of the
+// counter would overwrite that), so its next charge traps: it ends as a
+// timeout within its time plus two ticks and one loop iteration or
+// function body. On the call path it costs a few atomic operations, where
+// a watchdog timer per call would cost a timer reset and stop.
 func (r *Runtime) reap(every time.Duration) {
 	defer close(r.reaped)
 	t := time.NewTicker(every)
@@ -489,14 +493,17 @@ func (r *Runtime) reap(every time.Duration) {
 		for in := range r.live {
 			c := in.calls.Load()
 			if in.state.Load() != running {
-				in.watched = 0
+				in.watched, in.seen = 0, 0
 				continue
 			}
-			if in.watched == c && in.state.CompareAndSwap(running, reaping) {
+			if in.watched != c {
+				in.watched, in.seen = c, 0
+			}
+			in.seen++
+			if in.seen > in.ticks.Load() && in.state.CompareAndSwap(running, reaping) {
 				in.stop.Set(1)
 				in.state.Store(running)
 			}
-			in.watched = c
 		}
 		r.liveMu.Unlock()
 	}
@@ -507,6 +514,11 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	ictx, cancel := context.WithTimeout(ctx, r.startTimeout())
 	defer cancel()
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
+	if m.metered {
+		// Its _initialize runs below, where reap watches it (package fuel
+		// refuses a start section, which would run here unwatched).
+		cfg = cfg.WithStartFunctions()
+	}
 	mod, err := m.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		if m.metered && spent(mod) {
@@ -532,15 +544,31 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 		mod.Close(context.Background())
 		return nil, fmt.Errorf("%w: the module has no memory", ErrInvalidModule)
 	}
+	inst.ctx, inst.cancel = context.WithCancel(context.Background())
+	inst.watchdog = time.AfterFunc(time.Hour, inst.cancel)
+	inst.watchdog.Stop()
 	if m.metered {
 		inst.r = r
 		r.liveMu.Lock()
 		r.live[inst] = struct{}{}
 		r.liveMu.Unlock()
+		if init := mod.ExportedFunction("_initialize"); init != nil {
+			if len(init.Definition().ParamTypes())+len(init.Definition().ResultTypes()) != 0 {
+				inst.close()
+				return nil, fmt.Errorf("%w: _initialize must take and return nothing", ErrInvalidModule)
+			}
+			inst.budget = fuelPerCall(r.startTimeout())
+			err := inst.run(init, r.startTimeout())
+			inst.budget = fuelPerCall(r.o.CallTimeout)
+			if err != nil {
+				inst.close()
+				if errors.Is(err, ErrTimeout) {
+					return nil, fmt.Errorf("%w: its start ran out of fuel", ErrTimeout)
+				}
+				return nil, err
+			}
+		}
 	}
-	inst.ctx, inst.cancel = context.WithCancel(context.Background())
-	inst.watchdog = time.AfterFunc(time.Hour, inst.cancel)
-	inst.watchdog.Stop()
 	return inst, nil
 }
 
@@ -566,6 +594,7 @@ func (in *instance) run(fn api.Function, timeout time.Duration) error {
 		// reap's stop is ordered after it; a call that ends while reap
 		// stops it waits for reap to finish, then clears the flag.
 		in.fuel.Set(in.budget)
+		in.ticks.Store(uint32(max(timeout/in.r.o.CallTimeout, 1)))
 		in.calls.Add(1)
 		in.state.Store(running)
 		err := fn.CallWithStack(in.ctx, in.stack[:])

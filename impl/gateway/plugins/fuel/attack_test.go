@@ -168,34 +168,14 @@ func TestCounterLimits(t *testing.T) {
 	spends(t, ctx, mod, g, 0, "f")
 }
 
-// Start functions and _initialize pay from the initial fuel, however they
-// loop.
-func TestStartFunctionsPay(t *testing.T) {
-	for name, src := range map[string]string{
-		"start":           `(module (func $s (loop $l (br $l))) (start $s))`,
-		"recursive start": `(module (func $s (call $s)) (start $s))`,
-	} {
-		metered, err := Meter(assemble(t, src), 5000)
-		if err != nil {
-			t.Fatal(name, err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
-		_, err = rt.Instantiate(ctx, metered)
-		if err == nil || ctx.Err() != nil {
-			t.Errorf("%s: %v (deadline: %v)", name, err, ctx.Err())
-		}
-		rt.Close(ctx)
-		cancel()
-	}
-}
-
 // What the rewriter cannot bound, or whose name collides with the counter,
 // is refused.
 func TestAttacksRefused(t *testing.T) {
 	for name, src := range map[string]string{
-		"exports a global named like the counter":   `(global (export "pillar:fuel") (mut i64) (i64.const 0))`,
-		"exports a function named like the counter": `(func (export "pillar:fuel") (loop $l (br $l)))`,
+		"exports a global named like the counter":                   `(global (export "pillar:fuel") (mut i64) (i64.const 0))`,
+		"exports a function named like the counter":                 `(func (export "pillar:fuel") (loop $l (br $l)))`,
+		"exports a global named like the stop flag":                 `(global (export "pillar:stop") (mut i32) (i32.const 0))`,
+		"a start section (it runs inside instantiation, unwatched)": `(func $s (loop $l (br $l))) (start $s)`,
 		"table.grow":         `(table 1 funcref) (func (export "f") (drop (table.grow 0 (ref.null func) (i32.const 1000))))`,
 		"table.fill":         `(table 1 funcref) (func (export "f") (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1)))`,
 		"table.copy":         `(table 1 funcref) (func (export "f") (table.copy (i32.const 0) (i32.const 0) (i32.const 1)))`,

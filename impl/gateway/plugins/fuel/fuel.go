@@ -9,9 +9,11 @@
 // metered: no imports (a host function could block), no bulk memory or
 // table operations (their cost depends on an operand), no ref.func (a host
 // call worth hundreds of units), no tail calls, exceptions, SIMD, threads
-// or GC instructions, and no export of their own named Export. Anything
-// else is left to the checked runtime (ErrNotMeterable). An instruction
-// pays one unit, memory.grow growCost (it calls the host).
+// or GC instructions, no start section (it runs inside instantiation,
+// where the host cannot stop it; export _initialize instead), and no
+// export of their own named Export or Stop. Anything else is left to the
+// checked runtime (ErrNotMeterable). An instruction pays one unit,
+// memory.grow growCost (it calls the host).
 //
 // The counter is an exported mutable i64 global named Export. When a
 // charge exceeds what is left the module sets it to Spent and traps. It
@@ -46,6 +48,7 @@ const (
 	secImport   = 2
 	secGlobal   = 6
 	secExport   = 7
+	secStart    = 8
 	secCode     = 10
 	typeI64     = 0x7e
 	kindGlobal  = 0x03
@@ -92,6 +95,8 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 		case secGlobal:
 			sr := reader{b: s.body}
 			globals, haveGlobal = sr.u32(), true
+		case secStart:
+			return nil, fmt.Errorf("%w: a start section runs before the host can stop it", ErrNotMeterable)
 		case secExport:
 			haveExport = true
 			if err := exportsCounterName(s.body); err != nil {
