@@ -24,8 +24,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,6 +102,13 @@ type Runtime struct {
 	// does no label lookup.
 	obs map[string]*slotMetrics
 
+	// live holds the metered instances, which reap watches; stopReap
+	// ends it and reaped says it ended.
+	liveMu   sync.Mutex
+	live     map[*instance]struct{}
+	stopReap chan struct{}
+	reaped   chan struct{}
+
 	mu       sync.Mutex
 	mods     map[string]*module
 	bindings map[string]*Binding
@@ -150,7 +159,9 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 		return nil, err
 	}
 	fast := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(o.MemoryLimitPages))
-	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{}}
+	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{},
+		live: map[*instance]struct{}{}, stopReap: make(chan struct{}), reaped: make(chan struct{})}
+	go r.reap(o.CallTimeout)
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_plugin_calls_total",
 		Help: "WASM plugin calls by slot and outcome (ok, timeout, trap, garbage, error)."}, []string{"slot", "outcome"})
 	r.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "svc_plugin_call_duration_seconds",
@@ -169,6 +180,8 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 
 // Close releases every module and instance.
 func (r *Runtime) Close(ctx context.Context) error {
+	close(r.stopReap)
+	<-r.reaped
 	return errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
 }
 
@@ -434,6 +447,66 @@ type instance struct {
 	// budget before every call.
 	fuel   api.MutableGlobal
 	budget uint64
+	// stop, set by reap, makes the guest's next charge trap (fuel.Stop).
+	stop api.MutableGlobal
+	// calls counts the metered calls begun, state says whether one runs
+	// (idle, running, reaping) and ticks how many of reap's ticks it may
+	// run through, so that reap can find one that overran; watched and seen
+	// are reap's own: the call it saw running and at how many ticks.
+	calls   atomic.Uint64
+	state   atomic.Uint32
+	ticks   atomic.Uint32
+	watched uint64
+	seen    uint32
+	r       *Runtime
+}
+
+// States of a metered instance's call.
+const (
+	idle uint32 = iota
+	running
+	reaping
+)
+
+// reap stops metered calls that run longer than they may (a call
+// timeout; an instance's start timeout for _initialize), counted in ticks
+// of every: fuel bounds the instructions a call runs, not their time, and
+// a unit costs far more than the budget assumes when every load misses
+// the caches (BenchmarkFuelRate in package fuel: 60 times the tightest
+// loop's on 64 MiB). A call seen running at more ticks than it may gets
+// its stop flag set (not its counter zeroed: the guest's own update of the
+// counter would overwrite that), so its next charge traps: it ends as a
+// timeout within its time plus two ticks and one loop iteration or
+// function body. On the call path it costs a few atomic operations, where
+// a watchdog timer per call would cost a timer reset and stop.
+func (r *Runtime) reap(every time.Duration) {
+	defer close(r.reaped)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopReap:
+			return
+		case <-t.C:
+		}
+		r.liveMu.Lock()
+		for in := range r.live {
+			c := in.calls.Load()
+			if in.state.Load() != running {
+				in.watched, in.seen = 0, 0
+				continue
+			}
+			if in.watched != c {
+				in.watched, in.seen = c, 0
+			}
+			in.seen++
+			if in.seen > in.ticks.Load() && in.state.CompareAndSwap(running, reaping) {
+				in.stop.Set(1)
+				in.state.Store(running)
+			}
+		}
+		r.liveMu.Unlock()
+	}
 }
 
 func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error) {
@@ -441,6 +514,11 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	ictx, cancel := context.WithTimeout(ctx, r.startTimeout())
 	defer cancel()
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
+	if m.metered {
+		// Its _initialize runs below, where reap watches it (package fuel
+		// refuses a start section, which would run here unwatched).
+		cfg = cfg.WithStartFunctions()
+	}
 	mod, err := m.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		if m.metered && spent(mod) {
@@ -455,11 +533,12 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	inst := &instance{mod: mod, mem: mod.Memory(), input: mod.ExportedFunction(name)}
 	if m.metered {
 		g, ok := mod.ExportedGlobal(fuel.Export).(api.MutableGlobal)
-		if !ok {
+		stop, ok2 := mod.ExportedGlobal(fuel.Stop).(api.MutableGlobal)
+		if !ok || !ok2 {
 			mod.Close(context.Background())
 			return nil, fmt.Errorf("%w: metered without a fuel counter", ErrInvalidModule)
 		}
-		inst.fuel, inst.budget = g, fuelPerCall(r.o.CallTimeout)
+		inst.fuel, inst.stop, inst.budget = g, stop, fuelPerCall(r.o.CallTimeout)
 	}
 	if inst.mem == nil {
 		mod.Close(context.Background())
@@ -468,10 +547,37 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	inst.ctx, inst.cancel = context.WithCancel(context.Background())
 	inst.watchdog = time.AfterFunc(time.Hour, inst.cancel)
 	inst.watchdog.Stop()
+	if m.metered {
+		inst.r = r
+		r.liveMu.Lock()
+		r.live[inst] = struct{}{}
+		r.liveMu.Unlock()
+		if init := mod.ExportedFunction("_initialize"); init != nil {
+			if len(init.Definition().ParamTypes())+len(init.Definition().ResultTypes()) != 0 {
+				inst.close()
+				return nil, fmt.Errorf("%w: _initialize must take and return nothing", ErrInvalidModule)
+			}
+			inst.budget = fuelPerCall(r.startTimeout())
+			err := inst.run(init, r.startTimeout())
+			inst.budget = fuelPerCall(r.o.CallTimeout)
+			if err != nil {
+				inst.close()
+				if errors.Is(err, ErrTimeout) {
+					return nil, fmt.Errorf("%w: its start ran out of fuel", ErrTimeout)
+				}
+				return nil, err
+			}
+		}
+	}
 	return inst, nil
 }
 
 func (in *instance) close() {
+	if in.r != nil {
+		in.r.liveMu.Lock()
+		delete(in.r.live, in)
+		in.r.liveMu.Unlock()
+	}
 	in.watchdog.Stop()
 	in.cancel()
 	in.mod.Close(context.Background())
@@ -482,9 +588,23 @@ func (in *instance) close() {
 // returned just then: the instance is being closed and must be discarded.
 func (in *instance) run(fn api.Function, timeout time.Duration) error {
 	if in.fuel != nil {
-		// Metered: the fuel, not a watchdog, ends a call that runs too long.
+		// Metered: the fuel, not a watchdog, ends a call that runs too long,
+		// and reap one whose units cost more than the budget assumes.
+		// The budget is set before the call is marked running, so that
+		// reap's stop is ordered after it; a call that ends while reap
+		// stops it waits for reap to finish, then clears the flag.
 		in.fuel.Set(in.budget)
-		if err := fn.CallWithStack(in.ctx, in.stack[:]); err != nil {
+		in.ticks.Store(uint32(max(timeout/in.r.o.CallTimeout, 1)))
+		in.calls.Add(1)
+		in.state.Store(running)
+		err := fn.CallWithStack(in.ctx, in.stack[:])
+		for !in.state.CompareAndSwap(running, idle) {
+			runtime.Gosched()
+		}
+		if in.stop.Get() != 0 {
+			in.stop.Set(0)
+		}
+		if err != nil {
 			if in.fuel.Get() == fuel.Spent {
 				return ErrTimeout
 			}

@@ -7,12 +7,20 @@
 //
 // Only modules whose every instruction is understood and bounded are
 // metered: no imports (a host function could block), no bulk memory or
-// table operations (their cost depends on an operand), no tail calls,
-// exceptions, SIMD, threads or GC instructions. Anything else is left to
-// the checked runtime (ErrNotMeterable).
+// table operations (their cost depends on an operand), no ref.func (a host
+// call worth hundreds of units), no tail calls, exceptions, SIMD, threads
+// or GC instructions, no start section (it runs inside instantiation,
+// where the host cannot stop it; export _initialize instead), and no
+// export of their own named Export or Stop. Anything else is left to the
+// checked runtime (ErrNotMeterable). An instruction pays one unit,
+// memory.grow growCost (it calls the host).
 //
 // The counter is an exported mutable i64 global named Export. When a
-// charge exceeds what is left the module sets it to Spent and traps.
+// charge exceeds what is left the module sets it to Spent and traps. It
+// does the same when the host has set the i32 global named Stop to
+// non-zero: the guest only reads that one, so a host write during a call
+// is never lost (a write to the counter is, to the guest's own
+// read-modify-write of it).
 package fuel
 
 import (
@@ -23,6 +31,10 @@ import (
 
 // Export names the fuel global in a metered module.
 const Export = "pillar:fuel"
+
+// Stop names the global that, set to non-zero, makes the next charge trap
+// as if the fuel had run out.
+const Stop = "pillar:stop"
 
 // Spent is the counter's value after a call ran out of fuel.
 const Spent = ^uint64(0)
@@ -36,6 +48,7 @@ const (
 	secImport   = 2
 	secGlobal   = 6
 	secExport   = 7
+	secStart    = 8
 	secCode     = 10
 	typeI64     = 0x7e
 	kindGlobal  = 0x03
@@ -82,19 +95,28 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 		case secGlobal:
 			sr := reader{b: s.body}
 			globals, haveGlobal = sr.u32(), true
+		case secStart:
+			return nil, fmt.Errorf("%w: a start section runs before the host can stop it", ErrNotMeterable)
 		case secExport:
 			haveExport = true
+			if err := exportsCounterName(s.body); err != nil {
+				return nil, err
+			}
 		}
 	}
-	// The counter is the last global: no imports, so its index is the
-	// number of globals the module defines.
-	global := leb(nil, uint64(globals))
+	// The counter and the stop flag are the last globals: no imports, so
+	// their indexes follow the globals the module defines.
+	global, stop := leb(nil, uint64(globals)), leb(nil, uint64(globals)+1)
 	counter := []byte{typeI64, 1, opI64Const}
 	counter = sleb(counter, int64(initial))
 	counter = append(counter, opEnd)
+	counter = append(counter, 0x7f, 1, 0x41, 0, opEnd) // mut i32 = 0
 	export := leb(nil, uint64(len(Export)))
 	export = append(append(export, Export...), kindGlobal)
-	export = leb(export, uint64(globals))
+	export = append(export, global...)
+	export = leb(export, uint64(len(Stop)))
+	export = append(append(export, Stop...), kindGlobal)
+	export = append(export, stop...)
 	if !haveGlobal {
 		secs = insert(secs, func(id byte) bool { return rank[id] > rank[secGlobal] }, section{secGlobal, []byte{0}})
 	}
@@ -107,11 +129,11 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 		var err error
 		switch s.id {
 		case secGlobal:
-			body, err = appendEntry(body, counter)
+			body, err = appendEntries(body, 2, counter)
 		case secExport:
-			body, err = appendEntry(body, export)
+			body, err = appendEntries(body, 2, export)
 		case secCode:
-			body, err = meterCode(body, global)
+			body, err = meterCode(body, global, stop)
 		}
 		if err != nil {
 			return nil, err
@@ -138,36 +160,41 @@ func insert(secs []section, after func(byte) bool, s section) []section {
 	return append(secs, s)
 }
 
-// appendEntry adds one entry to a vector section.
-func appendEntry(body, entry []byte) ([]byte, error) {
+// appendEntries adds n entries to a vector section.
+func appendEntries(body []byte, n uint64, entries []byte) ([]byte, error) {
 	r := reader{b: body}
-	n := r.u32()
+	have := r.u32()
 	if r.err != nil {
 		return nil, r.err
 	}
-	out := leb(nil, uint64(n)+1)
+	out := leb(nil, uint64(have)+n)
 	out = append(out, body[r.p:]...)
-	return append(out, entry...), nil
+	return append(out, entries...), nil
 }
 
 // meterCode charges every function body on entry and every loop on each
-// iteration.
-func meterCode(body, global []byte) ([]byte, error) {
+// iteration. It refuses code the charges would more than quadruple (a
+// body made mostly of loops), so that neither the rewrite nor the
+// compilation of its result costs much more than the module's own.
+func meterCode(body, global, stop []byte) ([]byte, error) {
 	r := reader{b: body}
 	n := r.u32()
-	out := leb(nil, uint64(n))
-	for range n {
+	room := 4*len(body) + 1<<16
+	out := make([]byte, 0, len(body)+len(body)/4)
+	out = leb(out, uint64(n))
+	for i := uint32(0); i < n && r.err == nil; i++ {
 		size := r.u32()
 		fn := r.bytes(int(size))
 		if r.err != nil {
 			return nil, r.err
 		}
-		metered, err := meterFunc(fn, global)
-		if err != nil {
+		var err error
+		if out, err = meterFunc(out, fn, global, stop, &room); err != nil {
 			return nil, err
 		}
-		out = leb(out, uint64(len(metered)))
-		out = append(out, metered...)
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	if !r.done() {
 		return nil, fmt.Errorf("%w: trailing bytes in the code section", ErrNotMeterable)
@@ -175,16 +202,46 @@ func meterCode(body, global []byte) ([]byte, error) {
 	return out, nil
 }
 
-// op is one decoded instruction: where it starts and ends in the body.
-type op struct {
-	code       byte
-	start, end int
+// exportsCounterName refuses a module that already exports Export or
+// Stop: the host must find the counter under that name, not the guest's own.
+func exportsCounterName(body []byte) error {
+	r := reader{b: body}
+	for n := r.u32(); n > 0 && r.err == nil; n-- {
+		name := r.bytes(int(r.u32()))
+		r.byte()
+		r.u32()
+		if string(name) == Export || string(name) == Stop {
+			return fmt.Errorf("%w: it exports %q itself", ErrNotMeterable, name)
+		}
+	}
+	return r.err
 }
 
-func meterFunc(fn, global []byte) ([]byte, error) {
+// growCost is what memory.grow pays: it calls the host even when it
+// fails, about 50 times the cost of a unit of the tightest loop
+// (measured with BenchmarkFuelRate).
+const growCost = 64
+
+// cost is the fuel an instruction pays.
+func cost(code byte) uint64 {
+	if code == 0x40 {
+		return growCost
+	}
+	return 1
+}
+
+// maxCharge is the longest a charge's code can be (charge).
+const maxCharge = 16 + 5*5 + 2*10
+
+// meterFunc appends fn, its size first, charged, taking what it adds from
+// room. A first pass finds what the body and each of its loops cost, a
+// second copies the body with the charges; nothing per instruction is
+// kept between them.
+func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 	r := reader{b: fn}
-	groups := r.u32()
-	for range groups {
+	// Every vector loop stops at the first error: a count of 2^32-1 in a
+	// short input would otherwise cost seconds of reads past its end.
+	for groups := r.u32(); groups > 0 && r.err == nil; groups-- {
 		r.u32()
 		if t := r.byte(); !valtype(t) {
 			return nil, fmt.Errorf("%w: local of type %#x", ErrNotMeterable, t)
@@ -194,55 +251,74 @@ func meterFunc(fn, global []byte) ([]byte, error) {
 		return nil, r.err
 	}
 	code := r.p
-	var ops []op
-	// matching[i] is the index of the end of the loop at ops[i].
-	matching := map[int]int{}
-	var open []int // indexes of open blocks (block, loop, if); -1 for the body
-	open = append(open, -1)
+	// An open block: loop is its index in loops (-1 for block, if and the
+	// body), at the cost spent when it opened.
+	type block struct {
+		loop int
+		at   uint64
+	}
+	var loops []uint64 // what an iteration of each loop costs, in order
+	var total uint64
+	open := []block{{-1, 0}}
 	for len(open) > 0 {
 		if r.done() {
 			return nil, fmt.Errorf("%w: a function body ends inside a block", ErrNotMeterable)
 		}
-		start := r.p
 		c, err := r.instruction()
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, op{c, start, r.p})
+		total += cost(c)
 		switch c {
-		case 0x02, opLoop, 0x04:
-			open = append(open, len(ops)-1)
+		case 0x02, 0x04:
+			open = append(open, block{-1, total})
+		case opLoop:
+			open = append(open, block{len(loops), total})
+			loops = append(loops, 0)
 		case opEnd:
-			top := open[len(open)-1]
+			b := open[len(open)-1]
 			open = open[:len(open)-1]
-			if top >= 0 && ops[top].code == opLoop {
-				matching[top] = len(ops) - 1
+			if b.loop >= 0 {
+				// From after the loop instruction to its end, inclusive.
+				loops[b.loop] = total - b.at
 			}
 		}
 	}
 	if !r.done() {
 		return nil, fmt.Errorf("%w: bytes after a function body's end", ErrNotMeterable)
 	}
-	out := append([]byte(nil), fn[:code]...)
-	out = charge(out, global, uint64(len(ops)))
-	for i, o := range ops {
-		out = append(out, fn[o.start:o.end]...)
-		if o.code == opLoop {
-			out = charge(out, global, uint64(matching[i]-i))
+	*room -= (len(loops) + 1) * maxCharge
+	if *room < 0 {
+		return nil, fmt.Errorf("%w: the charges would more than quadruple its code", ErrNotMeterable)
+	}
+	body := append([]byte(nil), fn[:code]...)
+	body = charge(body, global, stop, total)
+	// Copy up to and including each loop instruction, then its charge.
+	r = reader{b: fn, p: code}
+	from := code
+	for next := 0; next < len(loops); {
+		if c, _ := r.instruction(); c == opLoop {
+			body = append(body, fn[from:r.p]...)
+			body = charge(body, global, stop, loops[next])
+			from, next = r.p, next+1
 		}
 	}
-	return out, nil
+	body = append(body, fn[from:]...)
+	out = leb(out, uint64(len(body)))
+	return append(out, body...), nil
 }
 
-// charge appends: if fuel < n { fuel = Spent; unreachable }; fuel -= n.
+// charge appends: if fuel < n | stop { fuel = Spent; unreachable }; fuel -= n.
 // It leaves the operand stack as it was and closes its own block, so
 // branch depths around it do not change.
-func charge(out, global []byte, n uint64) []byte {
+func charge(out, global, stop []byte, n uint64) []byte {
 	out = append(out, opGlobalGet)
 	out = append(out, global...)
 	out = append(out, opI64Const)
 	out = sleb(out, int64(n))
-	out = append(out, 0x54, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // i64.lt_u, if, i64.const -1, global.set
+	out = append(out, 0x54, opGlobalGet) // i64.lt_u, global.get
+	out = append(out, stop...)
+	out = append(out, 0x72, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // i32.or, if, i64.const -1, global.set
 	out = append(out, global...)
 	out = append(out, 0x00, opEnd, opGlobalGet) // unreachable, end
 	out = append(out, global...)
@@ -297,7 +373,7 @@ func (r *reader) bytes(n int) []byte {
 func (r *reader) uleb(bits int) uint64 {
 	var v uint64
 	for shift := 0; ; shift += 7 {
-		if shift >= bits+7 {
+		if shift >= bits { // ceil(bits/7) bytes at most
 			r.fail("LEB128 too long")
 			return 0
 		}
@@ -332,11 +408,12 @@ func (r *reader) instruction() (byte, error) {
 		default:
 			r.fail("block type %#x", t)
 		}
-	case c == 0x0c, c == 0x0d, c == 0x10, c == 0xd2: // br br_if call ref.func
+	case c == 0x0c, c == 0x0d, c == 0x10: // br br_if call
 		r.u32()
+	case c == 0xd2: // ref.func: a host call that looks the function up, about 300 units
+		r.fail("ref.func")
 	case c == 0x0e: // br_table
-		n := r.u32()
-		for range n {
+		for n := r.u32(); n > 0 && r.err == nil; n-- {
 			r.u32()
 		}
 		r.u32()
@@ -344,8 +421,7 @@ func (r *reader) instruction() (byte, error) {
 		r.u32()
 		r.u32()
 	case c == 0x1c: // select with types
-		n := r.u32()
-		for range n {
+		for n := r.u32(); n > 0 && r.err == nil; n-- {
 			if t := r.byte(); !valtype(t) {
 				r.fail("select of type %#x", t)
 			}

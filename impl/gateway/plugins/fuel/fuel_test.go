@@ -120,18 +120,11 @@ func TestMeteredModulesBehaveTheSame(t *testing.T) {
 	}
 }
 
-// A start function pays from the counter's initial value.
-func TestStartPaysFromTheInitialFuel(t *testing.T) {
-	wat := `(module (func $s (loop $l (br $l))) (start $s))`
-	metered, err := Meter(assemble(t, wat), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	if _, err := rt.Instantiate(ctx, metered); err == nil {
-		t.Fatal("an endless start function finished")
+// The counter starts at the initial value Meter is given.
+func TestInitialFuel(t *testing.T) {
+	_, g := instantiate(t, `(module (func (export "f")))`, 1234)
+	if g.Get() != 1234 {
+		t.Errorf("initial fuel %d", g.Get())
 	}
 }
 
