@@ -78,7 +78,7 @@ var _ = Describe("Configuration", func() {
 		Entry("lvm bad provisioningMode", Label("S-AG-5"), "backends:\n  - lvm: {volumeGroup: v, provisioningMode: thick}\n", "backends[0].lvm.provisioningMode"),
 		Entry("duplicate pool", Label("S-AG-7"), "backends:\n  - zfs: {pool: a}\n  - zfs: {pool: a}\n", "backends[1].zfs.pool"),
 		Entry("pool and group names coincide", Label("S-AG-7"), "backends:\n  - zfs: {pool: a}\n  - lvm: {volumeGroup: a}\n", "backends[1].lvm.volumeGroup"),
-		Entry("unknown key", Label("S-AG-8"), "backends:\n  - zfs: {pool: a, compression: lz4}\n", "backends[0].zfs.compresion"),
+		Entry("unknown key", Label("S-AG-8"), "backends:\n  - zfs: {pool: a, frobnicate: lz4}\n", "backends[0].zfs.frobnicate"),
 	)
 
 	It("refuses to start on an invalid file", Label("S-AG-1", "S-AG-8"), func() {

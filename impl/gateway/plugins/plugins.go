@@ -104,10 +104,11 @@ type Runtime struct {
 
 	// live holds the metered instances, which reap watches; stopReap
 	// ends it and reaped says it ended.
-	liveMu   sync.Mutex
-	live     map[*instance]struct{}
-	stopReap chan struct{}
-	reaped   chan struct{}
+	liveMu    sync.Mutex
+	live      map[*instance]struct{}
+	stopReap  chan struct{}
+	reaped    chan struct{}
+	closeOnce sync.Once
 
 	mu       sync.Mutex
 	mods     map[string]*module
@@ -161,7 +162,6 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	fast := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(o.MemoryLimitPages))
 	r := &Runtime{o: o, rt: rt, fast: fast, mods: map[string]*module{}, bindings: map[string]*Binding{}, obs: map[string]*slotMetrics{},
 		live: map[*instance]struct{}{}, stopReap: make(chan struct{}), reaped: make(chan struct{})}
-	go r.reap(o.CallTimeout)
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_plugin_calls_total",
 		Help: "WASM plugin calls by slot and outcome (ok, timeout, trap, garbage, error)."}, []string{"slot", "outcome"})
 	r.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "svc_plugin_call_duration_seconds",
@@ -175,14 +175,27 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 			trap: r.calls.WithLabelValues(slot, "trap"), garbage: r.calls.WithLabelValues(slot, "garbage"),
 			otherError: r.calls.WithLabelValues(slot, "error")}
 	}
+	// Last: nothing above may fail and leave it running.
+	go r.reap(o.CallTimeout)
 	return r, nil
 }
 
-// Close releases every module and instance.
+// compiledCode: wazero compiles guest code to machine code here. Metering
+// relies on it: reap sets a call's stop flag from its own goroutine while
+// the guest runs, and compiled code re-reads the global at every charge;
+// wazero's interpreter (other architectures) reads it in Go code, where
+// that concurrent write would be a data race.
+var compiledCode = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
+
+// Close releases every module and instance; a second call does nothing.
 func (r *Runtime) Close(ctx context.Context) error {
-	close(r.stopReap)
-	<-r.reaped
-	return errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stopReap)
+		<-r.reaped
+		err = errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
+	})
+	return err
 }
 
 // Metered reports whether a compiled module runs metered (package fuel)
@@ -241,7 +254,7 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (string, []string, e
 	// Metered only after the checked runtime validated the module as it
 	// was uploaded: a rewrite must not make an invalid module valid (its
 	// code could name the fuel global).
-	if !r.o.Unmetered {
+	if !r.o.Unmetered && compiledCode {
 		if metered, err := fuel.Meter(wasm, fuelPerCall(r.startTimeout())); err == nil {
 			if fc, err := r.fast.CompileModule(ctx, metered); err == nil {
 				compiled.Close(ctx)
@@ -449,23 +462,25 @@ type instance struct {
 	budget uint64
 	// stop, set by reap, makes the guest's next charge trap (fuel.Stop).
 	stop api.MutableGlobal
-	// calls counts the metered calls begun, state says whether one runs
-	// (idle, running, reaping) and ticks how many of reap's ticks it may
-	// run through, so that reap can find one that overran; watched and seen
+	// call packs the number of metered calls begun (above 2 bits) with the
+	// state of the latest (idle, running, reaping): one word, so reap can
+	// never pair one call's number with the next call's state. ticks is
+	// how many of reap's ticks the call may run through; watched and seen
 	// are reap's own: the call it saw running and at how many ticks.
-	calls   atomic.Uint64
-	state   atomic.Uint32
+	call    atomic.Uint64
 	ticks   atomic.Uint32
 	watched uint64
 	seen    uint32
 	r       *Runtime
 }
 
-// States of a metered instance's call.
+// States of a metered instance's call (the low bits of instance.call).
 const (
-	idle uint32 = iota
+	idle uint64 = iota
 	running
 	reaping
+	stateBits = 2
+	stateMask = 1<<stateBits - 1
 )
 
 // reap stops metered calls that run longer than they may (a call
@@ -491,18 +506,20 @@ func (r *Runtime) reap(every time.Duration) {
 		}
 		r.liveMu.Lock()
 		for in := range r.live {
-			c := in.calls.Load()
-			if in.state.Load() != running {
+			w := in.call.Load()
+			if w&stateMask != running {
 				in.watched, in.seen = 0, 0
 				continue
 			}
-			if in.watched != c {
+			if c := w >> stateBits; in.watched != c {
 				in.watched, in.seen = c, 0
 			}
 			in.seen++
-			if in.seen > in.ticks.Load() && in.state.CompareAndSwap(running, reaping) {
+			// The swap fails if that call ended meanwhile: a later call is
+			// never stopped for an earlier one's time.
+			if in.seen > in.ticks.Load() && in.call.CompareAndSwap(w, w&^stateMask|reaping) {
 				in.stop.Set(1)
-				in.state.Store(running)
+				in.call.Store(w)
 			}
 		}
 		r.liveMu.Unlock()
@@ -521,9 +538,6 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	}
 	mod, err := m.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
-		if m.metered && spent(mod) {
-			return nil, fmt.Errorf("%w: its start ran out of fuel", ErrTimeout)
-		}
 		return nil, err
 	}
 	name := ExportAlloc
@@ -590,15 +604,17 @@ func (in *instance) run(fn api.Function, timeout time.Duration) error {
 	if in.fuel != nil {
 		// Metered: the fuel, not a watchdog, ends a call that runs too long,
 		// and reap one whose units cost more than the budget assumes.
-		// The budget is set before the call is marked running, so that
-		// reap's stop is ordered after it; a call that ends while reap
-		// stops it waits for reap to finish, then clears the flag.
+		// The budget and ticks are set before the call is marked running;
+		// a call that ends while reap stops it waits for reap to finish,
+		// then clears the stop flag, so the instance's next call starts
+		// unstopped.
 		in.fuel.Set(in.budget)
 		in.ticks.Store(uint32(max(timeout/in.r.o.CallTimeout, 1)))
-		in.calls.Add(1)
-		in.state.Store(running)
+		// Only this goroutine moves the word out of idle.
+		n := in.call.Load()>>stateBits + 1
+		in.call.Store(n<<stateBits | running)
 		err := fn.CallWithStack(in.ctx, in.stack[:])
-		for !in.state.CompareAndSwap(running, idle) {
+		for !in.call.CompareAndSwap(n<<stateBits|running, n<<stateBits|idle) {
 			runtime.Gosched()
 		}
 		if in.stop.Get() != 0 {
@@ -682,13 +698,4 @@ func (in *instance) document(abi int, export api.Function, input []byte, timeout
 		return nil, err
 	}
 	return append([]byte(nil), b...), nil
-}
-
-// spent reports whether a metered module's fuel ran out (mod may be nil).
-func spent(mod api.Module) bool {
-	if mod == nil {
-		return false
-	}
-	g := mod.ExportedGlobal(fuel.Export)
-	return g != nil && g.Get() == fuel.Spent
 }

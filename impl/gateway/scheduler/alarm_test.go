@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // neverPoll stands for a poll interval no test outlives: a job that runs
@@ -66,7 +68,9 @@ func awaitRun(t *testing.T, runs <-chan time.Time, deadline time.Time, what stri
 func ok(int) error { return nil }
 
 // On SQLite River fetches right after this process inserts a job due now,
-// so a long poll interval does not delay it.
+// so a long poll interval does not delay it. The alarm rests on that
+// fetch (ringing is an insert): were River to stop fetching after an
+// insert, this test would be the first to say so.
 func TestSQLiteJobDueNowRunsDespiteLongPoll(t *testing.T) {
 	t.Parallel()
 	runs := make(chan time.Time, 4)
@@ -199,5 +203,31 @@ func TestSQLiteJobDueInThePastRunsAtOnce(t *testing.T) {
 	t.Logf("started %s after the enqueue", at.Sub(enqueued))
 	if got := waitState(t, s, id).ScheduledAt; !got.Equal(runAt) {
 		t.Fatalf("scheduled at %s, want its RunAt %s", got, runAt)
+	}
+}
+
+// The doorbell row is the alarm's, not a gateway job: the admin API's
+// cancel and delete, which take any job id, leave it alone.
+func TestDoorbellIsNotAGatewayJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openSQLiteScheduler(t, filepath.Join(t.TempDir(), "s.db"), fast, ok, make(chan time.Time, 4))
+	startScheduler(t, s)
+	if err := s.ring(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(doorbellKind).States(allStates...))
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("doorbell rows: %v, %v", res, err)
+	}
+	id := res.Jobs[0].ID
+	if err := s.Cancel(ctx, id); !errors.Is(err, river.ErrNotFound) {
+		t.Errorf("cancel of the doorbell row: %v", err)
+	}
+	if n, err := s.DeleteJobs(ctx, []int64{id}); err != nil || n != 0 {
+		t.Errorf("delete of the doorbell row: %d deleted, %v", n, err)
+	}
+	if j, err := s.client.JobGet(ctx, id); err != nil || j.State != rivertype.JobStatePending {
+		t.Errorf("the doorbell row after both: %+v, %v", j, err)
 	}
 }

@@ -56,6 +56,9 @@ func (downClient) Insert(context.Context, river.JobArgs, *river.InsertOpts) (*ri
 func (downClient) JobList(context.Context, *river.JobListParams) (*river.JobListResult, error) {
 	return nil, ErrUnavailable
 }
+func (downClient) JobGet(context.Context, int64) (*rivertype.JobRow, error) {
+	return nil, ErrUnavailable
+}
 func (downClient) JobCancel(context.Context, int64) (*rivertype.JobRow, error) {
 	return nil, ErrUnavailable
 }

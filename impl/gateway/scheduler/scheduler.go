@@ -136,6 +136,7 @@ type client interface {
 	Stop(ctx context.Context) error
 	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobCancel(ctx context.Context, jobID int64) (*rivertype.JobRow, error)
 	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
 }
@@ -604,7 +605,15 @@ func (s *Scheduler) Family(ctx context.Context, jobType, prefix string) ([]JobIn
 
 // Cancel kills a job (state Killed) unless it already finished.
 func (s *Scheduler) Cancel(ctx context.Context, jobID int64) error {
-	_, err := s.client.JobCancel(ctx, jobID)
+	// Only the gateway's own jobs: the alarm's doorbell row is not one.
+	j, err := s.client.JobGet(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	if j.Kind != Kind {
+		return river.ErrNotFound
+	}
+	_, err = s.client.JobCancel(ctx, jobID)
 	return err
 }
 
@@ -615,7 +624,7 @@ func (s *Scheduler) DeleteJobs(ctx context.Context, ids []int64) (int64, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res, err := s.client.JobDeleteMany(ctx, river.NewJobDeleteManyParams().IDs(ids...).First(len(ids)).States(
+	res, err := s.client.JobDeleteMany(ctx, river.NewJobDeleteManyParams().IDs(ids...).Kinds(Kind).First(len(ids)).States(
 		rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled,
 		rivertype.JobStateScheduled, rivertype.JobStatePending))
 	if err != nil {

@@ -80,6 +80,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.rt = snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
 	g.rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
 	if err := g.rt.Refresh(ctx); err != nil {
+		_ = plugs.Close(ctx)
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
 	if cfg.db.Driver == SQLite {
@@ -265,7 +266,7 @@ func (g *gateway) startBackground() *running {
 	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
 		go l.Run(bg)
 	}
-	return &running{log: g.log, st: g.stor.st, rec: g.rec, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
 		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 

@@ -40,7 +40,7 @@ func newTestGateway(t *testing.T) *gateway {
 		stor.st.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.rec.Close(); stor.st.Close() })
+	t.Cleanup(func() { g.rec.Close(); _ = g.plugs.Close(context.Background()); stor.st.Close() })
 	// Vectors are gathered once they have a child: a recorded request
 	// through an upstream gives the labelled series of the proxy path one.
 	up, err := stor.st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "primary", Kind: store.KindVendorAPIKey,

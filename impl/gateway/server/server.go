@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/egress"
+	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -61,6 +62,9 @@ type running struct {
 	log *slog.Logger
 	st  store.Store
 	rec *usage.Recorder
+	// plugs is the plugin runtime: its metered-call watcher and compiled
+	// modules go with the process's other services.
+	plugs *plugins.Runtime
 	// proxySrv drains first (its listener closes at once); adminSrv keeps
 	// answering /readyz (503) and /metrics until the drain ends.
 	proxySrv, adminSrv *http.Server
@@ -173,6 +177,9 @@ func (r *running) close() {
 	}
 	if r.stopLimits != nil {
 		r.stopLimits()
+	}
+	if r.plugs != nil {
+		_ = r.plugs.Close(context.Background()) // releases memory only; nothing to report at exit
 	}
 	r.st.Close()
 }

@@ -147,8 +147,13 @@ type Opener interface {
 	Open(ciphertext, associatedData []byte) ([]byte, error)
 }
 
-// Build makes a snapshot from a consistent configuration read.
+// Build makes a snapshot from a consistent configuration read, keys
+// included: built from a configuration without them (store.Config
+// ApplyWithoutKeys), every key would be refused.
 func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
+	if cfg.KeysOmitted {
+		panic("snapshot: Build on a configuration without its keys")
+	}
 	s := &Snapshot{
 		Generation: cfg.Generation,
 		BuiltAt:    now,
@@ -164,7 +169,7 @@ func Build(cfg *store.Config, open Opener, now time.Time) *Snapshot {
 	}
 	// The keys go into their maps on another goroutine while this one
 	// builds the rest: they only need where each principal will be.
-	keys := make(chan mappedKeys)
+	keys := make(chan mappedKeys, 1) // never blocks: nothing leaks if the build panics
 	go func() {
 		for i := range s.keys {
 			s.keys[i] = make(map[[sha256.Size]byte]*Key, len(cfg.Keys)/keyShards+1)

@@ -145,6 +145,22 @@ func TestAStraightBodyPaysOnEntry(t *testing.T) {
 	}
 }
 
+// Locals are zeroed on every call: a function pays for them on entry, and
+// one declaring more than maxLocals is not metered.
+func TestLocalsArePaidFor(t *testing.T) {
+	const locals = 40000
+	src := `(module (global $n (export "n") (mut i64) (i64.const 0)) (func $many (local ` + strings.Repeat("i64 ", locals) + `))
+		(func (export "f") (loop $l (global.set $n (i64.add (global.get $n) (i64.const 1))) (call $many) (br $l))))`
+	const calls = 10
+	if n := count(t, src, calls*locals/localsPerUnit); n == 0 || n > calls {
+		t.Errorf("%d calls zeroing %d locals each on the fuel of %d", n, locals, calls)
+	}
+	over := `(module (func (export "f") (local ` + strings.Repeat("i32 ", maxLocals+1) + `)))`
+	if _, err := Meter(assemble(t, over), 1); !errors.Is(err, ErrNotMeterable) {
+		t.Errorf("%d locals: %v", maxLocals+1, err)
+	}
+}
+
 // The counter holds any initial value and the host's budget unchanged, the
 // largest included; a charge of exactly what is left leaves zero.
 func TestCounterLimits(t *testing.T) {

@@ -62,7 +62,8 @@ const (
 var rank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
 
 // Meter returns the metered module, its fuel counter starting at initial
-// (what instantiation, with its start functions, may spend), or
+// (nothing of the guest runs at instantiation: a start section is refused,
+// so the host sets the counter before any code spends it), or
 // ErrNotMeterable. The module must already have been validated: Meter
 // checks only what it needs to rewrite it soundly.
 func Meter(wasm []byte, initial uint64) ([]byte, error) {
@@ -218,8 +219,8 @@ func exportsCounterName(body []byte) error {
 }
 
 // growCost is what memory.grow pays: it calls the host even when it
-// fails, about 50 times the cost of a unit of the tightest loop
-// (measured with BenchmarkFuelRate).
+// fails, many times the cost of a unit of the tightest loop (measured with
+// BenchmarkFuelRate).
 const growCost = 64
 
 // cost is the fuel an instruction pays.
@@ -229,6 +230,15 @@ func cost(code byte) uint64 {
 	}
 	return 1
 }
+
+// A call zeroes its function's locals before the body runs: localsPerUnit
+// of them cost a unit, paid on entry with the body. A function with more
+// than maxLocals is not metered (no compiler emits that many; a module
+// declaring 100,000 would zero 800 KB a call for a few units otherwise).
+const (
+	localsPerUnit = 8
+	maxLocals     = 50_000
+)
 
 // maxCharge is the longest a charge's code can be (charge).
 const maxCharge = 16 + 5*5 + 2*10
@@ -241,10 +251,14 @@ func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 	r := reader{b: fn}
 	// Every vector loop stops at the first error: a count of 2^32-1 in a
 	// short input would otherwise cost seconds of reads past its end.
+	var locals uint64
 	for groups := r.u32(); groups > 0 && r.err == nil; groups-- {
-		r.u32()
+		locals += uint64(r.u32())
 		if t := r.byte(); !valtype(t) {
 			return nil, fmt.Errorf("%w: local of type %#x", ErrNotMeterable, t)
+		}
+		if locals > maxLocals {
+			return nil, fmt.Errorf("%w: a function declares more than %d locals", ErrNotMeterable, maxLocals)
 		}
 	}
 	if r.err != nil {
@@ -258,7 +272,7 @@ func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 		at   uint64
 	}
 	var loops []uint64 // what an iteration of each loop costs, in order
-	var total uint64
+	total := locals / localsPerUnit
 	open := []block{{-1, 0}}
 	for len(open) > 0 {
 		if r.done() {

@@ -175,14 +175,17 @@ func (s *Store) beside(ctx context.Context, tx *txn, gen int64, reads ...func(qu
 // readBeside runs read in a read-only transaction that sees snapshot snap
 // (when not empty) and must be at generation gen.
 func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read func(querier) error) error {
-	tx, err := s.db.BeginTx(ctx, snapshot)
+	sqlTx, err := s.db.BeginTx(ctx, snapshot)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
+	// Its statements run prepared, as the store's others do (stmts.go).
+	tx := &txn{Tx: sqlTx, s: s}
+	defer s.end(ctx, tx)
 	if snap != "" {
 		// A utility statement: no parameters; snapshotID vetted the id.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.d.ImportSnapshot, snap)); err != nil {
+		// Each text is new, so it is never kept prepared.
+		if _, err := tx.Tx.ExecContext(ctx, fmt.Sprintf(s.d.ImportSnapshot, snap)); err != nil {
 			return err
 		}
 	}

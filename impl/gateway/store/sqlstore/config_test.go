@@ -15,7 +15,7 @@ import (
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
-// P-RUNTIME-2 (storage side): a full configuration read that reads the
+// A full configuration read that reads the
 // keys and the chain entries in transactions of their own still returns
 // one state. A key is issued (its own transaction, committed) after the
 // first transaction read the generation and before the others begin: the
