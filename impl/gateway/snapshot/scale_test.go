@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/cputime"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 	"github.com/pillarhq/pillar/impl/testing/scaleseed"
 )
@@ -117,7 +117,7 @@ func BenchmarkRebuildAtScale(b *testing.B) {
 			s := seedStore(b, driver, scaleseed.Issue22)
 			ctx := context.Background()
 			mb := snapshotMB(b, s)
-			cpu := cpuTime()
+			cpu := cputime.Process()
 			b.ResetTimer()
 			for b.Loop() {
 				cfg, err := s.st.LoadConfig(ctx)
@@ -127,7 +127,7 @@ func BenchmarkRebuildAtScale(b *testing.B) {
 				snapshot.Build(cfg, s.box, time.Now())
 			}
 			b.ReportMetric(mb, "snapshot-MB")
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
@@ -139,20 +139,12 @@ func BenchmarkBuildAtScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	b.ResetTimer()
 	for b.Loop() {
 		snapshot.Build(cfg, s.box, time.Now())
 	}
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-}
-
-// cpuTime is the CPU time this process has used (user and system): on a
-// shared machine a rebuild's wall time mostly measures the other tenants.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
 // snapshotMB is the live heap a snapshot holds once the configuration it
@@ -220,7 +212,7 @@ func BenchmarkApplyAtScale(b *testing.B) {
 			}
 			// The runtime's base keeps no keys (ApplyWithoutKeys).
 			base := cfg.ApplyWithoutKeys(&store.ConfigDelta{From: cfg.Generation, Generation: cfg.Generation})
-			cpu := cpuTime()
+			cpu := cputime.Process()
 			i := 0
 			b.ResetTimer()
 			for b.Loop() {
@@ -229,7 +221,7 @@ func BenchmarkApplyAtScale(b *testing.B) {
 				next := base.ApplyWithoutKeys(d)
 				snapshot.Apply(prev, next, d, s.box, time.Now())
 			}
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

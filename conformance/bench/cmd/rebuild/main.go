@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
@@ -29,6 +28,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/testing/cputime"
 	"github.com/pillarhq/pillar/impl/testing/scaleseed"
 )
 
@@ -144,7 +144,7 @@ func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz 
 	}
 	runtime.KeepAlive(snap)
 	snap = nil
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		cfg, err := st.LoadConfig(ctx)
@@ -156,7 +156,7 @@ func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz 
 		r.walls = append(r.walls, time.Since(t0))
 		r.loads = append(r.loads, t1.Sub(t0))
 	}
-	r.cpu = (cpuTime() - cpu0) / time.Duration(n)
+	r.cpu = (cputime.Process() - cpu0) / time.Duration(n)
 	return r, measureDeltas(ctx, &r, st, box, n)
 }
 
@@ -210,7 +210,7 @@ func measureDeltas(ctx context.Context, r *result, st *sqlstore.Store, box *secr
 			if err := c.do(i); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process()
 			t0 := time.Now()
 			d, err := st.LoadConfigDelta(ctx, cfg.Generation)
 			if err != nil {
@@ -221,7 +221,7 @@ func measureDeltas(ctx context.Context, r *result, st *sqlstore.Store, box *secr
 			snap = snapshot.Apply(snap, cfg, d, box, time.Now())
 			dr.walls = append(dr.walls, time.Since(t0))
 			dr.reads = append(dr.reads, t1.Sub(t0))
-			cpu += cpuTime() - cpu0
+			cpu += cputime.Process() - cpu0
 		}
 		dr.cpu = cpu / time.Duration(n)
 		r.deltas = append(r.deltas, dr)
@@ -241,14 +241,6 @@ func heap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
-}
-
-// cpuTime is this process's user and system time: on a shared machine a
-// rebuild's wall time also measures the other tenants.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/cputime"
 )
 
 // BenchmarkInsertRequestEvents is the request-event writer's flush on the
@@ -31,7 +31,7 @@ func BenchmarkInsertRequestEvents(b *testing.B) {
 			cost := int64(1234)
 			evs := make([]store.RequestEvent, n)
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process()
 			b.ResetTimer()
 			for range b.N {
 				for i := range evs {
@@ -45,22 +45,13 @@ func BenchmarkInsertRequestEvents(b *testing.B) {
 			}
 			// CPU time, not wall time: on a shared machine the wall
 			// time of a write is mostly waiting for a core.
-			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
-			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/event")
+			b.ReportMetric(float64((cputime.Process()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64((cputime.Process()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/event")
 		})
 	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkFlushTail is the distribution of one flush's CPU (32 events,
 // the writer's batch at the bench's rate) as the table grows: a WAL

@@ -3,11 +3,10 @@ package storetest
 import (
 	"context"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/cputime"
 )
 
 // BenchAdminWrites measures what one admin client's pair of writes costs the
@@ -25,7 +24,7 @@ func BenchAdminWrites(b *testing.B, st store.Store) {
 	}
 	models := []string{"claude-sonnet-*"}
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	for i := range b.N {
 		p, err := st.CreatePrincipal(ctx, store.Principal{Name: "bench-" + strconv.Itoa(i), Kind: "machine", Enabled: true,
@@ -46,14 +45,5 @@ func BenchAdminWrites(b *testing.B, st store.Store) {
 		gen = d.Generation
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((cputime.Process()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
