@@ -44,11 +44,13 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), "")
 		return err
 	}
+	// Read beside the rest when it can be, else in its transaction.
+	reads := []func(querier) error{readKeys, readChains}
 	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
 		}
-		aside := s.beside(ctx, tx, cfg.Generation, readKeys, readChains)
+		aside := s.beside(ctx, tx, cfg.Generation, reads...)
 		defer aside.stop()
 		var err error
 		// No ORDER BY: the rows are sorted here, where ties on the created
@@ -73,7 +75,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 				besideUsed.Add(1)
 				continue
 			}
-			if err := []func(querier) error{readKeys, readChains}[i](tx); err != nil {
+			if err := reads[i](tx); err != nil {
 				return err
 			}
 		}
