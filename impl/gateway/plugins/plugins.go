@@ -614,7 +614,7 @@ func (in *instance) run(fn api.Function, timeout time.Duration) error {
 		n := in.call.Load()>>stateBits + 1
 		in.call.Store(n<<stateBits | running)
 		err := fn.CallWithStack(in.ctx, in.stack[:])
-		for !in.call.CompareAndSwap(n<<stateBits|running, n<<stateBits|idle) {
+		for !in.call.CompareAndSwap(n<<stateBits|running, n<<stateBits) { // to idle (zero)
 			runtime.Gosched()
 		}
 		if in.stop.Get() != 0 {
