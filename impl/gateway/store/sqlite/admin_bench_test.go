@@ -1,8 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
@@ -21,11 +19,7 @@ func BenchmarkAdminWrites(b *testing.B) {
 			name = "unprepared"
 		}
 		b.Run(name, func(b *testing.B) {
-			st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "proxy.db"), sqlite.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
+			st := openTemp(b)
 			d := *sqlite.Dialect
 			d.SkipPrepare = !prepared
 			storetest.BenchAdminWrites(b, sqlstore.New(st.DB(), &d, nil, nil))

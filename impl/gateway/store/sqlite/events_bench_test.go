@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
-	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/testing/cputime"
 )
 
@@ -23,22 +21,14 @@ func BenchmarkInsertRequestEvents(b *testing.B) {
 	for _, n := range []int{1, 16, 32, 128} {
 		b.Run(itoa(n), func(b *testing.B) {
 			ctx := context.Background()
-			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "proxy.db"), sqlite.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
+			st := openTemp(b)
 			cost := int64(1234)
 			evs := make([]store.RequestEvent, n)
 			b.ReportAllocs()
 			cpu0 := cputime.Process()
 			b.ResetTimer()
 			for range b.N {
-				for i := range evs {
-					evs[i] = store.RequestEvent{At: time.Now(), PrincipalID: "pr_0123456789abcdef", KeyID: "ky_0123456789abcdef",
-						UpstreamID: "up_0123456789abcdef", Model: "claude-sonnet-4-5", Status: 200, InputTokens: 12, OutputTokens: 34,
-						DurationMillis: 1, CostNanos: &cost, PriceVersion: "2025-10-01", FirstByteMillis: 1}
-				}
+				fillEvents(evs, &cost)
 				if err := st.InsertRequestEvents(ctx, evs); err != nil {
 					b.Fatal(err)
 				}
@@ -53,6 +43,15 @@ func BenchmarkInsertRequestEvents(b *testing.B) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// fillEvents makes evs a batch of typical request events, timed now.
+func fillEvents(evs []store.RequestEvent, cost *int64) {
+	for i := range evs {
+		evs[i] = store.RequestEvent{At: time.Now(), PrincipalID: "pr_0123456789abcdef", KeyID: "ky_0123456789abcdef",
+			UpstreamID: "up_0123456789abcdef", Model: "claude-sonnet-4-5", Status: 200, InputTokens: 12, OutputTokens: 34,
+			DurationMillis: 1, CostNanos: cost, PriceVersion: "2025-10-01", FirstByteMillis: 1}
+	}
+}
+
 // BenchmarkFlushTail is the distribution of one flush's CPU (32 events,
 // the writer's batch at the bench's rate) as the table grows: a WAL
 // checkpoint makes the flush that crosses wal_autocheckpoint pages cost
@@ -65,11 +64,7 @@ func BenchmarkFlushTail(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			ctx := context.Background()
-			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "proxy.db"), sqlite.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
+			st := openTemp(b)
 			db := st.DB()
 			db.SetMaxOpenConns(1) // the pragma is per connection
 			if _, err := db.ExecContext(ctx, "PRAGMA wal_autocheckpoint = "+itoa(pages)); err != nil {
@@ -80,11 +75,7 @@ func BenchmarkFlushTail(b *testing.B) {
 			per := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
-				for i := range evs {
-					evs[i] = store.RequestEvent{At: time.Now(), PrincipalID: "pr_0123456789abcdef", KeyID: "ky_0123456789abcdef",
-						UpstreamID: "up_0123456789abcdef", Model: "claude-sonnet-4-5", Status: 200, InputTokens: 12, OutputTokens: 34,
-						DurationMillis: 1, CostNanos: &cost, PriceVersion: "2025-10-01", FirstByteMillis: 1}
-				}
+				fillEvents(evs, &cost)
 				t0 := threadCPU()
 				if err := st.InsertRequestEvents(ctx, evs); err != nil {
 					b.Fatal(err)

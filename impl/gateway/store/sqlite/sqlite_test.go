@@ -9,6 +9,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
@@ -62,15 +63,23 @@ func TestReopenKeepsData(t *testing.T) {
 	}
 }
 
+// openTemp opens a fresh database file in tb's temporary directory,
+// closed when tb ends.
+func openTemp(tb testing.TB) *sqlstore.Store {
+	tb.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "proxy.db"), sqlite.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
 // Every pooled connection syncs each commit (synchronous=FULL = 2): with
 // WAL's NORMAL an acknowledged revocation could roll back on a power cut.
 func TestEveryConnectionSyncsEachCommit(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openTemp(t)
 	// Hold several connections at once so each is a different one.
 	var conns []*sql.Conn
 	for range 4 {
