@@ -11,6 +11,21 @@ import (
 	"github.com/pillarhq/pillar/impl/testing/wat"
 )
 
+// meteredInstance is an instance of module d, which Compile (err) must have
+// accepted and metered; closed when t ends.
+func meteredInstance(t *testing.T, r *Runtime, d string, err error) *instance {
+	t.Helper()
+	if err != nil || !r.Metered(d) {
+		t.Fatalf("%v, metered %v", err, r.Metered(d))
+	}
+	inst, err := r.instantiate(context.Background(), r.module(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inst.close)
+	return inst
+}
+
 // A metered call its fuel does not stop in time (cache misses can make a
 // unit cost 60 times what the budget assumes; here the budget is simply
 // out of reach) is stopped by the reaper: its stop flag is set, the next
@@ -25,14 +40,7 @@ func TestReaperStopsAnOverrunningMeteredCall(t *testing.T) {
   (func (export "pillar_route") (param i32) (result i64)
     (if (local.get 0) (then (loop $l (br $l))))
     (i64.const 7)))`))
-	if err != nil || !r.Metered(d) {
-		t.Fatalf("%v, metered %v", err, r.Metered(d))
-	}
-	inst, err := r.instantiate(ctx, r.module(d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.close()
+	inst := meteredInstance(t, r, d, err)
 	inst.budget = 1 << 62
 	fn := inst.mod.ExportedFunction(ExportRoute)
 	done := make(chan error, 1)
@@ -67,14 +75,7 @@ func TestMeteredInitialize(t *testing.T) {
   (func (export "pillar_route") (param i32) (result i64) (global.get $g)))`)
 	}
 	d, _, err := r.Compile(ctx, module(`(global.set $g (i64.const 9))`))
-	if err != nil || !r.Metered(d) {
-		t.Fatalf("%v, metered %v", err, r.Metered(d))
-	}
-	inst, err := r.instantiate(ctx, r.module(d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.close()
+	inst := meteredInstance(t, r, d, err)
 	if err := inst.run(inst.mod.ExportedFunction(ExportRoute), r.o.CallTimeout); err != nil || inst.stack[0] != 9 {
 		t.Errorf("route after _initialize: %v, %d", err, inst.stack[0])
 	}

@@ -372,6 +372,20 @@ func TestBuildPluginEntriesAndUsableIndexes(t *testing.T) {
 	}
 }
 
+// routerConfig is baseConfig(1) with a WASM router (registry entry reg)
+// after pr_1's built-in one, and a second principal pr_2 holding key_2,
+// whose hash is h2.
+func routerConfig() (cfg *store.Config, reg string, h2 [sha256.Size]byte) {
+	cfg = baseConfig(1)
+	reg = "wasm_1"
+	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
+	cfg.Principals = append(cfg.Principals, store.Principal{ID: "pr_2", Name: "q", Kind: "machine", Enabled: true})
+	h2 = sha256.Sum256([]byte("k2"))
+	cfg.Keys = append(cfg.Keys, store.Key{ID: "key_2", PrincipalID: "pr_2", Hash: h2[:]})
+	return cfg, reg, h2
+}
+
 // A WASM router's binding slot is bound to the snapshot's usable list: a
 // delta that leaves upstreams alone shares an untouched principal (slot
 // included) with the previous snapshot, one that changes upstreams gives
@@ -379,13 +393,7 @@ func TestBuildPluginEntriesAndUsableIndexes(t *testing.T) {
 // previous snapshot holds.
 func TestApplyBindingSlots(t *testing.T) {
 	t.Parallel()
-	cfg := baseConfig(1)
-	reg := "wasm_1"
-	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
-	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
-	cfg.Principals = append(cfg.Principals, store.Principal{ID: "pr_2", Name: "q", Kind: "machine", Enabled: true})
-	h2 := sha256.Sum256([]byte("k2"))
-	cfg.Keys = append(cfg.Keys, store.Key{ID: "key_2", PrincipalID: "pr_2", Hash: h2[:]})
+	cfg, _, h2 := routerConfig()
 	prev := Build(cfg, xorOpener{}, time.Now())
 	before := Describe(prev)
 	slot := prev.Principal("pr_1").Routers[1].Bound
@@ -423,13 +431,8 @@ func TestApplyBindingSlots(t *testing.T) {
 // the previous snapshot: those of untouched principals, then the delta's.
 func TestApplyWithoutKeysBuildsInFull(t *testing.T) {
 	t.Parallel()
-	cfg := baseConfig(1)
-	reg := "wasm_1"
-	cfg.Plugins = []store.RegistryEntry{{ID: reg, Name: "r", Digest: "d1", Slots: []string{"router"}}}
-	cfg.Chains = append(cfg.Chains, store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true})
-	cfg.Principals = append(cfg.Principals, store.Principal{ID: "pr_2", Name: "q", Kind: "machine", Enabled: true})
-	h2, h3 := sha256.Sum256([]byte("k2")), sha256.Sum256([]byte("k3"))
-	cfg.Keys = append(cfg.Keys, store.Key{ID: "key_2", PrincipalID: "pr_2", Hash: h2[:]})
+	cfg, reg, h2 := routerConfig()
+	h3 := sha256.Sum256([]byte("k3"))
 	prev := Build(cfg, xorOpener{}, time.Now())
 	bare := cfg.ApplyWithoutKeys(&store.ConfigDelta{From: 1, Generation: 1})
 	if !bare.KeysOmitted || len(bare.Keys) != 0 || len(cfg.Keys) != 2 {

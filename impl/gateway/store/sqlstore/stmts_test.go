@@ -152,15 +152,22 @@ func TestStatementsParsedOnce(t *testing.T) {
 	}
 }
 
+// openSQLiteFile opens a fresh SQLite store on a file, closed with t.
+func openSQLiteFile(t *testing.T) *sqlstore.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // Statement texts past the bound run unprepared, and correctly.
 func TestPreparedStatementsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLiteFile(t)
 	for i := range sqlstore.MaxPreparedForTest + 50 {
 		n, err := sqlstore.QueryIntForTest(ctx, st, fmt.Sprintf("SELECT ? + %d", i), 1)
 		if err != nil || n != int64(i+1) {
@@ -177,11 +184,7 @@ func TestPreparedStatementsBounded(t *testing.T) {
 func TestLongStatementsNotKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLiteFile(t)
 	for _, n := range []int{4, 40} {
 		before := sqlstore.PreparedForTest(st)
 		args := make([]any, n)
