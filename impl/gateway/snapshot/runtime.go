@@ -219,9 +219,7 @@ func (r *Runtime) rebuildFull(ctx context.Context) error {
 	s := Build(cfg, r.opener, r.now())
 	r.lastFull = read
 	// The base the next delta applies to keeps no keys (see rebuildDelta).
-	base := *cfg
-	base.Keys, base.KeysOmitted = nil, true
-	r.install(ctx, &base, s, cfg.Upstreams)
+	r.install(ctx, cfg.WithoutKeys(), s, cfg.Upstreams)
 	return nil
 }
 

@@ -62,11 +62,17 @@ func (c *Config) Apply(d *ConfigDelta) *Config {
 // copy of every other key (50,000 at issue 22's size).
 func (c *Config) ApplyWithoutKeys(d *ConfigDelta) *Config {
 	if d.Empty() {
-		out := *c
-		out.Keys, out.KeysOmitted = nil, true
-		return &out
+		return c.WithoutKeys()
 	}
 	return c.apply(d, false)
+}
+
+// WithoutKeys is c with its keys left out (KeysOmitted set), sharing the
+// rest.
+func (c *Config) WithoutKeys() *Config {
+	out := *c
+	out.Keys, out.KeysOmitted = nil, true
+	return &out
 }
 
 func (c *Config) apply(d *ConfigDelta, withKeys bool) *Config {
