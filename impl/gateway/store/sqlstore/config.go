@@ -177,12 +177,10 @@ func (s *Store) beside(ctx context.Context, tx *txn, gen int64, reads ...func(qu
 // readBeside runs read in a read-only transaction that sees snapshot snap
 // (when not empty) and must be at generation gen.
 func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read func(querier) error) error {
-	sqlTx, err := s.db.BeginTx(ctx, snapshot)
+	tx, err := s.begin(ctx, snapshot)
 	if err != nil {
 		return err
 	}
-	// Its statements run prepared, as the store's others do (stmts.go).
-	tx := &txn{Tx: sqlTx, s: s}
 	defer s.end(ctx, tx)
 	if snap != "" {
 		// A utility statement: no parameters; snapshotID vetted the id.

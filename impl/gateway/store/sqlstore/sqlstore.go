@@ -134,11 +134,10 @@ var snapshot = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true
 
 // read runs fn in one snapshot transaction.
 func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
-	sqlTx, err := s.db.BeginTx(ctx, snapshot)
+	tx, err := s.begin(ctx, snapshot)
 	if err != nil {
 		return s.d.classify(err)
 	}
-	tx := &txn{Tx: sqlTx, s: s}
 	defer s.end(ctx, tx)
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
@@ -150,11 +149,10 @@ func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
 // bumps the config generation, appends an audit row and notifies, all in
 // the same transaction: no change is visible without its audit entry.
 func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
-	sqlTx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, nil)
 	if err != nil {
 		return s.d.classify(err)
 	}
-	tx := &txn{Tx: sqlTx, s: s}
 	defer s.end(ctx, tx)
 	if err := fn(tx); err != nil {
 		return s.d.classify(err)
@@ -165,6 +163,16 @@ func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
 		}
 	}
 	return s.d.classify(tx.Commit())
+}
+
+// begin starts a transaction whose statements run prepared (stmts.go);
+// s.end ends it.
+func (s *Store) begin(ctx context.Context, opts *sql.TxOptions) (*txn, error) {
+	sqlTx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &txn{Tx: sqlTx, s: s}, nil
 }
 
 // end rolls tx back unless it committed, then prepares what it ran
