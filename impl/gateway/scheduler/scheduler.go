@@ -160,8 +160,8 @@ type Scheduler struct {
 	mu       sync.Mutex
 	cronNext map[string]time.Time
 	stop     context.CancelFunc
-	done     chan struct{}
-	bgDone   sync.WaitGroup
+	// bg counts the goroutines Start began (cron, the alarm); Stop waits.
+	bg sync.WaitGroup
 }
 
 // Options configures a Scheduler.
@@ -308,15 +308,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
-	s.done = make(chan struct{})
-	go s.cron(cctx)
+	s.bg.Go(func() { s.cron(cctx) })
 	if s.alarm != nil {
 		s.armFromTable(ctx)
-		s.bgDone.Add(1)
-		go func() {
-			defer s.bgDone.Done()
-			s.alarm.run(cctx)
-		}()
+		s.bg.Go(func() { s.alarm.run(cctx) })
 	}
 	return nil
 }
@@ -355,8 +350,7 @@ func (s *Scheduler) armFromTable(ctx context.Context) {
 func (s *Scheduler) Stop(ctx context.Context) error {
 	if s.stop != nil {
 		s.stop()
-		<-s.done
-		s.bgDone.Wait()
+		s.bg.Wait()
 	}
 	return s.client.Stop(ctx)
 }
@@ -369,7 +363,6 @@ func TickKey(jobType string, tick time.Time) string {
 // cron pushes each due tick of every periodic type. Every replica does the
 // same; the unique (type, key) constraint keeps one job per tick.
 func (s *Scheduler) cron(ctx context.Context) {
-	defer close(s.done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
