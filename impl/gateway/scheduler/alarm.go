@@ -55,6 +55,8 @@ func (doorbellWorker) Work(context.Context, *river.Job[doorbellArgs]) error { re
 // the next poll. River fetches at once after every Insert from this
 // process, duplicates included, so ringing is inserting the doorbell row
 // again: a unique duplicate, skipped, that makes the local producer fetch.
+// It reads the wall clock, not Options.Now: a job becomes available by
+// River's clock, which is the wall clock; Options.Now only picks cron ticks.
 type alarm struct {
 	ring    func(ctx context.Context) error
 	log     *slog.Logger
