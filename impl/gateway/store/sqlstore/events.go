@@ -160,14 +160,14 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	var chunks []chunk
 	for rest := len(events); rest > 0; {
 		n := 1 << (bits.Len(uint(min(rest, eventsPerInsert))) - 1)
-		st, err := s.prepared(ctx, insertEventsKeys[bits.Len(uint(n))-1], func() string { return insertEventsQuery(n) })
+		st, err := s.prepared(ctx, insertEventsKeys[bits.Len(uint(n))-1], func() string { return insertEventsQuery(n) }, 0)
 		if err != nil {
 			return s.d.classify(err)
 		}
 		chunks = append(chunks, chunk{st, n})
 		rest -= n
 	}
-	up, err := s.prepared(ctx, "upsert affinity", func() string { return upsertAffinity })
+	up, err := s.prepared(ctx, "upsert affinity", func() string { return upsertAffinity }, 0)
 	if err != nil {
 		return s.d.classify(err)
 	}

@@ -59,7 +59,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // prepared once for the life of the store (stmts.go). It may wait for a
 // free connection, so the caller must not be inside a transaction; the
 // lock is not held meanwhile, since transactions look statements up under it.
-func (s *Store) prepared(ctx context.Context, key string, query func() string) (*sql.Stmt, error) {
+// A bound above zero caps the statements kept: past it the answer is nil
+// and no error (run the text unprepared).
+func (s *Store) prepared(ctx context.Context, key string, query func() string, bound int) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	st, ok := s.stmts[key]
 	s.stmtMu.Unlock()
@@ -75,6 +77,11 @@ func (s *Store) prepared(ctx context.Context, key string, query func() string) (
 	if prev, ok := s.stmts[key]; ok {
 		st.Close() // prepared twice at once: keep the first
 		return prev, nil
+	}
+	if bound > 0 && len(s.stmts) >= bound {
+		// Others filled the cache while this one was prepared.
+		st.Close()
+		return nil, nil
 	}
 	if s.stmts == nil {
 		s.stmts = map[string]*sql.Stmt{}

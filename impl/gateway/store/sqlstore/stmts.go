@@ -49,7 +49,7 @@ func (s *Store) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
 	if full || strings.Count(q, "?") > maxPreparedParams {
 		return nil, nil
 	}
-	return s.prepared(ctx, q, func() string { return q })
+	return s.prepared(ctx, q, func() string { return q }, maxPrepared)
 }
 
 // prepareAll prepares the statements a finished transaction ran unprepared.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,6 +173,40 @@ func TestPreparedStatementsBounded(t *testing.T) {
 		n, err := sqlstore.QueryIntForTest(ctx, st, fmt.Sprintf("SELECT ? + %d", i), 1)
 		if err != nil || n != int64(i+1) {
 			t.Fatalf("query %d: %d, %v", i, n, err)
+		}
+	}
+	if n := sqlstore.PreparedForTest(st); n != sqlstore.MaxPreparedForTest {
+		t.Fatalf("%d statements kept prepared, want the bound %d", n, sqlstore.MaxPreparedForTest)
+	}
+}
+
+// Concurrent first uses near the bound do not pass it: the bound is checked
+// again when a prepared statement is kept, not only before preparing.
+func TestPreparedStatementsBoundedConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openSQLiteFile(t)
+	for i := range sqlstore.MaxPreparedForTest - 4 {
+		if _, err := sqlstore.QueryIntForTest(ctx, st, fmt.Sprintf("SELECT ? + %d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 64 {
+		wg.Go(func() {
+			n, err := sqlstore.QueryIntForTest(ctx, st, fmt.Sprintf("SELECT ? + 100000 + %d", g), 1)
+			if err == nil && n != int64(100001+g) {
+				err = fmt.Errorf("query %d answered %d", g, n)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 	if n := sqlstore.PreparedForTest(st); n != sqlstore.MaxPreparedForTest {
