@@ -126,6 +126,25 @@ func (s *Sim) Requests() []Recorded {
 	return out
 }
 
+// MessagesWith lists, in the order received, the /v1/messages requests
+// whose body holds every one of the substrings (all of them with none).
+func (s *Sim) MessagesWith(substrings ...string) []Recorded {
+	var out []Recorded
+	for _, r := range s.Requests() {
+		if r.Path != "/v1/messages" {
+			continue
+		}
+		all := true
+		for _, sub := range substrings {
+			all = all && strings.Contains(r.Body, sub)
+		}
+		if all {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Fault queues a fault (see docs/sim.md).
 func (s *Sim) Fault(f map[string]any) {
 	b, _ := json.Marshal(f)

@@ -79,13 +79,7 @@ var _ = Describe("Prompt-cache keep-alive", func() {
 		}
 		// The refresh replays the cached prefix with max_tokens 1.
 		refreshes := func() []h.Recorded {
-			var out []h.Recorded
-			for _, r := range w.sim.Requests() {
-				if r.Path == "/v1/messages" && strings.Contains(r.Body, `"max_tokens":1`) && strings.Contains(r.Body, "rivers") {
-					out = append(out, r)
-				}
-			}
-			return out
+			return w.sim.MessagesWith(`"max_tokens":1`, "rivers")
 		}
 		Eventually(refreshes, 90*time.Second, time.Second).Should(HaveLen(1))
 		r := refreshes()[0]

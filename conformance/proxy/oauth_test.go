@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -33,13 +32,7 @@ func newOAuthWorld(simArgs []string, proxyArgs ...string) *oauthWorld {
 
 // warmups are the one-token requests the sim received.
 func (w *oauthWorld) warmups() []h.Recorded {
-	var out []h.Recorded
-	for _, r := range w.sim.Requests() {
-		if r.Path == "/v1/messages" && strings.Contains(r.Body, `"max_tokens":1,`) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return w.sim.MessagesWith(`"max_tokens":1,`)
 }
 
 func (w *oauthWorld) upstreamJSON() map[string]any {
@@ -63,13 +56,9 @@ var _ = Describe("OAuth upstreams", func() {
 
 		st, _, b := h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
 		Expect(st).To(Equal(200), string(b))
-		var relayed *h.Recorded
-		for _, r := range w.sim.Requests() {
-			if r.Path == "/v1/messages" && strings.Contains(r.Body, "hello proxy world") {
-				relayed = &r
-			}
-		}
-		Expect(relayed).NotTo(BeNil())
+		seen := w.sim.MessagesWith("hello proxy world")
+		Expect(seen).NotTo(BeEmpty())
+		relayed := seen[len(seen)-1]
 		Expect(relayed.Header.Get("Authorization")).To(HavePrefix("Bearer sk-ant-oat01-sim-"))
 		Expect(relayed.Header.Get("Anthropic-Beta")).To(ContainSubstring("oauth-2025-04-20"))
 		Expect(relayed.Header.Get("X-Api-Key")).To(BeEmpty())
@@ -290,13 +279,9 @@ var _ = Describe("Subscription routing", func() {
 		st, _, b := h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
 		Expect(st).To(Equal(200), string(b))
 		last := func() h.Recorded {
-			var out h.Recorded
-			for _, r := range w.sim.Requests() {
-				if r.Path == "/v1/messages" && strings.Contains(r.Body, "hello proxy world") {
-					out = r
-				}
-			}
-			return out
+			seen := w.sim.MessagesWith("hello proxy world")
+			Expect(seen).NotTo(BeEmpty())
+			return seen[len(seen)-1]
 		}
 		Expect(last().Header.Get("Authorization")).To(HavePrefix("Bearer "))
 		w.sim.SetAccount("acct-route", map[string]any{"seven_day_utilization": 100})

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -44,13 +43,11 @@ func upload(a *h.Admin, name string) map[string]any {
 
 // servedBy is the upstream key the sim saw on the last request with marker.
 func (w *pluginWorld) servedBy(marker string) string {
-	key := ""
-	for _, r := range w.sim.Requests() {
-		if r.Path == "/v1/messages" && strings.Contains(r.Body, marker) {
-			key = r.Header.Get("X-Api-Key")
-		}
+	seen := w.sim.MessagesWith(marker)
+	if len(seen) == 0 {
+		return ""
 	}
-	return key
+	return seen[len(seen)-1].Header.Get("X-Api-Key")
 }
 
 func ask(w *pluginWorld, model, marker string) (int, []byte) {

@@ -46,13 +46,7 @@ var _ = Describe("Principal default_limits across replicas", func() {
 		c.replicas[1].Restart()
 		Expect(status(c.replicas[1], key)).To(Equal(429))
 		// The sim saw only the admitted requests.
-		n := 0
-		for _, rq := range c.sim.Requests() {
-			if rq.Path == "/v1/messages" {
-				n++
-			}
-		}
-		Expect(n).To(Equal(6))
+		Expect(c.sim.MessagesWith()).To(HaveLen(6))
 	})
 })
 
