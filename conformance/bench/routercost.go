@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,24 +24,31 @@ import (
 const RouterCostGoal = 1.05
 
 // RouterCostResult is the proxy path's latency with the built-in router
-// and with a one-plugin chain, measured alternately in one process.
+// and with a one-plugin chain, measured in turns in one process, with a
+// control: a second built-in path, identical to the first, in the same
+// rotation (its ratio to the first is the noise floor of the run).
 type RouterCostResult struct {
-	N                  int
-	OverHTTP           bool
-	Builtin, Plugin    []time.Duration
-	PluginDesc, Config string
+	N                        int
+	OverHTTP                 bool
+	Builtin, Control, Plugin []time.Duration
+	PluginDesc, Config       string
 	// Metered: the plugin ran metered (plugins/fuel), not under wazero's
 	// termination checks.
 	Metered bool
 }
 
-// RouterCost sends n requests through each of two in-process proxy paths
-// (relay.Handler on an in-memory snapshot and provider): one whose
-// principal has the built-in router, one whose chain adds the router
-// plugin wasm with config. Requests alternate between them, and which
-// goes first alternates too, so load on the machine falls on both alike.
-// overHTTP sends them through a loopback listener with a keep-alive client
-// instead of calling ServeHTTP directly.
+// routerCostBlocks is how many consecutive blocks the kept requests are
+// cut into for the spread of the p50 ratio.
+const routerCostBlocks = 10
+
+// RouterCost sends n requests through each of three in-process proxy
+// paths (relay.Handler on an in-memory snapshot and provider): two whose
+// principal has the built-in router (the second is the control), one whose
+// chain adds the router plugin wasm with config. Each round sends one
+// request through each, the order rotating from round to round, so load on
+// the machine and a path's place in the round fall on all three alike.
+// overHTTP sends them through a loopback listener each with a keep-alive
+// client instead of calling ServeHTTP directly.
 func RouterCost(ctx context.Context, wasm []byte, config string, n int, overHTTP bool) (RouterCostResult, error) {
 	rt, err := plugins.New(ctx, plugins.Options{CallTimeout: 5 * time.Second})
 	if err != nil {
@@ -51,13 +59,15 @@ func RouterCost(ctx context.Context, wasm []byte, config string, n int, overHTTP
 	if err != nil {
 		return RouterCostResult{}, err
 	}
-	builtin := routerCostHandler(rt, nil, "")
-	plugin := routerCostHandler(rt, &store.RegistryEntry{ID: "wasm_bench", Name: "bench", Digest: digest, Slots: []string{"router"}}, config)
+	paths := []http.Handler{routerCostHandler(rt, nil, ""), routerCostHandler(rt, nil, ""),
+		routerCostHandler(rt, &store.RegistryEntry{ID: "wasm_bench", Name: "bench", Digest: digest, Slots: []string{"router"}}, config)}
 	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`)
 	if overHTTP {
-		builtin, plugin = loopback(builtin, body), loopback(plugin, body)
-		defer builtin.(*loopbackClient).close()
-		defer plugin.(*loopbackClient).close()
+		for i, h := range paths {
+			l := loopback(h, body)
+			defer l.close()
+			paths[i] = l
+		}
 	}
 	once := func(h http.Handler) (time.Duration, error) {
 		req := httptest.NewRequest("POST", "/v1/messages", bytes.NewReader(body))
@@ -74,24 +84,17 @@ func RouterCost(ctx context.Context, wasm []byte, config string, n int, overHTTP
 	}
 	res := RouterCostResult{N: n, OverHTTP: overHTTP, Config: config, PluginDesc: fmt.Sprintf("%d KB module", len(wasm)>>10),
 		Metered: rt.Metered(digest)}
+	kept := [3]*[]time.Duration{&res.Builtin, &res.Control, &res.Plugin}
 	for i := range n + n/10 { // the first tenth warms up and is not kept
-		first, second := builtin, plugin
-		if i%2 == 1 {
-			first, second = plugin, builtin
-		}
-		a, err := once(first)
-		if err != nil {
-			return res, err
-		}
-		b, err := once(second)
-		if err != nil {
-			return res, err
-		}
-		if i%2 == 1 {
-			a, b = b, a
-		}
-		if i >= n/10 {
-			res.Builtin, res.Plugin = append(res.Builtin, a), append(res.Plugin, b)
+		for k := range paths {
+			j := (i + k) % len(paths)
+			d, err := once(paths[j])
+			if err != nil {
+				return res, err
+			}
+			if i >= n/10 {
+				*kept[j] = append(*kept[j], d)
+			}
 		}
 	}
 	return res, nil
@@ -125,7 +128,7 @@ type loopbackClient struct {
 	body []byte
 }
 
-func loopback(h http.Handler, body []byte) http.Handler {
+func loopback(h http.Handler, body []byte) *loopbackClient {
 	srv := httptest.NewServer(h)
 	return &loopbackClient{srv: srv, c: srv.Client(), body: body}
 }
@@ -146,6 +149,8 @@ func (l *loopbackClient) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (l *loopbackClient) close() { l.srv.Close() }
+
+var _ http.Handler = (*loopbackClient)(nil)
 
 type fixedSource struct{ s *snapshot.Snapshot }
 
@@ -175,32 +180,65 @@ func (cannedMessage) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(bytes.NewReader(cannedBody)), ContentLength: int64(len(cannedBody)), Request: r}, nil
 }
 
-// Markdown renders the comparison: p50 and p99 of each path and their
-// ratios against the goal.
+// Markdown renders the comparison: p50 and p99 of each path, the plugin's
+// ratio to the built-in against the goal, the control's ratio (the noise
+// floor) and the spread of the p50 ratios over consecutive blocks. A ratio
+// over the goal by no more than the noise floor's distance from 1 is
+// "within noise": this run cannot tell it from met.
 func (r RouterCostResult) Markdown() string {
 	var b strings.Builder
 	path := "ServeHTTP, no network"
 	if r.OverHTTP {
 		path = "HTTP over loopback"
 	}
-	b.WriteString("| path | percentile | built-in router (µs) | one-plugin chain (µs) | plugin ÷ built-in | target | |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("| path | percentile | built-in router (µs) | one-plugin chain (µs) | plugin ÷ built-in | target | | noise floor: built-in′ ÷ built-in |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---|---:|\n")
 	for _, p := range []struct {
 		name string
 		q    float64
 	}{{"p50", 0.50}, {"p99", 0.99}} {
 		a, c := Percentile(r.Builtin, p.q), Percentile(r.Plugin, p.q)
-		ratio := float64(c) / float64(a)
-		met := "met"
-		if ratio > RouterCostGoal {
-			met = "**missed**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.2fx | <= %.2fx | %s |\n", path, p.name, Micros(a), Micros(c), ratio, RouterCostGoal, met)
+		ratio, floor := float64(c)/float64(a), float64(Percentile(r.Control, p.q))/float64(a)
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2fx | <= %.2fx | %s | %.2fx |\n", path, p.name, Micros(a), Micros(c), ratio, RouterCostGoal,
+			routerCostVerdict(ratio, floor), floor)
 	}
 	how := "under wazero's termination checks"
 	if r.Metered {
 		how = "metered"
 	}
-	fmt.Fprintf(&b, "\n%d requests each, alternating; the plugin is the sample pin router (%s, run %s) with config `%s`.\n", r.N, r.PluginDesc, how, r.Config)
+	pl, ph, cl, ch := r.blockSpread()
+	fmt.Fprintf(&b, "\n%d requests each, in rounds of one through each path (built-in, plugin, and a second built-in as the control), "+
+		"the order rotating; the plugin is the sample pin router (%s, run %s) with config `%s`. "+
+		"p50 ratio over %d consecutive blocks: plugin ÷ built-in %.2f–%.2fx, built-in′ ÷ built-in %.2f–%.2fx.\n",
+		r.N, r.PluginDesc, how, r.Config, routerCostBlocks, pl, ph, cl, ch)
 	return b.String()
+}
+
+// routerCostVerdict: met, within noise (over the goal by no more than the
+// floor is from 1), or missed.
+func routerCostVerdict(ratio, floor float64) string {
+	switch {
+	case ratio <= RouterCostGoal:
+		return "met"
+	case ratio <= RouterCostGoal+math.Abs(floor-1):
+		return "within noise"
+	}
+	return "**missed**"
+}
+
+// blockSpread is the lowest and highest p50 ratio, plugin ÷ built-in and
+// control ÷ built-in, over routerCostBlocks consecutive blocks of requests.
+func (r RouterCostResult) blockSpread() (plo, phi, clo, chi float64) {
+	plo, clo = math.Inf(1), math.Inf(1)
+	per := len(r.Builtin) / routerCostBlocks
+	for i := range routerCostBlocks {
+		if per == 0 {
+			break
+		}
+		lo, hi := i*per, (i+1)*per
+		a := float64(Percentile(r.Builtin[lo:hi], 0.5))
+		p, c := float64(Percentile(r.Plugin[lo:hi], 0.5))/a, float64(Percentile(r.Control[lo:hi], 0.5))/a
+		plo, phi, clo, chi = min(plo, p), max(phi, p), min(clo, c), max(chi, c)
+	}
+	return plo, phi, clo, chi
 }

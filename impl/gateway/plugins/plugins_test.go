@@ -555,3 +555,39 @@ func reportCPU(b *testing.B) func() {
 	start := cputime.Process()
 	return func() { b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op") }
 }
+
+// An ABI v2 router call is always counted; its duration is sampled, one
+// call in timedEvery of each instance, the instance's first included.
+func TestRouteDurationSampled(t *testing.T) {
+	r, reg := newRuntime(t, Options{})
+	bd := bind(t, r, compile(t, r, "pinrouterwat"), `{"upstream_id":"up_b"}`)
+	ctx := context.Background()
+	timed := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "svc_plugin_call_duration_seconds" {
+				for _, m := range mf.GetMetric() {
+					if m.GetLabel()[0].GetValue() == "router" {
+						return m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	// Sequential calls reuse the binding's one instance.
+	for i := range 2*timedEvery + 1 {
+		if out, _, err := bd.Route(ctx, &RouteRequest{}, all, nil); err != nil || ids(out) != "up_b" {
+			t.Fatalf("call %d: %v %v", i, ids(out), err)
+		}
+		if want := uint64(i/timedEvery + 1); timed() != want {
+			t.Fatalf("after call %d: %d timed, want %d", i+1, timed(), want)
+		}
+	}
+	if got := testutil.ToFloat64(r.calls.WithLabelValues("router", "ok")); got != 2*timedEvery+1 {
+		t.Fatalf("%v calls counted", got)
+	}
+}

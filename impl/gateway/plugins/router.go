@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 )
@@ -203,10 +204,11 @@ func (b *Binding) Warm(ctx context.Context) error {
 // offered candidates, each at most once; anything else is garbage. On the
 // ABI v2 path a call allocates nothing when dst has room.
 func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uint16) (_ []uint16, _ *Refusal, err error) {
-	defer b.obs.observe(sinceEpoch(), &err)
 	if b.m.abi == 1 {
+		defer b.obs.observe(sinceEpoch(), &err)
 		return b.routeV1(ctx, req, cands, dst)
 	}
+	defer b.obs.count(&err)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -217,7 +219,17 @@ func (b *Binding) Route(ctx context.Context, req *RouteRequest, cands, dst []uin
 	if err != nil {
 		return nil, nil, err
 	}
+	// The duration is sampled (timedEvery): two clock reads were a third
+	// of a metered call.
+	timed := in.timed()
+	var start time.Duration
+	if timed {
+		start = sinceEpoch()
+	}
 	dst, ref, err := b.call(in, req, cands, dst[:0])
+	if timed {
+		b.obs.dur.Observe((sinceEpoch() - start).Seconds())
+	}
 	if err != nil {
 		// A failed instance may be in any state: never reuse it.
 		in.close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -26,18 +27,28 @@ const scratchLen = 32
 // route runs a dynamic chain: its routers form a pipeline, each ordering or
 // narrowing the candidates the previous one left, starting from every
 // usable upstream. A failing plugin fails the request (closed), a refusal
-// refuses it.
+// refuses it. The leading built-in entries were run when the snapshot was
+// built (p.Lead); the request starts at the first WASM entry.
 func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Principal, model string, stream bool) ([]*snapshot.Upstream, *plugins.Refusal, error) {
-	cur := snap.Usable
-	// The candidate indexes live on the stack: a router call keeps neither
-	// slice, and a pool's get and put cost more than the call's own work.
-	var candBuf, chosenBuf [scratchLen]uint16
-	cands, chosenScratch := candBuf[:0], chosenBuf[:0]
-	for i := range p.Routers {
+	lead := p.Lead
+	if lead == nil {
+		lead = &snapshot.Lead{Candidates: snap.Usable}
+	}
+	// idx are cur's positions in snap.Usable when known (nil: computed
+	// when a plugin needs them). A plugin's choice is the next plugin's
+	// offer, so a choice goes into the buffer the offer is not in. They
+	// live on the stack: a router call keeps neither slice, and a pool's
+	// get and put cost more than the call's own work.
+	cur, idx := lead.Candidates, lead.Indexes
+	var bufs [2][scratchLen]uint16
+	spare := 0
+	var req plugins.RouteRequest
+	reqSet := false
+	for i := lead.Next; i < len(p.Routers); i++ {
 		rt := &p.Routers[i]
 		switch {
 		case rt.Builtin == store.BuiltinSubscriptionPreference:
-			cur = snapshot.RouteBuiltin(cur, rt.Pinned)
+			cur, idx = snapshot.RouteBuiltin(cur, rt.Pinned), nil
 			continue
 		case rt.Builtin != "":
 			continue // a built-in this build does not know: no effect
@@ -50,14 +61,19 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		if err != nil {
 			return nil, nil, fmt.Errorf("plugin %s: %w", rt.WasmName, err)
 		}
-		cands = cands[:0]
-		for _, u := range cur {
-			cands = append(cands, uint16(u.UsableIndex))
+		if idx == nil {
+			idx, spare = bufs[0][:0], 1
+			for _, u := range cur {
+				idx = append(idx, uint16(u.UsableIndex))
+			}
 		}
-		req := plugins.RouteRequest{PrincipalID: p.ID, PrincipalName: p.Name, Model: model, Stream: stream,
-			AnthropicBeta: header(r.Header, "Anthropic-Beta"), AnthropicVersion: header(r.Header, "Anthropic-Version"),
-			UserAgent: header(r.Header, "User-Agent")}
-		chosen, refusal, err := b.Route(r.Context(), &req, cands, chosenScratch)
+		if !reqSet {
+			req = plugins.RouteRequest{PrincipalID: p.ID, PrincipalName: p.Name, Model: model, Stream: stream,
+				AnthropicBeta: header(r.Header, "Anthropic-Beta"), AnthropicVersion: header(r.Header, "Anthropic-Version"),
+				UserAgent: header(r.Header, "User-Agent")}
+			reqSet = true
+		}
+		chosen, refusal, err := b.Route(r.Context(), &req, idx, bufs[spare][:0])
 		if release {
 			b.Release()
 		}
@@ -67,14 +83,35 @@ func (h *Handler) route(r *http.Request, snap *snapshot.Snapshot, p *snapshot.Pr
 		if refusal != nil {
 			return nil, refusal, nil
 		}
-		chosenScratch = chosen[:0]
-		next := make([]*snapshot.Upstream, len(chosen))
-		for j, c := range chosen {
-			next[j] = snap.Usable[c]
-		}
-		cur = next
+		cur = chosenUpstreams(snap.Usable, cur, idx, chosen)
+		// The choice is in bufs[spare] (or on the heap, had it outgrown it).
+		spare = 1 - spare
+		idx = chosen
 	}
 	return cur, nil, nil
+}
+
+// chosenUpstreams maps a router's choice (positions in usable) to the
+// upstreams, without allocating when it can: a choice of the offer as it
+// was is the offer, and a choice of consecutive positions in order is a
+// window of usable.
+func chosenUpstreams(usable, offered []*snapshot.Upstream, offeredIdx, chosen []uint16) []*snapshot.Upstream {
+	if slices.Equal(chosen, offeredIdx) {
+		return offered
+	}
+	run := len(chosen) > 0
+	for j := 1; run && j < len(chosen); j++ {
+		run = chosen[j] == chosen[j-1]+1
+	}
+	if run {
+		lo, hi := int(chosen[0]), int(chosen[0])+len(chosen)
+		return usable[lo:hi:hi]
+	}
+	next := make([]*snapshot.Upstream, len(chosen))
+	for j, c := range chosen {
+		next[j] = usable[c]
+	}
+	return next
 }
 
 // header is h.Get for a canonical key: the server canonicalised the

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/wat"
 	"github.com/tetratelabs/wazero"
 )
 
@@ -138,4 +139,81 @@ func TestRouteFailingPluginFailsClosed(t *testing.T) {
 	ts = ts2
 	resp, body = post(t, ts.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, `{"model":"claude-haiku-4-5","max_tokens":1,"messages":[]}`)
 	wantAnthropicError(t, resp, body, 503, "api_error")
+}
+
+// The chain's leading built-in (precomputed with the snapshot) decides
+// what the first plugin is offered; a built-in after a plugin runs on
+// that plugin's choice, and the plugin after it is offered what is left.
+func TestRouteLeadAndTrailingBuiltins(t *testing.T) {
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://one.invalid", "sk-1"), apiKeyUpstream("up_2", "http://two.invalid", "sk-2"),
+		apiKeyUpstream("up_3", "http://three.invalid", "sk-3"))
+	cfg.Chains[0].Config = []byte(`{"upstream_ids":["up_1","up_3"]}`)
+	builtin := store.BuiltinSubscriptionPreference
+	snap, rt := pluginChain(t, cfg,
+		wasmEntry("ce_order", "modelrouter", `{"routes":{"claude":["up_3","up_2","up_1"]}}`, 1),
+		store.ChainEntry{ID: "ce_pin", PrincipalID: "pr_a", Slot: "router", Builtin: &builtin, Config: []byte(`{"upstream_id":"up_1"}`), Position: 2, Enabled: true},
+		wasmEntry("ce_pass", "modelrouter", `{}`, 3))
+	h := New(Options{Source: fakeSource{snap}, Recorder: &memRecorder{}, Plugins: rt})
+	p := snap.Principal("pr_a")
+	if p.Lead == nil || p.Lead.Next != 1 || len(p.Lead.Candidates) != 2 {
+		t.Fatalf("lead %+v", p.Lead)
+	}
+	req, _ := http.NewRequest("POST", "/v1/messages", nil)
+	for _, c := range []struct{ model, want string }{
+		// ce_order reorders the lead to up_3, up_1 (up_2 was not offered);
+		// ce_pin keeps up_1; ce_pass passes it on.
+		{"claude-haiku-4-5", "up_1"},
+		{"other", "up_1"},
+	} {
+		ups, ref, err := h.route(req, snap, p, c.model, false)
+		if err != nil || ref != nil || len(ups) != 1 || ups[0].ID != c.want {
+			t.Fatalf("%s: %v %+v %v", c.model, ups, ref, err)
+		}
+	}
+	// Without the trailing built-in, the first plugin's order stands.
+	cfg.Chains = cfg.Chains[:2]
+	snap = snapshot.Build(cfg, plainOpener{}, time.Now())
+	ups, _, err := h.route(req, snap, snap.Principal("pr_a"), "claude-haiku-4-5", false)
+	if err != nil || len(ups) != 2 || ups[0].ID != "up_3" || ups[1].ID != "up_1" {
+		t.Fatalf("%v %v", ups, err)
+	}
+}
+
+// A one-plugin chain's request allocates nothing to route when the plugin
+// (metered WebAssembly text) chooses one upstream: the lead and its
+// indexes come with the snapshot, the choice is a window of Usable.
+func TestRouteOnePluginAllocatesNothing(t *testing.T) {
+	rt, err := plugins.New(context.Background(), plugins.Options{CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	wasm, err := wat.File(filepath.Join("..", "..", "..", "fixtures", "plugins", "pinrouterwat", "pinrouterwat.wat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := rt.Compile(context.Background(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://one.invalid", "sk-1"), apiKeyUpstream("up_2", "http://two.invalid", "sk-2"),
+		apiKeyUpstream("up_3", "http://three.invalid", "sk-3"))
+	cfg.Plugins = []store.RegistryEntry{{ID: "wasm_pinrouterwat", Name: "pin", Digest: d, Slots: []string{"router"}}}
+	cfg.Chains = append(cfg.Chains, wasmEntry("ce_pin", "pinrouterwat", `{"upstream_id":"up_2"}`, 1))
+	snap := snapshot.Build(cfg, plainOpener{}, time.Now())
+	h := New(Options{Source: fakeSource{snap}, Recorder: &memRecorder{}, Plugins: rt})
+	p := snap.Principal("pr_a")
+	req, _ := http.NewRequest("POST", "/v1/messages", nil)
+	var ups []*snapshot.Upstream
+	allocs := testing.AllocsPerRun(100, func() {
+		if ups, _, err = h.route(req, snap, p, "claude-haiku-4-5", false); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(ups) != 1 || ups[0].ID != "up_2" || cap(ups) != 1 {
+		t.Fatalf("routed to %v (cap %d)", ups, cap(ups))
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations a request", allocs)
+	}
 }

@@ -150,7 +150,7 @@ func (s *Snapshot) rebasePrincipals(prev *Snapshot, touched map[string]bool, mem
 		}
 		copies = append(copies, *p)
 		c := &copies[len(copies)-1]
-		c.Candidates, c.Dynamic = nil, false
+		c.Candidates, c.Dynamic, c.Lead = nil, false, nil
 		c.Routers = rebind(p.Routers)
 		s.resolveRoutes(c, memo)
 		s.principals[id] = c

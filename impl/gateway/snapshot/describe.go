@@ -68,6 +68,16 @@ func Describe(s *Snapshot) string {
 			}
 		}
 		fmt.Fprintf(&b, "  candidates %v\n", cands)
+		if l := p.Lead; l != nil {
+			var ids []string
+			for i, c := range l.Candidates {
+				ids = append(ids, c.ID)
+				if s.upstreamID[c.ID] != c || (l.Indexes != nil && (int(l.Indexes[i]) != c.UsableIndex || s.Usable[c.UsableIndex] != c)) {
+					ids = append(ids, "(BROKEN: not this snapshot's usable upstream)")
+				}
+			}
+			fmt.Fprintf(&b, "  lead %v indexes=%v next=%d\n", ids, l.Indexes, l.Next)
+		}
 		var hs []string
 		for _, h := range p.keyHashes {
 			hs = append(hs, hex.EncodeToString(h[:]))

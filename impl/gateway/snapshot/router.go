@@ -52,6 +52,15 @@ func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 type routesMemo struct {
 	shared map[string][]*Upstream
 	owned  bool
+	// indexes holds the Usable positions of lists by the list's first
+	// element and length (lists are shared, so one per list); this build's
+	// only, never carried to another snapshot.
+	indexes map[listID][]uint16
+}
+
+type listID struct {
+	first **Upstream
+	n     int
 }
 
 func (m *routesMemo) set(k string, c []*Upstream) {
@@ -73,15 +82,7 @@ func (m *routesMemo) set(k string, c []*Upstream) {
 // without that, 10,000 principals over 1,000 upstreams built 10,000 lists of
 // 1,000 (issue 22: 2.2 s and 270 MB a build).
 func (s *Snapshot) resolveRoutes(p *Principal, memo *routesMemo) {
-	route := func(pinned []string) []*Upstream {
-		k := strings.Join(pinned, "\x00")
-		c, ok := memo.shared[k]
-		if !ok {
-			c = slices.Clip(routeBuiltin(s.Upstreams, pinned))
-			memo.set(k, c)
-		}
-		return c
-	}
+	route := func(pinned []string) []*Upstream { return s.memoRoute(pinned, memo) }
 	if len(p.Routers) == 0 {
 		p.Candidates = route(nil)
 		return
@@ -89,8 +90,9 @@ func (s *Snapshot) resolveRoutes(p *Principal, memo *routesMemo) {
 	for _, r := range p.Routers {
 		if r.Builtin == "" {
 			// A WASM router decides per request: the request path runs the
-			// whole chain as a pipeline (relay.route).
+			// whole chain as a pipeline (relay.route), from its lead.
 			p.Dynamic = true
+			p.Lead = s.lead(p.Routers, memo)
 			return
 		}
 	}
@@ -100,4 +102,62 @@ func (s *Snapshot) resolveRoutes(p *Principal, memo *routesMemo) {
 			return
 		}
 	}
+}
+
+// memoRoute is the built-in router's list for pinned, from the memo.
+func (s *Snapshot) memoRoute(pinned []string, memo *routesMemo) []*Upstream {
+	k := strings.Join(pinned, "\x00")
+	c, ok := memo.shared[k]
+	if !ok {
+		c = slices.Clip(routeBuiltin(s.Upstreams, pinned))
+		memo.set(k, c)
+	}
+	return c
+}
+
+// lead runs a dynamic chain's leading built-in routers (those before its
+// first WASM entry) on the usable upstreams, as relay.route would on every
+// request, and indexes the result. A lone leading subscription-preference
+// entry shares the memo's list, as static chains do.
+func (s *Snapshot) lead(rs []Router, memo *routesMemo) *Lead {
+	l := &Lead{Candidates: s.Usable}
+	for l.Next < len(rs) && rs[l.Next].Builtin != "" {
+		if r := &rs[l.Next]; r.Builtin == store.BuiltinSubscriptionPreference {
+			if l.Next == 0 {
+				l.Candidates = s.memoRoute(r.Pinned, memo)
+			} else {
+				l.Candidates = slices.Clip(RouteBuiltin(l.Candidates, r.Pinned))
+			}
+		}
+		l.Next++
+	}
+	l.Indexes = memo.indexesOf(l.Candidates, len(s.Usable))
+	return l
+}
+
+// maxIndexes bounds the usable list whose positions fit 16-bit indexes.
+const maxIndexes = 1<<16 - 1
+
+// indexesOf returns the Usable positions of list c (shared by every
+// principal with the same list in this build).
+func (m *routesMemo) indexesOf(c []*Upstream, usable int) []uint16 {
+	if usable > maxIndexes {
+		return nil
+	}
+	if len(c) == 0 {
+		return []uint16{}
+	}
+	id := listID{&c[0], len(c)}
+	if ix, ok := m.indexes[id]; ok {
+		return ix
+	}
+	ix := make([]uint16, len(c))
+	for i, u := range c {
+		ix[i] = uint16(u.UsableIndex)
+	}
+	if m.indexes == nil {
+		m.indexes = map[listID][]uint16{}
+	}
+	m.indexes[id] = ix
+	return ix
 }

@@ -69,6 +69,9 @@ type Principal struct {
 	Candidates []*Upstream
 	// Dynamic is true when a router must run per request (WASM plugins).
 	Dynamic bool
+	// Lead is what a dynamic chain's leading built-in routers decide,
+	// precomputed (nil when not dynamic): the request path starts there.
+	Lead *Lead
 	// Limits are the principal's default_limits (nil: unlimited).
 	Limits []limits.Limit
 	// keyHashes are the principal's keys in this snapshot: what Apply
@@ -78,6 +81,19 @@ type Principal struct {
 
 // keyShards is the number of key maps (one per first hash byte).
 const keyShards = 256
+
+// Lead is the start of a dynamic chain's pipeline: the candidates left by
+// the built-in entries before its first WASM entry (every usable upstream
+// when it has none), their positions in Snapshot.Usable (what a plugin is
+// offered) and the first entry the request path runs. It depends only on
+// the snapshot: built with it, read-only after.
+type Lead struct {
+	Candidates []*Upstream
+	// Indexes are the candidates' UsableIndex; nil when Usable is too
+	// long for 16-bit indexes (a router binding refuses such a table).
+	Indexes []uint16
+	Next    int
+}
 
 // Router is one router-slot chain entry.
 type Router struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -451,5 +452,72 @@ func TestApplyWithoutKeysBuildsInFull(t *testing.T) {
 	}
 	if next.Principal("pr_1").Routers[1].WasmName != "r2" {
 		t.Fatal("the renamed plugin did not reach the router")
+	}
+}
+
+// leadOf renders a principal's precomputed pipeline start.
+func leadOf(s *Snapshot, id string) string {
+	l := s.Principal(id).Lead
+	if l == nil {
+		return "nil"
+	}
+	var ids []string
+	for i, c := range l.Candidates {
+		ids = append(ids, c.ID)
+		if s.Upstream(c.ID) != c || s.Usable[l.Indexes[i]] != c {
+			ids = append(ids, "(stale)")
+		}
+	}
+	return fmt.Sprintf("%v %v next=%d", ids, l.Indexes, l.Next)
+}
+
+// A dynamic chain's leading built-in routers are run when the snapshot is
+// built (the request path starts at the first WASM entry), and run again
+// whenever a delta changes what they decide on: the upstreams or the
+// principal's chain.
+func TestDynamicChainLead(t *testing.T) {
+	t.Parallel()
+	cfg, reg, _ := routerConfig()
+	prev := Build(cfg, xorOpener{}, time.Now())
+	if got := leadOf(prev, "pr_1"); got != "[up_oauth up_key] [1 0] next=1" {
+		t.Fatalf("lead %s", got)
+	}
+	if leadOf(prev, "pr_2") != "nil" {
+		t.Fatal("a static chain has a lead")
+	}
+
+	// Upstreams change: up_oauth is disabled, up_key's index is still 0.
+	u := cfg.Upstreams[1]
+	u.Enabled = false
+	d := &store.ConfigDelta{From: 1, Generation: 2, Upstreams: []store.Upstream{u}, Plugins: cfg.Plugins}
+	next := Apply(prev, cfg.Apply(d), d, xorOpener{}, time.Now())
+	if got := leadOf(next, "pr_1"); got != "[up_key] [0] next=1" {
+		t.Fatalf("after an upstream change: lead %s", got)
+	}
+	if leadOf(prev, "pr_1") != "[up_oauth up_key] [1 0] next=1" {
+		t.Fatal("the delta changed the previous snapshot's lead")
+	}
+
+	// The chain changes: the built-in is pinned to up_key and a second
+	// built-in before the WASM entry; then the WASM entry moves first.
+	pin := cfg.Chains[0]
+	pin.Config = []byte(`{"upstream_id":"up_key"}`)
+	second := pin
+	second.ID, second.Position, second.Config = "ce_3", 0, nil
+	wasm := store.ChainEntry{ID: "ce_2", PrincipalID: "pr_1", Slot: "router", WasmRegistryID: &reg, Position: 1, Enabled: true}
+	d = &store.ConfigDelta{From: 1, Generation: 2, PrincipalIDs: []string{"pr_1"}, Principals: []store.Principal{cfg.Principals[0]},
+		Keys: []store.Key{cfg.Keys[0]}, Chains: []store.ChainEntry{pin, second, wasm}, Plugins: cfg.Plugins}
+	next = Apply(prev, cfg.Apply(d), d, xorOpener{}, time.Now())
+	if got := leadOf(next, "pr_1"); got != "[up_key] [0] next=2" {
+		t.Fatalf("after a chain change: lead %s", got)
+	}
+	if want := Describe(Build(cfg.Apply(d), xorOpener{}, next.BuiltAt)); Describe(next) != want {
+		t.Fatalf("applied:\n%s\nbuilt:\n%s", Describe(next), want)
+	}
+	wasm.Position = -1
+	d.Chains = []store.ChainEntry{pin, wasm}
+	next = Apply(prev, cfg.Apply(d), d, xorOpener{}, time.Now())
+	if got := leadOf(next, "pr_1"); got != "[up_key up_oauth] [0 1] next=0" {
+		t.Fatalf("WASM entry first: lead %s", got)
 	}
 }

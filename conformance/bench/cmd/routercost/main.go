@@ -1,7 +1,8 @@
 // Command routercost compares the in-process proxy path with the built-in
 // router and with a one-plugin chain (bench.RouterCost), calling the
-// handlers directly and over loopback HTTP, and writes the
-// markdown table scripts/bench.sh puts into docs/benchmarks.md.
+// handlers directly and over loopback HTTP, with a second built-in path in
+// the same rotation as the noise floor, and writes the markdown table
+// scripts/bench.sh puts into docs/benchmarks.md.
 package main
 
 import (
@@ -17,7 +18,7 @@ import (
 func main() {
 	plugin := flag.String("plugin", "bin/plugins/pinrouter.wasm", "router plugin module")
 	config := flag.String("config", `{"upstream_id":"up_1","fallback":true}`, "the chain entry's config")
-	n := flag.Int("n", 20000, "requests through each path")
+	n := flag.Int("n", 50000, "requests through each path")
 	out := flag.String("out", "", "write the markdown table here (default: stdout only)")
 	flag.Parse()
 	if err := run(*plugin, *config, *n, *out); err != nil {
