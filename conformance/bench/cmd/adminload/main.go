@@ -48,6 +48,9 @@ type params struct {
 	// the admin load (profile.go); profileDir keeps the raw profiles.
 	profileTop, profileDir string
 	profileTrace           bool
+	// sqlite runs the one-proxy SQLite store (--skip-sqlite leaves it out
+	// when only the replicas are measured).
+	sqlite bool
 }
 
 type result struct {
@@ -58,6 +61,8 @@ type result struct {
 	replicas int
 	// profile is the CPU report of the loaded phase (--profile-top).
 	profile string
+	// cpu is the CPU each process used while the admin load ran.
+	cpu map[string]time.Duration
 }
 
 func run(ctx context.Context, args []string) error {
@@ -72,19 +77,26 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&p.profileTop, "profile-top", "", "profile the proxies (CPU, through /debug/pprof/) while the admin load runs and write the CPU split and the profile tops here; needs go on PATH")
 	fs.BoolVar(&p.profileTrace, "profile-trace", false, "with --profile-top: also trace replica A and report where its goroutines waited for a processor (go tool trace -pprof=sched)")
 	fs.StringVar(&p.profileDir, "profile-dir", "", "with --profile-top: keep the raw CPU profiles here (default: discarded)")
+	skipSQLite := fs.Bool("skip-sqlite", false, "measure the PostgreSQL replicas only (needs --database-url)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if p.writes < 2 || p.workers <= 0 || p.proxyN <= 0 {
 		return fmt.Errorf("--writes must be at least 2, --workers and --proxy-n positive")
 	}
+	if *skipSQLite && p.dbURL == "" {
+		return fmt.Errorf("--skip-sqlite needs --database-url")
+	}
+	p.sqlite = !*skipSQLite
 	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
 	var rs []result
-	r, err := runStore(ctx, p, "", logf)
-	if err != nil {
-		return fmt.Errorf("sqlite: %w", err)
+	if p.sqlite {
+		r, err := runStore(ctx, p, "", logf)
+		if err != nil {
+			return fmt.Errorf("sqlite: %w", err)
+		}
+		rs = append(rs, r)
 	}
-	rs = append(rs, r)
 	if p.dbURL != "" {
 		r, err := runStore(ctx, p, p.dbURL, logf)
 		if err != nil {
@@ -189,6 +201,7 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 	if err != nil {
 		return res, err
 	}
+	cpu0 := bench.ReadCPUClock(pids)
 	go func() {
 		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
 		done <- loadDone{l, err}
@@ -206,6 +219,7 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		default:
 		}
 	}
+	res.cpu = bench.ReadCPUClock(pids).Since(cpu0).Procs
 	if res.profile, err = prof.report(ctx); err != nil {
 		return res, err
 	}
@@ -237,6 +251,21 @@ func markdown(p params, rs []result) string {
 			len(r.quiet), len(r.loaded), ms(bench.Percentile(r.quiet, .5)), ms(bench.Percentile(r.loaded, .5)),
 			ms(bench.Percentile(r.quiet, .99)), ms(bench.Percentile(r.loaded, .99)), ms(bench.Percentile(r.loaded, 1)),
 			bench.Slowdown(r.quiet, r.loaded, .5), p99, bench.MetMark(ok))
+	}
+	b.WriteString("\nCPU each process used while the admin load ran, per configuration change (each write is one change, and\n" +
+		"every replica applies every change: its own through the rebuild its admin call runs, the others' on NOTIFY;\n" +
+		"replica A also serves the c=1 proxied requests, each replica its share of the admin calls):\n\n")
+	b.WriteString("| store | changes | replica A | replica B | replica C | simulator |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		n := len(r.load.Creates) + len(r.load.Patches)
+		cell := func(k string) string {
+			d, ok := r.cpu[k]
+			if !ok || n == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f ms (%.1f CPU-s)", ms(d)/float64(n), d.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.label, n, cell("proxy-0"), cell("proxy-1"), cell("proxy-2"), cell("sim"))
 	}
 	fmt.Fprintf(&b, `
 Method (conformance/bench/cmd/adminload). bin/sim and bin/proxy on loopback (SQLite: one proxy on a
