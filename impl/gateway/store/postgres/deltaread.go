@@ -21,8 +21,9 @@ const beginSnapshotRead = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 // go out as one pipeline on a pgx connection taken from database/sql's
 // pool, and their results come back together. Every replica reads a
 // delta on every change; through database/sql each statement was a round
-// trip of its own (9 with BEGIN and COMMIT), about a third of a replica's
-// CPU in system calls under admin load (issue 22.5).
+// trip of its own (8 for a principal's change, BEGIN and COMMIT
+// included): about a third of a replica's CPU went to the system calls of
+// round trips under admin load (issue 22.5).
 func readBatch(ctx context.Context, db *sql.DB, qs []sqlstore.BatchQuery) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -64,7 +65,7 @@ func sendBatch(ctx context.Context, c *pgx.Conn, qs []sqlstore.BatchQuery) error
 // readResults reads the batch's results in order: BEGIN, each statement
 // through its Read, COMMIT.
 func readResults(br pgx.BatchResults, qs []sqlstore.BatchQuery) error {
-	if _, err := br.Exec(); err != nil {
+	if _, err := br.Exec(); err != nil { // BEGIN
 		return err
 	}
 	for _, q := range qs {

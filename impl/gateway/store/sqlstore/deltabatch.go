@@ -35,14 +35,19 @@ var (
 	// delta reads (maxDeltaResources): past that the delta is refused, so
 	// reading the rows would be in vain. One argument: the generation.
 	deltaBoundSQL = fmt.Sprintf("(SELECT count(*) FROM (SELECT DISTINCT kind, id FROM config_changes WHERE %s "+
-		"AND kind IN ('%s', '%s') AND id <> '%s') t) <= %d", deltaSpanSQL, changeUpstream, changePrincipal, changeAll, maxDeltaResources)
+		"AND kind IN ('%s', '%s') AND id <> '%s') s) <= %d", deltaSpanSQL, changeUpstream, changePrincipal, changeAll, maxDeltaResources)
 )
 
-// touchedSQL is the ids of kind the span names, none past the bound; two
-// arguments, both the generation.
-func touchedSQL(kind string) string {
-	return fmt.Sprintf("(SELECT id FROM config_changes WHERE %s AND kind = '%s' AND id <> '%s' AND %s)",
-		deltaSpanSQL, kind, changeAll, deltaBoundSQL)
+// touchedRows reads, with sel (a table's SELECT up to its WHERE clause)
+// and its condition on a touched id (touched_id), the rows of the ids of
+// kind the span names, none past the bound; two arguments, both the
+// generation. Each id is looked up on its own (LATERAL, kept from being
+// merged into a join by OFFSET 0): as a join or an IN subquery the
+// planner, counting on a few ids, scanned the whole table to hash them.
+// (Batches are PostgreSQL's: so is LATERAL.)
+func touchedRows(kind, sel, cond string) string {
+	return fmt.Sprintf("SELECT t.* FROM (SELECT DISTINCT id AS touched_id FROM config_changes WHERE %s AND kind = '%s' AND id <> '%s' AND %s) c, "+
+		"LATERAL (%s%s OFFSET 0) t ", deltaSpanSQL, kind, changeAll, deltaBoundSQL, sel, cond)
 }
 
 // readAll appends every row, scanned by scan, to *dst.
@@ -69,19 +74,21 @@ func (s *Store) loadDeltaBatched(ctx context.Context, since int64) (*store.Confi
 		gens    []int64
 		changes []changeRow
 		ups     []store.Upstream
+		all     []store.Upstream // when a change touched every upstream
 		plugins = []store.RegistryEntry{}
 	)
 	bound := []any{since, since}
 	qs := []BatchQuery{
 		{SQL: generationQuery, Read: readAll(&gens, func(r scanner, g *int64) error { return r.Scan(g) })},
 		{SQL: "SELECT generation, kind, id FROM config_changes WHERE " + deltaSpanSQL, Args: []any{since}, Read: readAll(&changes, scanChange)},
-		{SQL: upstreamTable.sel + "WHERE deleted_at IS NULL AND (id IN " + touchedSQL(changeUpstream) +
-			" OR EXISTS (SELECT 1 FROM config_changes WHERE " + deltaSpanSQL + " AND kind = '" + changeUpstream + "' AND id = '" + changeAll + "'))" +
-			upstreamTable.order, Args: []any{since, since, since}, Read: readAll(&ups, upstreamTable.scan)},
-		{SQL: principalTable.sel + "WHERE id IN " + touchedSQL(changePrincipal) + principalTable.order, Args: bound,
+		{SQL: touchedRows(changeUpstream, upstreamTable.sel, "WHERE deleted_at IS NULL AND id = c.touched_id") + upstreamTable.order,
+			Args: bound, Read: readAll(&ups, upstreamTable.scan)},
+		{SQL: upstreamTable.sel + "WHERE deleted_at IS NULL AND EXISTS (SELECT 1 FROM config_changes WHERE " + deltaSpanSQL +
+			" AND kind = '" + changeUpstream + "' AND id = '" + changeAll + "')" + upstreamTable.order, Args: []any{since}, Read: readAll(&all, upstreamTable.scan)},
+		{SQL: touchedRows(changePrincipal, principalTable.sel, "WHERE id = c.touched_id") + principalTable.order, Args: bound,
 			Read: readAll(&d.Principals, principalTable.scan)},
-		{SQL: liveKeysQuery + "AND principal_id IN " + touchedSQL(changePrincipal), Args: bound, Read: readAll(&d.Keys, keyScanner(0))},
-		{SQL: chainTable.sel + "WHERE principal_id IN " + touchedSQL(changePrincipal) + chainTable.order, Args: bound,
+		{SQL: touchedRows(changePrincipal, liveKeysQuery, "AND principal_id = c.touched_id"), Args: bound, Read: readAll(&d.Keys, keyScanner(0))},
+		{SQL: touchedRows(changePrincipal, chainTable.sel, "WHERE principal_id = c.touched_id"), Args: bound,
 			Read: readAll(&d.Chains, chainTable.scan)},
 		{SQL: registryTable.sel + registryTable.order, Read: readAll(&plugins, registryTable.scan)},
 	}
@@ -106,7 +113,7 @@ func (s *Store) loadDeltaBatched(ctx context.Context, since int64) (*store.Confi
 	}
 	// What loadDeltaStatements returns, to the nil or empty list.
 	if d.AllUpstreams {
-		d.Upstreams = ups
+		d.Upstreams = all
 		if d.Upstreams == nil {
 			d.Upstreams = []store.Upstream{}
 		}
