@@ -32,8 +32,8 @@ func readBatch(ctx context.Context, db *sql.DB, qs []sqlstore.BatchQuery) error 
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("postgres: database/sql connection is %T, not pgx's", dc)
+		if !ok { // a driver wrapping pgx's: the store reads one statement at a time
+			return fmt.Errorf("postgres: database/sql connection is %T, not pgx's: %w", dc, errors.ErrUnsupported)
 		}
 		return sendBatch(ctx, c.Conn(), qs)
 	})

@@ -225,3 +225,51 @@ func procCPU(pid int) time.Duration {
 	}
 	return time.Duration(u+s) * 10 * time.Millisecond
 }
+
+// A batch whose statement fails reports the error and hands its
+// connection back, rolled back rather than dropped: the next use of the
+// pool's only connection is the same session, outside any transaction.
+func TestFailedBatchLeavesConnectionClean(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(pgtest.Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	var pid, after int
+	if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	read := func(r sqlstore.BatchRows) error {
+		for r.Next() {
+			var n int
+			if err := r.Scan(&n); err != nil {
+				return err
+			}
+			got = append(got, n)
+		}
+		return r.Err()
+	}
+	err = postgres.Dialect.ReadBatch(ctx, db, []sqlstore.BatchQuery{
+		{SQL: "SELECT 1", Read: read},
+		{SQL: "SELECT 1 / (SELECT 0)", Read: read},
+		{SQL: "SELECT 3", Read: read},
+	})
+	if err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("batch with a failing statement: %v, want division by zero", err)
+	}
+	var n int
+	var iso string
+	if err := db.QueryRowContext(ctx, "SELECT 2, current_setting('transaction_isolation'), pg_backend_pid()").Scan(&n, &iso, &after); err != nil ||
+		n != 2 || iso != "read committed" || after != pid {
+		t.Fatalf("after the failed batch: %d %q, session %d (was %d), %v", n, iso, after, pid, err)
+	}
+	got = nil
+	if err := postgres.Dialect.ReadBatch(ctx, db, []sqlstore.BatchQuery{{SQL: "SELECT 4", Read: read}}); err != nil || len(got) != 1 || got[0] != 4 {
+		t.Fatalf("next batch: %v, %v", got, err)
+	}
+}

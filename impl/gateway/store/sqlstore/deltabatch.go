@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -95,7 +96,9 @@ func (s *Store) loadDeltaBatched(ctx context.Context, since int64) (*store.Confi
 	for i := range qs {
 		qs[i].SQL = s.d.rebind(qs[i].SQL)
 	}
-	if err := s.d.ReadBatch(ctx, s.db, qs); err != nil {
+	if err := s.d.ReadBatch(ctx, s.db, qs); errors.Is(err, errors.ErrUnsupported) {
+		return s.loadDeltaStatements(ctx, since)
+	} else if err != nil {
 		return nil, s.d.classify(err)
 	}
 	if len(gens) != 1 {
