@@ -49,6 +49,11 @@ func TestBatchedDeltaEqualsStatements(t *testing.T) {
 	storetest.DeltaReadsAgree(t, st, sqlstore.New(st.DB(), statementByStatement(), clk.Now, nil), clk)
 }
 
+// noPing keeps database/sql from pinging a connection idle for more than
+// a second before handing it out (pgx's default): on a slow machine it
+// would count as one more round trip of the read.
+var noPing = stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false })
+
 // countingDialer counts the writes of every connection it dials: each
 // round trip to the server starts with one.
 type countingDialer struct{ writes atomic.Int64 }
@@ -89,7 +94,7 @@ func TestDeltaReadIsOneRoundTrip(t *testing.T) {
 	}
 	var dialer countingDialer
 	cfg.DialFunc = dialer.dial
-	db := stdlib.OpenDB(*cfg)
+	db := stdlib.OpenDB(*cfg, noPing)
 	defer db.Close()
 	// One connection, so the statements prepared on it serve every read.
 	db.SetMaxOpenConns(1)
@@ -172,7 +177,7 @@ func BenchmarkDeltaRead(b *testing.B) {
 			var dialer countingDialer
 			c := *cfg
 			c.DialFunc = dialer.dial
-			db := stdlib.OpenDB(c)
+			db := stdlib.OpenDB(c, noPing)
 			defer db.Close()
 			db.SetMaxOpenConns(1)
 			reader := sqlstore.New(db, tc.d, nil, nil)
