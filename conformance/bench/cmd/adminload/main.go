@@ -57,6 +57,8 @@ type params struct {
 	// write and no proxied request: its CPU is what applying the others'
 	// changes on notification costs, alone.
 	listener bool
+	// rate caps the admin writes per second (0: unpaced).
+	rate float64
 }
 
 type result struct {
@@ -85,6 +87,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&p.profileTrace, "profile-trace", false, "with --profile-top: also trace replica A and report where its goroutines waited for a processor (go tool trace -pprof=sched)")
 	fs.StringVar(&p.profileDir, "profile-dir", "", "with --profile-top: keep the raw CPU profiles here (default: discarded)")
 	skipSQLite := fs.Bool("skip-sqlite", false, "measure the PostgreSQL replicas only (needs --database-url)")
+	fs.Float64Var(&p.rate, "rate", 0, "admin writes per second in all, at most (0: as fast as answers come); at a fixed rate builds compare by what the proxy path pays for the same admin work")
 	fs.BoolVar(&p.listener, "listener", false, "PostgreSQL: start a fourth replica that only listens (no admin writes, no proxied requests) and report its CPU per change")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -225,7 +228,7 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 	}
 	cpu0 := bench.ReadCPUClock(pids)
 	go func() {
-		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
+		l, err := bench.HammerAdminPaced(ctx, admins, token, "load", p.workers, p.writes, p.rate)
 		done <- loadDone{l, err}
 	}()
 	var ld loadDone
@@ -351,6 +354,9 @@ snapshot rebuild on each replica. Writes per second are each kind's count over t
 time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
 requests one after another for as long as the load runs.
 `, p.workers, p.writes, p.proxyN)
+	if p.rate > 0 {
+		fmt.Fprintf(&b, "The admin clients were paced to at most %.0f writes per second in all (--rate).\n", p.rate)
+	}
 	if p.listener {
 		b.WriteString(`The listener-only replica (--listener) is a fourth one on PostgreSQL that takes no admin write and no
 proxied request: its CPU, counted until it has applied the last change, is what applying the others'
