@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -55,7 +56,10 @@ func sendBatch(ctx context.Context, c *pgx.Conn, qs []sqlstore.BatchQuery) error
 		// A failed statement leaves its transaction open and aborted:
 		// the connection goes back to the pool only once rolled back,
 		// else database/sql drops it (driver.ErrBadConn).
-		if _, rerr := c.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, rerr := c.Exec(rctx, "ROLLBACK")
+		cancel()
+		if rerr != nil {
 			return errors.Join(err, driver.ErrBadConn)
 		}
 	}

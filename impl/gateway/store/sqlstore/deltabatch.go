@@ -40,9 +40,9 @@ var (
 )
 
 // touchedRows reads, with sel (a table's SELECT up to its WHERE clause)
-// and its condition on a touched id (touched_id), the rows of the ids of
-// kind the span names, none past the bound; two arguments, both the
-// generation. Each id is looked up on its own (LATERAL, kept from being
+// and cond (its condition on the touched id, c.touched_id), the rows of
+// the ids of kind the span names, none past the bound; two arguments,
+// both the generation. Each id is looked up on its own (LATERAL, kept from being
 // merged into a join by OFFSET 0): as a join or an IN subquery the
 // planner, counting on a few ids, scanned the whole table to hash them.
 // (Batches are PostgreSQL's: so is LATERAL.)
