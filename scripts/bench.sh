@@ -182,6 +182,12 @@ go test -run '^$' -bench AdminWrites -benchmem -benchtime 300x -count 1 ./impl/g
 if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
   TEST_DATABASE_URL=$pgurl go test -run '^$' -bench AdminWrites -benchmem -benchtime 300x -count 1 ./impl/gateway/store/postgres/ | tee -a "$tmp/micro.txt"
 fi
+# issue 22.5 (h/pgdelta): the delta read every replica runs on every change notification, on
+# PostgreSQL batched in one round trip (as it runs) and statement by statement (as before): this
+# process's CPU, the server backend's (server-cpu-ns/op) and round trips per read.
+if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
+  TEST_DATABASE_URL=$pgurl go test -run '^$' -bench DeltaRead -benchmem -benchtime 3000x -count 1 ./impl/gateway/store/postgres/ | tee -a "$tmp/micro.txt"
+fi
 # issue 24 (h/tail): one 32-event write's thread CPU over 4000 writes (p50, p99, max): the write
 # that crosses wal_autocheckpoint pages also checkpoints (1000, the default; 100; 0 = never).
 go test -run '^$' -bench FlushTail -benchtime 4000x -count 1 ./impl/gateway/store/sqlite/ | tee -a "$tmp/micro.txt"

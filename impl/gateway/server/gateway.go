@@ -277,10 +277,9 @@ func (g *gateway) applyChange(ctx context.Context, payload string) {
 	var err error
 	if gen, perr := strconv.ParseInt(payload, 10, 64); perr != nil {
 		_, err = g.rt.RefreshIfChanged(ctx)
-	} else if gen <= g.rt.Current().Generation {
-		return // our own change, or one applied already
 	} else {
-		err = g.rt.Refresh(ctx)
+		// Nothing is read for our own change, or one applied already.
+		err = g.rt.RefreshPast(ctx, gen)
 	}
 	if err != nil {
 		g.log.Warn("refresh after notification", "error", err)

@@ -108,7 +108,23 @@ type Gate interface {
 // nil. The gate is taken before the rebuild lock, as a write would take
 // it, so a caller waiting for it holds nothing a gate holder might need;
 // callers that arrived while the gate was busy still share one rebuild.
-func (r *Runtime) RefreshIn(ctx context.Context, gate Gate) error {
+func (r *Runtime) RefreshIn(ctx context.Context, gate Gate) error { return r.refresh(ctx, gate, 0) }
+
+// RefreshPast is Refresh for a change announced at generation gen (a
+// notification): nothing is read when the snapshot has reached gen, also
+// when it got there through a rebuild that ran while this call waited
+// (the refresh after a replica's own admin write, whose notification
+// comes back to it too).
+func (r *Runtime) RefreshPast(ctx context.Context, gen int64) error {
+	if r.Current().Generation >= gen {
+		return nil
+	}
+	return r.refresh(ctx, nil, gen)
+}
+
+// refresh is RefreshIn, returning without a rebuild once the snapshot has
+// reached generation past when past is positive.
+func (r *Runtime) refresh(ctx context.Context, gate Gate, past int64) error {
 	arrived := r.started.Load()
 	r.waiting.Add(1)
 	if gate != nil {
@@ -123,6 +139,9 @@ func (r *Runtime) RefreshIn(ctx context.Context, gate Gate) error {
 	defer r.mu.Unlock()
 	if r.started.Load() > arrived && r.lastErr == nil {
 		return nil // a failed one is retried: its error may be another caller's context
+	}
+	if past > 0 && r.Current().Generation >= past {
+		return nil
 	}
 	r.started.Add(1)
 	r.lastErr = r.rebuild(ctx, false)

@@ -264,6 +264,49 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 	}
 }
 
+// A notification's refresh reads nothing when the snapshot has reached
+// the announced generation: already, or through a rebuild that was
+// running when it arrived (a replica's refresh after its own admin write,
+// whose notification comes back to it too). A later generation rebuilds.
+func TestRefreshPastReadsNothingOnceReached(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := &fakeLoader{cfg: baseConfig(1)}
+	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	if err := rt.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RefreshPast(ctx, 1); err != nil || l.loads.Load() != 1 {
+		t.Fatalf("generation reached: %v, %d reads; want none after the first", err, l.loads.Load())
+	}
+	l.set(baseConfig(2))
+	l.block = make(chan struct{})
+	first := make(chan error)
+	go func() { first <- rt.Refresh(ctx) }()
+	for l.loads.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	past := make(chan error)
+	go func() { past <- rt.RefreshPast(ctx, 2) }()
+	for rt.waiting.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	close(l.block)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-past; err != nil {
+		t.Fatal(err)
+	}
+	if n, g := l.loads.Load(), rt.Current().Generation; n != 2 || g != 2 {
+		t.Fatalf("%d reads, generation %d; want 2 reads (no second for the notification) and generation 2", n, g)
+	}
+	l.set(baseConfig(3))
+	if err := rt.RefreshPast(ctx, 3); err != nil || l.loads.Load() != 3 || rt.Current().Generation != 3 {
+		t.Fatalf("new generation: %v, %d reads, generation %d", err, l.loads.Load(), rt.Current().Generation)
+	}
+}
+
 // chanGate is a gate of one slot.
 type chanGate chan struct{}
 

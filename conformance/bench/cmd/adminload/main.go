@@ -11,9 +11,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,6 +50,15 @@ type params struct {
 	// the admin load (profile.go); profileDir keeps the raw profiles.
 	profileTop, profileDir string
 	profileTrace           bool
+	// sqlite runs the one-proxy SQLite store (--skip-sqlite leaves it out
+	// when only the replicas are measured).
+	sqlite bool
+	// listener starts one more PostgreSQL replica that takes no admin
+	// write and no proxied request: its CPU is what applying the others'
+	// changes on notification costs, alone.
+	listener bool
+	// rate caps the admin writes per second (0: unpaced).
+	rate float64
 }
 
 type result struct {
@@ -58,6 +69,9 @@ type result struct {
 	replicas int
 	// profile is the CPU report of the loaded phase (--profile-top).
 	profile string
+	// cpu is the CPU each process used while the admin load ran (the
+	// listener's until it had applied every change).
+	cpu map[string]time.Duration
 }
 
 func run(ctx context.Context, args []string) error {
@@ -72,19 +86,28 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&p.profileTop, "profile-top", "", "profile the proxies (CPU, through /debug/pprof/) while the admin load runs and write the CPU split and the profile tops here; needs go on PATH")
 	fs.BoolVar(&p.profileTrace, "profile-trace", false, "with --profile-top: also trace replica A and report where its goroutines waited for a processor (go tool trace -pprof=sched)")
 	fs.StringVar(&p.profileDir, "profile-dir", "", "with --profile-top: keep the raw CPU profiles here (default: discarded)")
+	skipSQLite := fs.Bool("skip-sqlite", false, "measure the PostgreSQL replicas only (needs --database-url)")
+	fs.Float64Var(&p.rate, "rate", 0, "admin writes per second in all, at most (0: as fast as answers come); at a fixed rate builds compare by what the proxy path pays for the same admin work")
+	fs.BoolVar(&p.listener, "listener", false, "PostgreSQL: start a fourth replica that only listens (no admin writes, no proxied requests) and report its CPU per change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if p.writes < 2 || p.workers <= 0 || p.proxyN <= 0 {
 		return fmt.Errorf("--writes must be at least 2, --workers and --proxy-n positive")
 	}
+	if *skipSQLite && p.dbURL == "" {
+		return fmt.Errorf("--skip-sqlite needs --database-url")
+	}
+	p.sqlite = !*skipSQLite
 	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
 	var rs []result
-	r, err := runStore(ctx, p, "", logf)
-	if err != nil {
-		return fmt.Errorf("sqlite: %w", err)
+	if p.sqlite {
+		r, err := runStore(ctx, p, "", logf)
+		if err != nil {
+			return fmt.Errorf("sqlite: %w", err)
+		}
+		rs = append(rs, r)
 	}
-	rs = append(rs, r)
 	if p.dbURL != "" {
 		r, err := runStore(ctx, p, p.dbURL, logf)
 		if err != nil {
@@ -160,6 +183,20 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 			proxyURL = "http://" + px
 		}
 	}
+	listenerAdmin := ""
+	if p.listener && res.replicas > 1 {
+		px, adm := addr(), addr()
+		pr, err := st.Start("proxy-listener", "proxy", []string{"--proxy-listen", px, "--admin-listen", adm,
+			"--database-url", dburl, "--log-level", "warn", "--allow-private-upstreams"}, env)
+		if err != nil {
+			return res, err
+		}
+		if err := st.WaitUp(pr, "http://"+adm+"/admin/v1/status"); err != nil {
+			return res, err
+		}
+		listenerAdmin = "http://" + adm
+		pids["listener"] = pr.Pid()
+	}
 	key, err := bench.Seed(admins[0], token, "http://"+simAddr, simKey)
 	if err != nil {
 		return res, fmt.Errorf("seed: %w", err)
@@ -185,12 +222,13 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		err error
 	}
 	done := make(chan loadDone, 1)
-	prof, err := startProfiles(ctx, p, dir, res, admins, token, pids)
+	prof, err := startProfiles(ctx, p, dir, res, admins, listenerAdmin, token, pids)
 	if err != nil {
 		return res, err
 	}
+	cpu0 := bench.ReadCPUClock(pids)
 	go func() {
-		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
+		l, err := bench.HammerAdminPaced(ctx, admins, token, "load", p.workers, p.writes, p.rate)
 		done <- loadDone{l, err}
 	}()
 	var ld loadDone
@@ -206,6 +244,14 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		default:
 		}
 	}
+	res.cpu = bench.ReadCPUClock(pids).Since(cpu0).Procs
+	if listenerAdmin != "" && ld.err == nil {
+		// The listener's share ends when it has applied the last change.
+		if err := caughtUp(ctx, listenerAdmin, admins[0], token); err != nil {
+			return res, err
+		}
+		res.cpu["listener"] = bench.ReadCPUClock(pids).Since(cpu0).Procs["listener"]
+	}
 	if res.profile, err = prof.report(ctx); err != nil {
 		return res, err
 	}
@@ -214,6 +260,51 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 	}
 	res.load = ld.l
 	return res, nil
+}
+
+// caughtUp waits until the replica at admin serves the configuration
+// generation the one at writer reports.
+func caughtUp(ctx context.Context, admin, writer, token string) error {
+	status := func(url string) (admincfg, error) {
+		var s admincfg
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/admin/v1/status", nil)
+		if err != nil {
+			return s, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return s, err
+		}
+		defer res.Body.Close()
+		return s, json.NewDecoder(res.Body).Decode(&s)
+	}
+	want, err := status(writer)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := status(admin)
+		if err != nil {
+			return err
+		}
+		if got.Snapshot.Generation >= want.ConfigGeneration {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("listener at generation %d, want %d", got.Snapshot.Generation, want.ConfigGeneration)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// admincfg is what caughtUp reads of GET /admin/v1/status.
+type admincfg struct {
+	ConfigGeneration int64 `json:"config_generation"`
+	Snapshot         struct {
+		Generation int64 `json:"generation"`
+	} `json:"snapshot"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -238,6 +329,21 @@ func markdown(p params, rs []result) string {
 			ms(bench.Percentile(r.quiet, .99)), ms(bench.Percentile(r.loaded, .99)), ms(bench.Percentile(r.loaded, 1)),
 			bench.Slowdown(r.quiet, r.loaded, .5), p99, bench.MetMark(ok))
 	}
+	b.WriteString("\nCPU each process used while the admin load ran, per configuration change (each write is one change, and\n" +
+		"every replica applies every change: its own through the rebuild its admin call runs, the others' on NOTIFY;\n" +
+		"replica A also serves the c=1 proxied requests, each replica its share of the admin calls):\n\n")
+	b.WriteString("| store | changes | replica A | replica B | replica C | listener only | simulator |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		n := len(r.load.Creates) + len(r.load.Patches)
+		cell := func(k string) string {
+			d, ok := r.cpu[k]
+			if !ok || n == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f ms (%.1f CPU-s)", ms(d)/float64(n), d.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label, n, cell("proxy-0"), cell("proxy-1"), cell("proxy-2"), cell("listener"), cell("sim"))
+	}
 	fmt.Fprintf(&b, `
 Method (conformance/bench/cmd/adminload). bin/sim and bin/proxy on loopback (SQLite: one proxy on a
 fresh file; PostgreSQL: three replicas on a fresh schema, replica A migrating first), one upstream
@@ -248,6 +354,15 @@ snapshot rebuild on each replica. Writes per second are each kind's count over t
 time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
 requests one after another for as long as the load runs.
 `, p.workers, p.writes, p.proxyN)
+	if p.rate > 0 {
+		fmt.Fprintf(&b, "The admin clients were paced to at most %.0f writes per second in all (--rate).\n", p.rate)
+	}
+	if p.listener {
+		b.WriteString(`The listener-only replica (--listener) is a fourth one on PostgreSQL that takes no admin write and no
+proxied request: its CPU, counted until it has applied the last change, is what applying the others'
+changes on NOTIFY costs a replica, alone.
+`)
+	}
 	if p.profileTop != "" {
 		fmt.Fprintf(&b, `Each proxy was CPU-profiled through its /debug/pprof/ (PROXY_DEBUG_PPROF=true) in one-second
 windows while the load ran; the CPU each process used and the profile tops are in %s.

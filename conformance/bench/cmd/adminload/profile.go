@@ -23,11 +23,13 @@ type profiles struct {
 	started  time.Time
 	replicas []*bench.Profiler
 	trace    *bench.Profiler
+	// listener profiles the listener-only replica (--listener).
+	listener *bench.Profiler
 }
 
 // startProfiles starts profiling when --profile-top is set (else it
 // returns nil, whose report is empty).
-func startProfiles(ctx context.Context, p params, tmp string, res result, admins []string, token string, pids map[string]int) (*profiles, error) {
+func startProfiles(ctx context.Context, p params, tmp string, res result, admins []string, listener, token string, pids map[string]int) (*profiles, error) {
 	if p.profileTop == "" {
 		return nil, nil
 	}
@@ -51,6 +53,11 @@ func startProfiles(ctx context.Context, p params, tmp string, res result, admins
 		pr.trace = &bench.Profiler{AdminURL: admins[0], Token: token, Window: time.Second, Trace: true,
 			Dir: dir, Prefix: fmt.Sprintf("adminload-%s-proxy-0", store)}
 		pr.trace.Start(ctx)
+	}
+	if listener != "" {
+		pr.listener = &bench.Profiler{AdminURL: listener, Token: token, Window: time.Second,
+			Dir: dir, Prefix: fmt.Sprintf("adminload-%s-listener", store)}
+		pr.listener.Start(ctx)
 	}
 	pr.before, pr.started = bench.ReadCPUClock(pids), time.Now()
 	for _, r := range pr.replicas {
@@ -120,6 +127,15 @@ func (pr *profiles) report(ctx context.Context) (string, error) {
 	}
 	if len(files) > 1 {
 		if err := top("the other replicas merged, by flat time", slices.Concat(files[1:]...), false); err != nil {
+			return "", err
+		}
+	}
+	if pr.listener != nil {
+		f, err := pr.listener.Stop()
+		if err != nil {
+			return "", err
+		}
+		if err := top("the listener-only replica, by cumulative time", f, true); err != nil {
 			return "", err
 		}
 	}

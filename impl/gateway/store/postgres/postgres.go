@@ -43,6 +43,8 @@ var Dialect = &sqlstore.Dialect{
 	// (QueryExecModeCacheStatement): the store's own cache only added
 	// allocations (BenchmarkAdminWrites).
 	SkipPrepare: true,
+	// A replica's delta read in one round trip (deltaread.go).
+	ReadBatch: readBatch,
 	IsUnique: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"

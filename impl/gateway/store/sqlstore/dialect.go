@@ -44,6 +44,13 @@ type Dialect struct {
 	// the driver keeps its own per-connection cache of prepared
 	// statements (pgx's default).
 	SkipPrepare bool
+	// ReadBatch, when set, runs qs in one snapshot transaction (repeatable
+	// read, read-only) sent as one round trip, and hands each statement's
+	// rows to its Read in order. The delta read every replica runs on
+	// every change uses it (deltabatch.go). An error wrapping
+	// errors.ErrUnsupported (a connection it cannot batch on) has the
+	// store read one statement at a time instead.
+	ReadBatch func(ctx context.Context, db *sql.DB, qs []BatchQuery) error
 	// NotifyChannel, when set, is the channel every configuration change
 	// announces its new generation on (PostgreSQL NOTIFY). Such a database
 	// records a change in one statement (a data-modifying WITH): audit

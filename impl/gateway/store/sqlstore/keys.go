@@ -25,9 +25,18 @@ func scanKey(r scanner, k *store.Key) error {
 // them. The hashes share backing arrays of many keys each rather than
 // taking one allocation apiece.
 func (s *Store) liveKeys(ctx context.Context, q querier, n int, where string, args ...any) ([]store.Key, error) {
+	return listSized(ctx, s.d, q, keyScanner(n), n, liveKeysQuery+where, args...)
+}
+
+// liveKeysQuery reads live keys; a condition starting with AND follows.
+const liveKeysQuery = "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "
+
+// keyScanner scans the rows of liveKeysQuery, about n of them, copying
+// the hashes into shared arenas rather than one allocation each.
+func keyScanner(n int) scanFunc[store.Key] {
 	var arena []byte
 	var raw sql.RawBytes
-	return listSized(ctx, s.d, q, func(r scanner, k *store.Key) error {
+	return func(r scanner, k *store.Key) error {
 		if err := r.Scan(&k.ID, &k.PrincipalID, &raw); err != nil {
 			return err
 		}
@@ -38,7 +47,7 @@ func (s *Store) liveKeys(ctx context.Context, q querier, n int, where string, ar
 		arena = append(arena, raw...)
 		k.Hash = arena[at:len(arena):len(arena)]
 		return nil
-	}, n, "SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "+where, args...)
+	}
 }
 
 func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
