@@ -126,8 +126,8 @@ func NewTransport() *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		WriteBufferSize:       4 << 10,
+		ReadBufferSize:        4 << 10,
 	}
 }
 
