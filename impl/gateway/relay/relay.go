@@ -585,7 +585,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// The last candidate is tried anyway: the provider decides.
 		}
 		a := h.newAttempt(r.Context(), headerTimeout)
-		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, &a.body)
+		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, a, len(r.Header))
 		if err != nil {
 			a.done()
 			lastErr, lastUp = err, up
@@ -645,10 +645,11 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 
 var errOAuthRefused = errors.New("upstream refused its OAuth token")
 
-// outbound is the request to up carrying body, read through rd, on the
-// target parsed once per snapshot (an Upstream not built by the snapshot
-// is parsed here).
-func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte, rd *bodyReader) (*http.Request, error) {
+// outbound is the request to up carrying body, read through a.body, on
+// the target parsed once per snapshot (an Upstream not built by the
+// snapshot is parsed here) and copied into a.url; headers is how many the
+// client sent, to size the request's header map once.
+func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte, a *attempt, headers int) (*http.Request, error) {
 	target, s := up.MessagesTarget, up.MessagesURL
 	if ep == epCountTokens {
 		target, s = up.CountTokensTarget, up.CountTokensURL
@@ -659,19 +660,21 @@ func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery 
 			return nil, err
 		}
 	}
-	// An empty URL parses without work; the shared target is copied in.
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
-	if err != nil {
-		return nil, err
-	}
-	*out.URL = *target
-	out.URL.RawQuery = rawQuery
-	out.Host = target.Host
-	rd.Reset(body)
-	out.Body, out.ContentLength = rd, int64(len(body))
-	// GetBody lets the transport resend the body on a fresh connection
-	// when a reused one turned out closed before anything was sent.
-	out.GetBody = func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil }
+	a.url = *target
+	a.url.RawQuery = rawQuery
+	a.body.Reset(body)
+	// Built as NewRequestWithContext builds it, without parsing a URL
+	// again: WithContext's copy is the request's one allocation.
+	out := (&http.Request{
+		Method: http.MethodPost, URL: &a.url, Host: target.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, headers+2), // plus the credential's one or two
+		Body:   &a.body, ContentLength: int64(len(body)),
+		// GetBody lets the transport resend the body on a fresh
+		// connection when a reused one turned out closed before anything
+		// was sent.
+		GetBody: func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil },
+	}).WithContext(ctx)
 	return out, nil
 }
 
