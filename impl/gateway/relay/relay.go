@@ -115,6 +115,15 @@ type Handler struct {
 // NewTransport returns the outbound transport: many idle connections per
 // upstream (clients stream concurrently), no transparent decompression (the
 // relay passes bytes through), HTTP/2 when the upstream offers it.
+//
+// An HTTP/1 connection holds its two buffers for as long as it lives, an
+// open stream included, so they are small (issue 22: at 32 KB each they were
+// most of the proxy's heap per open stream). The read buffer stays at 4 KB:
+// every event of a chunked stream passes through it, and a burst larger
+// than it costs more reads. The write buffer takes the request's headers;
+// a body that does not fit behind them costs one more write (the transport
+// copies the rest past the buffer), so at 1 KB a body over about 0.6 KB
+// takes two writes, where 32 KB kept bodies up to about 31 KB to one.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -126,7 +135,7 @@ func NewTransport() *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-		WriteBufferSize:       4 << 10,
+		WriteBufferSize:       1 << 10,
 		ReadBufferSize:        4 << 10,
 	}
 }
