@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -119,6 +120,7 @@ type attempt struct {
 	// body: kept here, they cost the request no allocations of their own.
 	deadline lazyTimer
 	body     bodyReader
+	url      url.URL // the outbound request's
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {

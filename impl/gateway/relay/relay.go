@@ -115,6 +115,15 @@ type Handler struct {
 // NewTransport returns the outbound transport: many idle connections per
 // upstream (clients stream concurrently), no transparent decompression (the
 // relay passes bytes through), HTTP/2 when the upstream offers it.
+//
+// An HTTP/1 connection holds its two buffers for as long as it lives, an
+// open stream included, so they are small (issue 22: at 32 KB each they were
+// most of the proxy's heap per open stream). The read buffer stays at 4 KB:
+// every event of a chunked stream passes through it, and a burst larger
+// than it costs more reads. The write buffer takes the request's headers;
+// a body that does not fit behind them costs one more write (the transport
+// copies the rest past the buffer), so at 1 KB a body over about 0.6 KB
+// takes two writes, where 32 KB kept bodies up to about 31 KB to one.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -126,8 +135,8 @@ func NewTransport() *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		WriteBufferSize:       1 << 10,
+		ReadBufferSize:        4 << 10,
 	}
 }
 
@@ -172,11 +181,57 @@ func New(o Options) *Handler {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// sseBufPool serves event streams: a stream holds its buffer for as long as
-// it is open, events are small and the transport reads them 4 KB at a time,
-// so a 32 KB buffer per stream was half the proxy's memory per open stream
-// (issue 22: 2,000 streams).
-var sseBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+// Event streams are read through a streamBuf: the 32 KB buffer of other
+// answers was half the proxy's memory per open stream (issue 22: 2,000
+// streams), and a stream spends most of its life waiting for its next
+// event.
+var (
+	sseIdlePool = sync.Pool{New: func() any { b := make([]byte, sseIdleBuf); return &b }}
+	sseBufPool  = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+)
+
+// sseIdleBuf is the buffer a stream waits with: most events are a few
+// hundred bytes.
+const sseIdleBuf = 1 << 10
+
+// streamBuf is an event stream's read buffer. The stream waits for its
+// next event with a 1 KB buffer; a read that fills it means more was
+// waiting (the transport's body returns what it has without blocking for
+// more), so the reads after it use a 4 KB buffer, given back as soon as a
+// read returns less than 1 KB. Either way every read is relayed at once.
+type streamBuf struct{ idle, burst *[]byte }
+
+// first returns the buffer of the first read.
+func (s *streamBuf) first() []byte {
+	s.idle = sseIdlePool.Get().(*[]byte)
+	return *s.idle
+}
+
+// next returns the buffer of the read after one that returned n bytes
+// into a buffer of size; the previous buffer's bytes must be written out.
+func (s *streamBuf) next(n, size int) []byte {
+	if s.burst == nil {
+		if n < size {
+			return *s.idle
+		}
+		s.burst = sseBufPool.Get().(*[]byte)
+		return *s.burst
+	}
+	if n >= sseIdleBuf {
+		return *s.burst
+	}
+	sseBufPool.Put(s.burst)
+	s.burst = nil
+	return *s.idle
+}
+
+func (s *streamBuf) release() {
+	if s.burst != nil {
+		sseBufPool.Put(s.burst)
+		s.burst = nil
+	}
+	sseIdlePool.Put(s.idle)
+}
 
 type endpoint int
 
@@ -212,11 +267,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed; use POST")
 		return
 	}
-	start := h.now()
+	// The checks before dispatch and the relay run in functions of their
+	// own, so the relay's stack does not carry the checks' frames: a
+	// stream's goroutine keeps the deepest stack it ever reached for as
+	// long as it is open, and with this split it stays within 8 KB rather
+	// than doubling to 16 KB (issue 22: 2,000 streams).
+	var q admitted
+	q.start = h.now()
+	ok := h.admit(w, r, ep, &q)
+	defer h.held.give(q.held)
+	if ok {
+		h.forward(w, r, ep, &q)
+	}
+}
+
+// admitted is a request that passed the checks before dispatch.
+type admitted struct {
+	start    time.Time
+	key      *snapshot.Key
+	body     []byte
+	held     int64 // body bytes reserved against the global cap, given back when the handler returns
+	model    string
+	stream   bool // the request asks for a stream (count_tokens answers none)
+	cands    []*snapshot.Upstream
+	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
+}
+
+// admit authenticates the request, reads and checks its body, applies the
+// principal's limits and routes it, filling q; false when it answered the
+// refusal itself. q.held is set even then.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *admitted) bool {
+	start := q.start
 	snap := h.src.Current()
 	k, ok := h.principalIn(snap, w, r)
 	if !ok {
-		return
+		return false
 	}
 	p := k.Principal
 	// Refusals after authentication are recorded as request events, so the
@@ -230,7 +315,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	body, held, err := h.readBody(w, r)
-	defer h.held.give(held)
+	q.held = held
 	if err != nil {
 		switch {
 		case errors.Is(err, errTooLarge):
@@ -246,27 +331,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			dontWaitForBody(w)
 			refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		}
-		return
+		return false
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
 		refuse(http.StatusBadRequest, "invalid_request_error", "request body must be a JSON object: "+err.Error())
-		return
+		return false
 	}
 	if model == "" {
 		refuse(http.StatusBadRequest, "invalid_request_error", "model: field required")
-		return
+		return false
 	}
 	// Security (issue 19.4): a model id is short text, and it is stored
 	// with every request event.
 	if !validModelID(model) {
 		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8")
-		return
+		return false
 	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
 	if !p.AllowsModel(model) {
 		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
-		return
+		return false
 	}
 	// The principal's standing, sent as its anthropic-ratelimit-* headers
 	// on the answer (nil: no limits, the upstream's headers pass).
@@ -286,7 +371,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.metrics.limited(lr.Limit.Kind)
 			}
 			refuse(http.StatusTooManyRequests, "rate_limit_error", lr.Message())
-			return
+			return false
 		}
 	}
 	cands := p.Candidates
@@ -296,60 +381,73 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
 			refuse(http.StatusServiceUnavailable, "api_error", "routing failed: "+err.Error())
-			return
+			return false
 		}
 		if plugRefusal != nil {
 			refuse(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message)
-			return
+			return false
 		}
 	}
 	if len(cands) == 0 {
 		refuse(http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
-		return
+		return false
 	}
+	q.key, q.body, q.model, q.stream, q.cands, q.standing = k, body, model, stream, cands, standing
+	return true
+}
 
-	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: model, Stream: stream && ep == epMessages}
+// forward dispatches an admitted request and relays the answer.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q *admitted) {
+	k, start := q.key, q.start
+	p := k.Principal
+	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages}
 	headerTimeout := h.headerTimeout
-	if ep == epMessages && !stream {
+	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
 	}
-	resp, up, a, err := h.dispatch(r, ep, cands, body, headerTimeout, start)
+	resp, up, a, err := h.dispatch(r, ep, q.cands, q.body, headerTimeout, start)
 	if err != nil {
-		ev.Status, ev.ErrorType = http.StatusBadGateway, "api_error"
-		if up != nil {
-			ev.UpstreamID = up.ID
-		}
-		switch {
-		case errors.Is(err, errHeaderTimeout):
-			ev.ErrorType = "upstream_timeout"
-		case errors.Is(err, errOAuthRefused):
-			// The last candidate's OAuth token was refused: a refresh is
-			// under way, so a retry shortly succeeds; the provider's 401
-			// would tell the client its own key is wrong.
-			ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
-		}
-		h.finish(ev, start)
-		if r.Context().Err() != nil {
-			return // the client went away; nobody to answer
-		}
-		h.log.Warn("upstream unreachable", "principal_id", p.ID, "error", err)
-		switch ev.ErrorType {
-		case "upstream_timeout":
-			writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
-		case "upstream_unauthorized":
-			writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
-		default:
-			writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
-		}
+		h.unreachable(w, r, err, up, &ev)
 		return
 	}
 	defer a.done()
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
-		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: body, Anchor: h.now()}
+		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.now()}
 	}
-	h.relayResponse(w, r, resp, a, up, &ev, start, x, standing)
+	h.relayResponse(w, r, resp, a, up, &ev, start, x, q.standing)
+}
+
+// unreachable records and answers a request no candidate answered (up is
+// the last one tried, if any).
+func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error, up *snapshot.Upstream, ev *store.RequestEvent) {
+	ev.Status, ev.ErrorType = http.StatusBadGateway, "api_error"
+	if up != nil {
+		ev.UpstreamID = up.ID
+	}
+	switch {
+	case errors.Is(err, errHeaderTimeout):
+		ev.ErrorType = "upstream_timeout"
+	case errors.Is(err, errOAuthRefused):
+		// The last candidate's OAuth token was refused: a refresh is
+		// under way, so a retry shortly succeeds; the provider's 401
+		// would tell the client its own key is wrong.
+		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
+	}
+	h.finish(*ev, ev.At)
+	if r.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "error", err)
+	switch ev.ErrorType {
+	case "upstream_timeout":
+		writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
+	case "upstream_unauthorized":
+		writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
+	default:
+		writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+	}
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -496,7 +594,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// The last candidate is tried anyway: the provider decides.
 		}
 		a := h.newAttempt(r.Context(), headerTimeout)
-		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, &a.body)
+		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, a, len(r.Header))
 		if err != nil {
 			a.done()
 			lastErr, lastUp = err, up
@@ -556,10 +654,11 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 
 var errOAuthRefused = errors.New("upstream refused its OAuth token")
 
-// outbound is the request to up carrying body, read through rd, on the
-// target parsed once per snapshot (an Upstream not built by the snapshot
-// is parsed here).
-func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte, rd *bodyReader) (*http.Request, error) {
+// outbound is the request to up carrying body, read through a.body, on
+// the target parsed once per snapshot (an Upstream not built by the
+// snapshot is parsed here) and copied into a.url; headers is how many the
+// client sent, to size the request's header map once.
+func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery string, body []byte, a *attempt, headers int) (*http.Request, error) {
 	target, s := up.MessagesTarget, up.MessagesURL
 	if ep == epCountTokens {
 		target, s = up.CountTokensTarget, up.CountTokensURL
@@ -570,19 +669,21 @@ func outbound(ctx context.Context, up *snapshot.Upstream, ep endpoint, rawQuery 
 			return nil, err
 		}
 	}
-	// An empty URL parses without work; the shared target is copied in.
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
-	if err != nil {
-		return nil, err
-	}
-	*out.URL = *target
-	out.URL.RawQuery = rawQuery
-	out.Host = target.Host
-	rd.Reset(body)
-	out.Body, out.ContentLength = rd, int64(len(body))
-	// GetBody lets the transport resend the body on a fresh connection
-	// when a reused one turned out closed before anything was sent.
-	out.GetBody = func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil }
+	a.url = *target
+	a.url.RawQuery = rawQuery
+	a.body.Reset(body)
+	// Built as NewRequestWithContext builds it, without parsing a URL
+	// again: WithContext's copy is the request's one allocation.
+	out := (&http.Request{
+		Method: http.MethodPost, URL: &a.url, Host: target.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, headers+2), // plus the credential's one or two
+		Body:   &a.body, ContentLength: int64(len(body)),
+		// GetBody lets the transport resend the body on a fresh
+		// connection when a reused one turned out closed before anything
+		// was sent.
+		GetBody: func() (io.ReadCloser, error) { return &bodyReader{Reader: *bytes.NewReader(body)}, nil },
+	}).WithContext(ctx)
 	return out, nil
 }
 
@@ -626,13 +727,16 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		h.metrics.upstreamError(up, class)
 	}
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	pool := &bufPool
+	var buf []byte
+	var sb streamBuf
 	if isSSE {
-		pool = &sseBufPool
+		buf = sb.first()
+		defer sb.release()
+	} else {
+		bp := bufPool.Get().(*[]byte)
+		buf = *bp
+		defer bufPool.Put(bp)
 	}
-	bp := pool.Get().(*[]byte)
-	buf := *bp
-	defer pool.Put(bp)
 
 	var capture []byte
 	var rerr error
@@ -694,6 +798,9 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			if isSSE && flusher != nil {
 				flusher.Flush()
 			}
+		}
+		if isSSE {
+			buf = sb.next(n, len(buf))
 		}
 	}
 	if !isSSE && !clientGone && flusher != nil {

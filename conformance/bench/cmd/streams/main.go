@@ -13,11 +13,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +49,26 @@ type params struct {
 	warmup     int
 	binDir     string
 	out        string
+	profileDir string
+	proxyEnv   envFlag
 	tolG, tolF int
+}
+
+// envFlag collects repeated --proxy-env NAME=VALUE settings.
+type envFlag map[string]string
+
+func (e *envFlag) String() string { return fmt.Sprint(map[string]string(*e)) }
+
+func (e *envFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	if *e == nil {
+		*e = envFlag{}
+	}
+	(*e)[k] = val
+	return nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -62,6 +83,8 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&p.tolF, "tolerance-fds", 4, "descriptors likewise")
 	fs.StringVar(&p.binDir, "bin-dir", "bin", "directory of bin/proxy and bin/sim")
 	fs.StringVar(&p.out, "out", "", "write the markdown section here")
+	fs.Var(&p.proxyEnv, "proxy-env", "NAME=VALUE in the proxy's environment (repeatable; e.g. GOGC=200 to compare collector settings)")
+	fs.StringVar(&p.profileDir, "profile-dir", "", "start the proxy with /debug/pprof and save its heap and goroutine profiles here while all streams are open")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +108,7 @@ func run(ctx context.Context, args []string) error {
 	defer os.RemoveAll(dir)
 	st := bench.NewStack(p.binDir, dir)
 	defer st.Stop()
-	s, err := start(st)
+	s, err := start(st, p.profileDir != "", p.proxyEnv)
 	if err != nil {
 		return err
 	}
@@ -106,12 +129,13 @@ type stack struct {
 	sim, proxy       *runner.Proc
 	simURL, proxyURL string
 	metricsURL       string
+	adminURL         string
 	token, key       string
 	simKey           string
 	st               *bench.Stack
 }
 
-func start(st *bench.Stack) (*stack, error) {
+func start(st *bench.Stack, pprof bool, extraEnv map[string]string) (*stack, error) {
 	var a [3]string
 	for i := range a {
 		x, err := bench.FreeAddr()
@@ -125,9 +149,16 @@ func start(st *bench.Stack) (*stack, error) {
 	if s.sim, err = st.Start("sim", "sim", []string{"--listen", a[0], "--api-key", s.simKey}, nil); err != nil {
 		return nil, err
 	}
+	env := map[string]string{"PROXY_ADMIN_TOKEN": s.token}
+	for k, v := range extraEnv {
+		env[k] = v
+	}
+	if pprof {
+		env["PROXY_DEBUG_PPROF"] = "true"
+	}
 	if s.proxy, err = st.Start("proxy", "proxy", []string{"--proxy-listen", a[1], "--admin-listen", a[2],
 		"--database-url", "sqlite://" + st.Dir + "/bench.db", "--log-level", "warn", "--allow-private-upstreams"},
-		map[string]string{"PROXY_ADMIN_TOKEN": s.token}); err != nil {
+		env); err != nil {
 		return nil, err
 	}
 	if err := st.WaitUp(s.sim, "http://"+a[0]+"/_sim/clock"); err != nil {
@@ -137,6 +168,7 @@ func start(st *bench.Stack) (*stack, error) {
 		return nil, err
 	}
 	s.simURL, s.proxyURL, s.metricsURL = "http://"+a[0], "http://"+a[1], "http://"+a[2]+"/metrics"
+	s.adminURL = "http://" + a[2]
 	if s.key, err = bench.Seed("http://"+a[2], s.token, s.simURL, s.simKey); err != nil {
 		return nil, fmt.Errorf("seed the proxy: %w", err)
 	}
@@ -270,6 +302,11 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 		return nil, err
 	}
 	r.idle = r.clean
+	if p.profileDir != "" {
+		if err := s.saveProfiles(p.profileDir, "idle-"); err != nil {
+			return nil, err
+		}
+	}
 
 	// held runs n streams that pause after their first event, samples the
 	// proxy once all n are open, and checks none had ended by then.
@@ -299,6 +336,11 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 				return nil, fmt.Errorf("%d streams had ended before the sample: raise --hold above %v", done.Load(), p.hold)
 			}
 			r.open = o
+			if p.profileDir != "" {
+				if err := s.saveProfiles(p.profileDir, "open-"); err != nil {
+					return nil, err
+				}
+			}
 		}
 		<-fin
 		c.CloseIdleConnections()
@@ -366,6 +408,39 @@ func (s *stack) settled(ok func(bench.ProcSample) bool) (bench.ProcSample, error
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// saveProfiles fetches the proxy's heap (after a collection, so in-use is
+// live memory; taken after the RSS sample) and goroutine profiles into dir
+// as <prefix>heap.pb.gz and <prefix>goroutine.pb.gz, for go tool pprof
+// (-base the idle ones for what the open streams hold and allocated).
+func (s *stack) saveProfiles(dir, prefix string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"heap", "goroutine"} {
+		req, err := http.NewRequest(http.MethodGet, s.adminURL+"/debug/pprof/"+name+"?gc=1", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", name, err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", name, err)
+		}
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("profile %s: status %d (is debug.pprof on?)", name, res.StatusCode)
+		}
+		if err := os.WriteFile(filepath.Join(dir, prefix+name+".pb.gz"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restartSim stops the simulator and starts it again on its address.
