@@ -80,12 +80,18 @@ times on this shared two-core machine run two to five times the CPU they measure
 
 - **SSE streams.** An open stream holds four goroutines in the proxy (its server connection, the
   net/http read that watches for the client leaving, the transport's read and write loops to the
-  upstream), about 26 KB of stack at the sample, plus its connections' buffers. The relay's copy
-  buffer for event streams is now 4 KB (it was the 32 KB one of other answers); most of that 32 KB
-  was never touched, so RSS per stream moved little and sits at the target: 62.6, 63.5 and 66.4 KB
-  in three runs (Go heap in use grows about 90 KB a stream at the sample, garbage not yet collected
-  included, so allocation per stream rather than buffer sizes is what to cut next). The added time to first event is queueing: 2,000 connections opened at once, with the
-  simulator and the load generator on the same two cores.
+  upstream): 8 + 2 + 4 + 4 KB of stack by their dumped addresses, about 26 KB of stack memory per
+  stream at the sample (the rest is not attributed; freed stacks of the 2,000 short-lived dial
+  goroutines are a guess). Live-heap profiles (`streams --profile-dir`, idle against all open)
+  showed the upstream transport's two 32 KB bufio buffers were 64 of about 80 KB live per stream:
+  they are now 4 KB for reading and 1 KB for writing (a large body bypasses bufio, a body over
+  about 0.6 KB takes two writes), and an event stream waits for its next event with a 1 KB buffer,
+  taking a pooled 4 KB one only while a burst lasts (`TestRelayStreamsLargeEventsAndBursts`). Go
+  heap in use per stream fell from about 91 to 30 KB and RSS per stream from 64–65 to 55–59 KB over
+  four runs. At GOGC=100 one run gave 58 KB: allocation per stream is now close to what stays
+  live, so the collector's setting is not what sets this figure. The added time to first event is
+  queueing: 2,000 connections opened at once, with the simulator and the load generator on the
+  same two cores.
 - **Snapshot rebuild.** Before this work a build alone took 2.2 s and 270 MB at this size: each of
   the 10,000 principals got its own list of 1,000 candidate upstreams. Lists are now shared by pin
   set, keys are read with three columns and no ORDER BY, principals and keys are allocated one
