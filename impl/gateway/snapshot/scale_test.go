@@ -114,8 +114,10 @@ func TestSeededSnapshot(t *testing.T) {
 // under the collector setting of bin/proxy (server.TuneGC), as the
 // runtime's rebuilds do there.
 func BenchmarkRebuildAtScale(b *testing.B) {
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	prev := debug.SetGCPercent(-1)
+	debug.SetGCPercent(prev)
 	server.TuneGC(os.Getenv)
+	defer debug.SetGCPercent(prev)
 	for _, driver := range []string{"sqlite", "postgres"} {
 		b.Run(driver, func(b *testing.B) {
 			if driver == "postgres" {
