@@ -56,6 +56,20 @@ type Dialect struct {
 	// see that same snapshot: a full configuration read then reads on two
 	// connections at once (LoadConfig).
 	ExportSnapshot, ImportSnapshot string
+	// RawQuery, when set, runs query with args on dc, the driver's own
+	// connection (database/sql's Conn.Raw), inside the transaction open on
+	// it, and calls row with each row's column values as the driver
+	// received them (text and bytea: their bytes; valid only during the
+	// call). The full configuration read reads its keys through it:
+	// database/sql's per-column conversion was twice the driver's cost.
+	RawQuery func(ctx context.Context, dc any, query string, args []any, row func(cols [][]byte) error) error
+	// JoinKeys reads the full configuration's keys as one row of joined
+	// values (group_concat) rather than a row a key (fullkeys.go).
+	JoinKeys bool
+	// RowID, when set, is the column numbering a table's rows in storage
+	// order (SQLite's rowid): the full read splits its key read in two
+	// halves by it, each on a connection of its own.
+	RowID string
 }
 
 func (d *Dialect) rebind(q string) string {
