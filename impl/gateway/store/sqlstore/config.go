@@ -76,7 +76,8 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		if cfg.Upstreams, err = listSized(ctx, s.d, tx, scanUpstream, grown(hint.upstreams), upstreamTable.sel+"WHERE deleted_at IS NULL"); err != nil {
 			return err
 		}
-		if cfg.Principals, err = listSized(ctx, s.d, tx, scanPrincipal, grown(hint.principals), principalTable.sel); err != nil {
+		var pc principalScan
+		if cfg.Principals, err = listSized(ctx, s.d, tx, pc.scan, grown(hint.principals), principalTable.sel); err != nil {
 			return err
 		}
 		sortRows(cfg.Upstreams, store.CompareUpstreams)

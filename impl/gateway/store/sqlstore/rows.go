@@ -14,10 +14,10 @@ type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
 
-// scanner is the row being read (*sql.Rows).
-type scanner interface {
-	Scan(dest ...any) error
-}
+// scanner is the row being read. The concrete type, not an interface
+// with a Scan method: a call through an interface moves every row's
+// argument list to the heap, one allocation a row of every read.
+type scanner = *sql.Rows
 
 // scanFunc reads the current row into v; each table has one, next to its
 // column list, so every read of the table decodes its rows alike.
@@ -62,6 +62,26 @@ func one[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], qu
 		return nil, store.ErrNotFound
 	}
 	return &vs[0], nil
+}
+
+// arena copies short values of many rows into shared chunks: a full
+// configuration read keeps a JSON column or two of each of its 20,000
+// rows, one allocation each otherwise.
+type arena struct{ buf []byte }
+
+// arenaChunk is the size of a chunk; a longer value gets one of its own.
+const arenaChunk = 16 << 10
+
+// keep returns a copy of v (never nil: an empty value stays non-nil as
+// json.RawMessage(v) would make it). The copy's capacity ends with it, so
+// an append to it cannot reach the next value.
+func (a *arena) keep(v string) []byte {
+	if a.buf == nil || len(a.buf)+len(v) > cap(a.buf) {
+		a.buf = make([]byte, 0, max(arenaChunk, len(v)))
+	}
+	at := len(a.buf)
+	a.buf = append(a.buf, v...)
+	return a.buf[at:len(a.buf):len(a.buf)]
 }
 
 // table is how one kind of row is read: the SELECT up to its WHERE clause,
