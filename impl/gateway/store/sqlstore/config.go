@@ -38,9 +38,9 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	// snapshot hashes them into a map, and sorting and decoding every
 	// column of 50,000 rows was most of a rebuild at scale (issue 22).
 	var keyParts [2][]store.Key
-	readKeys := func(part int, where string, args ...any) func(querier) error {
+	readKeys := func(part, n int, where string, args ...any) func(querier) error {
 		return func(tx querier) (err error) {
-			keyParts[part], err = s.fullKeys(ctx, tx, grown(hint.keys), where, args...)
+			keyParts[part], err = s.fullKeys(ctx, tx, n, where, args...)
 			return err
 		}
 	}
@@ -54,7 +54,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		}
 		// Read beside the rest when it can be, else in its transaction;
 		// the keys in two halves where rows have a storage order.
-		reads := []func(querier) error{readKeys(0, ""), readChains}
+		reads := []func(querier) error{readKeys(0, grown(hint.keys), ""), readChains}
 		if s.d.RowID != "" {
 			var last int64
 			if err := tx.QueryRowContext(ctx, "SELECT coalesce(max("+s.d.RowID+"), 0) FROM principal_keys").Scan(&last); err != nil {
@@ -62,8 +62,9 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 			}
 			// The halves cover every row whatever the middle: a key
 			// issued since is not in this generation's state.
-			reads[0] = readKeys(0, "AND "+s.d.RowID+" <= ?", last/2)
-			reads = append(reads, readKeys(1, "AND "+s.d.RowID+" > ?", last/2))
+			half := grown(hint.keys / 2)
+			reads[0] = readKeys(0, half, "AND "+s.d.RowID+" <= ?", last/2)
+			reads = append(reads, readKeys(1, half, "AND "+s.d.RowID+" > ?", last/2))
 		}
 		aside := s.beside(ctx, tx, cfg.Generation, reads...)
 		defer aside.stop()
