@@ -5,18 +5,21 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 )
 
 // rawQuery is the dialect's RawQuery: the query runs on pgx itself, and
-// each row's values are handed over as received, without database/sql's
-// per-column conversion into driver values and back (the full
-// configuration read's 50,000 keys took half the CPU this way). Text and
-// bytea columns arrive as their bytes in the binary format pgx asks for;
-// a bytea sent as text (a connection in simple protocol mode) is decoded
-// from its hex form.
-func rawQuery(ctx context.Context, dc any, query string, args []any, row func(cols [][]byte) error) error {
+// each row is decoded by pgx (Scan) or handed over as received
+// (RawValues), without database/sql's conversion of every column into a
+// driver value and then into the destination (the full configuration
+// read's 50,000 keys took half the CPU this way). Text and bytea columns
+// arrive as their bytes in the binary format pgx asks for; a bytea sent as
+// text (a connection in simple protocol mode) is decoded from its hex form.
+func rawQuery(ctx context.Context, dc any, query string, args []any, each func(sqlstore.RawRow) error) error {
 	c, ok := dc.(*stdlib.Conn)
 	if !ok {
 		return fmt.Errorf("postgres: raw query on a %T connection", dc)
@@ -26,29 +29,46 @@ func rawQuery(ctx context.Context, dc any, query string, args []any, row func(co
 		return err
 	}
 	defer rows.Close()
-	var hexCols []int
+	r := &rawRow{Rows: rows}
 	for i, f := range rows.FieldDescriptions() {
 		if f.DataTypeOID == pgtype.ByteaOID && f.Format == pgtype.TextFormatCode {
-			hexCols = append(hexCols, i)
+			r.hexCols = append(r.hexCols, i)
 		}
 	}
-	var buf []byte
 	for rows.Next() {
-		vals := rows.RawValues()
-		for _, i := range hexCols {
-			if vals[i] == nil {
-				continue
-			}
-			if buf, err = unhex(buf[:0], vals[i]); err != nil {
-				return err
-			}
-			vals[i] = buf
-		}
-		if err := row(vals); err != nil {
+		if err := each(r); err != nil {
 			return err
 		}
 	}
 	return rows.Err()
+}
+
+// rawRow is the current row of a raw query.
+type rawRow struct {
+	pgx.Rows
+	hexCols []int
+	buf     []byte
+}
+
+func (r *rawRow) RawValues() [][]byte {
+	vals := r.Rows.RawValues()
+	if len(r.hexCols) == 0 {
+		return vals
+	}
+	r.buf = r.buf[:0]
+	for _, i := range r.hexCols {
+		if vals[i] == nil {
+			continue
+		}
+		at := len(r.buf)
+		var err error
+		if r.buf, err = unhex(r.buf, vals[i]); err != nil {
+			vals[i] = nil // a hash that is not one: the key is left out
+			continue
+		}
+		vals[i] = r.buf[at:]
+	}
+	return vals
 }
 
 // unhex decodes bytea's text form ("\x" and hex digits) onto dst.

@@ -48,6 +48,11 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), "")
 		return err
 	}
+	readPrincipals := func(tx querier) (err error) {
+		var pc principalScan
+		cfg.Principals, err = fullList(ctx, s, tx, pc.scan, grown(hint.principals), principalTable.sel)
+		return err
+	}
 	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
@@ -55,6 +60,12 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		// Read beside the rest when it can be, else in its transaction;
 		// the keys in two halves where rows have a storage order.
 		reads := []func(querier) error{readKeys(0, grown(hint.keys), ""), readChains}
+		// With a native row reader (on a connection of their own only),
+		// the principals too.
+		beside := s.d.RawQuery != nil
+		if beside {
+			reads = append(reads, readPrincipals)
+		}
 		if s.d.RowID != "" {
 			var last int64
 			if err := tx.QueryRowContext(ctx, "SELECT coalesce(max("+s.d.RowID+"), 0) FROM principal_keys").Scan(&last); err != nil {
@@ -77,12 +88,12 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		if cfg.Upstreams, err = listSized(ctx, s.d, tx, scanUpstream, grown(hint.upstreams), upstreamTable.sel+"WHERE deleted_at IS NULL"); err != nil {
 			return err
 		}
-		var pc principalScan
-		if cfg.Principals, err = listSized(ctx, s.d, tx, pc.scan, grown(hint.principals), principalTable.sel); err != nil {
-			return err
+		if !beside {
+			if err := readPrincipals(tx); err != nil {
+				return err
+			}
 		}
 		sortRows(cfg.Upstreams, store.CompareUpstreams)
-		sortRows(cfg.Principals, store.ComparePrincipals)
 		if cfg.Plugins, err = registryTable.list(ctx, s.d, tx, ""); err != nil {
 			return err
 		}
@@ -96,6 +107,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 				return err
 			}
 		}
+		sortRows(cfg.Principals, store.ComparePrincipals)
 		return nil
 	})
 	if err != nil {

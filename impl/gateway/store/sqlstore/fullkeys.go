@@ -96,7 +96,8 @@ func (s *Store) rawKeys(ctx context.Context, conn *sql.Conn, n int, where string
 	out := make([]store.Key, 0, n)
 	var arena []byte
 	err := conn.Raw(func(dc any) error {
-		return s.d.RawQuery(ctx, dc, s.d.rebind("SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "+where), args, func(cols [][]byte) error {
+		return s.d.RawQuery(ctx, dc, s.d.rebind("SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "+where), args, func(row RawRow) error {
+			cols := row.RawValues()
 			if len(cols) != 3 {
 				return errKeyColumns
 			}
@@ -114,3 +115,33 @@ func (s *Store) rawKeys(ctx context.Context, conn *sql.Conn, n int, where string
 }
 
 var errKeyColumns = errors.New("key read: not 3 columns")
+
+// rawList is listSized through the dialect's native row reader on conn,
+// the connection of the read transaction: the same scanner decodes the
+// rows, through RawRow.Scan.
+func rawList[T any](ctx context.Context, s *Store, conn *sql.Conn, scan scanFunc[T], n int, query string, args ...any) ([]T, error) {
+	out := make([]T, 0, n)
+	var zero T
+	sc := &rowScanner{}
+	err := conn.Raw(func(dc any) error {
+		return s.d.RawQuery(ctx, dc, s.d.rebind(query), args, func(row RawRow) error {
+			sc.raw = row
+			out = append(out, zero)
+			return scan(sc, &out[len(out)-1])
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fullList is listSized for a full configuration read: through the
+// native row reader where the dialect has one and q is a transaction on a
+// connection of its own.
+func fullList[T any](ctx context.Context, s *Store, q querier, scan scanFunc[T], n int, query string, args ...any) ([]T, error) {
+	if tx, ok := q.(*txn); ok && tx.conn != nil && s.d.RawQuery != nil {
+		return rawList(ctx, s, tx.conn, scan, n, query, args...)
+	}
+	return listSized(ctx, s.d, q, scan, n, query, args...)
+}

@@ -272,7 +272,7 @@ func (s *Store) queryChain(ctx context.Context, q querier, where string, args ..
 // queryChainSized is queryChain for about n entries.
 func (s *Store) queryChainSized(ctx context.Context, q querier, n int, where string, args ...any) ([]store.ChainEntry, error) {
 	var c chainScan
-	out, err := listSized(ctx, s.d, q, c.scan, n, chainTable.sel+where+chainTable.order, args...)
+	out, err := fullList(ctx, s, q, c.scan, n, chainTable.sel+where+chainTable.order, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -14,10 +14,30 @@ type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
 
-// scanner is the row being read. The concrete type, not an interface
-// with a Scan method: a call through an interface moves every row's
-// argument list to the heap, one allocation a row of every read.
-type scanner = *sql.Rows
+// scanner is the row being read. A concrete type, not an interface with a
+// Scan method: a call through an interface moves every row's argument
+// list to the heap, one allocation a row of every read.
+type scanner = *rowScanner
+
+// rowScanner reads a row of database/sql's, or of the dialect's native
+// row reader (Dialect.RawQuery).
+type rowScanner struct {
+	rows *sql.Rows
+	raw  RawRow
+	// args holds the destinations handed to raw, so that the caller's
+	// argument list stays on its stack (see scanner).
+	args []any
+}
+
+func (r *rowScanner) Scan(dest ...any) error {
+	if r.raw == nil {
+		return r.rows.Scan(dest...)
+	}
+	r.args = append(r.args[:0], dest...)
+	err := r.raw.Scan(r.args...)
+	clear(r.args)
+	return err
+}
 
 // scanFunc reads the current row into v; each table has one, next to its
 // column list, so every read of the table decodes its rows alike.
@@ -40,11 +60,12 @@ func listSized[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[
 	defer rows.Close()
 	out := make([]T, 0, n)
 	var zero T
+	sc := &rowScanner{rows: rows}
 	for rows.Next() {
 		// Scanned in place: a row variable handed to scan would escape,
 		// one allocation per row.
 		out = append(out, zero)
-		if err := scan(rows, &out[len(out)-1]); err != nil {
+		if err := scan(sc, &out[len(out)-1]); err != nil {
 			return nil, err
 		}
 	}
