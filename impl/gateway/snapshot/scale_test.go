@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/gateway/server"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
@@ -107,8 +110,14 @@ func TestSeededSnapshot(t *testing.T) {
 // BenchmarkRebuildAtScale is one snapshot rebuild (the configuration read
 // and the build, what Runtime.Refresh does) at issue 22's size: 10,000
 // principals, 50,000 keys, 1,000 upstreams, 100 custom chains.
-// snapshot-MB is what the built snapshot keeps alive on the heap.
+// snapshot-MB is what the built snapshot keeps alive on the heap. It runs
+// under the collector setting of bin/proxy (server.TuneGC), as the
+// runtime's rebuilds do there.
 func BenchmarkRebuildAtScale(b *testing.B) {
+	prev := debug.SetGCPercent(-1)
+	debug.SetGCPercent(prev)
+	server.TuneGC(os.Getenv)
+	defer debug.SetGCPercent(prev)
 	for _, driver := range []string{"sqlite", "postgres"} {
 		b.Run(driver, func(b *testing.B) {
 			if driver == "postgres" {

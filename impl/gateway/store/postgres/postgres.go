@@ -55,6 +55,7 @@ var Dialect = &sqlstore.Dialect{
 	},
 	ForShare: " FOR SHARE", ForUpdate: " FOR UPDATE",
 	ExportSnapshot: "SELECT pg_export_snapshot()", ImportSnapshot: "SET TRANSACTION SNAPSHOT '%s'",
+	RawQuery: rawQuery, // fullread.go
 	IsUnavailable: func(err error) bool {
 		var ce *pgconn.ConnectError
 		var pe *pgconn.PgError

@@ -32,9 +32,12 @@ type Options struct {
 
 // Dialect is SQLite's: unix-second times, '?' placeholders.
 var Dialect = &sqlstore.Dialect{
-	Name:         "sqlite",
-	UnixTime:     true,
-	HourBucket:   "(at / 3600) * 3600",
+	Name:       "sqlite",
+	UnixTime:   true,
+	HourBucket: "(at / 3600) * 3600",
+	// The full read's keys: one joined row, in two halves by rowid, each
+	// on a connection of its own (sqlstore/fullkeys.go).
+	JoinKeys: true, RowID: "rowid",
 	IsUnique:     func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
 	IsForeignKey: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 	IsUnavailable: func(err error) bool {

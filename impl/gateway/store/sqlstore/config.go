@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -36,19 +37,45 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	// Only what the request path needs of a key, in no order: the
 	// snapshot hashes them into a map, and sorting and decoding every
 	// column of 50,000 rows was most of a rebuild at scale (issue 22).
-	readKeys := func(tx querier) (err error) {
-		cfg.Keys, err = s.liveKeys(ctx, tx, grown(hint.keys), "")
-		return err
+	var keyParts [2][]store.Key
+	readKeys := func(part, n int, where string, args ...any) func(querier) error {
+		return func(tx querier) (err error) {
+			keyParts[part], err = s.fullKeys(ctx, tx, n, where, args...)
+			return err
+		}
 	}
 	readChains := func(tx querier) (err error) {
 		cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), "")
 		return err
 	}
-	// Read beside the rest when it can be, else in its transaction.
-	reads := []func(querier) error{readKeys, readChains}
+	readPrincipals := func(tx querier) (err error) {
+		var pc principalScan
+		cfg.Principals, err = fullList(ctx, s, tx, pc.scan, grown(hint.principals), principalTable.sel)
+		return err
+	}
 	err := s.read(ctx, func(tx *txn) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
 			return err
+		}
+		// Read beside the rest when it can be, else in its transaction;
+		// the keys in two halves where rows have a storage order.
+		reads := []func(querier) error{readKeys(0, grown(hint.keys), ""), readChains}
+		// With a native row reader (on a connection of their own only),
+		// the principals too.
+		beside := s.d.RawQuery != nil
+		if beside {
+			reads = append(reads, readPrincipals)
+		}
+		if s.d.RowID != "" {
+			var last int64
+			if err := tx.QueryRowContext(ctx, "SELECT coalesce(max("+s.d.RowID+"), 0) FROM principal_keys").Scan(&last); err != nil {
+				return err
+			}
+			// The halves cover every row whatever the middle: a key
+			// issued since is not in this generation's state.
+			half := grown(hint.keys / 2)
+			reads[0] = readKeys(0, half, "AND "+s.d.RowID+" <= ?", last/2)
+			reads = append(reads, readKeys(1, half, "AND "+s.d.RowID+" > ?", last/2))
 		}
 		aside := s.beside(ctx, tx, cfg.Generation, reads...)
 		defer aside.stop()
@@ -61,11 +88,12 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		if cfg.Upstreams, err = listSized(ctx, s.d, tx, scanUpstream, grown(hint.upstreams), upstreamTable.sel+"WHERE deleted_at IS NULL"); err != nil {
 			return err
 		}
-		if cfg.Principals, err = listSized(ctx, s.d, tx, scanPrincipal, grown(hint.principals), principalTable.sel); err != nil {
-			return err
+		if !beside {
+			if err := readPrincipals(tx); err != nil {
+				return err
+			}
 		}
 		sortRows(cfg.Upstreams, store.CompareUpstreams)
-		sortRows(cfg.Principals, store.ComparePrincipals)
 		if cfg.Plugins, err = registryTable.list(ctx, s.d, tx, ""); err != nil {
 			return err
 		}
@@ -79,10 +107,15 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 				return err
 			}
 		}
+		sortRows(cfg.Principals, store.ComparePrincipals)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	cfg.Keys = keyParts[0]
+	if len(keyParts[1]) > 0 {
+		cfg.Keys = slices.Concat(keyParts[0], keyParts[1])
 	}
 	s.loaded.Store(&configSizes{upstreams: len(cfg.Upstreams), principals: len(cfg.Principals), keys: len(cfg.Keys), chains: len(cfg.Chains)})
 	return cfg, nil
@@ -177,9 +210,25 @@ func (s *Store) beside(ctx context.Context, tx *txn, gen int64, reads ...func(qu
 // readBeside runs read in a read-only transaction that sees snapshot snap
 // (when not empty) and must be at generation gen.
 func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read func(querier) error) error {
-	tx, err := s.begin(ctx, snapshot)
-	if err != nil {
-		return err
+	var tx *txn
+	if s.d.RawQuery != nil {
+		// On a connection of its own, which the read may reach through
+		// RawQuery.
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		sqlTx, err := conn.BeginTx(ctx, snapshot)
+		if err != nil {
+			return err
+		}
+		tx = &txn{Tx: sqlTx, s: s, conn: conn}
+	} else {
+		var err error
+		if tx, err = s.begin(ctx, snapshot); err != nil {
+			return err
+		}
 	}
 	defer s.end(ctx, tx)
 	if snap != "" {

@@ -19,6 +19,16 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
+// RawRow is a row of a dialect's native row reader (Dialect.RawQuery).
+type RawRow interface {
+	// Scan decodes the row into dest as *sql.Rows.Scan does, for the
+	// destinations the full read's scanners use.
+	Scan(dest ...any) error
+	// RawValues are the row's column values as the driver received them
+	// (text and bytea: their bytes; nil for NULL).
+	RawValues() [][]byte
+}
+
 // Dialect describes one database.
 type Dialect struct {
 	Name string
@@ -63,6 +73,19 @@ type Dialect struct {
 	// see that same snapshot: a full configuration read then reads on two
 	// connections at once (LoadConfig).
 	ExportSnapshot, ImportSnapshot string
+	// RawQuery, when set, runs query with args on dc, the driver's own
+	// connection (database/sql's Conn.Raw), inside the transaction open on
+	// it, and calls row with each row (valid only during the call). The
+	// full configuration read reads its largest tables through it:
+	// database/sql's per-column conversion was twice the driver's cost.
+	RawQuery func(ctx context.Context, dc any, query string, args []any, row func(RawRow) error) error
+	// JoinKeys reads the full configuration's keys as one row of joined
+	// values (group_concat) rather than a row a key (fullkeys.go).
+	JoinKeys bool
+	// RowID, when set, is the column numbering a table's rows in storage
+	// order (SQLite's rowid): the full read splits its key read in two
+	// halves by it, each on a connection of its own.
+	RowID string
 }
 
 func (d *Dialect) rebind(q string) string {

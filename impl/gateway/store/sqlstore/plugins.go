@@ -223,19 +223,38 @@ const chainCols = `id, principal_id, slot, builtin, wasm_registry_id, config, po
 	revision, created_at, updated_at`
 
 func scanChainEntry(r scanner, e *store.ChainEntry) error {
-	var builtin, wasm sql.NullString
-	var cfg string
-	if err := r.Scan(&e.ID, &e.PrincipalID, &e.Slot, &builtin, &wasm, &cfg, &e.Position, &e.Enabled, &e.Revision,
+	var c chainScan
+	return c.scan(r, e)
+}
+
+// chainScan reads chain entries. Its scratch values last across rows
+// (each value Scan is handed the address of moves to the heap: one
+// allocation per value and row otherwise), consecutive entries share the
+// string of an equal built-in name, and the configs share an arena.
+type chainScan struct {
+	builtin, wasm sql.NullString
+	cfg           string
+	last          *string
+	configs       arena
+}
+
+func (c *chainScan) scan(r scanner, e *store.ChainEntry) error {
+	if err := r.Scan(&e.ID, &e.PrincipalID, &e.Slot, &c.builtin, &c.wasm, &c.cfg, &e.Position, &e.Enabled, &e.Revision,
 		reqTime{&e.CreatedAt}, reqTime{&e.UpdatedAt}); err != nil {
 		return err
 	}
-	if builtin.Valid {
-		e.Builtin = &builtin.String
+	if c.builtin.Valid {
+		if c.last == nil || *c.last != c.builtin.String {
+			b := c.builtin.String
+			c.last = &b
+		}
+		e.Builtin = c.last
 	}
-	if wasm.Valid {
-		e.WasmRegistryID = &wasm.String
+	if c.wasm.Valid {
+		w := c.wasm.String
+		e.WasmRegistryID = &w
 	}
-	e.Config = json.RawMessage(cfg)
+	e.Config = c.configs.keep(c.cfg)
 	return nil
 }
 
@@ -252,7 +271,8 @@ func (s *Store) queryChain(ctx context.Context, q querier, where string, args ..
 
 // queryChainSized is queryChain for about n entries.
 func (s *Store) queryChainSized(ctx context.Context, q querier, n int, where string, args ...any) ([]store.ChainEntry, error) {
-	out, err := listSized(ctx, s.d, q, chainTable.scan, n, chainTable.sel+where+chainTable.order, args...)
+	var c chainScan
+	out, err := fullList(ctx, s, q, c.scan, n, chainTable.sel+where+chainTable.order, args...)
 	if err != nil {
 		return nil, err
 	}

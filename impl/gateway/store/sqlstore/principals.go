@@ -14,24 +14,35 @@ import (
 const principalCols = `id, name, kind, enabled, revision, allowed_models, default_limits, cache_keepalive, created_at, updated_at`
 
 func scanPrincipal(r scanner, p *store.Principal) error {
-	var models, limits string
-	var ka sql.NullString
-	if err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Enabled, &p.Revision, &models, &limits, &ka,
+	var c principalScan
+	return c.scan(r, p)
+}
+
+// principalScan reads principals with scratch values that last across
+// rows and the JSON columns kept in an arena (see chainScan).
+type principalScan struct {
+	models, limits string
+	ka             sql.NullString
+	json           arena
+}
+
+func (c *principalScan) scan(r scanner, p *store.Principal) error {
+	if err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Enabled, &p.Revision, &c.models, &c.limits, &c.ka,
 		reqTime{&p.CreatedAt}, reqTime{&p.UpdatedAt}); err != nil {
 		return err
 	}
 	var ok bool
-	if p.AllowedModels, ok = plainStrings(models); !ok {
-		if err := json.Unmarshal([]byte(models), &p.AllowedModels); err != nil {
+	if p.AllowedModels, ok = plainStrings(c.models); !ok {
+		if err := json.Unmarshal([]byte(c.models), &p.AllowedModels); err != nil {
 			return fmt.Errorf("principal %s allowed_models: %w", p.ID, err)
 		}
 	}
 	if p.AllowedModels == nil {
 		p.AllowedModels = []string{}
 	}
-	p.DefaultLimits = json.RawMessage(limits)
-	if ka.Valid && ka.String != "" && ka.String != "null" {
-		p.CacheKeepalive = json.RawMessage(ka.String)
+	p.DefaultLimits = c.json.keep(c.limits)
+	if c.ka.Valid && c.ka.String != "" && c.ka.String != "null" {
+		p.CacheKeepalive = c.json.keep(c.ka.String)
 	}
 	return nil
 }

@@ -14,9 +14,29 @@ type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
 
-// scanner is the row being read (*sql.Rows).
-type scanner interface {
-	Scan(dest ...any) error
+// scanner is the row being read. A concrete type, not an interface with a
+// Scan method: a call through an interface moves every row's argument
+// list to the heap, one allocation a row of every read.
+type scanner = *rowScanner
+
+// rowScanner reads a row of database/sql's, or of the dialect's native
+// row reader (Dialect.RawQuery).
+type rowScanner struct {
+	rows *sql.Rows
+	raw  RawRow
+	// args holds the destinations handed to raw, so that the caller's
+	// argument list stays on its stack (see scanner).
+	args []any
+}
+
+func (r *rowScanner) Scan(dest ...any) error {
+	if r.raw == nil {
+		return r.rows.Scan(dest...)
+	}
+	r.args = append(r.args[:0], dest...)
+	err := r.raw.Scan(r.args...)
+	clear(r.args)
+	return err
 }
 
 // scanFunc reads the current row into v; each table has one, next to its
@@ -40,11 +60,12 @@ func listSized[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[
 	defer rows.Close()
 	out := make([]T, 0, n)
 	var zero T
+	sc := &rowScanner{rows: rows}
 	for rows.Next() {
 		// Scanned in place: a row variable handed to scan would escape,
 		// one allocation per row.
 		out = append(out, zero)
-		if err := scan(rows, &out[len(out)-1]); err != nil {
+		if err := scan(sc, &out[len(out)-1]); err != nil {
 			return nil, err
 		}
 	}
@@ -62,6 +83,26 @@ func one[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], qu
 		return nil, store.ErrNotFound
 	}
 	return &vs[0], nil
+}
+
+// arena copies short values of many rows into shared chunks: a full
+// configuration read keeps a JSON column or two of each of its 20,000
+// rows, one allocation each otherwise.
+type arena struct{ buf []byte }
+
+// arenaChunk is the size of a chunk; a longer value gets one of its own.
+const arenaChunk = 16 << 10
+
+// keep returns a copy of v (never nil: an empty value stays non-nil as
+// json.RawMessage(v) would make it). The copy's capacity ends with it, so
+// an append to it cannot reach the next value.
+func (a *arena) keep(v string) []byte {
+	if a.buf == nil || len(a.buf)+len(v) > cap(a.buf) {
+		a.buf = make([]byte, 0, max(arenaChunk, len(v)))
+	}
+	at := len(a.buf)
+	a.buf = append(a.buf, v...)
+	return a.buf[at:len(a.buf):len(a.buf)]
 }
 
 // table is how one kind of row is read: the SELECT up to its WHERE clause,

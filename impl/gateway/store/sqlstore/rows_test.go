@@ -56,3 +56,24 @@ func TestPlainStrings(t *testing.T) {
 		}
 	}
 }
+
+// An arena's copies equal their values, stay non-nil when empty (as
+// json.RawMessage("") is, so a full read equals a delta read), and cannot
+// be appended into the next value; a value longer than a chunk is kept
+// whole.
+func TestArenaKeep(t *testing.T) {
+	var a arena
+	if v := a.keep(""); v == nil || len(v) != 0 {
+		t.Fatalf("empty value kept as %#v", v)
+	}
+	first := a.keep(`{"a":1}`)
+	second := a.keep(`[]`)
+	_ = append(first, 'x')
+	if string(first) != `{"a":1}` || string(second) != `[]` {
+		t.Fatalf("kept %q and %q", first, second)
+	}
+	long := string(make([]byte, 3*arenaChunk))
+	if v := a.keep(long); string(v) != long {
+		t.Fatal("a value longer than a chunk was not kept whole")
+	}
+}

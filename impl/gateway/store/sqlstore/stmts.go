@@ -71,6 +71,9 @@ type txn struct {
 	s *Store
 	// missed are the statements to prepare after the transaction.
 	missed []string
+	// conn is the connection the transaction runs on when it was begun on
+	// one (a full read's reads beside, for Dialect.RawQuery), else nil.
+	conn *sql.Conn
 }
 
 func (t *txn) prepared(ctx context.Context, q string) *sql.Stmt {
