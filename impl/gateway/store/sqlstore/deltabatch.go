@@ -55,9 +55,10 @@ func touchedRows(kind, sel, cond string) string {
 func readAll[T any](dst *[]T, scan scanFunc[T]) func(BatchRows) error {
 	return func(r BatchRows) error {
 		var zero T
+		sc := &rowScanner{raw: r}
 		for r.Next() {
 			*dst = append(*dst, zero)
-			if err := scan(r, &(*dst)[len(*dst)-1]); err != nil {
+			if err := scan(sc, &(*dst)[len(*dst)-1]); err != nil {
 				return err
 			}
 		}

@@ -19,11 +19,11 @@ type querier interface {
 // list to the heap, one allocation a row of every read.
 type scanner = *rowScanner
 
-// rowScanner reads a row of database/sql's, or of the dialect's native
-// row reader (Dialect.RawQuery).
+// rowScanner reads a row of database/sql's, or of the driver's own row
+// reader (Dialect.RawQuery, a batch's BatchRows).
 type rowScanner struct {
 	rows *sql.Rows
-	raw  RawRow
+	raw  interface{ Scan(dest ...any) error }
 	// args holds the destinations handed to raw, so that the caller's
 	// argument list stays on its stack (see scanner).
 	args []any
