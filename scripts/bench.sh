@@ -84,11 +84,11 @@ times on this shared two-core machine run two to five times the CPU they measure
   stream at the sample (the rest is not attributed; freed stacks of the 2,000 short-lived dial
   goroutines are a guess). Live-heap profiles (`streams --profile-dir`, idle against all open)
   showed the upstream transport's two 32 KB bufio buffers were 64 of about 80 KB live per stream:
-  they are now 4 KB for reading and 1 KB for writing (a large body bypasses bufio, a body over
-  about 0.6 KB takes two writes), and an event stream waits for its next event with a 1 KB buffer,
+  they are now 4 KB each, and an event stream waits for its next event with a 1 KB buffer,
   taking a pooled 4 KB one only while a burst lasts (`TestRelayStreamsLargeEventsAndBursts`). Go
-  heap in use per stream fell from about 91 to 30 KB and RSS per stream from 64–65 to 55–59 KB over
-  four runs. At GOGC=100 one run gave 58 KB: allocation per stream is now close to what stays
+  heap in use per stream fell from about 91 to 33 KB and RSS per stream from 64–65 to 59–60 KB over
+  six runs. (A 1 KB write buffer took 3 KB more off, but cost every request with a body of 0.6 to
+  3 KB a second write: not taken.) At GOGC=100 one run gave 58 KB: allocation per stream is now close to what stays
   live, so the collector's setting is not what sets this figure. The added time to first event is
   queueing: 2,000 connections opened at once, with the simulator and the load generator on the
   same two cores.
