@@ -248,7 +248,7 @@ const (
 // check's (check).
 const (
 	maxCharge = 16 + 5*5 + 2*10
-	maxCheck  = 9 + 2*5
+	maxCheck  = 14 + 3*5
 )
 
 // checkEvery is the longest run of instructions a call executes between
@@ -370,7 +370,7 @@ func meterFunc(out, fn, global, stop []byte, every int, room *int) ([]byte, erro
 			from, next = r.p, next+1
 		case check && !r.done():
 			body = append(body, fn[from:r.p]...)
-			body = checkStop(body, global, stop)
+			body = checkStop(body, global, stop, c == 0x10 || c == 0x11)
 			from, checks = r.p, checks-1
 		}
 	}
@@ -381,7 +381,17 @@ func meterFunc(out, fn, global, stop []byte, every int, room *int) ([]byte, erro
 
 // checkStop appends: if stop { fuel = Spent; unreachable }. Like charge, it
 // leaves the operand stack as it was and is valid in unreachable code.
-func checkStop(out, global, stop []byte) []byte {
+// Unless the flag was just reloaded (after a call), it first joins two
+// paths, block (br_if 0 stop) end: wazero's compiler reuses a global's
+// value along a path of blocks with one predecessor each, so in straight
+// code every check would read the value loaded at entry; after a join it
+// loads the global again.
+func checkStop(out, global, stop []byte, reloaded bool) []byte {
+	if !reloaded {
+		out = append(out, 0x02, 0x40, opGlobalGet) // block, global.get
+		out = append(out, stop...)
+		out = append(out, 0x0d, 0, opEnd) // br_if 0, end
+	}
 	out = append(out, opGlobalGet)
 	out = append(out, stop...)
 	out = append(out, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // if, i64.const -1, global.set
