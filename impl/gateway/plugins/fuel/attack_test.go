@@ -194,10 +194,14 @@ func TestAttacksRefused(t *testing.T) {
 		"exports a function named like the counter":                 `(func (export "pillar:fuel") (loop $l (br $l)))`,
 		"exports a global named like the stop flag":                 `(global (export "pillar:stop") (mut i32) (i32.const 0))`,
 		"a start section (it runs inside instantiation, unwatched)": `(func $s (loop $l (br $l))) (start $s)`,
-		"table.grow":         `(table 1 funcref) (func (export "f") (drop (table.grow 0 (ref.null func) (i32.const 1000))))`,
-		"table.fill":         `(table 1 funcref) (func (export "f") (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1)))`,
-		"table.copy":         `(table 1 funcref) (func (export "f") (table.copy (i32.const 0) (i32.const 0) (i32.const 1)))`,
-		"memory.init":        `(memory 1) (data $d "x") (func (export "f") (memory.init $d (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		"table.grow":  `(table 1 funcref) (func (export "f") (drop (table.grow 0 (ref.null func) (i32.const 1000))))`,
+		"table.fill":  `(table 1 funcref) (func (export "f") (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1)))`,
+		"table.copy":  `(table 1 funcref) (func (export "f") (table.copy (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		"memory.init": `(memory 1) (data $d "x") (func (export "f") (memory.init $d (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		// Their cost is their length, up to the whole memory: a few of them
+		// would run milliseconds between two reads of the stop flag.
+		"memory.copy":        `(memory 1) (func (export "f") (memory.copy (i32.const 0) (i32.const 1) (i32.const 1)))`,
+		"memory.fill":        `(memory 1) (func (export "f") (memory.fill (i32.const 0) (i32.const 1) (i32.const 1)))`,
 		"an imported global": `(import "env" "g" (global (mut i64))) (func (export "f"))`,
 		"an imported table":  `(import "env" "t" (table 1 funcref)) (func (export "f"))`,
 		"atomics":            `(memory 1 1 shared) (func (export "f") (drop (i32.atomic.load (i32.const 0))))`,
