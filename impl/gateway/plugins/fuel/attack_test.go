@@ -326,7 +326,7 @@ func straight(n int) string {
 // compiler would otherwise reuse the value the entry charge loaded). With
 // plenty of fuel and no stop it computes what the original computes.
 func TestStopEndsAStraightBody(t *testing.T) {
-	const loads = 200_000
+	const loads = 100_000
 	wasm := assemble(t, straight(loads))
 	metered, err := Meter(wasm, 0)
 	if err != nil {
@@ -348,7 +348,7 @@ func TestStopEndsAStraightBody(t *testing.T) {
 		t.Fatalf("unstopped: %v, ended at %d, the cycle at %d", err, res, x)
 	}
 
-	// The body runs for tens of milliseconds; a stop set once it has paid
+	// The body runs for 20 ms or more; a stop set once it has paid
 	// (the counter moved) is late only if this goroutine was descheduled
 	// for that long, which a few attempts rule out.
 	for attempt := 0; ; attempt++ {
