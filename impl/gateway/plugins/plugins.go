@@ -102,10 +102,15 @@ type Runtime struct {
 	// does no label lookup.
 	obs map[string]*slotMetrics
 
-	// live holds the metered instances, which reap watches; stopReap
-	// ends it and reaped says it ended.
+	// live holds the metered instances, which reap watches on ticks of
+	// ticker, running only while live is not empty (ticking); reapTicks
+	// counts the ticks reap handled. stopReap ends reap and reaped says
+	// it ended.
 	liveMu    sync.Mutex
 	live      map[*instance]struct{}
+	ticker    *time.Ticker
+	ticking   bool
+	reapTicks atomic.Uint64
 	stopReap  chan struct{}
 	reaped    chan struct{}
 	closeOnce sync.Once
@@ -175,8 +180,13 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 			trap: r.calls.WithLabelValues(slot, "trap"), garbage: r.calls.WithLabelValues(slot, "garbage"),
 			otherError: r.calls.WithLabelValues(slot, "error")}
 	}
+	// Stopped until the first metered instance: a runtime with none
+	// (plugins unused, or every module on the checked runtime) wakes for
+	// nothing.
+	r.ticker = time.NewTicker(o.CallTimeout)
+	r.ticker.Stop()
 	// Last: nothing above may fail and leave it running.
-	go r.reap(o.CallTimeout)
+	go r.reap()
 	return r, nil
 }
 
@@ -193,6 +203,10 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
 		close(r.stopReap)
 		<-r.reaped
+		r.liveMu.Lock()
+		r.ticker.Stop()
+		r.ticking = false
+		r.liveMu.Unlock()
 		err = errors.Join(r.fast.Close(ctx), r.rt.Close(ctx))
 	})
 	return err
@@ -507,25 +521,26 @@ const (
 
 // reap stops metered calls that run longer than they may (a call
 // timeout; an instance's start timeout for _initialize), counted in ticks
-// of every: fuel bounds the instructions a call runs, not their time, and
+// of the call timeout: fuel bounds the instructions a call runs, not their time, and
 // a unit costs far more than the budget assumes when every load misses
 // the caches (BenchmarkFuelRate in package fuel: 60 times the tightest
 // loop's on 64 MiB). A call seen running at more ticks than it may gets
 // its stop flag set (not its counter zeroed: the guest's own update of the
 // counter would overwrite that), so its next charge traps: it ends as a
-// timeout within its time plus two ticks and one loop iteration or
-// function body. On the call path it costs a few atomic operations, where
-// a watchdog timer per call would cost a timer reset and stop.
-func (r *Runtime) reap(every time.Duration) {
+// timeout within its time plus two ticks and one run between two reads of
+// the flag (package fuel reads it at most a few thousand instructions
+// apart). On the call path it costs a few atomic operations, where a
+// watchdog timer per call would cost a timer reset and stop. The ticker
+// runs only while a metered instance is registered (watch).
+func (r *Runtime) reap() {
 	defer close(r.reaped)
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
 		select {
 		case <-r.stopReap:
 			return
-		case <-t.C:
+		case <-r.ticker.C:
 		}
+		r.reapTicks.Add(1)
 		r.liveMu.Lock()
 		for in := range r.live {
 			w := in.call.Load()
@@ -547,6 +562,33 @@ func (r *Runtime) reap(every time.Duration) {
 		}
 		r.liveMu.Unlock()
 	}
+}
+
+// watch adds a metered instance to what reap watches (or removes it),
+// starting the ticker with the first and stopping it after the last:
+// after Stop no tick is delivered, so an idle runtime's reap sleeps.
+func (r *Runtime) watch(in *instance, add bool) {
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	if add {
+		r.live[in] = struct{}{}
+	} else {
+		delete(r.live, in)
+	}
+	switch on := len(r.live) > 0; {
+	case on && !r.ticking:
+		r.ticker.Reset(r.o.CallTimeout)
+	case !on && r.ticking:
+		r.ticker.Stop()
+	}
+	r.ticking = len(r.live) > 0
+}
+
+// reaperTicking says whether reap's ticker runs (tests).
+func (r *Runtime) reaperTicking() bool {
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	return r.ticking
 }
 
 func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error) {
@@ -586,9 +628,7 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 	inst.watchdog.Stop()
 	if m.metered {
 		inst.r = r
-		r.liveMu.Lock()
-		r.live[inst] = struct{}{}
-		r.liveMu.Unlock()
+		r.watch(inst, true)
 		if init := mod.ExportedFunction("_initialize"); init != nil {
 			if len(init.Definition().ParamTypes())+len(init.Definition().ResultTypes()) != 0 {
 				inst.close()
@@ -611,9 +651,7 @@ func (r *Runtime) instantiate(ctx context.Context, m *module) (*instance, error)
 
 func (in *instance) close() {
 	if in.r != nil {
-		in.r.liveMu.Lock()
-		delete(in.r.live, in)
-		in.r.liveMu.Unlock()
+		in.r.watch(in, false)
 	}
 	in.watchdog.Stop()
 	in.cancel()

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,5 +82,134 @@ func TestMeteredInitialize(t *testing.T) {
 	}
 	if _, _, err := r.Compile(ctx, module(`(loop $l (br $l))`)); !errors.Is(err, ErrInvalidModule) || !strings.Contains(fmt.Sprint(err), ErrTimeout.Error()) {
 		t.Errorf("an endless _initialize: %v", err)
+	}
+}
+
+// chase is a module whose route is one straight body of n dependent
+// i32.loads, each reading the address of the next, with no loop or call:
+// fuel pays for the body on entry, and only the stop checks package fuel
+// spreads through it can end it early.
+func chase(t *testing.T, n int) []byte {
+	return wat.Assemble(t, `(module (memory (export "memory") 1024)
+  (func (export "pillar_abi_v2"))
+  (func (export "pillar_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "pillar_configure") (param i32) (result i64) (i64.const 0))
+  (func (export "pillar_route") (param i32) (result i64)
+    local.get 0
+`+strings.Repeat("i32.load\n", n)+`    i64.extend_i32_u))`)
+}
+
+// cycle writes into mem one cycle through its 64-byte slots in a
+// pseudo-random order (a full-period LCG), each slot holding the next
+// one's address: every load of the chase misses the caches and the TLB.
+func cycle(mem []byte) {
+	slots := uint32(len(mem) / 64)
+	x := uint32(0)
+	for range slots {
+		next := (1664525*x + 1013904223) & (slots - 1)
+		binary.LittleEndian.PutUint32(mem[x*64:], next*64)
+		x = next
+	}
+}
+
+// A metered call that is one huge straight body of cache-missing loads
+// (the worst the fuel alone leaves unchecked: it paid on entry) is stopped
+// by the reaper close to its timeout: package fuel reads the stop flag
+// every few thousand instructions, not only at entry and loop heads. The
+// same body given time computes what the original module computes.
+func TestReaperStopsAStraightBody(t *testing.T) {
+	// Big enough to run far past the timeout unchecked, small enough to
+	// compile in seconds (one function's compile grows faster than its
+	// length: two million loads took minutes under the race detector).
+	const loads = 300_000
+	r, _ := newRuntime(t, Options{CallTimeout: 2 * time.Millisecond})
+	ctx := context.Background()
+	wasm := chase(t, loads)
+	d, _, err := r.Compile(ctx, wasm)
+	inst := meteredInstance(t, r, d, err)
+	mem := make([]byte, inst.mem.Size())
+	cycle(mem)
+	if !inst.mem.Write(0, mem) {
+		t.Fatal("memory write")
+	}
+	route := inst.mod.ExportedFunction(ExportRoute)
+	inst.stack[0] = 0
+	start := time.Now()
+	err = inst.run(route, r.o.CallTimeout)
+	took := time.Since(start)
+	t.Logf("%d loads stopped after %v (timeout %v)", loads, took, r.o.CallTimeout)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("%v, want a timeout", err)
+	}
+	// The stop comes within the timeout and a tick or two (2-6 ms); the
+	// bound is generous for a loaded machine and under what the whole body
+	// takes (55 to 120 ms here: before the checks the call ran it all and
+	// succeeded).
+	if took > 40*time.Millisecond {
+		t.Errorf("stopped after %v", took)
+	}
+
+	// Given time (the start timeout, 20 ticks), the metered body follows
+	// the cycle as the original does.
+	inst.stack[0] = 0
+	if err := inst.run(route, r.startTimeout()); err != nil {
+		t.Fatalf("with time: %v", err)
+	}
+	x := uint32(0)
+	for range loads {
+		x = binary.LittleEndian.Uint32(mem[x:])
+	}
+	if inst.stack[0] != uint64(x) {
+		t.Errorf("metered chase ended at %d, the cycle at %d", inst.stack[0], x)
+	}
+}
+
+// The reaper's ticker runs only while a metered instance exists: a
+// runtime without one never wakes it. It starts with the first instance,
+// ticks while any lives, and stops after the last closes.
+func TestReaperIdlesWithoutMeteredInstances(t *testing.T) {
+	r, _ := newRuntime(t, Options{CallTimeout: time.Millisecond})
+	if r.reaperTicking() {
+		t.Fatal("a runtime with no metered instance ticks")
+	}
+	d, _, err := r.Compile(context.Background(), wat.Assemble(t, `(module (memory (export "memory") 1)
+  (func (export "pillar_abi_v2"))
+  (func (export "pillar_input") (param i32) (result i32) (i32.const 1024))
+  (func (export "pillar_configure") (param i32) (result i64) (i64.const 0))
+  (func (export "pillar_route") (param i32) (result i64) (i64.const 7)))`))
+	if err != nil || !r.Metered(d) {
+		t.Fatalf("%v, metered %v", err, r.Metered(d))
+	}
+	start := func() *instance {
+		inst, err := r.instantiate(context.Background(), r.module(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inst
+	}
+	// waitTicks waits for reap to handle n more ticks.
+	waitTicks := func(n uint64) {
+		want := r.reapTicks.Load() + n
+		for deadline := time.Now().Add(20 * time.Second); r.reapTicks.Load() < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("reap handled %d ticks, want %d", r.reapTicks.Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for round := range 2 { // stopped, then started again
+		a, b := start(), start()
+		if !r.reaperTicking() {
+			t.Fatalf("round %d: not ticking with metered instances", round)
+		}
+		waitTicks(2)
+		a.close()
+		if !r.reaperTicking() {
+			t.Fatalf("round %d: stopped with an instance left", round)
+		}
+		b.close()
+		if r.reaperTicking() {
+			t.Fatalf("round %d: ticking with no metered instance", round)
+		}
 	}
 }

@@ -3,9 +3,11 @@ package fuel
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,10 +194,14 @@ func TestAttacksRefused(t *testing.T) {
 		"exports a function named like the counter":                 `(func (export "pillar:fuel") (loop $l (br $l)))`,
 		"exports a global named like the stop flag":                 `(global (export "pillar:stop") (mut i32) (i32.const 0))`,
 		"a start section (it runs inside instantiation, unwatched)": `(func $s (loop $l (br $l))) (start $s)`,
-		"table.grow":         `(table 1 funcref) (func (export "f") (drop (table.grow 0 (ref.null func) (i32.const 1000))))`,
-		"table.fill":         `(table 1 funcref) (func (export "f") (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1)))`,
-		"table.copy":         `(table 1 funcref) (func (export "f") (table.copy (i32.const 0) (i32.const 0) (i32.const 1)))`,
-		"memory.init":        `(memory 1) (data $d "x") (func (export "f") (memory.init $d (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		"table.grow":  `(table 1 funcref) (func (export "f") (drop (table.grow 0 (ref.null func) (i32.const 1000))))`,
+		"table.fill":  `(table 1 funcref) (func (export "f") (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1)))`,
+		"table.copy":  `(table 1 funcref) (func (export "f") (table.copy (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		"memory.init": `(memory 1) (data $d "x") (func (export "f") (memory.init $d (i32.const 0) (i32.const 0) (i32.const 1)))`,
+		// Their cost is their length, up to the whole memory: a few of them
+		// would run milliseconds between two reads of the stop flag.
+		"memory.copy":        `(memory 1) (func (export "f") (memory.copy (i32.const 0) (i32.const 1) (i32.const 1)))`,
+		"memory.fill":        `(memory 1) (func (export "f") (memory.fill (i32.const 0) (i32.const 1) (i32.const 1)))`,
 		"an imported global": `(import "env" "g" (global (mut i64))) (func (export "f"))`,
 		"an imported table":  `(import "env" "t" (table 1 funcref)) (func (export "f"))`,
 		"atomics":            `(memory 1 1 shared) (func (export "f") (drop (i32.atomic.load (i32.const 0))))`,
@@ -274,7 +280,7 @@ func TestRewriteStaysSmall(t *testing.T) {
 	if alloc > 4*size {
 		t.Errorf("metering %d bytes of code allocated %d", size, alloc)
 	}
-	if len(out) > size+1024 {
+	if len(out) > size+size/checkEvery*maxCheck+1024 { // a stop check every checkEvery instructions
 		t.Errorf("a body with no loop grew from %d to %d bytes", size, len(out))
 	}
 	if _, _, err := rewriteAlloc(t, bytes.Repeat([]byte{0x03, 0x40, 0x0b}, size/3)); !errors.Is(err, ErrNotMeterable) {
@@ -305,5 +311,63 @@ func TestStopEndsARunningCall(t *testing.T) {
 	stop.Set(1)
 	if err := <-done; err == nil || ctx.Err() != nil || g.Get() != Spent {
 		t.Errorf("%v (deadline: %v), counter %d", err, ctx.Err(), g.Get())
+	}
+}
+
+// straight is a function f(p) of n dependent i32.loads, each reading the
+// next address (chase writes them), with no loop or call.
+func straight(n int) string {
+	return `(module (memory (export "memory") 1024) (func (export "f") (param i32) (result i32) local.get 0
+` + strings.Repeat("i32.load\n", n) + `))`
+}
+
+// A straight body pays on entry, but the host's stop still ends it
+// partway: the checks spread through it read the flag again (wazero's
+// compiler would otherwise reuse the value the entry charge loaded). With
+// plenty of fuel and no stop it computes what the original computes.
+func TestStopEndsAStraightBody(t *testing.T) {
+	const loads = 100_000
+	wasm := assemble(t, straight(loads))
+	metered, err := Meter(wasm, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, mod, g := guard(t, metered, 0)
+	chase(mod.Memory(), 1024)
+	mem, _ := mod.Memory().Read(0, 1024*65536)
+	stop := mod.ExportedGlobal(Stop).(api.MutableGlobal)
+	f := mod.ExportedFunction("f")
+
+	g.Set(1 << 62)
+	res, err := f.Call(ctx, 0)
+	x := uint32(0) // the original's result, followed here
+	for range loads {
+		x = binary.LittleEndian.Uint32(mem[x:])
+	}
+	if err != nil || uint32(res[0]) != x {
+		t.Fatalf("unstopped: %v, ended at %d, the cycle at %d", err, res, x)
+	}
+
+	// The body runs for 20 ms or more; a stop set once it has paid
+	// (the counter moved) is late only if this goroutine was descheduled
+	// for that long, which a few attempts rule out.
+	for attempt := 0; ; attempt++ {
+		stop.Set(0)
+		g.Set(1 << 62)
+		var finished atomic.Bool
+		done := make(chan error, 1)
+		go func() { _, err := f.Call(ctx, 0); finished.Store(true); done <- err }()
+		for g.Get() == 1<<62 {
+			runtime.Gosched()
+		}
+		stop.Set(1)
+		late := finished.Load()
+		err := <-done
+		if !late || attempt == 4 {
+			if err == nil || ctx.Err() != nil || g.Get() != Spent {
+				t.Errorf("stopped: %v (deadline: %v), counter %d, late %v", err, ctx.Err(), g.Get(), late)
+			}
+			return
+		}
 	}
 }

@@ -20,7 +20,10 @@
 // does the same when the host has set the i32 global named Stop to
 // non-zero: the guest only reads that one, so a host write during a call
 // is never lost (a write to the counter is, to the guest's own
-// read-modify-write of it).
+// read-modify-write of it). Every charge reads Stop, and so does a check
+// after every call and every checkEvery instructions of straight code, so
+// a stopped call ends within a few thousand instructions however long its
+// bodies.
 package fuel
 
 import (
@@ -66,7 +69,11 @@ var rank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9
 // so the host sets the counter before any code spends it), or
 // ErrNotMeterable. The module must already have been validated: Meter
 // checks only what it needs to rewrite it soundly.
-func Meter(wasm []byte, initial uint64) ([]byte, error) {
+func Meter(wasm []byte, initial uint64) ([]byte, error) { return meter(wasm, initial, checkEvery) }
+
+// meter is Meter with a stop check every every instructions (tests make
+// it short, so that small modules have runs to split).
+func meter(wasm []byte, initial uint64, every int) ([]byte, error) {
 	if len(wasm) < 8 || !bytes.Equal(wasm[:8], []byte{0, 'a', 's', 'm', 1, 0, 0, 0}) {
 		return nil, fmt.Errorf("%w: not a WebAssembly 1.0 binary", ErrNotMeterable)
 	}
@@ -134,7 +141,7 @@ func Meter(wasm []byte, initial uint64) ([]byte, error) {
 		case secExport:
 			body, err = appendEntries(body, 2, export)
 		case secCode:
-			body, err = meterCode(body, global, stop)
+			body, err = meterCode(body, global, stop, every)
 		}
 		if err != nil {
 			return nil, err
@@ -177,7 +184,7 @@ func appendEntries(body []byte, n uint64, entries []byte) ([]byte, error) {
 // iteration. It refuses code the charges would more than quadruple (a
 // body made mostly of loops), so that neither the rewrite nor the
 // compilation of its result costs much more than the module's own.
-func meterCode(body, global, stop []byte) ([]byte, error) {
+func meterCode(body, global, stop []byte, every int) ([]byte, error) {
 	r := reader{b: body}
 	n := r.u32()
 	room := 4*len(body) + 1<<16
@@ -190,7 +197,7 @@ func meterCode(body, global, stop []byte) ([]byte, error) {
 			return nil, r.err
 		}
 		var err error
-		if out, err = meterFunc(out, fn, global, stop, &room); err != nil {
+		if out, err = meterFunc(out, fn, global, stop, every, &room); err != nil {
 			return nil, err
 		}
 	}
@@ -240,14 +247,52 @@ const (
 	maxLocals     = 50_000
 )
 
-// maxCharge is the longest a charge's code can be (charge).
-const maxCharge = 16 + 5*5 + 2*10
+// maxCharge is the longest a charge's code can be (charge), maxCheck a
+// check's (checkStop).
+const (
+	maxCharge = 16 + 5*5 + 2*10
+	maxCheck  = 14 + 3*5
+)
+
+// checkEvery is the longest run of instructions a call executes between
+// two reads of the stop flag. A body pays for itself on entry, so fuel
+// bounds a straight run of code, but not its time: a unit that misses
+// every cache costs 60 times what the budget assumes, and a body of a
+// million dependent loads ran 180 to 400 ms past a 10 ms call timeout, the
+// stop flag unread (the 32 MiB upload limit allows ten times that). A
+// check every checkEvery instructions (and after every call, so that
+// unwinding a deep recursion does not run each frame's rest unchecked)
+// bounds that to about 0.2 ms of missing loads; the sample router has no
+// straight run that long, so it pays only the checks after its calls.
+const checkEvery = 1024
+
+// runs follows a body's instructions in order and says after which one a
+// check of the stop flag goes: a charge (entry, loop) or a check resets
+// the run, a call ends it.
+type runs struct{ n, every int }
+
+func (s *runs) after(c byte) bool {
+	switch c {
+	case opLoop: // its charge reads the flag
+		s.n = 0
+		return false
+	case 0x10, 0x11: // call, call_indirect
+		s.n = 0
+		return true
+	}
+	s.n++
+	if s.n >= s.every {
+		s.n = 0
+		return true
+	}
+	return false
+}
 
 // meterFunc appends fn, its size first, charged, taking what it adds from
-// room. A first pass finds what the body and each of its loops cost, a
-// second copies the body with the charges; nothing per instruction is
-// kept between them.
-func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
+// room. A first pass finds what the body and each of its loops cost and
+// how many checks it needs, a second copies the body with the charges and
+// checks; nothing per instruction is kept between them.
+func meterFunc(out, fn, global, stop []byte, every int, room *int) ([]byte, error) {
 	r := reader{b: fn}
 	// Every vector loop stops at the first error: a count of 2^32-1 in a
 	// short input would otherwise cost seconds of reads past its end.
@@ -274,6 +319,8 @@ func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 	var loops []uint64 // what an iteration of each loop costs, in order
 	total := locals / localsPerUnit
 	open := []block{{-1, 0}}
+	run := runs{every: every}
+	checks := 0
 	for len(open) > 0 {
 		if r.done() {
 			return nil, fmt.Errorf("%w: a function body ends inside a block", ErrNotMeterable)
@@ -297,29 +344,62 @@ func meterFunc(out, fn, global, stop []byte, room *int) ([]byte, error) {
 				loops[b.loop] = total - b.at
 			}
 		}
+		if run.after(c) && len(open) > 0 {
+			checks++
+		}
 	}
 	if !r.done() {
 		return nil, fmt.Errorf("%w: bytes after a function body's end", ErrNotMeterable)
 	}
-	*room -= (len(loops) + 1) * maxCharge
+	*room -= (len(loops)+1)*maxCharge + checks*maxCheck
 	if *room < 0 {
 		return nil, fmt.Errorf("%w: the charges would more than quadruple its code", ErrNotMeterable)
 	}
-	body := append([]byte(nil), fn[:code]...)
+	body := make([]byte, 0, len(fn)+(len(loops)+1)*maxCharge+checks*maxCheck)
+	body = append(body, fn[:code]...)
 	body = charge(body, global, stop, total)
-	// Copy up to and including each loop instruction, then its charge.
+	// Copy up to and including each loop instruction, then its charge;
+	// up to the end of each run, then its check. Nothing follows the
+	// body's last end.
 	r = reader{b: fn, p: code}
+	run = runs{every: every}
 	from := code
-	for next := 0; next < len(loops); {
-		if c, _ := r.instruction(); c == opLoop {
+	for next := 0; next < len(loops) || checks > 0; {
+		c, _ := r.instruction()
+		switch check := run.after(c); {
+		case c == opLoop:
 			body = append(body, fn[from:r.p]...)
 			body = charge(body, global, stop, loops[next])
 			from, next = r.p, next+1
+		case check && !r.done():
+			body = append(body, fn[from:r.p]...)
+			body = checkStop(body, global, stop, c == 0x10 || c == 0x11)
+			from, checks = r.p, checks-1
 		}
 	}
 	body = append(body, fn[from:]...)
 	out = leb(out, uint64(len(body)))
 	return append(out, body...), nil
+}
+
+// checkStop appends: if stop { fuel = Spent; unreachable }. Like charge, it
+// leaves the operand stack as it was and is valid in unreachable code.
+// Unless the flag was just reloaded (after a call), it first joins two
+// paths, block (br_if 0 stop) end: wazero's compiler reuses a global's
+// value along a path of blocks with one predecessor each, so in straight
+// code every check would read the value loaded at entry; after a join it
+// loads the global again.
+func checkStop(out, global, stop []byte, reloaded bool) []byte {
+	if !reloaded {
+		out = append(out, 0x02, 0x40, opGlobalGet) // block, global.get
+		out = append(out, stop...)
+		out = append(out, 0x0d, 0, opEnd) // br_if 0, end
+	}
+	out = append(out, opGlobalGet)
+	out = append(out, stop...)
+	out = append(out, 0x04, 0x40, opI64Const, 0x7f, opGlobalSet) // if, i64.const -1, global.set
+	out = append(out, global...)
+	return append(out, 0x00, opEnd) // unreachable, end
 }
 
 // charge appends: if fuel < n | stop { fuel = Spent; unreachable }; fuel -= n.

@@ -145,7 +145,9 @@ func FuzzMeteredBounded(f *testing.F) {
 		if _, err := wazero.NewRuntime(ctx).CompileModule(ctx, wasm); err != nil {
 			t.Fatalf("the generator made an invalid module: %v", err)
 		}
-		metered, err := Meter(wasm, 1<<20)
+		// Stop checks every few instructions, so that the generator's short
+		// bodies have runs to split, in every kind of position.
+		metered, err := meter(wasm, 1<<20, 1+len(in)%5)
 		if err != nil {
 			t.Fatal(err)
 		}
