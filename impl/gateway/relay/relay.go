@@ -274,9 +274,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// than doubling to 16 KB (issue 22: 2,000 streams).
 	var q admitted
 	q.start = h.now()
-	ok := h.admit(w, r, ep, &q)
-	defer h.held.give(q.held)
-	if ok {
+	// Deferred before admit reserves: a panic in its checks (recovered by
+	// net/http) must still give the body bytes back to the global cap.
+	defer func() { h.held.give(q.held) }()
+	if h.admit(w, r, ep, &q) {
 		h.forward(w, r, ep, &q)
 	}
 }

@@ -3,9 +3,11 @@ package relay
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -701,5 +704,37 @@ func TestConnectionNames(t *testing.T) {
 	}
 	if connectionNames(nil, "X-A") {
 		t.Error("no Connection header names nothing")
+	}
+}
+
+// panickingLimiter breaks inside the checks before dispatch.
+type panickingLimiter struct{}
+
+func (panickingLimiter) AdmitStatus(string, []limits.Limit, *limits.Status) *limits.Refusal {
+	panic("limiter broke")
+}
+
+// A panic in the checks before dispatch, after the body was read and
+// reserved (net/http recovers it and drops the connection), still gives
+// the body's bytes back to the global cap: else each such request would
+// shrink the cap for good.
+func TestBodyBytesGivenBackAfterAPanic(t *testing.T) {
+	t.Parallel()
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://127.0.0.1:1", "sk-upstream"))
+	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"requests","window_secs":60,"max":2}]`)
+	rs := newResilient(t, snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0)), Options{Limiter: panickingLimiter{}, MaxBodyBytesInFlight: 100_000})
+	rs.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	for range 3 {
+		req, _ := http.NewRequest("POST", rs.srv.URL+"/v1/messages",
+			strings.NewReader(`{"model":"claude-test","max_tokens":5,"pad":"`+strings.Repeat("x", 500)+`"}`))
+		req.Header.Set("x-api-key", "sk-good")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("answered %d; want the connection dropped by the panic", resp.StatusCode)
+		}
+	}
+	if n := rs.h.held.n.Load(); n != 0 {
+		t.Fatalf("%d bytes still held after the panics", n)
 	}
 }

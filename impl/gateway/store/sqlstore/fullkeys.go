@@ -43,10 +43,11 @@ func (s *Store) fullKeys(ctx context.Context, q querier, n int, where string, ar
 
 // keysJoined reads the keys in one row: their count, ids and principal
 // ids each joined by keySep, and the hashes concatenated. ok is false when
-// the values do not split into count keys of 32-byte hashes; the caller
-// then reads rows.
+// the values do not split into count keys of 32-byte hashes (every hash
+// 32 bytes long: a short one and a long one would add up, and shift every
+// hash between them); the caller then reads rows.
 func (s *Store) keysJoined(ctx context.Context, q querier, where string, args ...any) (keys []store.Key, ok bool, err error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT count(*), group_concat(id, char(31)), group_concat(principal_id, char(31)), group_concat(hash, '') "+
+	rows, err := q.QueryContext(ctx, s.d.rebind("SELECT count(*), group_concat(id, char(31)), group_concat(principal_id, char(31)), group_concat(hash, ''), min(length(hash)), max(length(hash)) "+
 		"FROM principal_keys WHERE revoked_at IS NULL "+where), args...)
 	if err != nil {
 		return nil, false, err
@@ -55,16 +56,17 @@ func (s *Store) keysJoined(ctx context.Context, q querier, where string, args ..
 	var n int
 	var ids, pids sql.NullString
 	var hashes sql.RawBytes
+	var shortest, longest sql.NullInt64
 	if !rows.Next() {
 		return nil, false, rows.Err()
 	}
-	if err := rows.Scan(&n, &ids, &pids, &hashes); err != nil {
+	if err := rows.Scan(&n, &ids, &pids, &hashes, &shortest, &longest); err != nil {
 		return nil, false, err
 	}
 	if n == 0 {
 		return []store.Key{}, true, rows.Close()
 	}
-	if len(hashes) != n*sha256.Size || strings.Count(ids.String, keySep) != n-1 || strings.Count(pids.String, keySep) != n-1 {
+	if shortest.Int64 != sha256.Size || longest.Int64 != sha256.Size || len(hashes) != n*sha256.Size || strings.Count(ids.String, keySep) != n-1 || strings.Count(pids.String, keySep) != n-1 {
 		return nil, false, rows.Close()
 	}
 	// RawBytes is the driver's until the rows close: one copy for all.

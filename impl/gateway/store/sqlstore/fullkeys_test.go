@@ -89,6 +89,20 @@ func TestLoadConfigKeys(t *testing.T) {
 				}
 			}
 			check()
+			// Hashes of the wrong length (the store takes any) are read
+			// as stored and shift no other key's: a 31-byte and a 33-byte
+			// one add up to two keys' worth around a good key.
+			bad := func(id string, n int) {
+				k, err := st.CreateKey(ctx, store.Key{ID: id, PrincipalID: prs[0], Prefix: "sk", Hash: bytes.Repeat([]byte{0xab}, n)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[k.ID] = *k
+			}
+			bad("key_short", 31)
+			issue("key_between", 101)
+			bad("key_long", 33)
+			check()
 			// Ids are the store's own, or given; one holding the unit
 			// separator SQLite joins ids with still reads back whole.
 			issue("key_given\x1fwith a separator", 100)

@@ -90,15 +90,22 @@ func one[T any](ctx context.Context, d *Dialect, q querier, scan scanFunc[T], qu
 // rows, one allocation each otherwise.
 type arena struct{ buf []byte }
 
-// arenaChunk is the size of a chunk; a longer value gets one of its own.
-const arenaChunk = 16 << 10
+// Chunks start at arenaFirst and double up to arenaChunk; a longer value
+// gets one of its own. Starting small matters: a get, a list or a delta
+// scans with an arena of its own per row, and what it keeps pins the
+// chunk for as long as the row lives (a delta's rows until the next full
+// rebuild).
+const (
+	arenaFirst = 128
+	arenaChunk = 16 << 10
+)
 
 // keep returns a copy of v (never nil: an empty value stays non-nil as
 // json.RawMessage(v) would make it). The copy's capacity ends with it, so
 // an append to it cannot reach the next value.
 func (a *arena) keep(v string) []byte {
 	if a.buf == nil || len(a.buf)+len(v) > cap(a.buf) {
-		a.buf = make([]byte, 0, max(arenaChunk, len(v)))
+		a.buf = make([]byte, 0, max(min(2*cap(a.buf), arenaChunk), arenaFirst, len(v)))
 	}
 	at := len(a.buf)
 	a.buf = append(a.buf, v...)

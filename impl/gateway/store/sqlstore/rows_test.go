@@ -77,3 +77,21 @@ func TestArenaKeep(t *testing.T) {
 		t.Fatal("a value longer than a chunk was not kept whole")
 	}
 }
+
+// A fresh arena keeping one short value (a get, a list or a delta scans
+// each row with its own) holds a small chunk, not a full one: the row
+// pins it for its life. Many values still share chunks that grow to
+// arenaChunk.
+func TestArenaStartsSmall(t *testing.T) {
+	var one arena
+	if v := one.keep(`{"rpm":10}`); cap(one.buf) > arenaFirst || string(v) != `{"rpm":10}` {
+		t.Fatalf("one short value took a chunk of %d bytes", cap(one.buf))
+	}
+	var many arena
+	for range 10_000 {
+		many.keep(`{"rpm":10,"tpm":20000}`)
+	}
+	if cap(many.buf) != arenaChunk {
+		t.Fatalf("chunks grew to %d bytes, want %d", cap(many.buf), arenaChunk)
+	}
+}
