@@ -138,15 +138,14 @@ func TestReaperStopsAStraightBody(t *testing.T) {
 	err = inst.run(route, r.o.CallTimeout)
 	took := time.Since(start)
 	t.Logf("%d loads stopped after %v (timeout %v)", loads, took, r.o.CallTimeout)
+	// The body's fuel (one charge at entry) is well within the budget, so
+	// only the stop flag ends the call early: without the checks in
+	// straight-line code the call ran the whole body and succeeded. The
+	// time it took is logged, not asserted (a loaded machine stretches it):
+	// a timeout and a tick or two, 2-6 ms here, against 55-120 ms for the
+	// whole body.
 	if !errors.Is(err, ErrTimeout) {
-		t.Fatalf("%v, want a timeout", err)
-	}
-	// The stop comes within the timeout and a tick or two (2-6 ms); the
-	// bound is generous for a loaded machine and under what the whole body
-	// takes (55 to 120 ms here: before the checks the call ran it all and
-	// succeeded).
-	if took > 40*time.Millisecond {
-		t.Errorf("stopped after %v", took)
+		t.Fatalf("%v after %v, want a timeout", err, took)
 	}
 
 	// Given time (the start timeout, 20 ticks), the metered body follows
