@@ -1,6 +1,10 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
 
 // A scanner for the few fields Extract reads, so that reading usage out of
 // a response allocates nothing: encoding/json decoded the whole message
@@ -89,12 +93,20 @@ func object(b []byte, i int, keys []string, vals [][]byte, nest int, nestKeys []
 	}
 }
 
-// match returns the index of the key k folds to, or -1. Every key starts
-// with a lower-case ASCII letter, so an ASCII first byte that is neither
-// case of it rules a key out without the full fold.
+// match returns the index of the key k folds to, or -1. Every key is
+// lower-case ASCII, and a character that folds to an ASCII letter is at
+// least as long as it (ſ for s, K for k): a shorter k cannot match, one of
+// the same length matches only byte for byte or by ASCII case, and an
+// ASCII first byte that is neither case of the key's rules it out.
 func match(k []byte, keys []string) int {
 	for j, key := range keys {
-		if len(k) > 0 && k[0] < 0x80 && k[0]|0x20 != key[0] {
+		if len(k) < len(key) {
+			continue
+		}
+		if len(k) == len(key) && string(k) == key {
+			return j
+		}
+		if k[0] < 0x80 && k[0]|0x20 != key[0] {
 			continue
 		}
 		if bytes.EqualFold(k, []byte(key)) {
@@ -118,16 +130,36 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string starting at b[i] ('"').
+// It looks at eight bytes at a time for a quote or a backslash: strings
+// are most of the bytes of a line.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
+	for i++; i < len(b); {
+		if i+8 <= len(b) {
+			m := quoteOrEscape(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		}
 		switch b[i] {
-		case '\\':
-			i++
 		case '"':
 			return i + 1
+		case '\\':
+			i += 2
+		default:
+			i++
 		}
 	}
 	return len(b)
+}
+
+// quoteOrEscape has the high bit of a byte of w set where w has '"' or
+// '\\' (exact for the lowest such byte, which is all skipString uses).
+func quoteOrEscape(w uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q, e := w^(lo*'"'), w^(lo*'\\')
+	return ((q-lo)&^q | (e-lo)&^e) & hi
 }
 
 // skipValue returns the index just past the value starting at b[i];
