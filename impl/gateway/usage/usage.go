@@ -359,10 +359,11 @@ var bodyUsage = [...]string{"usage"}
 
 func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 	var bodyVals [1][]byte
-	if end, ex := object(body, skipSpace(body, 0), bodyUsage[:], bodyVals[:], -1, nil, nil); len(body) > 0 && whole(body, end) {
-		if !ex {
-			return u, false
-		}
+	// An inexact walk stops where it is unsure, so its end says nothing:
+	// decoding answers instead, whole or not.
+	if end, ex := object(body, skipSpace(body, 0), bodyUsage[:], bodyVals[:], -1, nil, nil); !ex {
+		return u, false
+	} else if len(body) > 0 && whole(body, end) {
 		v := bodyVals[0]
 		var got tokenUsage
 		if set, ok, ex := readUsage(v, &got); !ex {
@@ -386,11 +387,14 @@ func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 		var vals [3][]byte
 		var inMsgVal [1][]byte
 		end, ex1 := object(line, skipSpace(line, 0), lineKeys[:], vals[:], 1, bodyUsage[:], inMsgVal[:])
+		if !ex1 {
+			return u, false
+		}
 		if !whole(line, end) {
 			continue
 		}
 		typ, msg, top, inMsg := vals[0], vals[1], vals[2], inMsgVal[0]
-		if !ex1 || bytes.IndexByte(typ, '\\') >= 0 {
+		if bytes.IndexByte(typ, '\\') >= 0 {
 			return u, false
 		}
 		var start, delta tokenUsage
