@@ -56,8 +56,9 @@ type Writer interface {
 type Recorder struct {
 	w   Writer
 	log *slog.Logger
-	// Requests append to one of several shards, picked at random, so
-	// concurrent requests rarely meet on a lock.
+	// Requests append to one of several shards, the first free one from
+	// a random start (lockShard), so concurrent requests do not wait on
+	// each other's lock nor on the writer's.
 	shards   []shard
 	closed   atomic.Bool
 	queueCap int           // per shard
