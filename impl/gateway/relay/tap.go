@@ -166,6 +166,12 @@ func mayNameUsage(p []byte) bool {
 			if len(b) >= 19 && string(b[:19]) == "content_block_start" {
 				return true
 			}
+			if len(b) >= 14 && string(b[:14]) == "content_block_" {
+				// Most of a stream is content_block_delta, named twice
+				// an event: no name can start inside "content_block_",
+				// so its second underscore need not be looked at.
+				j += 6
+			}
 		}
 	}
 	return false

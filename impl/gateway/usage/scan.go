@@ -1,6 +1,10 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
 
 // A scanner for the few fields Extract reads, so that reading usage out of
 // a response allocates nothing: encoding/json decoded the whole message
@@ -23,55 +27,99 @@ func field(obj []byte, key string) (v []byte, exact bool) {
 // value of keys[i] (each pass over a line cost as much as the rest of its
 // bookkeeping). On an inexact answer vals must not be used.
 func fields(obj []byte, keys []string, vals [][]byte) (exact bool) {
+	_, exact = object(obj, skipSpace(obj, 0), keys, vals, -1, nil, nil)
+	return exact
+}
+
+// object is fields for the object at b[i], and returns as well the index
+// just past it: past len(b) when it is not closed (a capture cut short),
+// so that one walk both reads a line and tells it is whole. The value of
+// keys[nest], when it is an object, is walked the same way for nestKeys
+// into nestVals, rather than skipped and walked again (message_start's
+// usage sits in its message, most of the line).
+func object(b []byte, i int, keys []string, vals [][]byte, nest int, nestKeys []string, nestVals [][]byte) (end int, exact bool) {
 	clear(vals)
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return true
+	open := len(b) + 1
+	if i >= len(b) || b[i] != '{' {
+		return open, true
 	}
-	i++
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
 	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return true
+		if i >= len(b) || b[i] != '"' {
+			return open, true
 		}
 		ks := i + 1
-		i = skipString(obj, i)
-		k := obj[ks:max(ks, i-1)]
+		i = skipString(b, i)
+		k := b[ks:max(ks, i-1)]
 		if bytes.IndexByte(k, '\\') >= 0 {
-			return false
+			return open, false
 		}
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != ':' {
-			return true
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return open, true
 		}
-		i = skipSpace(obj, i+1)
+		i = skipSpace(b, i+1)
 		vs := i
-		i = skipValue(obj, i)
-		for j, key := range keys {
-			if bytes.EqualFold(k, []byte(key)) {
-				if vals[j] != nil {
-					return false
-				}
-				vals[j] = obj[vs:min(i, len(obj))]
+		j := match(k, keys)
+		if j >= 0 && j == nest && i < len(b) && b[i] == '{' {
+			var ex bool
+			if i, ex = object(b, i, nestKeys, nestVals, -1, nil, nil); !ex {
+				return open, false
 			}
+		} else {
+			i = skipValue(b, i)
 		}
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != ',' {
-			return true
+		if j >= 0 {
+			if vals[j] != nil {
+				return open, false
+			}
+			vals[j] = b[vs:min(i, len(b))]
 		}
-		i++
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return open, true
+		}
+		switch b[i] {
+		case '}':
+			return i + 1, true
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return open, true
+		}
 	}
 }
 
-// complete reports whether b is one whole JSON object (nothing cut off
-// its end, nothing after it).
-func complete(b []byte) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
+// match returns the index of the key k folds to, or -1. Every key is
+// lower-case ASCII, and a character that folds to an ASCII letter is at
+// least as long as it (ſ for s, K for k): a shorter k cannot match, one of
+// the same length matches only byte for byte or by ASCII case, and an
+// ASCII first byte that is neither case of the key's rules it out.
+func match(k []byte, keys []string) int {
+	for j, key := range keys {
+		if len(k) < len(key) {
+			continue
+		}
+		if len(k) == len(key) && string(k) == key {
+			return j
+		}
+		if k[0] < 0x80 && k[0]|0x20 != key[0] {
+			continue
+		}
+		if bytes.EqualFold(k, []byte(key)) {
+			return j
+		}
 	}
-	end := skipValue(b, i)
-	return end <= len(b) && end > i && b[end-1] == '}' && skipSpace(b, end) == len(b)
+	return -1
+}
+
+// whole reports whether end, as object returned it for b, is the end of
+// b but for spaces.
+func whole(b []byte, end int) bool {
+	return end <= len(b) && skipSpace(b, end) == len(b)
 }
 
 func skipSpace(b []byte, i int) int {
@@ -82,16 +130,36 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string starting at b[i] ('"').
+// It looks at eight bytes at a time for a quote or a backslash: strings
+// are most of the bytes of a line.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
+	for i++; i < len(b); {
+		if i+8 <= len(b) {
+			m := quoteOrEscape(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		}
 		switch b[i] {
-		case '\\':
-			i++
 		case '"':
 			return i + 1
+		case '\\':
+			i += 2
+		default:
+			i++
 		}
 	}
 	return len(b)
+}
+
+// quoteOrEscape has the high bit of a byte of w set where w has '"' or
+// '\\' (exact for the lowest such byte, which is all skipString uses).
+func quoteOrEscape(w uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q, e := w^(lo*'"'), w^(lo*'\\')
+	return ((q-lo)&^q | (e-lo)&^e) & hi
 }
 
 // skipValue returns the index just past the value starting at b[i];

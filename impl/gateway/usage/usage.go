@@ -56,8 +56,9 @@ type Writer interface {
 type Recorder struct {
 	w   Writer
 	log *slog.Logger
-	// Requests append to one of several shards, picked at random, so
-	// concurrent requests rarely meet on a lock.
+	// Requests append to one of several shards, the first free one from
+	// a random start (lockShard), so concurrent requests do not wait on
+	// each other's lock nor on the writer's.
 	shards   []shard
 	closed   atomic.Bool
 	queueCap int           // per shard
@@ -145,11 +146,7 @@ type shard struct {
 
 // Record queues a finished request. It never blocks.
 func (r *Recorder) Record(p Pending) {
-	sh := &r.shards[0]
-	if len(r.shards) > 1 {
-		sh = &r.shards[rand.N(len(r.shards))]
-	}
-	sh.mu.Lock()
+	sh := r.lockShard()
 	if r.closed.Load() || len(sh.queue) >= r.queueCap {
 		sh.mu.Unlock()
 		r.dropped.Add(1)
@@ -167,6 +164,32 @@ func (r *Recorder) Record(p Pending) {
 		default:
 		}
 	}
+}
+
+// lockShard locks a shard for Record. It starts at a random one and takes
+// the first that is free: a request that would wait on another's lock (or
+// the writer's take) goes to the next shard instead, so concurrent
+// requests never queue on one mutex. Only when every shard is busy does it
+// wait, on the first.
+func (r *Recorder) lockShard() *shard {
+	n := len(r.shards)
+	if n == 1 {
+		sh := &r.shards[0]
+		sh.mu.Lock()
+		return sh
+	}
+	k := rand.N(n)
+	for range n {
+		if sh := &r.shards[k]; sh.mu.TryLock() {
+			return sh
+		}
+		if k++; k == n {
+			k = 0
+		}
+	}
+	sh := &r.shards[k]
+	sh.mu.Lock()
+	return sh
 }
 
 // take hands the writer what one shard queued, leaving an empty slice in
@@ -331,12 +354,18 @@ func Extract(p *Pending) {
 // lineKeys are the top-level fields of an event line scanUsage reads.
 var lineKeys = [...]string{"type", "message", "usage"}
 
+// bodyUsage is the one field read of a message body (and of a line's
+// message).
+var bodyUsage = [...]string{"usage"}
+
 func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
-	if len(body) > 0 && complete(body) {
-		v, ex := field(body, "usage")
-		if !ex {
-			return u, false
-		}
+	var bodyVals [1][]byte
+	// An inexact walk stops where it is unsure, so its end says nothing:
+	// decoding answers instead, whole or not.
+	if end, ex := object(body, skipSpace(body, 0), bodyUsage[:], bodyVals[:], -1, nil, nil); !ex {
+		return u, false
+	} else if len(body) > 0 && whole(body, end) {
+		v := bodyVals[0]
 		var got tokenUsage
 		if set, ok, ex := readUsage(v, &got); !ex {
 			return u, false
@@ -346,16 +375,27 @@ func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 	}
 	for _, line := range sse {
 		line = bytes.TrimPrefix(line, []byte("data:"))
-		if !complete(line) {
+		// Only a message_start or message_delta line changes u, whether
+		// it decodes or not, and without an escape its type can only
+		// name one of them if the bytes are there: the other kept lines
+		// (content_block_start) cost two searches, not a walk.
+		if bytes.IndexByte(line, '\\') < 0 && bytes.Index(line, []byte("message_")) < 0 {
 			continue
 		}
 		// The line as decodeUsage decodes it: a mistyped field anywhere
-		// in it makes the whole line an error, skipped.
+		// in it makes the whole line an error, skipped. One walk reads
+		// the fields, message's usage, and that the line is whole.
 		var vals [3][]byte
-		ex1 := fields(line, lineKeys[:], vals[:])
-		typ, msg, top := vals[0], vals[1], vals[2]
-		inMsg, ex2 := field(msg, "usage")
-		if !ex1 || !ex2 || bytes.IndexByte(typ, '\\') >= 0 {
+		var inMsgVal [1][]byte
+		end, ex1 := object(line, skipSpace(line, 0), lineKeys[:], vals[:], 1, bodyUsage[:], inMsgVal[:])
+		if !ex1 {
+			return u, false
+		}
+		if !whole(line, end) {
+			continue
+		}
+		typ, msg, top, inMsg := vals[0], vals[1], vals[2], inMsgVal[0]
+		if bytes.IndexByte(typ, '\\') >= 0 {
 			return u, false
 		}
 		var start, delta tokenUsage

@@ -393,3 +393,36 @@ func waitTaken(t *testing.T, r *Recorder) {
 		}
 	}
 }
+
+// Record does not wait on a busy shard while another is free: with every
+// shard but the last held (by other requests, or the writer taking them),
+// the event goes to the free one at once. Were Record to wait, the test
+// would hang rather than pass.
+func TestRecordTakesAFreeShard(t *testing.T) {
+	w := &memWriter{}
+	r := NewRecorder(w, Options{BatchSize: 256, FlushInterval: time.Hour})
+	defer r.Close()
+	if len(r.shards) < 2 {
+		t.Fatalf("%d shards", len(r.shards))
+	}
+	last := len(r.shards) - 1
+	for i := range last {
+		r.shards[i].mu.Lock()
+	}
+	for range 5 {
+		r.Record(Pending{Event: store.RequestEvent{Model: "m"}})
+	}
+	for i := range last {
+		r.shards[i].mu.Unlock()
+	}
+	r.shards[last].mu.Lock()
+	n := len(r.shards[last].queue)
+	r.shards[last].mu.Unlock()
+	if n != 5 {
+		t.Fatalf("the free shard queued %d of 5", n)
+	}
+	r.Flush(context.Background())
+	if got := w.total(); got != 5 {
+		t.Fatalf("wrote %d of 5", got)
+	}
+}
