@@ -379,7 +379,7 @@ func scanUsage(body []byte, sse [][]byte) (u tokenUsage, exact bool) {
 		// it decodes or not, and without an escape its type can only
 		// name one of them if the bytes are there: the other kept lines
 		// (content_block_start) cost two searches, not a walk.
-		if bytes.IndexByte(line, '\\') < 0 && bytes.Index(line, []byte("message_")) < 0 {
+		if bytes.IndexByte(line, '\\') < 0 && !bytes.Contains(line, []byte("message_")) {
 			continue
 		}
 		// The line as decodeUsage decodes it: a mistyped field anywhere
