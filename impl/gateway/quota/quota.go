@@ -15,7 +15,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
@@ -65,6 +67,13 @@ type Service struct {
 	StaleAfter time.Duration
 	// Metrics counts quota GC removals (optional).
 	OnGC func(store.QuotaGC)
+
+	// polling serializes the polls of one upstream in this process (by a
+	// stripe of its id): a credential's first poll and the periodic tick
+	// can be due at once, and both would resolve the identity (P-USAGE-3).
+	// Two replicas running those two jobs at once can still both resolve
+	// it: one profile request too many, the same identity stored.
+	polling [16]sync.Mutex
 }
 
 func (s *Service) now() time.Time {
@@ -159,6 +168,11 @@ func (s *Service) pollOne(ctx context.Context, j scheduler.Job) (scheduler.Outco
 // Poll observes one upstream: one usage request, plus the account identity
 // once per credential version when coupon data is present.
 func (s *Service) Poll(ctx context.Context, upstreamID string) (applied bool, err error) {
+	h := fnv.New32a()
+	h.Write([]byte(upstreamID))
+	mu := &s.polling[h.Sum32()%uint32(len(s.polling))]
+	mu.Lock()
+	defer mu.Unlock()
 	u, err := s.Store.GetUpstream(ctx, upstreamID)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil

@@ -34,6 +34,10 @@ type provider struct {
 	claims     atomic.Int64
 	// claimGate, when set, holds claims until closed.
 	claimGate chan struct{}
+	// usageGate, when set, holds usage requests until closed; each one
+	// held is announced on usageHeld first.
+	usageGate chan struct{}
+	usageHeld chan struct{}
 }
 
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -42,6 +46,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/api/oauth/usage":
 		p.usageCalls = append(p.usageCalls, r.URL.RawQuery)
+		if g := p.usageGate; g != nil {
+			p.usageHeld <- struct{}{}
+			p.mu.Unlock()
+			<-g
+			p.mu.Lock()
+		}
 		body := map[string]any{"five_hour": map[string]any{"utilization": 40, "resets_at": t0.Add(time.Hour)},
 			"seven_day": map[string]any{"utilization": 10, "resets_at": nil}, "extra_usage": map[string]any{"is_enabled": false}}
 		if r.URL.Query().Get("cedar_ember") == "1" {
@@ -151,6 +161,36 @@ func (e *env) view(t *testing.T) *View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// P-USAGE-3: two polls of one upstream at once (a credential's first poll
+// and the periodic tick, both due) run one after the other, so the second
+// reuses the identity the first resolved instead of asking again.
+func TestConcurrentPollsResolveIdentityOnce(t *testing.T) {
+	e := setup(t)
+	e.prov.usageGate, e.prov.usageHeld = make(chan struct{}), make(chan struct{}, 2)
+	errs := make(chan error, 2)
+	poll := func() {
+		_, err := e.svc.Poll(context.Background(), e.up.ID)
+		errs <- err
+	}
+	go poll()
+	<-e.prov.usageHeld // the first poll waits for its usage answer
+	go poll()
+	select {
+	case <-e.prov.usageHeld:
+		t.Error("a second poll of the upstream asked for usage while the first was running")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(e.prov.usageGate)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.prov.profiles.Load(); n != 1 {
+		t.Fatalf("identity resolved %d times for one credential version", n)
+	}
 }
 
 // P-USAGE-1, P-USAGE-2, P-USAGE-3, P-USAGE-4: one request per poll with
