@@ -20,7 +20,7 @@ func grown(n int) int { return n + n/16 }
 
 func (s *Store) ConfigGeneration(ctx context.Context) (int64, error) {
 	var g int64
-	err := s.pool.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g)
+	err := s.pool.QueryRowContext(ctx, generationQuery).Scan(&g)
 	return g, s.d.classify(err)
 }
 
@@ -54,7 +54,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		return err
 	}
 	err := s.read(ctx, func(tx *txn) error {
-		if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&cfg.Generation); err != nil {
+		if err := tx.QueryRowContext(ctx, generationQuery).Scan(&cfg.Generation); err != nil {
 			return err
 		}
 		// Read beside the rest when it can be, else in its transaction;
@@ -210,25 +210,11 @@ func (s *Store) beside(ctx context.Context, tx *txn, gen int64, reads ...func(qu
 // readBeside runs read in a read-only transaction that sees snapshot snap
 // (when not empty) and must be at generation gen.
 func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read func(querier) error) error {
-	var tx *txn
-	if s.d.RawQuery != nil {
-		// On a connection of its own, which the read may reach through
-		// RawQuery.
-		conn, err := s.db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		sqlTx, err := conn.BeginTx(ctx, snapshot)
-		if err != nil {
-			return err
-		}
-		tx = &txn{Tx: sqlTx, s: s, conn: conn}
-	} else {
-		var err error
-		if tx, err = s.begin(ctx, snapshot); err != nil {
-			return err
-		}
+	// On a connection of its own where the read may reach it through
+	// RawQuery.
+	tx, err := s.begin(ctx, snapshot, s.d.RawQuery != nil)
+	if err != nil {
+		return err
 	}
 	defer s.end(ctx, tx)
 	if snap != "" {
@@ -239,7 +225,7 @@ func (s *Store) readBeside(ctx context.Context, snap string, gen int64, read fun
 		}
 	}
 	var g int64
-	if err := tx.QueryRowContext(ctx, "SELECT generation FROM config_generation WHERE id = 1").Scan(&g); err != nil {
+	if err := tx.QueryRowContext(ctx, generationQuery).Scan(&g); err != nil {
 		return err
 	}
 	if g != gen {

@@ -141,7 +141,7 @@ var snapshot = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true
 
 // read runs fn in one snapshot transaction.
 func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
-	tx, err := s.begin(ctx, snapshot)
+	tx, err := s.begin(ctx, snapshot, false)
 	if err != nil {
 		return s.d.classify(err)
 	}
@@ -156,7 +156,7 @@ func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
 // bumps the config generation, appends an audit row and notifies, all in
 // the same transaction: no change is visible without its audit entry.
 func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
-	tx, err := s.begin(ctx, nil)
+	tx, err := s.begin(ctx, nil, false)
 	if err != nil {
 		return s.d.classify(err)
 	}
@@ -173,19 +173,36 @@ func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
 }
 
 // begin starts a transaction whose statements run prepared (stmts.go);
-// s.end ends it.
-func (s *Store) begin(ctx context.Context, opts *sql.TxOptions) (*txn, error) {
-	sqlTx, err := s.db.BeginTx(ctx, opts)
+// s.end ends it. With ownConn it runs on a connection taken for it and
+// kept in txn.conn, which the dialect's native reader (Dialect.RawQuery)
+// needs to reach.
+func (s *Store) begin(ctx context.Context, opts *sql.TxOptions, ownConn bool) (*txn, error) {
+	if !ownConn {
+		sqlTx, err := s.db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &txn{Tx: sqlTx, s: s}, nil
+	}
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &txn{Tx: sqlTx, s: s}, nil
+	sqlTx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &txn{Tx: sqlTx, s: s, conn: conn}, nil
 }
 
-// end rolls tx back unless it committed, then prepares what it ran
-// unprepared, now that its connection is free.
+// end rolls tx back unless it committed and gives its connection back,
+// then prepares what it ran unprepared, now that the connection is free.
 func (s *Store) end(ctx context.Context, tx *txn) {
 	tx.Rollback()
+	if tx.conn != nil {
+		tx.conn.Close()
+	}
 	if len(tx.missed) > 0 && ctx.Err() == nil {
 		s.prepareAll(ctx, tx.missed)
 	}
