@@ -96,20 +96,14 @@ func cut(s string) (string, string) {
 // query in. The hashes share backing arrays of many keys each.
 func (s *Store) rawKeys(ctx context.Context, conn *sql.Conn, n int, where string, args ...any) ([]store.Key, error) {
 	out := make([]store.Key, 0, n)
-	var arena []byte
+	hashes := hashArena{n: n}
 	err := conn.Raw(func(dc any) error {
-		return s.d.RawQuery(ctx, dc, s.d.rebind("SELECT id, principal_id, hash FROM principal_keys WHERE revoked_at IS NULL "+where), args, func(row RawRow) error {
+		return s.d.RawQuery(ctx, dc, s.d.rebind(liveKeysQuery+where), args, func(row RawRow) error {
 			cols := row.RawValues()
 			if len(cols) != 3 {
 				return errKeyColumns
 			}
-			h := cols[2]
-			if len(arena)+len(h) > cap(arena) {
-				arena = make([]byte, 0, max(len(h), min(max(n, 64), 4096)*sha256.Size))
-			}
-			at := len(arena)
-			arena = append(arena, h...)
-			out = append(out, store.Key{ID: string(cols[0]), PrincipalID: string(cols[1]), Hash: arena[at:len(arena):len(arena)]})
+			out = append(out, store.Key{ID: string(cols[0]), PrincipalID: string(cols[1]), Hash: hashes.keep(cols[2])})
 			return nil
 		})
 	})

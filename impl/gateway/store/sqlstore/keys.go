@@ -34,20 +34,31 @@ const liveKeysQuery = "SELECT id, principal_id, hash FROM principal_keys WHERE r
 // keyScanner scans the rows of liveKeysQuery, about n of them, copying
 // the hashes into shared arenas rather than one allocation each.
 func keyScanner(n int) scanFunc[store.Key] {
-	var arena []byte
+	hashes := hashArena{n: n}
 	var raw sql.RawBytes
 	return func(r scanner, k *store.Key) error {
 		if err := r.Scan(&k.ID, &k.PrincipalID, &raw); err != nil {
 			return err
 		}
-		if len(arena)+len(raw) > cap(arena) {
-			arena = make([]byte, 0, max(len(raw), min(max(n, 64), 4096)*sha256.Size))
-		}
-		at := len(arena)
-		arena = append(arena, raw...)
-		k.Hash = arena[at:len(arena):len(arena)]
+		k.Hash = hashes.keep(raw)
 		return nil
 	}
+}
+
+// hashArena copies the key hashes of a read of about n keys into shared
+// chunks of up to 4,096 hashes; a copy's capacity ends with it.
+type hashArena struct {
+	buf []byte
+	n   int
+}
+
+func (a *hashArena) keep(h []byte) []byte {
+	if len(a.buf)+len(h) > cap(a.buf) {
+		a.buf = make([]byte, 0, max(len(h), min(max(a.n, 64), 4096)*sha256.Size))
+	}
+	at := len(a.buf)
+	a.buf = append(a.buf, h...)
+	return a.buf[at:len(a.buf):len(a.buf)]
 }
 
 func (s *Store) CreateKey(ctx context.Context, k store.Key) (*store.Key, error) {
