@@ -60,6 +60,21 @@ func newWorld(models ...string) *world {
 	return w
 }
 
+// providerCalls is what the simulator received, less the metadata_refresh
+// job's model listing: the scheduler runs the current tick of every
+// periodic job when a replica starts, so that listing can reach the
+// provider at any moment after the upstream is created.
+func (w *world) providerCalls() []h.Recorded {
+	var out []h.Recorded
+	for _, r := range w.sim.Requests() {
+		if r.Path == "/v1/models" && r.RawQuery == "limit=1000" {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 var _ = Describe("Listeners", Label("P-LISTEN-1", "P-LISTEN-2", "P-VER-1"), func() {
 	It("serves the proxy and the admin API on separate listeners", func() {
 		w := newWorld()
@@ -188,7 +203,7 @@ var _ = Describe("Proxy path", func() {
 		Expect(err).NotTo(HaveOccurred())
 		res.Body.Close()
 		Expect(res.StatusCode).To(Equal(404))
-		Expect(w.sim.Requests()).To(BeEmpty())
+		Expect(w.providerCalls()).To(BeEmpty())
 	})
 
 	It("answers 503 when no upstream can serve and 502 when the upstream is unreachable", func() {
@@ -353,7 +368,7 @@ var _ = Describe("Limit resets", Label("P-UP-10"), func() {
 		Expect(m["upstream_id"]).To(Equal(w.upstream))
 		Expect(m).To(HaveKeyWithValue("observed", BeFalse()))
 		Expect(m["coupon"]).To(HaveKeyWithValue("available", BeFalse()))
-		Expect(w.sim.Requests()).To(BeEmpty())
+		Expect(w.providerCalls()).To(BeEmpty())
 		w.admin.ExpectError("GET", "/admin/v1/upstreams/up_missing/limit-resets", nil, 404, "upstream_not_found")
 	})
 })
