@@ -762,11 +762,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	}
 	// A complete body matches the upstream's Content-Length, copied above
 	// (the transport reports a short body as an error, not io.EOF).
+	// A stream's headers are not flushed on their own: they go out with
+	// the first event, in one write, as a stock reverse proxy sends them
+	// (the provider sends message_start with its headers; a separate write
+	// cost the client a second wake-up before its first event, issue 24).
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
-	if isSSE && flusher != nil {
-		flusher.Flush() // headers out now: the client sees the stream open
-	}
 
 	var tap sseTap
 	clientGone := false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -104,4 +105,73 @@ func TestRelayStreamsLargeEventsAndBursts(t *testing.T) {
 	if len(evs) != 1 || evs[0].InputTokens != 11 || evs[0].OutputTokens != 61 {
 		t.Fatalf("events %+v", evs)
 	}
+}
+
+// A stream's response headers reach the client in the same write as its
+// first event, as a stock reverse proxy sends them: one write, one wake-up
+// of the client, instead of the headers alone and the event after them.
+func TestStreamHeadersGoOutWithFirstEvent(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}))
+	defer up.Close()
+	srv := httptest.NewUnstartedServer(New(Options{Source: fakeSource{fixture(apiKeyUpstream("up_1", up.URL, "sk-upstream"))}, Recorder: &memRecorder{}}))
+	writes := make(chan string, 16)
+	srv.Listener = writeLogListener{srv.Listener, writes}
+	srv.Start()
+	defer srv.Close()
+
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader(`{"model":"claude-test","max_tokens":5,"stream":true,"messages":[]}`))
+	req.Header.Set("x-api-key", "sk-good")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := <-writes
+	if !strings.HasPrefix(first, "HTTP/1.1 200") || !strings.Contains(first, "event: message_start") {
+		t.Fatalf("first write to the client:\n%q\nwant the headers and the first event together", first)
+	}
+	close(release)
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "message_stop") {
+		t.Fatalf("stream %q ends without message_stop", b)
+	}
+}
+
+// writeLogListener hands every write to its connections to a channel.
+type writeLogListener struct {
+	net.Listener
+	writes chan<- string
+}
+
+func (l writeLogListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return writeLogConn{c, l.writes}, nil
+}
+
+type writeLogConn struct {
+	net.Conn
+	writes chan<- string
+}
+
+func (c writeLogConn) Write(p []byte) (int, error) {
+	select {
+	case c.writes <- string(p):
+	default:
+	}
+	return c.Conn.Write(p)
 }
