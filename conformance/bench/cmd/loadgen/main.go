@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string) error {
 	interOut := fs.String("interleaved-out", "", "write the interleaved section here")
 	tailBin := fs.String("tail-proxy", "", "with --bin-dir: only the tail analysis; run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
 	tailOut := fs.String("tail-out", "", "write the tail analysis here")
+	abProxy := fs.String("control-proxy", "", "with --bin-dir: the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,13 +91,14 @@ func run(ctx context.Context, args []string) error {
 		}
 		return tail(ctx, *binDir, *bareBin, *tailBin, *interN, p.Warmup, *tailOut)
 	}
+	var st *bench.Stack
 	if *binDir != "" {
 		dir, err := os.MkdirTemp("", "loadgen.")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		st := bench.NewStack(*binDir, dir)
+		st = bench.NewStack(*binDir, dir)
 		defer st.Stop()
 		if key, directKey, err = startStack(st, *bareBin, "proxy", nil, gateway, bare, control, direct); err != nil {
 			return err
@@ -107,7 +109,16 @@ func run(ctx context.Context, args []string) error {
 	// the requests byte-for-byte the same size on every path.
 	dummy := strings.Repeat("x", len(key))
 	targets := []bench.Target{{Name: "gateway", BaseURL: *gateway, Key: key}, {Name: "bare", BaseURL: *bare, Key: dummy}}
-	if *control != "" {
+	if *abProxy != "" {
+		if *binDir == "" {
+			return fmt.Errorf("--control-proxy needs --bin-dir")
+		}
+		url, abKey, err := startGateway(st, *abProxy, *direct, directKey)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, bench.Target{Name: "control", BaseURL: url, Key: abKey})
+	} else if *control != "" {
 		targets = append(targets, bench.Target{Name: "control", BaseURL: *control, Key: dummy})
 	}
 	c := bench.NewClient(nil)
@@ -170,8 +181,7 @@ func startStack(st *bench.Stack, bareBin, proxyBin string, proxyEnv map[string]s
 	}
 	procs := []proc{
 		{"sim", "sim", []string{"--listen", sim, "--api-key", simKey}, nil, "http://" + sim + "/_sim/clock"},
-		{"proxy", proxyBin, []string{"--proxy-listen", px, "--admin-listen", adm, "--database-url", "sqlite://" + st.Dir + "/bench.db",
-			"--log-level", "warn", "--allow-private-upstreams"}, proxyEnv, "http://" + adm + "/admin/v1/status"},
+		{"proxy", proxyBin, proxyArgs(st, px, adm, "bench"), proxyEnv, "http://" + adm + "/admin/v1/status"},
 		{"bare", bareBin, []string{"--listen", bareAddr, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + bareAddr + "/"},
 		{"control", bareBin, []string{"--listen", ctl, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + ctl + "/"},
 	}
@@ -194,6 +204,39 @@ func startStack(st *bench.Stack, bareBin, proxyBin string, proxyEnv map[string]s
 	}
 	*gateway, *bare, *control, *direct = "http://"+px, "http://"+bareAddr, "http://"+ctl, "http://"+sim
 	return key, simKey, nil
+}
+
+// proxyArgs are bin/proxy's flags for a bench gateway on a fresh SQLite
+// file of its own.
+func proxyArgs(st *bench.Stack, proxyAddr, adminAddr, name string) []string {
+	return []string{"--proxy-listen", proxyAddr, "--admin-listen", adminAddr, "--database-url", "sqlite://" + st.Dir + "/" + name + ".db",
+		"--log-level", "warn", "--allow-private-upstreams"}
+}
+
+// startGateway starts one more gateway from bin (the control of an A/B
+// run), seeded like the first, and returns its URL and key.
+func startGateway(st *bench.Stack, bin, simURL, simKey string) (url, key string, err error) {
+	px, err := bench.FreeAddr()
+	if err != nil {
+		return "", "", err
+	}
+	adm, err := bench.FreeAddr()
+	if err != nil {
+		return "", "", err
+	}
+	token := "bench-" + bench.RandomHex(16)
+	p, err := st.Start("control-proxy", bin, proxyArgs(st, px, adm, "control"), map[string]string{"PROXY_ADMIN_TOKEN": token})
+	if err != nil {
+		return "", "", err
+	}
+	if err := st.WaitUp(p, "http://"+adm+"/admin/v1/status"); err != nil {
+		return "", "", err
+	}
+	key, err = bench.Seed("http://"+adm, token, simURL, simKey)
+	if err != nil {
+		return "", "", fmt.Errorf("could not seed the control gateway: %w", err)
+	}
+	return "http://" + px, key, nil
 }
 
 // tail runs the interleaved series against a traced build of the gateway
