@@ -69,7 +69,7 @@ if [ -z "${BENCH_SKIP_SCALE:-}" ]; then
   # opt-in /debug/pprof/): bin/artifacts/bench/adminload-profile.md.
   admin_profile=()
   if [ "${BENCH_ADMIN_PROFILE:-1}" != 0 ]; then admin_profile=(--profile-top bin/artifacts/bench/adminload-profile.md); fi
-  "$tmp/adminload" --bin-dir bin --writes "${BENCH_ADMIN_WRITES:-2000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
+  "$tmp/adminload" --bin-dir bin --bareproxy "$tmp/bareproxy" --writes "${BENCH_ADMIN_WRITES:-2000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
     --proxy-n "${BENCH_ADMIN_PROXY_N:-1000}" "${scale_pg[@]}" "${admin_profile[@]}" --out "$tmp/scale-admin.md"
   cat "$tmp/scale-streams.md" "$tmp/scale-rebuild.md" "$tmp/scale-propagation.md" "$tmp/scale-admin.md" - >"$tmp/scale.md" <<'EOF'
 
