@@ -8,7 +8,7 @@
 #
 # Sizes (defaults keep the whole run near three minutes on two cores):
 #   BENCH_N=5000 BENCH_STREAM_N=5000 BENCH_THROUGHPUT_N=10000 BENCH_PROPAGATION_N=200
-#   BENCH_INTERLEAVED_N=2000 (rounds of one request per path, each kind)
+#   BENCH_INTERLEAVED_N=5000 (rounds of one request per path, each kind; p99 is then the 50th slowest)
 #   BENCH_SKIP_POSTGRES=1 leaves out the PostgreSQL sections (and so does the doc written).
 #   BENCH_SKIP_KIND=1 leaves out the kind cluster section (about 5 minutes with its images cached).
 # Scale (issue 22, parts 3-5; about four minutes together, see the step "scale"):
@@ -156,7 +156,7 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 "$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" \
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
   --commit "$commit" --out "$tmp/overhead.md" \
-  --interleaved-n "${BENCH_INTERLEAVED_N:-2000}" --interleaved-out "$tmp/interleaved.md"
+  --interleaved-n "${BENCH_INTERLEAVED_N:-5000}" --interleaved-out "$tmp/interleaved.md"
 
 # Issue 24: the tail of the interleaved series explained. The same series
 # against tracedproxy (bin/proxy with a Go execution trace of its run); the
