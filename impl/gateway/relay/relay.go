@@ -106,10 +106,16 @@ type Handler struct {
 	now       func() time.Time
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
-	held                                                                heldBytes
 	refresh                                                             *refresher
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
+
+	// held is the one field every request writes (twice): on a cache line
+	// of its own, so the other fields, read by every request, are not
+	// pulled back from the core that wrote it last (issue 22).
+	_    [64]byte
+	held heldBytes
+	_    [64]byte
 }
 
 // NewTransport returns the outbound transport: many idle connections per
