@@ -3,9 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // firings records when a lazyTimer ran its function.
@@ -138,4 +140,28 @@ func TestAttemptDeadlineCauses(t *testing.T) {
 	b.progress()
 	waitCause(b, errUpstreamIdle)
 	b.done()
+}
+
+// The held-bytes counter, written twice by every request, shares no cache
+// line with the Handler's other fields, which every request reads: at any
+// alignment, at least a line's worth of padding lies on either side.
+func TestHeldBytesOnItsOwnCacheLine(t *testing.T) {
+	t.Parallel()
+	const line = 64
+	var h Handler
+	held := unsafe.Offsetof(h.held)
+	end := held + unsafe.Sizeof(h.held)
+	ht := reflect.TypeOf((*Handler)(nil)).Elem()
+	for i := range ht.NumField() {
+		f := ht.Field(i)
+		if f.Name == "held" || f.Name == "_" {
+			continue
+		}
+		if fEnd := f.Offset + f.Type.Size(); fEnd+line > held && f.Offset < end+line {
+			t.Errorf("field %s at [%d, %d) is within a line of held at [%d, %d)", f.Name, f.Offset, fEnd, held, end)
+		}
+	}
+	if unsafe.Sizeof(h)-end < line {
+		t.Errorf("%d bytes after held: the next object could share its line", unsafe.Sizeof(h)-end)
+	}
 }

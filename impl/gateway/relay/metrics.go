@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,23 +11,21 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// Metrics are the proxy path's Prometheus series. Children are resolved once
-// per status code and cached, so a request costs two atomic adds. The
+// Metrics are the proxy path's Prometheus series. Those every request
+// updates (by code, duration, time to first byte) are kept per processor
+// (requestSeries), so a request's adds stay in its core's cache. The
 // series labelled by principal, upstream and model are fed from the usage
 // hand-off (ObserveUsage, on the recorder's goroutine), off the request
 // path; docs/operations.md gives their cardinality.
 type Metrics struct {
-	requests  *prometheus.CounterVec
-	duration  prometheus.Histogram
+	series    *requestSeries
 	failovers prometheus.Counter
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
 	lazyRefreshes                prometheus.Counter
 	limitedBy                    [4]prometheus.Counter // by limits.Kind
-	byCode                       [600]prometheus.Counter
 
-	ttfb           prometheus.Histogram
 	upstreamErrors *prometheus.CounterVec
 	// byUpstream caches each upstream's error children under its id,
 	// re-resolved when the upstream's name changes.
@@ -77,15 +74,9 @@ const NoUpstream = "none"
 // NewMetrics registers the proxy metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "svc_proxy_requests_total",
-			Help: "Requests on the proxy path by HTTP status code.",
-		}, []string{"code"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "svc_proxy_request_duration_seconds",
-			Help:    "Time from request arrival to the last byte relayed.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
-		}),
+		series: newRequestSeries("Time from request arrival to the last byte relayed.",
+			"Time from request arrival to the first byte of the upstream's answer relayed to the client (Messages requests that reached an upstream).",
+			prometheus.ExponentialBuckets(0.001, 2.5, histBuckets), prometheus.ExponentialBuckets(0.005, 2, histBuckets)),
 		failovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "svc_proxy_upstream_failovers_total",
 			Help: "Times a request moved on to the next candidate upstream.",
@@ -111,11 +102,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_lazy_refresh_started_total",
 		Help: "Lazy OAuth token refreshes the proxy path started (a request met an expired or refused token).",
 	})
-	m.ttfb = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "svc_proxy_time_to_first_byte_seconds",
-		Help:    "Time from request arrival to the first byte of the upstream's answer relayed to the client (Messages requests that reached an upstream).",
-		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
-	})
 	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_upstream_errors_total",
 		Help: "Failed upstream attempts by upstream name and class: connect, timeout, 429, 529, 5xx, auth (401/403) or protocol (response cut short). Attempts that failed over count too.",
@@ -129,11 +115,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tokens of recorded requests by principal, upstream, model (as svc_proxy_usage_requests_total) and type: input, output, cache_read, cache_write.",
 	}, []string{"principal", "upstream", "model", "type"})
 	m.usage.entries = map[usageKey]*usageChildren{}
-	reg.MustRegister(m.requests, m.duration, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
-		m.ttfb, m.upstreamErrors, m.usageRequests, m.usageTokens)
-	for _, c := range []int{200, 400, 401, 403, 404, 413, 429, 500, 502, 503, 529} {
-		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
-	}
+	reg.MustRegister(m.series, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
+		m.upstreamErrors, m.usageRequests, m.usageTokens)
 	return m
 }
 
@@ -143,19 +126,7 @@ func (m *Metrics) limited(k limits.Kind) {
 	}
 }
 
-func (m *Metrics) observe(code int, d time.Duration) {
-	if code <= 0 || code >= len(m.byCode) {
-		code = 0
-	}
-	c := m.byCode[code]
-	if c == nil {
-		c = m.requests.WithLabelValues(strconv.Itoa(code))
-	}
-	c.Inc()
-	if d > 0 {
-		m.duration.Observe(d.Seconds())
-	}
-}
+func (m *Metrics) observe(code int, d time.Duration) { m.series.request(code, d.Seconds()) }
 
 // upstreamError counts a failed attempt at up. The children are resolved
 // once per upstream (and name), so the steady state allocates nothing.
@@ -200,7 +171,7 @@ func statusErrorClass(code int) (ErrorClass, bool) {
 
 func (m *Metrics) firstByte(d time.Duration) {
 	if m != nil {
-		m.ttfb.Observe(d.Seconds())
+		m.series.firstByte(d.Seconds())
 	}
 }
 

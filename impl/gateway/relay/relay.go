@@ -104,12 +104,19 @@ type Handler struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
+	realClock bool // now is time.Now (Options.Now unset)
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
-	held                                                                heldBytes
 	refresh                                                             *refresher
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
+
+	// held is the one field every request writes (twice): on a cache line
+	// of its own, so the other fields, read by every request, are not
+	// pulled back from the core that wrote it last (issue 22).
+	_    [64]byte
+	held heldBytes
+	_    [64]byte
 }
 
 // NewTransport returns the outbound transport: many idle connections per
@@ -148,7 +155,8 @@ func New(o Options) *Handler {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
+	realClock := o.Now == nil
+	if realClock {
 		o.Now = time.Now
 	}
 	orDefault := func(d, def time.Duration) time.Duration {
@@ -161,7 +169,7 @@ func New(o Options) *Handler {
 		o.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
 	}
 	h := &Handler{
-		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now,
+		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
 		transport:              o.Transport,
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
@@ -862,13 +870,23 @@ func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error)
 	return out, nil
 }
 
+// since is h.now().Sub(t). On the real clock it is time.Since, which reads
+// only the monotonic clock where time.Now reads the wall clock too; every
+// request takes two (the first byte, the end).
+func (h *Handler) since(t time.Time) time.Duration {
+	if h.realClock {
+		return time.Since(t)
+	}
+	return h.now().Sub(t)
+}
+
 // ceilMillis is d in whole milliseconds, rounded up.
 func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // firstByte records the time to first byte on the event and the metric,
 // as the first bytes of the upstream's answer go to the client.
 func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
-	d := h.now().Sub(start)
+	d := h.since(start)
 	ev.FirstByteMillis = max(1, ceilMillis(d)) // 0 means none
 	h.metrics.firstByte(d)
 }
@@ -908,7 +926,7 @@ func (h *Handler) finish(ev store.RequestEvent, start time.Time) { h.finishWith(
 // finishWith is finish with the captured response: the body of a
 // non-streaming answer, the usage lines of a stream.
 func (h *Handler) finishWith(ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
-	took := h.now().Sub(start)
+	took := h.since(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
 	ev.DurationMillis = ceilMillis(took)

@@ -273,15 +273,19 @@ func (r *Recorder) run(ctx context.Context) {
 		r.written.Add(int64(len(buf)))
 		buf = buf[:0]
 	}
-	add := func(p Pending) {
-		Extract(&p)
+	// add works on the queued Pending and on buf's copy of its event in
+	// place: price takes the event by pointer, so a Pending copied into
+	// add would be moved to the heap, one allocation per event.
+	add := func(p *Pending) {
+		Extract(p)
+		buf = append(buf, p.Event)
+		ev := &buf[len(buf)-1]
 		if r.price != nil {
-			r.price(&p.Event)
+			r.price(ev)
 		}
 		if r.onEvent != nil {
-			r.onEvent(p.Event)
+			r.onEvent(*ev)
 		}
-		buf = append(buf, p.Event)
 		if len(buf)%r.batch == 0 {
 			flush()
 		}
@@ -291,7 +295,7 @@ func (r *Recorder) run(ctx context.Context) {
 			sh := &r.shards[i]
 			q := sh.take()
 			for j := range q {
-				add(q[j])
+				add(&q[j])
 			}
 			sh.giveBack(q)
 		}
