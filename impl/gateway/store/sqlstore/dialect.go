@@ -79,9 +79,10 @@ type Dialect struct {
 	// full configuration read reads its largest tables through it:
 	// database/sql's per-column conversion was twice the driver's cost.
 	RawQuery func(ctx context.Context, dc any, query string, args []any, row func(RawRow) error) error
-	// JoinKeys reads the full configuration's keys as one row of joined
-	// values (group_concat) rather than a row a key (fullkeys.go).
-	JoinKeys bool
+	// JoinRows reads the full configuration's keys, principals and chain
+	// entries as one row of joined values (group_concat) a table, rather
+	// than a row a key (joined.go).
+	JoinRows bool
 	// RowID, when set, is the column numbering a table's rows in storage
 	// order (SQLite's rowid): the full read splits its key read in two
 	// halves by it, each on a connection of its own.
