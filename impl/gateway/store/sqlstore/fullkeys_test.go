@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
@@ -106,6 +107,28 @@ func TestLoadConfigKeys(t *testing.T) {
 			// Ids are the store's own, or given; one holding the unit
 			// separator SQLite joins ids with still reads back whole.
 			issue("key_given\x1fwith a separator", 100)
+			check()
+			// More keys than share one string of ids on PostgreSQL,
+			// written in one transaction.
+			tx, err := st.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, at := "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, '', 'sk', ?, ?)", any(int64(0))
+			if driver != "sqlite" {
+				q, at = "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES ($1, $2, '', 'sk', $3, $4)", time.Now()
+			}
+			for i := range 2500 {
+				h := sha256.Sum256([]byte(fmt.Sprint("bulk ", i)))
+				k := store.Key{ID: fmt.Sprint("key_bulk_", i, strings.Repeat("x", i%7)), PrincipalID: prs[i%len(prs)], Hash: h[:]}
+				if _, err := tx.ExecContext(ctx, q, k.ID, k.PrincipalID, k.Hash, at); err != nil {
+					t.Fatal(err)
+				}
+				want[k.ID] = k
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
 			check()
 		})
 	}
