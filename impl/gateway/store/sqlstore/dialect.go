@@ -22,7 +22,8 @@ import (
 // RawRow is a row of a dialect's native row reader (Dialect.RawQuery).
 type RawRow interface {
 	// Scan decodes the row into dest as *sql.Rows.Scan does, for the
-	// destinations the full read's scanners use.
+	// destinations the full read's scanners use, and a NOT NULL time
+	// column into a *time.Time (in any location).
 	Scan(dest ...any) error
 	// RawValues are the row's column values as the driver received them
 	// (text and bytea: their bytes; nil for NULL).

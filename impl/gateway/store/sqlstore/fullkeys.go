@@ -105,7 +105,7 @@ var errKeyColumns = errors.New("key read: not 3 columns")
 func rawList[T any](ctx context.Context, s *Store, conn *sql.Conn, scan scanFunc[T], n int, query string, args ...any) ([]T, error) {
 	out := make([]T, 0, n)
 	var zero T
-	sc := &rowScanner{}
+	sc := &rowScanner{times: true}
 	err := conn.Raw(func(dc any) error {
 		return s.d.RawQuery(ctx, dc, s.d.rebind(query), args, func(row RawRow) error {
 			sc.raw = row

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,71 @@ func TestLoadConfigKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			check()
+		})
+	}
+}
+
+// On PostgreSQL a full read's principals and chain entries come through
+// pgx's own rows, their times decoded by pgx into the rows' fields: they
+// equal, times and their location included, what a get through
+// database/sql returns, in both protocol modes.
+func TestLoadConfigRawRowsAreThePlainRows(t *testing.T) {
+	for _, mode := range []string{"", "default_query_exec_mode=simple_protocol"} {
+		t.Run("postgres"+mode, func(t *testing.T) {
+			ctx := context.Background()
+			u := pgtest.Schema(t)
+			if mode != "" {
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				u += sep + mode
+			}
+			st, err := postgres.Open(ctx, u, postgres.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for i := range 3 {
+				p := store.Principal{Name: fmt.Sprint("p", i), Kind: "human", Enabled: i != 1}
+				if i == 2 {
+					p.AllowedModels = []string{"a", "b"}
+					p.CacheKeepalive = []byte(`{"enabled":true}`)
+				}
+				if _, err := st.CreatePrincipal(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			used := sqlstore.BesideUsed()
+			cfg, err := st.LoadConfig(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sqlstore.BesideUsed() == used {
+				t.Fatal("no read beside: the raw rows were not read")
+			}
+			for _, p := range cfg.Principals {
+				want, err := st.GetPrincipal(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(p, *want) {
+					t.Fatalf("read %+v, get %+v", p, *want)
+				}
+				chain, err := st.ListChain(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []store.ChainEntry
+				for _, e := range cfg.Chains {
+					if e.PrincipalID == p.ID {
+						got = append(got, e)
+					}
+				}
+				if len(got) == 0 || !reflect.DeepEqual(got, chain) {
+					t.Fatalf("read chain %+v, list %+v", got, chain)
+				}
+			}
 		})
 	}
 }
