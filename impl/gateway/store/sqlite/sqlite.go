@@ -35,9 +35,10 @@ var Dialect = &sqlstore.Dialect{
 	Name:       "sqlite",
 	UnixTime:   true,
 	HourBucket: "(at / 3600) * 3600",
-	// The full read's keys: one joined row, in two halves by rowid, each
-	// on a connection of its own (sqlstore/fullkeys.go).
-	JoinKeys: true, RowID: "rowid",
+	// The full read's keys, principals and chain entries: one joined row
+	// a table, the keys in two halves by rowid, each on a connection of
+	// its own (sqlstore/joined.go, fullkeys.go).
+	JoinRows: true, RowID: "rowid",
 	IsUnique:     func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
 	IsForeignKey: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 	IsUnavailable: func(err error) bool {

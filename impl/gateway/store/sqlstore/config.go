@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -45,12 +44,12 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 		}
 	}
 	readChains := func(tx querier) (err error) {
-		cfg.Chains, err = s.queryChainSized(ctx, tx, grown(hint.chains), "")
+		cfg.Chains, err = s.queryChainSized(ctx, tx, chainJoin, grown(hint.chains), "")
 		return err
 	}
 	readPrincipals := func(tx querier) (err error) {
 		var pc principalScan
-		cfg.Principals, err = fullList(ctx, s, tx, pc.scan, grown(hint.principals), principalTable.sel)
+		cfg.Principals, err = fullList(ctx, s, tx, principalJoin, pc.scan, grown(hint.principals), principalTable.sel, "")
 		return err
 	}
 	err := s.read(ctx, func(tx *txn) error {
@@ -72,10 +71,10 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 				return err
 			}
 			// The halves cover every row whatever the middle: a key
-			// issued since is not in this generation's state.
-			half := grown(hint.keys / 2)
-			reads[0] = readKeys(0, half, "AND "+s.d.RowID+" <= ?", last/2)
-			reads = append(reads, readKeys(1, half, "AND "+s.d.RowID+" > ?", last/2))
+			// issued since is not in this generation's state. The first
+			// has room for the second, appended to it.
+			reads[0] = readKeys(0, grown(hint.keys), "AND "+s.d.RowID+" <= ?", last/2)
+			reads = append(reads, readKeys(1, grown(hint.keys/2), "AND "+s.d.RowID+" > ?", last/2))
 		}
 		aside := s.beside(ctx, tx, cfg.Generation, reads...)
 		defer aside.stop()
@@ -113,10 +112,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Keys = keyParts[0]
-	if len(keyParts[1]) > 0 {
-		cfg.Keys = slices.Concat(keyParts[0], keyParts[1])
-	}
+	cfg.Keys = append(keyParts[0], keyParts[1]...)
 	s.loaded.Store(&configSizes{upstreams: len(cfg.Upstreams), principals: len(cfg.Principals), keys: len(cfg.Keys), chains: len(cfg.Chains)})
 	return cfg, nil
 }

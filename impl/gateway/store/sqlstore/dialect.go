@@ -22,7 +22,8 @@ import (
 // RawRow is a row of a dialect's native row reader (Dialect.RawQuery).
 type RawRow interface {
 	// Scan decodes the row into dest as *sql.Rows.Scan does, for the
-	// destinations the full read's scanners use.
+	// destinations the full read's scanners use, and a NOT NULL time
+	// column into a *time.Time (in any location).
 	Scan(dest ...any) error
 	// RawValues are the row's column values as the driver received them
 	// (text and bytea: their bytes; nil for NULL).
@@ -79,9 +80,10 @@ type Dialect struct {
 	// full configuration read reads its largest tables through it:
 	// database/sql's per-column conversion was twice the driver's cost.
 	RawQuery func(ctx context.Context, dc any, query string, args []any, row func(RawRow) error) error
-	// JoinKeys reads the full configuration's keys as one row of joined
-	// values (group_concat) rather than a row a key (fullkeys.go).
-	JoinKeys bool
+	// JoinRows reads the full configuration's keys, principals and chain
+	// entries as one row of joined values (group_concat) a table, rather
+	// than a row a key (joined.go).
+	JoinRows bool
 	// RowID, when set, is the column numbering a table's rows in storage
 	// order (SQLite's rowid): the full read splits its key read in two
 	// halves by it, each on a connection of its own.

@@ -1,6 +1,9 @@
 package sqlstore
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // ClassifyForTest exposes error classification to the external tests.
 func ClassifyForTest(err error) error { return (&Dialect{}).classify(err) }
@@ -32,3 +35,28 @@ func SetBesideHook(f func()) func() {
 // BesideUsed counts the full reads whose keys came from a second
 // transaction.
 func BesideUsed() int64 { return besideUsed.Load() }
+
+// JoinedUsed counts the joined reads used (joined.go).
+func JoinedUsed() int64 { return joinedUsed.Load() }
+
+// JoinSpecsForTest names, by table, the columns of the joined reads and
+// their kinds ("text", "int", "null", "blob"; " counted" added for a
+// column counted apart).
+func JoinSpecsForTest() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, sp := range []*joinSpec{keyJoin, principalJoin, chainJoin} {
+		table, _, _ := strings.Cut(sp.from, " ")
+		cols := map[string]string{}
+		for i, c := range sp.cols {
+			cols[c] = [...]string{joinText: "text", joinInt: "int", joinNull: "null"}[sp.kinds[i]]
+		}
+		for _, c := range sp.counted {
+			cols[c] += " counted"
+		}
+		if sp.blob != "" {
+			cols[sp.blob] = "blob"
+		}
+		out[table] = cols
+	}
+	return out
+}

@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
@@ -107,6 +109,93 @@ func TestLoadConfigKeys(t *testing.T) {
 			// separator SQLite joins ids with still reads back whole.
 			issue("key_given\x1fwith a separator", 100)
 			check()
+			// More keys than share one string of ids on PostgreSQL,
+			// written in one transaction.
+			tx, err := st.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, at := "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES (?, ?, '', 'sk', ?, ?)", any(int64(0))
+			if driver != "sqlite" {
+				q, at = "INSERT INTO principal_keys (id, principal_id, name, prefix, hash, created_at) VALUES ($1, $2, '', 'sk', $3, $4)", time.Now()
+			}
+			for i := range 2500 {
+				h := sha256.Sum256([]byte(fmt.Sprint("bulk ", i)))
+				k := store.Key{ID: fmt.Sprint("key_bulk_", i, strings.Repeat("x", i%7)), PrincipalID: prs[i%len(prs)], Hash: h[:]}
+				if _, err := tx.ExecContext(ctx, q, k.ID, k.PrincipalID, k.Hash, at); err != nil {
+					t.Fatal(err)
+				}
+				want[k.ID] = k
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			check()
+		})
+	}
+}
+
+// On PostgreSQL a full read's principals and chain entries come through
+// pgx's own rows, their times decoded by pgx into the rows' fields: they
+// equal, times and their location included, what a get through
+// database/sql returns, in both protocol modes.
+func TestLoadConfigRawRowsAreThePlainRows(t *testing.T) {
+	for _, mode := range []string{"", "default_query_exec_mode=simple_protocol"} {
+		t.Run("postgres"+mode, func(t *testing.T) {
+			ctx := context.Background()
+			u := pgtest.Schema(t)
+			if mode != "" {
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				u += sep + mode
+			}
+			st, err := postgres.Open(ctx, u, postgres.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for i := range 3 {
+				p := store.Principal{Name: fmt.Sprint("p", i), Kind: "human", Enabled: i != 1}
+				if i == 2 {
+					p.AllowedModels = []string{"a", "b"}
+					p.CacheKeepalive = []byte(`{"enabled":true}`)
+				}
+				if _, err := st.CreatePrincipal(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			used := sqlstore.BesideUsed()
+			cfg, err := st.LoadConfig(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sqlstore.BesideUsed() == used {
+				t.Fatal("no read beside: the raw rows were not read")
+			}
+			for _, p := range cfg.Principals {
+				want, err := st.GetPrincipal(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(p, *want) {
+					t.Fatalf("read %+v, get %+v", p, *want)
+				}
+				chain, err := st.ListChain(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []store.ChainEntry
+				for _, e := range cfg.Chains {
+					if e.PrincipalID == p.ID {
+						got = append(got, e)
+					}
+				}
+				if len(got) == 0 || !reflect.DeepEqual(got, chain) {
+					t.Fatalf("read chain %+v, list %+v", got, chain)
+				}
+			}
 		})
 	}
 }

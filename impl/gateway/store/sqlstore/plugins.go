@@ -264,15 +264,19 @@ var chainTable = &table[store.ChainEntry]{
 	scan: scanChainEntry, revision: func(e *store.ChainEntry) int64 { return e.Revision },
 }
 
+// chainJoin reads chainCols joined (a full read's).
+var chainJoin = newJoinSpec("plugin_chain_entries", chainCols, "position enabled revision created_at updated_at", "builtin wasm_registry_id", "id", false, "", 0)
+
 // queryChain returns entries in chain order: by principal, slot, position.
 func (s *Store) queryChain(ctx context.Context, q querier, where string, args ...any) ([]store.ChainEntry, error) {
-	return s.queryChainSized(ctx, q, 0, where, args...)
+	return s.queryChainSized(ctx, q, nil, 0, where, args...)
 }
 
-// queryChainSized is queryChain for about n entries.
-func (s *Store) queryChainSized(ctx context.Context, q querier, n int, where string, args ...any) ([]store.ChainEntry, error) {
+// queryChainSized is queryChain for about n entries, joined by sp (when
+// not nil) where the dialect joins rows.
+func (s *Store) queryChainSized(ctx context.Context, q querier, sp *joinSpec, n int, where string, args ...any) ([]store.ChainEntry, error) {
 	var c chainScan
-	out, err := fullList(ctx, s, q, c.scan, n, chainTable.sel+where+chainTable.order, args...)
+	out, err := fullList(ctx, s, q, sp, c.scan, n, chainTable.sel, where+chainTable.order, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,9 @@ func (c *principalScan) scan(r scanner, p *store.Principal) error {
 	return nil
 }
 
+// principalJoin reads principalCols joined (a full read's).
+var principalJoin = newJoinSpec("principals", principalCols, "enabled revision created_at updated_at", "cache_keepalive", "id", false, "", 0)
+
 var principalTable = &table[store.Principal]{
 	sel: "SELECT " + principalCols + " FROM principals ", byID: "WHERE id = ?", order: " ORDER BY created_at, id",
 	scan: scanPrincipal, revision: func(p *store.Principal) int64 { return p.Revision },

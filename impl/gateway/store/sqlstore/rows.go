@@ -27,6 +27,10 @@ type rowScanner struct {
 	// args holds the destinations handed to raw, so that the caller's
 	// argument list stays on its stack (see scanner).
 	args []any
+	// times: raw decodes a NOT NULL time column into a *time.Time itself
+	// (the dialect's RawQuery: pgx), rather than into a boxed value for
+	// reqTime to take apart, one allocation a time (rawList).
+	times bool
 }
 
 func (r *rowScanner) Scan(dest ...any) error {
@@ -34,8 +38,22 @@ func (r *rowScanner) Scan(dest ...any) error {
 		return r.rows.Scan(dest...)
 	}
 	r.args = append(r.args[:0], dest...)
+	if r.times {
+		for i, d := range r.args {
+			if t, ok := d.(reqTime); ok {
+				r.args[i] = t.dst
+			}
+		}
+	}
 	err := r.raw.Scan(r.args...)
 	clear(r.args)
+	if r.times && err == nil {
+		for _, d := range dest {
+			if t, ok := d.(reqTime); ok {
+				*t.dst = t.dst.UTC() // as reqTime stores it
+			}
+		}
+	}
 	return err
 }
 
