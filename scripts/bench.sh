@@ -8,7 +8,8 @@
 #
 # Sizes (defaults keep the whole run near three minutes on two cores):
 #   BENCH_N=5000 BENCH_STREAM_N=5000 BENCH_THROUGHPUT_N=10000 BENCH_PROPAGATION_N=200
-#   BENCH_INTERLEAVED_N=5000 (rounds of one request per path, each kind; p99 is then the 50th slowest)
+#   BENCH_INTERLEAVED_N=25000 (rounds of one request per path, each kind; p99 is then the 250th slowest)
+#   BENCH_TAIL_N=2000 (rounds of the traced run that breaks the slowest 1% down)
 #   BENCH_SKIP_POSTGRES=1 leaves out the PostgreSQL sections (and so does the doc written).
 #   BENCH_SKIP_KIND=1 leaves out the kind cluster section (about 5 minutes with its images cached).
 # Scale (issue 22, parts 3-5; about four minutes together, see the step "scale"):
@@ -18,7 +19,7 @@
 #                                               the configuration size of the rebuild and propagation runs
 #   BENCH_REBUILD_N=20                          snapshot rebuilds measured per store
 #   BENCH_PROPAGATION_SCALE_N=20                replica propagation changes measured at that size (PostgreSQL)
-#   BENCH_ADMIN_WRITES=2000 BENCH_ADMIN_WORKERS=8 BENCH_ADMIN_PROXY_N=1000
+#   BENCH_ADMIN_WRITES=6000 BENCH_ADMIN_WORKERS=8 BENCH_ADMIN_PROXY_N=3000
 #                                               admin writes per store, concurrent admin clients, and c=1
 #                                               proxied requests measured without admin load
 #   BENCH_ADMIN_PROFILE=0                       no CPU profile of the proxies during the admin load (default:
@@ -69,8 +70,8 @@ if [ -z "${BENCH_SKIP_SCALE:-}" ]; then
   # opt-in /debug/pprof/): bin/artifacts/bench/adminload-profile.md.
   admin_profile=()
   if [ "${BENCH_ADMIN_PROFILE:-1}" != 0 ]; then admin_profile=(--profile-top bin/artifacts/bench/adminload-profile.md); fi
-  "$tmp/adminload" --bin-dir bin --bareproxy "$tmp/bareproxy" --writes "${BENCH_ADMIN_WRITES:-2000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
-    --proxy-n "${BENCH_ADMIN_PROXY_N:-1000}" "${scale_pg[@]}" "${admin_profile[@]}" --out "$tmp/scale-admin.md"
+  "$tmp/adminload" --bin-dir bin --bareproxy "$tmp/bareproxy" --writes "${BENCH_ADMIN_WRITES:-6000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
+    --proxy-n "${BENCH_ADMIN_PROXY_N:-3000}" "${scale_pg[@]}" "${admin_profile[@]}" --out "$tmp/scale-admin.md"
   cat "$tmp/scale-streams.md" "$tmp/scale-rebuild.md" "$tmp/scale-propagation.md" "$tmp/scale-admin.md" - >"$tmp/scale.md" <<'EOF'
 
 ### Why the scale targets stand where they do
@@ -156,7 +157,7 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 "$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" \
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
   --commit "$commit" --out "$tmp/overhead.md" \
-  --interleaved-n "${BENCH_INTERLEAVED_N:-5000}" --interleaved-out "$tmp/interleaved.md"
+  --interleaved-n "${BENCH_INTERLEAVED_N:-25000}" --interleaved-out "$tmp/interleaved.md"
 
 # Issue 24: the tail of the interleaved series explained. The same series
 # against tracedproxy (bin/proxy with a Go execution trace of its run); the
@@ -164,7 +165,7 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 # were doing meanwhile.
 step "tail of the interleaved series: what the gateway was doing during its slowest 1% (execution trace)"
 "$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" --tail-proxy "$tmp/tracedproxy" \
-  --interleaved-n "${BENCH_INTERLEAVED_N:-2000}" --tail-out "$tmp/tail.md"
+  --interleaved-n "${BENCH_TAIL_N:-2000}" --tail-out "$tmp/tail.md"
 
 : >"$tmp/propagation.md"
 if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then

@@ -64,6 +64,50 @@ type InterleavedReport struct {
 	Rows     []Row
 	Messages [][]Sample // per target as passed to RunInterleaved: the direct path first
 	Streams  [][]Sample
+	// Spread is, for each p99 row, the ratios of the same percentile taken
+	// over consecutive blocks of the rounds (SpreadBlocks of them): how far
+	// one shorter run would have moved the figure.
+	Spread []BlockSpread
+}
+
+// SpreadBlocks is how many consecutive blocks the interleaved rounds are
+// cut into for InterleavedReport.Spread.
+const SpreadBlocks = 5
+
+// BlockSpread is one row's ratio per block: gateway ÷ bare and, with a
+// control, control ÷ bare.
+type BlockSpread struct {
+	Metric           string
+	Gateway, Control []float64
+}
+
+// blockSpread computes the percentile q of every block of s (the direct
+// path first, then the proxy paths) for one row.
+func blockSpread(metric string, s [][]Sample, q float64, blocks int) BlockSpread {
+	sp := BlockSpread{Metric: metric}
+	n := len(s[0])
+	if blocks <= 1 || n < blocks {
+		return sp
+	}
+	for b := 0; b < blocks; b++ {
+		lo, hi := b*n/blocks, (b+1)*n/blocks
+		at := func(path int) float64 {
+			return float64(Percentile(Added(s[path][lo:hi], s[0][lo:hi]), q))
+		}
+		bare := at(1 + Bare)
+		sp.Gateway = append(sp.Gateway, at(1+Gateway)/bare)
+		if len(s) > 1+Control {
+			sp.Control = append(sp.Control, at(1+Control)/bare)
+		}
+	}
+	return sp
+}
+
+// spreadRange renders the smallest and largest of xs, and their median.
+func spreadRange(xs []float64) string {
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	return fmt.Sprintf("%.2f–%.2fx (median %.2fx)", ys[0], ys[len(ys)-1], ys[len(ys)/2])
 }
 
 // RunInterleaved measures direct (straight to the provider) and the proxy
@@ -109,6 +153,10 @@ func RunInterleaved(ctx context.Context, c *Client, direct Target, paths []Targe
 	}
 	// The median is reported, the goal is the tail's (issue 24).
 	rep.Rows[0].Goal, rep.Rows[2].Goal = Goal{}, Goal{}
+	rep.Spread = []BlockSpread{
+		blockSpread(rep.Rows[1].Metric, rep.Messages, .99, SpreadBlocks),
+		blockSpread(rep.Rows[3].Metric, rep.Streams, .99, SpreadBlocks),
+	}
 	return rep, nil
 }
 
@@ -174,6 +222,16 @@ func (rep InterleavedReport) Markdown() string {
 	b.WriteString("## Added latency, interleaved one request per path (c=1)\n\n")
 	b.WriteString(rep.Table())
 	writeMissed(&b, rep.Missed(), "Every tail target was met on this run.")
+	for _, sp := range rep.Spread {
+		if len(sp.Gateway) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s over %d consecutive blocks of %d rounds: gateway ÷ bare %s", sp.Metric, len(sp.Gateway), rep.N/len(sp.Gateway), spreadRange(sp.Gateway))
+		if len(sp.Control) > 0 {
+			fmt.Fprintf(&b, ", control ÷ bare %s", spreadRange(sp.Control))
+		}
+		b.WriteString(".\n")
+	}
 	fmt.Fprintf(&b, `
 Method. The same processes as above plus the provider itself as a path ("direct"). %d rounds of
 non-streaming requests, then %d of streaming ones; each round sends one request to every path in
@@ -181,7 +239,8 @@ turn (direct, gateway, bare, control), starting one path later each round. Added
 by round, the path's latency minus the direct request's of the same round; p50 and p99 are taken
 over those differences. Unlike the blocks above, interleaving puts every path at every phase of
 anything periodic (a batch write, a timer, a GC cycle), so a tail that recurs on a period shows up
-in the p99 instead of falling on one block.
-`, rep.N, rep.N)
+in the p99 instead of falling on one block. The p99 of one path is its %d slowest rounds' edge;
+the per-block ratios above show how much a run of a fifth of the length would have moved it.
+`, rep.N, rep.N, max(1, rep.N/100))
 	return b.String()
 }

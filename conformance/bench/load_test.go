@@ -344,7 +344,10 @@ func TestRunInterleavedAgainstTheSimulator(t *testing.T) {
 		t.Errorf("gateway recorded %d request events, want %d", n, 2*(10+2))
 	}
 	md := rep.Markdown()
-	for _, s := range []string{"added latency p99", "added time to first event p99", "≤ 1.1x"} {
+	if len(rep.Spread) != 2 || len(rep.Spread[0].Gateway) != bench.SpreadBlocks || len(rep.Spread[1].Gateway) != bench.SpreadBlocks {
+		t.Errorf("block spread %+v", rep.Spread)
+	}
+	for _, s := range []string{"added latency p99", "added time to first event p99", "≤ 1.1x", "over 5 consecutive blocks of 2 rounds"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("section lacks %q:\n%s", s, md)
 		}
