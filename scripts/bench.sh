@@ -153,7 +153,7 @@ times on this shared two-core machine run two to five times the CPU they measure
   what is left there is `store.Config.ApplyWithoutKeys` copying every principal and chain entry
   (a fifth of that CPU). The three replicas, the server, the simulator and the load generator
   still fill both cores, so the table now has a control: a bare reverse proxy measured in turns
-  with replica A. On a quiet machine, in six runs of 2,000 to 6,000 writes, replica A's p99 grew
+  with replica A. In six runs of 2,000 to 6,000 writes on this machine, replica A's p99 grew
   2.0–5.1x under the PostgreSQL load and the control's 1.4–3.8x; A's loaded p99 was 1.4–1.8x the
   control's: the rest of A's growth is the admin work it runs itself. The SQLite lane extended to
   PostgreSQL (writes and refreshes, or refreshes alone; seven runs) cut admin throughput by up to a
