@@ -24,11 +24,7 @@ import (
 // instead, and a row neither read decodes fails both.
 func TestJoinedReadIsThePlainRead(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	d := *sqlite.Dialect
 	d.JoinRows = false
 	plain := sqlstore.New(st.DB(), &d, nil, nil)
@@ -165,11 +161,7 @@ func TestJoinedReadIsThePlainRead(t *testing.T) {
 // guards the split.
 func TestJoinSpecsMatchSchema(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	for table, cols := range sqlstore.JoinSpecsForTest() {
 		rows, err := st.DB().QueryContext(ctx, "SELECT name, type, \"notnull\" FROM pragma_table_info(?)", table)
 		if err != nil {
@@ -197,4 +189,16 @@ func TestJoinSpecsMatchSchema(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openSQLite opens a migrated SQLite store in a temporary directory,
+// closed when the test ends.
+func openSQLite(t *testing.T) *sqlstore.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
