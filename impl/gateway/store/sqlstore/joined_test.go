@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ import (
 // instead, and a row neither read decodes fails both.
 func TestJoinedReadIsThePlainRead(t *testing.T) {
 	ctx := context.Background()
-	st := openSQLite(t)
+	st := openSQLiteFile(t)
 	d := *sqlite.Dialect
 	d.JoinRows = false
 	plain := sqlstore.New(st.DB(), &d, nil, nil)
@@ -161,7 +160,7 @@ func TestJoinedReadIsThePlainRead(t *testing.T) {
 // guards the split.
 func TestJoinSpecsMatchSchema(t *testing.T) {
 	ctx := context.Background()
-	st := openSQLite(t)
+	st := openSQLiteFile(t)
 	for table, cols := range sqlstore.JoinSpecsForTest() {
 		rows, err := st.DB().QueryContext(ctx, "SELECT name, type, \"notnull\" FROM pragma_table_info(?)", table)
 		if err != nil {
@@ -189,16 +188,4 @@ func TestJoinSpecsMatchSchema(t *testing.T) {
 			}
 		}
 	}
-}
-
-// openSQLite opens a migrated SQLite store in a temporary directory,
-// closed when the test ends.
-func openSQLite(t *testing.T) *sqlstore.Store {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
