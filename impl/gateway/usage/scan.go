@@ -52,11 +52,11 @@ func object(b []byte, i int, keys []string, vals [][]byte, nest int, nestKeys []
 			return open, true
 		}
 		ks := i + 1
-		i = skipString(b, i)
-		k := b[ks:max(ks, i-1)]
-		if bytes.IndexByte(k, '\\') >= 0 {
+		var esc bool
+		if i, esc = skipKey(b, i); esc {
 			return open, false
 		}
+		k := b[ks:max(ks, i-1)]
 		i = skipSpace(b, i)
 		if i >= len(b) || b[i] != ':' {
 			return open, true
@@ -152,6 +152,30 @@ func skipString(b []byte, i int) int {
 		}
 	}
 	return len(b)
+}
+
+// skipKey is skipString for a key, which the scanner cannot match when it
+// has an escape: esc reports one, at which it stops (the walk ends there),
+// rather than the key being searched for one again.
+func skipKey(b []byte, i int) (end int, esc bool) {
+	for i++; i < len(b); {
+		if i+8 <= len(b) {
+			m := quoteOrEscape(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		}
+		switch b[i] {
+		case '"':
+			return i + 1, false
+		case '\\':
+			return i, true
+		}
+		i++
+	}
+	return len(b), false
 }
 
 // quoteOrEscape has the high bit of a byte of w set where w has '"' or
