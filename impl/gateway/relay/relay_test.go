@@ -54,6 +54,30 @@ func TestScanRequest(t *testing.T) {
 	}
 }
 
+// A model named again is the string scanned before: no allocation, and
+// never another name's (the body's bytes are overwritten between scans,
+// as a pooled buffer's are).
+func TestScanRequestInternsModel(t *testing.T) {
+	body := []byte(`{"model":"claude-intern-test","max_tokens":5}`)
+	first, _, _ := scanRequest(body)
+	if allocs := testing.AllocsPerRun(100, func() {
+		if m, _, _ := scanRequest(body); m != first {
+			t.Fatalf("model %q, want %q", m, first)
+		}
+	}); allocs != 0 {
+		t.Fatalf("scanning a model named before allocated %v times", allocs)
+	}
+	copy(body[10:], "claude-intern-tesT")
+	if m, _, _ := scanRequest(body); m != "claude-intern-tesT" || first != "claude-intern-test" {
+		t.Fatalf("after the buffer changed: model %q, the first %q", m, first)
+	}
+	for _, name := range []string{"a", "ab", "b", "ba", "claude-intern-test"} {
+		if got := internModel([]byte(name)); got != name {
+			t.Fatalf("internModel(%q) = %q", name, got)
+		}
+	}
+}
+
 func FuzzScanRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","stream":true,"messages":[]}`))
 	f.Add([]byte(`{"a":"\\\"","model":"x"}`))

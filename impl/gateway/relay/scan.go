@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"sync/atomic"
 )
 
 // The request path needs two top-level fields of a Messages body (model and
@@ -58,7 +59,7 @@ func scanRequest(b []byte) (model string, stream bool, err error) {
 					}
 					model = s
 				} else {
-					model = string(raw[1 : len(raw)-1])
+					model = internModel(raw[1 : len(raw)-1])
 				}
 			case "stream":
 				stream = vEnd-i == 4 && string(b[i:vEnd]) == "true"
@@ -150,4 +151,24 @@ func skipValue(b []byte, i int) int {
 		}
 		return j
 	}
+}
+
+// models holds model names scanned lately, so that a request naming one a
+// request before it named costs no string allocation (one per request
+// otherwise, ~1% of a proxied message's CPU). Direct-mapped: a name whose
+// slot another took is allocated again and takes the slot back; each is
+// compared in full, so a collision only costs that allocation.
+var models [64]atomic.Pointer[string]
+
+func internModel(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	slot := &models[(uint(len(b))*31^uint(b[len(b)-1])*7^uint(b[len(b)/2]))%uint(len(models))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }
