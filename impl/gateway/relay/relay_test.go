@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -74,6 +75,16 @@ func TestScanRequestInternsModel(t *testing.T) {
 	for _, name := range []string{"a", "ab", "b", "ba", "claude-intern-test"} {
 		if got := internModel([]byte(name)); got != name {
 			t.Fatalf("internModel(%q) = %q", name, got)
+		}
+	}
+	// A name past the bound is copied, never kept in the table.
+	long := bytes.Repeat([]byte("m"), maxInterned+1)
+	if got := internModel(long); got != string(long) {
+		t.Fatalf("long name came back as %d bytes", len(got))
+	}
+	for i := range models {
+		if p := models[i].Load(); p != nil && len(*p) > maxInterned {
+			t.Fatalf("slot %d keeps a %d-byte name", i, len(*p))
 		}
 	}
 }

@@ -160,9 +160,17 @@ func skipValue(b []byte, i int) int {
 // compared in full, so a collision only costs that allocation.
 var models [64]atomic.Pointer[string]
 
+// maxInterned bounds the names kept (model ids are tens of bytes).
+const maxInterned = 128
+
 func internModel(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if len(b) > maxInterned {
+		// Not kept: 64 slots of names as long as a body could pin
+		// megabytes for any client that sends them.
+		return string(b)
 	}
 	slot := &models[(uint(len(b))*31^uint(b[len(b)-1])*7^uint(b[len(b)/2]))%uint(len(models))]
 	if p := slot.Load(); p != nil && *p == string(b) {
