@@ -150,7 +150,7 @@ func TestJoinedReadIsThePlainRead(t *testing.T) {
 	// A NULL id (SQLite allows one in a text PRIMARY KEY) in a row whose
 	// name holds the separator: joined they would count right, and read
 	// as id "x", name "y".
-	exec("INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits, created_at, updated_at) VALUES (NULL, 'xy', 'human', 1, 1, '[]', '[]', 1, 1)")
+	exec("INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits, created_at, updated_at) VALUES (NULL, 'x\x1fy', 'human', 1, 1, '[]', '[]', 1, 1)")
 	fail("a NULL id")
 }
 
