@@ -81,9 +81,7 @@ var _ = Describe("Replicas on PostgreSQL", Label("P-RUNTIME-3"), func() {
 		a.CreateUpstream("sim", c.sim.URL, simKey)
 		pr := a.CreatePrincipal("app", "*")
 		keyID, key := a.IssueKey(pr)
-		for _, r := range c.replicas {
-			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(200), r.Opts.Args[1])
-		}
+		c.expectEveryReplicaWithin(time.Now(), time.Second, key, 200)
 		// Disable through replica 2; every replica refuses within a second
 		// of the change, each measured from the same moment.
 		c.replicas[2].Admin().JSON("POST", "/admin/v1/principals/"+pr+"/disable", nil, 200)
