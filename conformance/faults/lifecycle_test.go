@@ -205,7 +205,7 @@ var _ = Describe("Lifecycle faults", func() {
 		// processes on a loaded two-core CI machine; it is well below the
 		// next bound a misconfiguration would give (the defaults are 10 s,
 		// 60 s and 120 s).
-		const tolerance = 750 * time.Millisecond
+		const tolerance = 500 * time.Millisecond
 		took := make([]time.Duration, len(conns))
 		errs := make([]error, len(conns))
 		var wg sync.WaitGroup

@@ -63,7 +63,8 @@ func counter(px *h.Proxy, name, label, value string) float64 {
 // jobsCounter reads svc_scheduler_jobs_total for one job type and status.
 func jobsCounter(px *h.Proxy, jobType, status string) float64 {
 	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	fams, err := expfmt.NewTextParser(model.UTF8Validation).TextToMetricFamilies(bytes.NewReader(b))
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range fams["svc_scheduler_jobs_total"].GetMetric() {
 		labels := map[string]string{}
