@@ -195,10 +195,10 @@ var _ = Describe("Lifecycle faults", func() {
 			}
 		}
 		// Every connection is read at once, so each one's close is timed
-		// when it happens. Each bound is 1 s from the connection's start
-		// (headers and idle) or from its headers, sent right after it
-		// (body): the server must close each within 1 s of its dial, plus
-		// the tolerance below.
+		// when it happens. Each bound runs 1 s from the connection's start
+		// (headers), from its headers (body) or from its answer (idle),
+		// all sent or given right after the dial: the server must close
+		// each within 1 s of its dial, plus the tolerance below.
 		const bound = time.Second
 		// The tolerance covers the server's timer firing and the close
 		// reaching a reader goroutine, with 36 connections and two
