@@ -344,7 +344,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
-		refuse(http.StatusBadRequest, "invalid_request_error", "request body must be a JSON object: "+err.Error())
+		refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
 		return false
 	}
 	if model == "" {
