@@ -33,6 +33,10 @@ type Config struct {
 	Admin     struct {
 		Auth struct {
 			Providers []AuthProvider `yaml:"providers"`
+			// BreakGlass keeps the static admin token (PROXY_ADMIN_TOKEN,
+			// the token file or providers); false turns it off, leaving
+			// scoped tokens and OIDC (docs/operations.md, Identity).
+			BreakGlass *bool `yaml:"break_glass"`
 		} `yaml:"auth"`
 	} `yaml:"admin"`
 	Database struct {

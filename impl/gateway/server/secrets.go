@@ -73,6 +73,9 @@ func masterKey(db DatabaseURL, getenv func(string) string) ([]byte, string, erro
 // providers a static token comes from PROXY_ADMIN_TOKEN; on the embedded
 // default, absent that, a token file beside the database.
 func adminAuth(cfg *Config, getenv func(string) string) ([]admin.Authenticator, string, error) {
+	if b := cfg.Admin.Auth.BreakGlass; b != nil && !*b {
+		return nil, "off (admin.auth.break_glass: false; scoped tokens and OIDC only)", nil
+	}
 	var out []admin.Authenticator
 	var notes []string
 	for i, p := range cfg.Admin.Auth.Providers {
