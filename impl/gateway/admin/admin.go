@@ -100,6 +100,9 @@ type Deps struct {
 	// It holds no data (every call it makes goes through the admin API
 	// with the operator's token), so it is served without authentication.
 	Dashboard http.Handler
+	// SignIn serves the OIDC sign-in under /auth/ (login, callback,
+	// session, logout) without authentication; nil when OIDC is off.
+	SignIn http.Handler
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
@@ -200,6 +203,10 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.Dashboard != nil && (r.URL.Path == "/dashboard" || strings.HasPrefix(r.URL.Path, "/dashboard/")) &&
 		(r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		a.Dashboard.ServeHTTP(w, r)
+		return
+	}
+	if a.SignIn != nil && strings.HasPrefix(r.URL.Path, "/auth/") {
+		a.SignIn.ServeHTTP(w, r)
 		return
 	}
 	// dashboard: a browser opening the admin root without a token lands on

@@ -328,3 +328,21 @@ func TestBreakGlassTurnedOff(t *testing.T) {
 		t.Fatalf("default: %d providers, %v", len(auth), err)
 	}
 }
+
+// admin.auth.oidc is validated with the rest: every bad key named, its
+// client secret variable reserved from api_key_env.
+func TestOIDCConfigValidated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "proxy.yaml")
+	yaml := "upstream_key_env_allow: [IDP_SECRET]\nadmin:\n  auth:\n    oidc:\n      issuer: idp.example\n      client_secret_env: IDP_SECRET\n      redirect_url: https://admin.example/callback\n      roles: {ops: root}\n"
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseConfig([]string{"--config", cfgFile, "--database-url", "sqlite://" + dir + "/p.db"}, env(nil), io.Discard)
+	for _, want := range []string{"admin.auth.oidc.issuer", "admin.auth.oidc.client_id", "admin.auth.oidc.redirect_url", "admin.auth.oidc.roles.ops", "upstream_key_env_allow[0]: IDP_SECRET holds the OIDC client secret"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}
