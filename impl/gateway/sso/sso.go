@@ -352,7 +352,7 @@ func (s *SSO) sessionInfo(w http.ResponseWriter, r *http.Request) {
 		sess, ok = s.session(c.Value)
 	}
 	if !ok {
-		refuse(w, http.StatusUnauthorized, "unauthorized", "not signed in")
+		refuse(w, http.StatusUnauthorized, "not_signed_in", "not signed in")
 		return
 	}
 	writeJSON(w, http.StatusOK, SessionResponse{Subject: sess.id.Subject, Email: sess.id.Email, Issuer: sess.id.Issuer, Role: string(sess.id.Role),
