@@ -182,8 +182,14 @@ func New(d Deps) http.Handler {
 		})
 	}
 	for pattern, h := range d.Extra {
-		need := permOf(pattern)
+		read := permOf(pattern)
 		a.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Their permission is for reading; anything else they may
+			// serve one day is for admins until the table says otherwise.
+			need := read
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				need = permIdentity
+			}
 			if id, _ := IdentityFrom(r.Context()); !id.Role.may(need) {
 				render(w, r, a.Logger, forbidden(id, r))
 				return

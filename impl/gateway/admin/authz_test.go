@@ -135,6 +135,10 @@ func TestRolesOnExtraHandlers(t *testing.T) {
 			if r := e.do("GET", path, nil, bearer(tok)...); r.status != want {
 				t.Errorf("%s %s: %d, want %d", role, path, r.status, want)
 			}
+			// A write to them is for admins only.
+			if r := e.do("POST", path, nil, bearer(tok)...); (r.status == 403) != (role != "admin") {
+				t.Errorf("%s POST %s: %d", role, path, r.status)
+			}
 		}
 	}
 }
