@@ -25,3 +25,20 @@ func TestRoutePermsCoverEveryRoute(t *testing.T) {
 		t.Fatal("a route missing from the table must be for admins only")
 	}
 }
+
+// The audit trail's documents lose every string under a secret's name,
+// at any depth, and keep everything else (flags such as has_credential
+// included).
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	in := `{"name":"u","has_credential":true,"api_key_value":"sk-1","oauth":{"refresh_token":"r","token_url":"https://x"},` +
+		`"keys":[{"key":"sk-px-2","prefix":"sk-px-"}],"big":12345678901234567890,"code":null}`
+	got := string(redact([]byte(in)))
+	want := `{"api_key_value":"[redacted]","big":12345678901234567890,"code":null,"has_credential":true,"keys":[{"key":"[redacted]","prefix":"sk-px-"}],"name":"u","oauth":{"refresh_token":"[redacted]","token_url":"https://x"}}`
+	if got != want {
+		t.Fatalf("redact:\n got %s\nwant %s", got, want)
+	}
+	if redact([]byte("not json")) != nil {
+		t.Fatal("a body that is not JSON was kept")
+	}
+}
