@@ -90,6 +90,9 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	if err != nil {
 		return nil, err
 	}
+	if err := sec.startSignIn(ctx, cfg, getenv, log); err != nil {
+		return nil, err
+	}
 	stor, err := openStorage(ctx, cfg, log)
 	if err != nil {
 		return nil, err

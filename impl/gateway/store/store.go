@@ -244,6 +244,8 @@ type Config struct {
 // Store is the gateway's storage. Every mutation of configuration bumps the
 // config generation in the same transaction, so replicas can detect change.
 type Store interface {
+	// IdentityStore is the admin API's scoped tokens and audit trail.
+	IdentityStore
 	// OAuthStore is the background state of vendor_oauth upstreams.
 	OAuthStore
 	// KeepAliveStore is the prompt-cache keep-alive state.
@@ -417,4 +419,11 @@ type AuditEntry struct {
 	Action       string
 	ResourceKind string
 	ResourceID   string
+	// ActorKind, Issuer, TokenName and Remote complete the actor (Actor);
+	// empty on rows written before they were recorded.
+	ActorKind, Issuer, TokenName, Remote string
+	Revision                             *int64
+	// Before and After are the resource's representation around the
+	// change, secrets removed; nil when not recorded.
+	Before, After json.RawMessage
 }
