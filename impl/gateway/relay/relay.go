@@ -837,6 +837,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			abort = true
 		}
 	}
+	if tap.errData != nil {
+		// The upstream ended the stream with its own error event, passed
+		// on unchanged: the answer failed, whatever its 200 said.
+		ev.ErrorType = errorType(tap.errData)
+		h.metrics.upstreamError(up, errorEventClass(ev.ErrorType))
+	}
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
