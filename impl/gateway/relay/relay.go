@@ -443,17 +443,24 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 		// under way, so a retry shortly succeeds; the provider's 401
 		// would tell the client its own key is wrong.
 		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
+	case errors.Is(err, errCredentialRevoked):
+		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_credential_revoked"
 	}
 	h.finish(*ev, ev.At)
 	if r.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
-	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "error", err)
+	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
 	switch ev.ErrorType {
 	case "upstream_timeout":
 		writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
 	case "upstream_unauthorized":
 		writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
+	case "upstream_credential_revoked":
+		// Retrying cannot help until an operator acts: the SDKs must not.
+		w.Header().Set("X-Should-Retry", "false")
+		writeError(w, http.StatusServiceUnavailable, "api_error",
+			"no upstream can serve this request: its provider revoked the upstream's OAuth credential (refresh grant refused); an operator must run the OAuth flow again")
 	default:
 		writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
 	}
@@ -501,11 +508,17 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" not found")
 		return
 	}
-	if len(p.Candidates) == 0 {
+	var up *snapshot.Upstream
+	for _, c := range p.Candidates {
+		if c.Routable() {
+			up = c
+			break
+		}
+	}
+	if up == nil {
 		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return
 	}
-	up := p.Candidates[0]
 	target := up.BaseURL + r.URL.Path
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
@@ -587,12 +600,24 @@ func filterModels(body []byte, p *snapshot.Principal) []byte {
 // answer, no response headers within headerTimeout, or an OAuth credential
 // that is expired or refused (401) — always before anything was sent to the
 // client, so the client's request does not fail while another upstream can
-// serve it. An expired or refused OAuth token starts a lazy refresh.
+// serve it. An expired or refused OAuth token starts a lazy refresh. An
+// upstream that is not Routable (its credential revoked) gets no request.
 func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte, headerTimeout time.Duration, now time.Time) (*http.Response, *snapshot.Upstream, *attempt, error) {
 	var lastErr error
 	var lastUp *snapshot.Upstream
 	for i, up := range cands {
 		last := i == len(cands)-1
+		if !up.Routable() {
+			// Out of routing (its credential was revoked): never sent.
+			// It explains the failure only when nothing else was tried.
+			if lastErr == nil {
+				lastErr, lastUp = errCredentialRevoked, up
+			}
+			if !last {
+				h.failover()
+			}
+			continue
+		}
 		if up.CredentialKind == credential.OAuth && expired(up, now) {
 			h.refreshToken(up)
 			if !last {
@@ -661,7 +686,13 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 	return nil, lastUp, nil, lastErr
 }
 
-var errOAuthRefused = errors.New("upstream refused its OAuth token")
+var (
+	errOAuthRefused = errors.New("upstream refused its OAuth token")
+	// errCredentialRevoked: the candidate's provider refused its OAuth
+	// refresh grant, so the credential is revoked until an operator runs
+	// the OAuth flow again.
+	errCredentialRevoked = errors.New("upstream credential revoked by its provider")
+)
 
 // outbound is the request to up carrying body, read through a.body, on
 // the target parsed once per snapshot (an Upstream not built by the
