@@ -446,6 +446,10 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 	case errors.Is(err, errCredentialRevoked):
 		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_credential_revoked"
 	}
+	if shuttingDown(r) {
+		h.shutdownCut(w, ev, ev.At)
+		return
+	}
 	h.finish(*ev, ev.At)
 	if r.Context().Err() != nil {
 		return // the client went away; nobody to answer
@@ -782,6 +786,10 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	var rerr error
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
+		if rerr != nil && !errors.Is(rerr, io.EOF) && shuttingDown(r) {
+			h.shutdownCut(w, ev, start)
+			return
+		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
 			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
@@ -851,7 +859,18 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		flusher.Flush()
 	}
 	abort := false
-	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
+	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone && shuttingDown(r) {
+		// Cut by the proxy's own shutdown, not by the upstream: the client
+		// is told as for any other cut; the event says why.
+		ev.ErrorType = "proxy_shutdown"
+		if isSSE {
+			writeStreamError(w, "api_error", shutdownMessage)
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		abort = true
+	} else if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
 		h.interrupted(ev, a, up)
 		ev.ErrorType = "stream_interrupted"
 		if r.Context().Err() == nil {
@@ -887,6 +906,18 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		// ignores the error event still sees a truncated transfer.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// shutdownMessage tells a client its request was cut by the proxy's
+// shutdown: retried, it reaches another replica.
+const shutdownMessage = "the proxy is shutting down; retry the request"
+
+// shutdownCut records and answers a request cut by the proxy's shutdown
+// before any of its answer went to the client: a retryable 503.
+func (h *Handler) shutdownCut(w http.ResponseWriter, ev *store.RequestEvent, start time.Time) {
+	ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "proxy_shutdown"
+	h.finish(*ev, start)
+	writeError(w, http.StatusServiceUnavailable, "api_error", shutdownMessage)
 }
 
 // readUpTo reads body until EOF, an error or limit bytes, re-arming the
