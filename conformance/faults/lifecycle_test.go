@@ -246,7 +246,7 @@ var _ = Describe("Lifecycle faults", func() {
 			})
 
 			// Run it many times: the event was lost in about half the runs
-			// (go test ./conformance/faults/ -args -ginkgo.focus='drain timeout ends' -ginkgo.repeat=N).
+			// (the ginkgo CLI's -repeat=N, or the compiled suite in a loop).
 			It("cuts a stream still running when the drain timeout ends with the error event, and stores its request event before exiting", func() {
 				w := newLifeWorld(d.url(), "--drain-timeout=1s")
 				// message_start, then the sim holds the stream open far past
