@@ -43,7 +43,7 @@ const tapDecideBytes = 64
 const tapMaxLine = 64 << 10
 
 func (t *sseTap) feed(p []byte) {
-	if !t.decided && len(t.line) == 0 && !t.usageEvent && !t.errEvent && !mayNameUsage(p) && !bytes.Contains(p, errorName) {
+	if !t.decided && len(t.line) == 0 && !t.usageEvent && !t.errEvent && !mayNameUsage(p) && !mayNameError(p) {
 		// Whole lines that name no usage event and no error change nothing
 		// (most of a stream: content_block_delta, ping): only an
 		// unterminated rest, whose head may go on in the next read, goes
@@ -167,8 +167,24 @@ func (t *sseTap) decide(head []byte) {
 	}
 }
 
-// errorName is the event name of Anthropic's mid-stream error event.
-var errorName = []byte("error")
+// mayNameError reports whether a line of p, which starts a line, may be
+// an "event: error" line: one search per line for its end, rather than
+// one search of the whole read for a word JSON text is full of.
+func mayNameError(p []byte) bool {
+	for {
+		if v, ok := bytes.CutPrefix(p, []byte("event:")); ok {
+			v, _ = bytes.CutPrefix(v, []byte(" "))
+			if bytes.HasPrefix(v, []byte("error")) {
+				return true
+			}
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return false
+		}
+		p = p[i+1:]
+	}
+}
 
 // isErrorEvent reports whether the event line head names the error event
 // (the field's value after one optional space, as SSE reads it).
