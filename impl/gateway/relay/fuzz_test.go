@@ -181,6 +181,7 @@ func FuzzSSETap(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"content_block_start\"}\ndata"), uint8(3))
 	f.Add([]byte("event: content_block_start\ndata: {\"index\":0,\"content_block\":{\"type\":\"tool_use\"},\"type\":\"content_block_start\"}\n\n: message_start\n"), uint8(11))
 	f.Add([]byte("data: {\"x\":\"0123456789012345678901234567890123456789\",\"type\":\"message_delta\"}\n"), uint8(60))
+	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent:error\r\n\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"), uint8(5))
 	f.Fuzz(func(t *testing.T, stream []byte, split uint8) {
 		orig := bytes.Clone(stream)
 		var whole sseTap
@@ -193,17 +194,18 @@ func FuzzSSETap(f *testing.F) {
 		for i := 0; i < len(stream); i += size {
 			parts.feed(stream[i:min(i+size, len(stream))])
 		}
-		if !slices.EqualFunc(whole.lines, parts.lines, bytes.Equal) || whole.started != parts.started {
-			t.Fatalf("split reads changed the result: %q vs %q", whole.lines, parts.lines)
+		if !slices.EqualFunc(whole.lines, parts.lines, bytes.Equal) || whole.started != parts.started || !bytes.Equal(whole.errData, parts.errData) {
+			t.Fatalf("split reads changed the result: %q vs %q (error line %q vs %q)", whole.lines, parts.lines, whole.errData, parts.errData)
 		}
 		for _, l := range whole.lines {
 			if !bytes.HasPrefix(l, []byte("data:")) || len(l) > tapMaxLine || !bytes.Contains(stream, l) {
 				t.Fatalf("kept line %q", l)
 			}
 		}
-		lines, started := tapModel(stream)
-		if !slices.EqualFunc(whole.lines, lines, bytes.Equal) || whole.started != started {
-			t.Fatalf("the tap kept %q (started %v), the model %q (started %v)", whole.lines, whole.started, lines, started)
+		lines, started, errData := tapModel(stream)
+		if !slices.EqualFunc(whole.lines, lines, bytes.Equal) || whole.started != started || !bytes.Equal(whole.errData, errData) {
+			t.Fatalf("the tap kept %q (started %v, error line %q), the model %q (started %v, error line %q)",
+				whole.lines, whole.started, whole.errData, lines, started, errData)
 		}
 	})
 }
@@ -211,8 +213,8 @@ func FuzzSSETap(f *testing.F) {
 // tapModel is what sseTap computes, written line by line over the whole
 // stream with plain searches: the tap's own code avoids copies and repeated
 // searches, and must not change what it keeps.
-func tapModel(stream []byte) (kept [][]byte, started bool) {
-	usageEvent := false
+func tapModel(stream []byte) (kept [][]byte, started bool, errData []byte) {
+	usageEvent, errEvent := false, false
 	names := [][]byte{[]byte("message_start"), []byte("message_delta"), []byte("content_block_start")}
 	for {
 		i := bytes.IndexByte(stream, '\n')
@@ -222,7 +224,7 @@ func tapModel(stream []byte) (kept [][]byte, started bool) {
 			if len(stream) >= tapDecideBytes {
 				started = started || bytes.Contains(stream[:tapDecideBytes], names[0])
 			}
-			return kept, started
+			return kept, started, errData
 		}
 		line := stream[:i]
 		stream = stream[i+1:]
@@ -234,13 +236,18 @@ func tapModel(stream []byte) (kept [][]byte, started bool) {
 		}
 		started = started || bytes.Contains(head, names[0])
 		isData := bytes.HasPrefix(head, []byte("data:"))
-		if isData && (usageEvent || quoted) && len(line) <= tapMaxLine {
+		switch {
+		case isData && errEvent && len(line) <= tapMaxLine:
+			errData = bytes.TrimRight(line, "\r")
+		case isData && (usageEvent || quoted) && len(line) <= tapMaxLine:
 			kept = append(kept, bytes.TrimRight(line, "\r"))
 		}
-		if bytes.HasPrefix(head, []byte("event:")) {
+		if name, ok := bytes.CutPrefix(head, []byte("event:")); ok {
 			usageEvent = named
+			name, _ = bytes.CutPrefix(name, []byte(" "))
+			errEvent = string(bytes.TrimRight(name, "\r")) == "error"
 		} else if isData {
-			usageEvent = false
+			usageEvent, errEvent = false, false
 		}
 	}
 }

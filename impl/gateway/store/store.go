@@ -293,7 +293,10 @@ type Store interface {
 	// RecordRefreshFailure records a failed OAuth token refresh of
 	// credential version credentialVersion in the upstream's Refresh*
 	// status fields; recorded is false when the credential was replaced
-	// since (the failure is moot). A background write.
+	// since (the failure is moot). A background write: it never bumps
+	// SpecRevision, but a refusal (refused: only a new credential helps)
+	// is a configuration change naming the upstream, since routing leaves
+	// the upstream out until then.
 	RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (recorded bool, err error)
 	// SetUpstreamCredential is a background write (OAuth tokens, refresh):
 	// it bumps CredentialVersion but never SpecRevision, and clears the
