@@ -92,6 +92,7 @@ func Exercise(t *testing.T, open Opener) {
 	exercisePlugins(t, open)
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
+	exerciseOrigins(t, open)
 }
 
 // race runs fn from n goroutines at once and counts successes and stale
