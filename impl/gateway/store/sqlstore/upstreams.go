@@ -117,7 +117,7 @@ func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spe
 		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
 		args = append(args, spec.Credential, spec.CredentialKind)
 	} else {
-		check = func(tx *txn) error { return s.keepsOrigins(ctx, tx, id, &spec.BaseURL, &spec.OAuthTokenURL) }
+		check = func(tx *txn) error { return s.keepsOrigins(ctx, tx, id, expect, &spec.BaseURL, &spec.OAuthTokenURL) }
 	}
 	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
 }
@@ -126,14 +126,16 @@ func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spe
 // would send the stored credential of upstream id to another origin:
 // baseURL or tokenURL (nil: unchanged) moving away from the origins the
 // credential is sent to now. The row is locked for the rest of the
-// transaction, so a credential stored meanwhile cannot slip past.
-func (s *Store) keepsOrigins(ctx context.Context, tx *txn, id string, baseURL, tokenURL *string) error {
+// transaction, so a credential stored meanwhile cannot slip past. A missing
+// row or a stale expect is left to the update to report.
+func (s *Store) keepsOrigins(ctx context.Context, tx *txn, id string, expect int64, baseURL, tokenURL *string) error {
 	var kind, base, token string
 	var held bool
-	err := tx.QueryRowContext(ctx, s.d.rebind("SELECT kind, base_url, oauth_token_url, credential IS NOT NULL FROM upstreams WHERE id = ? AND deleted_at IS NULL"+s.d.ForUpdate), id).
-		Scan(&kind, &base, &token, &held)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // the update finds no row and says so
+	var rev int64
+	err := tx.QueryRowContext(ctx, s.d.rebind("SELECT kind, base_url, oauth_token_url, credential IS NOT NULL, spec_revision FROM upstreams WHERE id = ? AND deleted_at IS NULL"+s.d.ForUpdate), id).
+		Scan(&kind, &base, &token, &held, &rev)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && expect != store.AnyRevision && rev != expect) {
+		return nil
 	}
 	if err != nil || !held {
 		return err
@@ -191,7 +193,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.BaseURL != nil && p.Credential == nil {
 		slot := check
 		check = func(tx *txn) error {
-			if err := s.keepsOrigins(ctx, tx, id, p.BaseURL, nil); err != nil {
+			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, nil); err != nil {
 				return err
 			}
 			if slot != nil {
