@@ -93,6 +93,7 @@ func Exercise(t *testing.T, open Opener) {
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
 	exerciseOrigins(t, open)
+	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 
 // race runs fn from n goroutines at once and counts successes and stale
