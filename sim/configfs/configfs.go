@@ -351,10 +351,14 @@ func (f *FS) Symlink(target, link string) error {
 	}
 	n := &node{Link: target}
 	if r[0] == "ports" {
+		// The root keeps the last number given, so a link made again
+		// never gets the number of the one it replaces.
+		root := f.nodes[f.Root]
 		for _, o := range f.nodes {
-			n.Seq = max(n.Seq, o.Seq)
+			root.Seq = max(root.Seq, o.Seq)
 		}
-		n.Seq++
+		root.Seq++
+		n.Seq = root.Seq
 	}
 	f.nodes[link] = n
 	return f.save()
