@@ -1,5 +1,7 @@
 package relay
 
+import "github.com/pillarhq/pillar/impl/gateway/openai"
+
 // translate turns a Chat Completions body into the Messages body relayed in
 // its place, holding the translation's bytes against the global cap too.
 func (h *Handler) translate(q *admitted, body []byte) ([]byte, error) {
@@ -12,4 +14,22 @@ func (h *Handler) translate(q *admitted, body []byte) ([]byte, error) {
 	}
 	q.held += int64(len(out))
 	return out, nil
+}
+
+// The endpoints of OpenAI's dialect, as counted.
+const (
+	openAIChat   = 0
+	openAIModels = 1
+)
+
+// finishOpenAI completes an answer in OpenAI's dialect and counts it.
+func (h *Handler) finishOpenAI(x *openai.Writer, endpoint int) {
+	x.Finish()
+	if h.metrics != nil {
+		failed := 0
+		if x.Failed() {
+			failed = 1
+		}
+		h.metrics.openAI[endpoint][failed].Inc()
+	}
 }

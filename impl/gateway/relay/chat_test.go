@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -330,4 +333,33 @@ func TestModelsInOpenAIDialect(t *testing.T) {
 	}
 	resp, b = get(map[string]string{"Authorization": "Bearer sk-bad"})
 	wantOpenAIError(t, resp, b, 401, "invalid_api_key")
+}
+
+// Requests in OpenAI's dialect count in the proxy's request series and in
+// their own by endpoint and outcome; a cut stream counts as an error.
+func TestOpenAIMetrics(t *testing.T) {
+	t.Parallel()
+	up := &chatUpstream{}
+	u := up.serve(t)
+	m := NewMetrics(prometheus.NewRegistry())
+	srv := httptest.NewServer(New(Options{Source: fakeSource{fixture(apiKeyUpstream("up_1", u.URL, "sk-upstream"))}, Recorder: &memRecorder{}, Metrics: m}))
+	t.Cleanup(srv.Close)
+	auth := map[string]string{"Authorization": "Bearer sk-good"}
+	post(t, srv.URL+"/v1/chat/completions", auth, `{"model":"claude-test","messages":[{"role":"user","content":"x"}]}`)
+	post(t, srv.URL+"/v1/chat/completions", auth, `{"model":"claude-test","messages":[{"role":"user","content":"x"}],"n":2}`)
+	post(t, srv.URL+"/v1/chat/completions", map[string]string{"Authorization": "Bearer sk-good", "X-Test-Reply": "cut"}, `{"model":"claude-test","messages":[{"role":"user","content":"x"}],"stream":true}`)
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer sk-good")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for _, c := range []struct {
+		endpoint, outcome int
+		want              float64
+	}{{openAIChat, 0, 1}, {openAIChat, 1, 2}, {openAIModels, 0, 1}, {openAIModels, 1, 0}} {
+		if got := testutil.ToFloat64(m.openAI[c.endpoint][c.outcome]); got != c.want {
+			t.Errorf("openai counter [%d][%d] = %v, want %v", c.endpoint, c.outcome, got, c.want)
+		}
+	}
 }

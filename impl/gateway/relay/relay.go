@@ -259,7 +259,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// OpenAI's Chat Completions, translated: the Messages pipeline
 		// writes into a writer that answers in OpenAI's shapes.
 		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.now)
-		defer chat.Finish()
+		defer h.finishOpenAI(chat, openAIChat)
 		w = chat
 		openai.Prepare(r)
 	case "/v1/messages/count_tokens":
@@ -273,7 +273,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
 			if openai.Dialect(r) {
 				mw := openai.NewWriter(w, openai.Models, h.now)
-				defer mw.Finish()
+				defer h.finishOpenAI(mw, openAIModels)
 				w = mw
 				openai.Prepare(r)
 			}
