@@ -13,8 +13,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
-
-	h "github.com/pillarhq/pillar/conformance/harness"
 )
 
 // OpenAI's official Go SDK as a client of the proxy's Chat Completions
@@ -94,7 +92,10 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(ev["model"]).To(Equal("claude-sonnet-4-5"))
 		Expect(ev["key_id"]).To(Equal(w.keyID))
 		Expect(ev["output_tokens"]).To(BeEquivalentTo(4))
-		Expect(counter(w.px, "svc_proxy_requests_total", "status", "200")).To(BeNumerically(">=", 1))
+		Expect(counter(w.px, "svc_proxy_requests_total", "code", "200")).To(BeNumerically(">=", 1))
+		// The first series with outcome="ok" is endpoint="chat_completions"
+		// (series are ordered by their label values).
+		Expect(counter(w.px, "svc_proxy_openai_requests_total", "outcome", "ok")).To(Equal(1.0))
 	})
 
 	It("streams chunks the SDK accumulates, with the usage asked for by stream_options", func() {
@@ -140,6 +141,53 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 			Expect(stream.Err().Error()).To(ContainSubstring("error"))
 			Expect(text).NotTo(Equal("a long enough answer to be cut"), fault)
 		}
+	})
+
+	It("round-trips a tool call: the SDK gets tool_calls (created and streamed) and sends the result back", func() {
+		w := newWorld()
+		c := openaiClient(w)
+		tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: "lookup", Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}},
+		})}
+		convo := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("find the moon")}
+		params := openai.ChatCompletionNewParams{Model: "claude-sonnet-4-5", Tools: tools, Messages: convo,
+			ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}}
+		// The sim calls a forced tool with the echoed words as its input.
+		res, err := c.Chat.Completions.New(ctx, params)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Choices[0].FinishReason).To(Equal("tool_calls"))
+		Expect(res.Choices[0].Message.ToolCalls).To(HaveLen(1))
+		call := res.Choices[0].Message.ToolCalls[0]
+		Expect(call.Function.Name).To(Equal("lookup"))
+		Expect(call.Function.Arguments).To(MatchJSON(`{"text":"find the moon"}`))
+		Expect(call.ID).NotTo(BeEmpty())
+
+		stream := c.Chat.Completions.NewStreaming(ctx, params)
+		acc := openai.ChatCompletionAccumulator{}
+		var finished []openai.FinishedChatCompletionToolCall
+		for stream.Next() {
+			Expect(acc.AddChunk(stream.Current())).To(BeTrue())
+			if tc, ok := acc.JustFinishedToolCall(); ok {
+				finished = append(finished, tc)
+			}
+		}
+		Expect(stream.Err()).NotTo(HaveOccurred())
+		Expect(acc.Choices[0].FinishReason).To(Equal("tool_calls"))
+		Expect(finished).To(HaveLen(1))
+		Expect(finished[0].Name).To(Equal("lookup"))
+		Expect(finished[0].Arguments).To(MatchJSON(`{"text":"find the moon"}`), "the two partial JSON parts joined")
+
+		// The result goes back; the sim answers in text (the choice is auto now).
+		params.Messages = append(convo, res.Choices[0].Message.ToParam(), openai.ToolMessage("it is in the sky", call.ID))
+		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("auto")}
+		res, err = c.Chat.Completions.New(ctx, params)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Choices[0].FinishReason).To(Equal("stop"))
+		last := simMessages(w)[2]["messages"].([]any)
+		Expect(last).To(HaveLen(3))
+		result := last[2].(map[string]any)["content"].([]any)[0].(map[string]any)
+		Expect(result).To(HaveKeyWithValue("type", "tool_result"))
+		Expect(result).To(HaveKeyWithValue("tool_use_id", call.ID))
 	})
 
 	It("translates tool definitions, tool calls and tool results of a round trip", func() {
