@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -175,22 +176,53 @@ var _ = Describe("Lifecycle faults", func() {
 			"",
 			"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
 		}
-		var conns []net.Conn
+		type held struct {
+			conn   net.Conn
+			dialed time.Time
+		}
+		var conns []held
 		for round := 0; round < 4; round++ {
 			for addr, list := range map[string][]string{w.px.ProxyAddr: sends, w.px.AdminAddr: adminSends} {
 				for _, s := range list {
+					dialed := time.Now()
 					c, err := net.Dial("tcp", addr)
 					Expect(err).NotTo(HaveOccurred())
 					DeferCleanup(c.Close)
 					_, err = io.WriteString(c, s)
 					Expect(err).NotTo(HaveOccurred())
-					conns = append(conns, c)
+					conns = append(conns, held{c, dialed})
 				}
 			}
 		}
-		for _, c := range conns {
-			Expect(closedByServer(c)).To(Succeed())
+		// Every connection is read at once, so each one's close is timed
+		// when it happens. Each bound runs 1 s from the connection's start
+		// (headers), from its headers (body) or from its answer (idle),
+		// all sent or given right after the dial: the server must close
+		// each within 1 s of its dial, plus the tolerance below.
+		const bound = time.Second
+		// The tolerance covers the server's timer firing and the close
+		// reaching a reader goroutine, with 36 connections and two
+		// processes on a loaded two-core CI machine; it is well below the
+		// next bound a misconfiguration would give (the defaults are 10 s,
+		// 60 s and 120 s).
+		const tolerance = 500 * time.Millisecond
+		took := make([]time.Duration, len(conns))
+		errs := make([]error, len(conns))
+		var wg sync.WaitGroup
+		for i, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = closedByServer(c.conn)
+				took[i] = time.Since(c.dialed)
+			}()
 		}
+		wg.Wait()
+		for i, c := range conns {
+			Expect(errs[i]).NotTo(HaveOccurred())
+			Expect(took[i]).To(BeNumerically("<=", bound+tolerance), "%s closed %s after it was dialled; bound %s", c.conn.LocalAddr(), took[i], bound)
+		}
+		GinkgoWriter.Printf("connections closed after %v\n", took)
 		// The replica still serves.
 		Expect(w.ask()).To(Equal(200))
 	})
@@ -243,6 +275,36 @@ var _ = Describe("Lifecycle faults", func() {
 				Expect(w.px.ExitCode()).To(Equal(0))
 				Expect(w.px.Output()).To(ContainSubstring(`"msg":"draining"`))
 				Expect(w.px.Output()).NotTo(ContainSubstring("drain timeout reached"))
+			})
+
+			// Run it many times: the event was lost in about half the runs
+			// (the ginkgo CLI's -repeat=N, or the compiled suite in a loop).
+			It("cuts a stream still running when the drain timeout ends with the error event, and stores its request event before exiting", func() {
+				w := newLifeWorld(d.url(), "--drain-timeout=1s")
+				// message_start, then the sim holds the stream open far past
+				// the drain timeout.
+				w.sim.Fault(map[string]any{"path": "/v1/messages", "count": 1, "first_event_delay_ms": 120000})
+				s := w.startStream()
+				Eventually(s.started, 30*time.Second).Should(BeClosed())
+				Expect(s.err).NotTo(HaveOccurred())
+				Expect(s.status).To(Equal(200))
+				w.px.Terminate()
+				Eventually(s.done, 30*time.Second).Should(BeClosed())
+				Expect(s.body).To(HavePrefix("event: message_start"))
+				expectStreamError(s.body, s.err)
+				Expect(s.body).To(ContainSubstring("shutting down"))
+				Eventually(w.px.Done(), 30*time.Second).Should(BeClosed())
+				Expect(w.px.ExitCode()).To(Equal(0))
+				Expect(w.px.Output()).To(ContainSubstring("drain timeout reached"))
+
+				// The process is gone: what it stored is all there is.
+				evs, err := openStore(w.px).ListRequestEvents(context.Background(), time.Now().Add(-time.Hour), 100)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(evs).To(HaveLen(1), "the cut stream's request event was lost")
+				Expect(evs[0].ErrorType).To(Equal("proxy_shutdown"))
+				Expect(evs[0].Status).To(Equal(200))
+				Expect(evs[0].Stream).To(BeTrue())
+				Expect(evs[0].PrincipalID).To(Equal(w.principal))
 			})
 
 			It("after kill -9 mid-stream and a restart on the same database: intact data, limit and event losses within the stated bounds", func() {
