@@ -21,6 +21,45 @@ func exerciseUpstreams(t *testing.T, open Opener) {
 	t.Run("MassDisableWarmup", func(t *testing.T) { run(t, open, testMassDisable) })
 	t.Run("ReferencedDelete", func(t *testing.T) { run(t, open, testReferenced) })
 	t.Run("ReferenceMatching", func(t *testing.T) { run(t, open, testReferenceMatching) })
+	t.Run("Weight", func(t *testing.T) { run(t, open, testUpstreamWeight) })
+}
+
+// An upstream's routing weight: DefaultWeight unless given at create, kept
+// by an update that does not name it, changed by update and patch (a
+// user-managed field: the revision moves).
+func testUpstreamWeight(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("plain")))
+	if u.Weight != store.DefaultWeight {
+		t.Fatalf("default weight %d", u.Weight)
+	}
+	three, zero := 3, 0
+	spec := apiKeySpec("heavy")
+	spec.Weight = &three
+	if w := must(b.st.CreateUpstream(b.ctx, spec)); w.Weight != 3 {
+		t.Fatalf("created with weight %d, want 3", w.Weight)
+	}
+	spec = apiKeySpec("plain")
+	spec.Credential = nil
+	up := must(b.st.UpdateUpstream(b.ctx, u.ID, u.SpecRevision, spec))
+	if up.Weight != store.DefaultWeight {
+		t.Fatalf("an update without weight changed it to %d", up.Weight)
+	}
+	spec.Weight = &three
+	up = must(b.st.UpdateUpstream(b.ctx, u.ID, up.SpecRevision, spec))
+	if up.Weight != 3 {
+		t.Fatalf("updated weight %d", up.Weight)
+	}
+	p := must(b.st.PatchUpstream(b.ctx, u.ID, up.SpecRevision, store.UpstreamPatch{Weight: &zero}))
+	if p.Weight != 0 || p.SpecRevision != up.SpecRevision+1 {
+		t.Fatalf("patched %+v", p)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	for _, c := range cfg.Upstreams {
+		if c.ID == u.ID && c.Weight != 0 {
+			t.Fatalf("configuration read weight %d", c.Weight)
+		}
+	}
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
