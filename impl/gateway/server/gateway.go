@@ -51,8 +51,10 @@ type gateway struct {
 	// relayMetrics are the proxy path's series; the usage hand-off feeds
 	// the ones labelled by principal, upstream and model.
 	relayMetrics *relay.Metrics
-	// board is the upstreams' live routing state (cooldowns, in flight).
+	// board is the upstreams' live routing state (cooldowns, in flight);
+	// share syncs its cooldowns with the other replicas.
 	board *routing.Board
+	share *routing.Sharer
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -99,7 +101,10 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
-	g.board = routing.NewBoard(nil)
+	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
+	g.board = g.share.Board()
+	// A replica starting learns the cooldowns running before its first request.
+	_ = g.share.Sync(ctx)
 	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
@@ -264,6 +269,7 @@ func (g *gateway) startBackground() *running {
 	limCtx, limCancel := context.WithCancel(context.Background())
 	limDone := make(chan struct{})
 	go func() { g.lim.Run(limCtx); close(limDone) }()
+	go g.share.Run(bg, routing.DefaultShareInterval)
 	g.ka.Start(bg)
 	// Local price catalog installation runs in-process on every replica.
 	go g.prices.Run(bg, cfg.ReconcileInterval)

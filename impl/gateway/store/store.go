@@ -265,6 +265,8 @@ type Store interface {
 	PluginStore
 	// LimitStore is the shared counting of principals' default_limits.
 	LimitStore
+	// CooldownStore shares the upstreams' cooldowns between replicas.
+	CooldownStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
 	// EventReader searches and aggregates request events (dashboard).

@@ -22,6 +22,29 @@ func exerciseUpstreams(t *testing.T, open Opener) {
 	t.Run("ReferencedDelete", func(t *testing.T) { run(t, open, testReferenced) })
 	t.Run("ReferenceMatching", func(t *testing.T) { run(t, open, testReferenceMatching) })
 	t.Run("Weight", func(t *testing.T) { run(t, open, testUpstreamWeight) })
+	t.Run("Cooldowns", func(t *testing.T) { run(t, open, testCooldowns) })
+}
+
+// Upstream cooldowns shared between replicas: stored, only extended, read
+// back while running, forgotten once over.
+func testCooldowns(t *testing.T, open Opener) {
+	b := setup(t, open)
+	t0 := time.Unix(1_800_000_000, 0)
+	got := must(b.st.SyncCooldowns(b.ctx, map[string]time.Time{"up_a": t0.Add(time.Minute), "up_b": t0.Add(10 * time.Second)}, t0))
+	if len(got) != 2 || !got["up_a"].Equal(t0.Add(time.Minute)) || !got["up_b"].Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("stored %v", got)
+	}
+	// A shorter cooldown learnt by another replica keeps the longer one;
+	// a longer one extends it.
+	got = must(b.st.SyncCooldowns(b.ctx, map[string]time.Time{"up_a": t0.Add(time.Second), "up_b": t0.Add(time.Hour)}, t0))
+	if !got["up_a"].Equal(t0.Add(time.Minute)) || !got["up_b"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("after a second replica %v", got)
+	}
+	// Past its end a cooldown is gone.
+	got = must(b.st.SyncCooldowns(b.ctx, nil, t0.Add(2*time.Minute)))
+	if len(got) != 1 || !got["up_b"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("two minutes later %v", got)
+	}
 }
 
 // An upstream's routing weight: DefaultWeight unless given at create, kept
