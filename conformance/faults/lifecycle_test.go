@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -175,22 +176,53 @@ var _ = Describe("Lifecycle faults", func() {
 			"",
 			"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
 		}
-		var conns []net.Conn
+		type held struct {
+			conn   net.Conn
+			dialed time.Time
+		}
+		var conns []held
 		for round := 0; round < 4; round++ {
 			for addr, list := range map[string][]string{w.px.ProxyAddr: sends, w.px.AdminAddr: adminSends} {
 				for _, s := range list {
+					dialed := time.Now()
 					c, err := net.Dial("tcp", addr)
 					Expect(err).NotTo(HaveOccurred())
 					DeferCleanup(c.Close)
 					_, err = io.WriteString(c, s)
 					Expect(err).NotTo(HaveOccurred())
-					conns = append(conns, c)
+					conns = append(conns, held{c, dialed})
 				}
 			}
 		}
-		for _, c := range conns {
-			Expect(closedByServer(c)).To(Succeed())
+		// Every connection is read at once, so each one's close is timed
+		// when it happens. Each bound runs 1 s from the connection's start
+		// (headers), from its headers (body) or from its answer (idle),
+		// all sent or given right after the dial: the server must close
+		// each within 1 s of its dial, plus the tolerance below.
+		const bound = time.Second
+		// The tolerance covers the server's timer firing and the close
+		// reaching a reader goroutine, with 36 connections and two
+		// processes on a loaded two-core CI machine; it is well below the
+		// next bound a misconfiguration would give (the defaults are 10 s,
+		// 60 s and 120 s).
+		const tolerance = 500 * time.Millisecond
+		took := make([]time.Duration, len(conns))
+		errs := make([]error, len(conns))
+		var wg sync.WaitGroup
+		for i, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = closedByServer(c.conn)
+				took[i] = time.Since(c.dialed)
+			}()
 		}
+		wg.Wait()
+		for i, c := range conns {
+			Expect(errs[i]).NotTo(HaveOccurred())
+			Expect(took[i]).To(BeNumerically("<=", bound+tolerance), "%s closed %s after it was dialled; bound %s", c.conn.LocalAddr(), took[i], bound)
+		}
+		GinkgoWriter.Printf("connections closed after %v\n", took)
 		// The replica still serves.
 		Expect(w.ask()).To(Equal(200))
 	})

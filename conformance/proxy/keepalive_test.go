@@ -60,6 +60,24 @@ func counter(px *h.Proxy, name, label, value string) float64 {
 	return 0
 }
 
+// jobsCounter reads svc_scheduler_jobs_total for one job type and status.
+func jobsCounter(px *h.Proxy, jobType, status string) float64 {
+	_, _, b := px.Admin().Do("GET", "/metrics", nil)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	Expect(err).NotTo(HaveOccurred())
+	for _, m := range fams["svc_scheduler_jobs_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["job_type"] == jobType && labels["status"] == status {
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 var _ = Describe("Prompt-cache keep-alive", func() {
 	It("keeps an idle conversation's cache warm with keep-alive; without it the cache expires", Label("P-KA-2", "P-PR-5"), func() {
 		w := newWorld()

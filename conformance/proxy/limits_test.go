@@ -11,6 +11,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	h "github.com/pillarhq/pillar/conformance/harness"
 )
 
 var _ = Describe("Principal default_limits", func() {
@@ -45,7 +47,7 @@ var _ = Describe("Principal default_limits", func() {
 		Eventually(func() error { _, err := c.Messages.New(context.Background(), params); return err }, 5*time.Second, 50*time.Millisecond).Should(Succeed())
 	})
 
-	It("sends the principal's own anthropic-ratelimit-* headers, which the SDK reads, on success and on the 429", func() {
+	It("sends the principal's own anthropic-ratelimit-* headers, which the SDK reads, on success, on a stream and on the 429", func() {
 		w := newWorld()
 		limited := []any{map[string]any{"kind": "requests", "window_secs": 3600, "max": 2}, map[string]any{"kind": "tokens", "window_secs": 3600, "max": 100000}}
 		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": limited}, 200)
@@ -66,8 +68,21 @@ var _ = Describe("Principal default_limits", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(tokensLeft).To(BeNumerically("<=", 100000))
 
-		_, err = c.Messages.New(context.Background(), params)
+		// A stream carries them too, in its 200 headers: the second of two.
+		st, hdr, b := h.Messages(w.px.ProxyURL, streamBody, "x-api-key", w.key)
+		Expect(st).To(Equal(200), string(b))
+		Expect(hdr.Get("Content-Type")).To(HavePrefix("text/event-stream"))
+		Expect(string(b)).To(ContainSubstring("event: message_stop"))
+		Expect(hdr.Get("anthropic-ratelimit-requests-limit")).To(Equal("2"))
+		Expect(hdr.Get("anthropic-ratelimit-requests-remaining")).To(Equal("0"))
+		streamReset, err := time.Parse(time.RFC3339, hdr.Get("anthropic-ratelimit-requests-reset"))
+		Expect(err).NotTo(HaveOccurred(), "reset is RFC 3339")
+		Expect(streamReset).To(BeTemporally(">", time.Now()))
+		Expect(streamReset).To(BeTemporally("<=", time.Now().Add(2*time.Hour+time.Second)))
+		Expect(hdr.Get("anthropic-ratelimit-tokens-limit")).To(Equal("100000"))
+		streamTokensLeft, err := strconv.Atoi(hdr.Get("anthropic-ratelimit-tokens-remaining"))
 		Expect(err).NotTo(HaveOccurred())
+		Expect(streamTokensLeft).To(BeNumerically("<=", 100000))
 		var apiErr *anthropic.Error
 		_, err = c.Messages.New(context.Background(), params)
 		Expect(errors.As(err, &apiErr)).To(BeTrue(), "third request in the hour: %v", err)

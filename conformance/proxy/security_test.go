@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -107,15 +108,61 @@ var _ = Describe("Security", func() {
 		_, key := a.IssueKey(pr)
 		st, _, b := h.Messages(px.ProxyURL, body, "x-api-key", key)
 		Expect(st).To(Equal(200), string(b))
-		seen := len(sim.Requests())
+		// The first replica's metadata listing may reach the sim at any
+		// moment after the upstream was created: the relay's requests are
+		// counted.
+		seen := len(sim.MessagesWith())
 
 		px.Opts.StrictEgress = true
 		px.Restart()
 		st, _, b = h.Messages(px.ProxyURL, body, "x-api-key", key)
 		Expect(st).To(BeNumerically(">=", 500), string(b))
-		Expect(sim.Requests()).To(HaveLen(seen), "the proxy connected to a destination its policy refuses")
+		Expect(sim.MessagesWith()).To(HaveLen(seen), "the proxy connected to a destination its policy refuses")
 		px.Stop()
 		Expect(px.Output()).To(ContainSubstring("destination not allowed"))
+	})
+
+	// docs/resilience.md, Headers: what the client sends that never
+	// reaches the provider, on a plain answer and on a stream alike.
+	It("keeps the client's cookie, credentials, hop-by-hop and client-address headers from the upstream", func() {
+		w := newWorld()
+		const clientSecret = "client-bearer-not-for-upstreams"
+		stripped := map[string]string{
+			"Cookie":              "session=client-cookie-not-for-upstreams",
+			"Authorization":       "Bearer " + clientSecret,
+			"Proxy-Authorization": "Basic Y2xpZW50OnNlY3JldA==",
+			"Connection":          "keep-alive, X-Hop-Named",
+			"X-Hop-Named":         "named by Connection",
+			"Keep-Alive":          "timeout=5",
+			"Te":                  "trailers",
+			"X-Forwarded-For":     "10.0.0.7",
+			"X-Forwarded-Host":    "internal.example",
+			"X-Forwarded-Proto":   "http",
+			"Forwarded":           "for=10.0.0.7",
+			"X-Real-Ip":           "10.0.0.7",
+			"Via":                 "1.1 corp-proxy",
+		}
+		for _, b := range []string{body, streamBody} {
+			hdr := []string{"x-api-key", w.key, "anthropic-beta", "client-beta-2025-01-01"}
+			for k, v := range stripped {
+				hdr = append(hdr, k, v)
+			}
+			st, _, out := h.Messages(w.px.ProxyURL, b, hdr...)
+			Expect(st).To(Equal(200), string(out))
+		}
+		seen := w.sim.MessagesWith()
+		Expect(seen).To(HaveLen(2))
+		for i, r := range seen {
+			for k := range stripped {
+				Expect(r.Header.Values(k)).To(BeEmpty(), "request %d: the upstream saw the client's %s", i, k)
+			}
+			Expect(fmt.Sprint(r.Header)).NotTo(SatisfyAny(ContainSubstring("client-cookie"), ContainSubstring(clientSecret), ContainSubstring(w.key)))
+			// What the client may say to the provider still passes, and
+			// the credential is the upstream's own.
+			Expect(r.Header.Get("Anthropic-Beta")).To(Equal("client-beta-2025-01-01"))
+			Expect(r.Header.Get("X-Api-Key")).To(Equal(simKey))
+		}
+		Expect(seen[1].Body).To(ContainSubstring(`"stream":true`))
 	})
 
 	It("bounds the model name and stored text, and refuses invalid Unicode without changing anything", func() {

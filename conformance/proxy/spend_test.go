@@ -81,30 +81,45 @@ var _ = Describe("Spend and budgets", func() {
 
 		Expect(counter(px, "svc_proxy_spend_usd_total", "principal", "team-a")).To(BeNumerically("~", float64(wantNanos)/1e9, 1e-12))
 
-		// A budget smaller than one request: the next request after the
-		// spend is counted is refused with a 429 that says budget.
+		// Bad budgets are refused.
 		a.ExpectError("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
 			map[string]any{"kind": "usd", "window_secs": 86400, "limit": 0.0001}}}, 400, "invalid_request")
 		a.ExpectError("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
 			map[string]any{"kind": "usd", "window_secs": 86400, "limit": "-0.0001"}}}, 400, "invalid_budget")
+		// A budget of two and a half requests at this price: with each
+		// request's cost counted before the next is sent, exactly three
+		// are admitted (spend 0, 1 and 2 times the price, under the
+		// budget) and the fourth is refused. Spend before the budget was
+		// set is not counted.
+		budget := wantNanos * 5 / 2
 		p := a.JSON("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
-			map[string]any{"kind": "usd", "window_secs": 86400, "limit": usd(wantNanos)}}}, 200)
-		Expect(fmt.Sprint(p["default_limits"])).To(ContainSubstring("limit:" + usd(wantNanos)))
-		// The budget's window already holds nothing (spend before it was
-		// set is not counted): one request passes, then the budget is spent.
+			map[string]any{"kind": "usd", "window_secs": 86400, "limit": usd(budget)}}}, 200)
+		Expect(fmt.Sprint(p["default_limits"])).To(ContainSubstring("limit:" + usd(budget)))
+		spent := counter(px, "svc_proxy_spend_usd_total", "principal", "team-a")
 		var refused []byte
 		var rh map[string][]string
-		Eventually(func() int {
+		admitted := 0
+		for range 30 {
 			st, hd, b := h.Messages(px.ProxyURL, body, "x-api-key", key)
-			refused, rh = b, hd
-			return st
-		}, 10*time.Second, 100*time.Millisecond).Should(Equal(429))
+			if st != 200 {
+				Expect(st).To(Equal(429), string(b))
+				refused, rh = b, hd
+				break
+			}
+			admitted++
+			// The spend metric is fed right after the principal's
+			// budget counted the cost: once it moved, the cost is in.
+			want := spent + float64(int64(admitted)*wantNanos)/1e9
+			Eventually(func() float64 { return counter(px, "svc_proxy_spend_usd_total", "principal", "team-a") },
+				5*time.Second, 20*time.Millisecond).Should(BeNumerically("~", want, 1e-12))
+		}
+		Expect(admitted).To(Equal(3), "requests admitted under a budget of 2.5 times a request's price")
 		Expect(string(refused)).To(ContainSubstring(`"type":"rate_limit_error"`))
 		Expect(string(refused)).To(ContainSubstring("budget"))
 		Expect(string(refused)).NotTo(ContainSubstring("rate limit"))
 		Expect(rh["Retry-After"]).NotTo(BeEmpty())
 		Expect(rh["X-Should-Retry"]).To(Equal([]string{"false"})) // a day's budget is no short wait
-		Expect(counter(px, "svc_proxy_principal_limited_total", "kind", "usd")).To(BeNumerically(">=", 1))
+		Expect(counter(px, "svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
 	})
 })
 

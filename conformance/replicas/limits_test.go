@@ -32,7 +32,7 @@ var _ = Describe("Principal default_limits across replicas", func() {
 		// all six, and every replica synced again (read the total back),
 		// every replica refuses.
 		Eventually(func() int64 { return limitTotal(c.db) }, 10*time.Second, 100*time.Millisecond).Should(Equal(int64(6)))
-		time.Sleep(2500 * time.Millisecond)
+		c.awaitLimitSync()
 		for _, r := range c.replicas {
 			st, hdr, b := h.Messages(r.ProxyURL, body, "x-api-key", key)
 			Expect(st).To(Equal(429))
@@ -45,8 +45,8 @@ var _ = Describe("Principal default_limits across replicas", func() {
 		// A restarted replica reads the shared counts before serving.
 		c.replicas[1].Restart()
 		Expect(status(c.replicas[1], key)).To(Equal(429))
-		// The sim saw only the admitted requests.
-		Expect(c.sim.MessagesWith()).To(HaveLen(6))
+		// The sim saw only the admitted requests (and the sync probes).
+		Expect(c.sim.MessagesWith(`"content":"hi"`)).To(HaveLen(6))
 	})
 })
 

@@ -256,17 +256,25 @@ func TestCSIOnRealKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		// The staged volume's controller carries the connector's
+		// reconnect settings; with none for its subsystem the check
+		// would pass on nothing, so that fails too.
 		ctls, _ := filepath.Glob("/sys/class/nvme-fabrics/ctl/nvme*")
+		var matched []string
 		for _, c := range ctls {
 			if nqn, _ := os.ReadFile(c + "/subsysnqn"); strings.TrimSpace(string(nqn)) != pub.PublishContext["nqn"] {
 				continue
 			}
-			if v, err := os.ReadFile(c + "/ctrl_loss_tmo"); err == nil && strings.TrimSpace(string(v)) != "off" {
-				t.Errorf("ctrl_loss_tmo of %s = %q, want off (-1)", c, v)
+			matched = append(matched, c)
+			if v, err := os.ReadFile(c + "/ctrl_loss_tmo"); err != nil || strings.TrimSpace(string(v)) != "off" {
+				t.Errorf("ctrl_loss_tmo of %s = %q (%v), want off (-1)", c, v, err)
 			}
-			if v, err := os.ReadFile(c + "/reconnect_delay"); err == nil && strings.TrimSpace(string(v)) != "3" {
-				t.Errorf("reconnect_delay of %s = %q, want 3", c, v)
+			if v, err := os.ReadFile(c + "/reconnect_delay"); err != nil || strings.TrimSpace(string(v)) != "3" {
+				t.Errorf("reconnect_delay of %s = %q (%v), want 3", c, v, err)
 			}
+		}
+		if len(matched) == 0 {
+			t.Fatalf("no NVMe controller of subsystem %s after staging (controllers: %v)", pub.PublishContext["nqn"], ctls)
 		}
 	})
 	if left, _ := filepath.Glob("/sys/class/nvme-fabrics/ctl/nvme*"); len(left) > 0 {

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,29 @@ func exerciseDelta(t *testing.T, open Opener) {
 // deltaSteps is the length of the random mutation sequence (per driver).
 const deltaSteps = 150
 
+// DeltaSeedEnv names the variable that replays DeltaEqualsFullLoad's random
+// sequence: a failure prints the seed to set it to. Unset, the seed comes
+// from the clock, so each run tries another sequence.
+const DeltaSeedEnv = "STORETEST_DELTA_SEED"
+
+func deltaSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(DeltaSeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", DeltaSeedEnv, v, err)
+		}
+		seed = s
+	}
+	t.Logf("seed %d", seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replay this sequence with %s=%d", DeltaSeedEnv, seed)
+		}
+	})
+	return seed
+}
+
 // P-RUNTIME-1 (incremental): after every one of a random sequence of admin
 // mutations (upstreams, principals, keys with revocations, chains,
 // plugins, limits), the previous configuration with the delta since its
@@ -33,8 +58,7 @@ const deltaSteps = 150
 // generations behind (a replica that missed notifications).
 func testDeltaEqualsFullLoad(t *testing.T, open Opener) {
 	b := setup(t, open)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := deltaSeed(t)
 	m := &mutator{b: b, rng: rand.New(rand.NewPCG(seed, seed>>1))}
 	prev := must(b.st.LoadConfig(b.ctx))
 	lagging := prev
