@@ -196,7 +196,7 @@ step "micro-benchmarks of the proxy path (in-process)"
 for _ in 1 2 3; do
   go test -run '^$' -bench . -benchmem -benchtime 0.5s -count 1 ./conformance/bench/
 done | tee "$tmp/micro.txt"
-go test -run '^$' -bench 'ScanRequest1MB|SSETap' -benchmem -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
+go test -run '^$' -bench 'ScanRequest1MB|ScanRequestTypical|SSETap' -benchmem -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
 go test -run '^$' -bench Admit -benchmem -count 1 ./impl/gateway/limits/ | tee -a "$tmp/micro.txt"
 # issue 23 (h/ops): the proxy path with a limited principal (anthropic-ratelimit-* headers) and
 # the metrics on, beside the plain path; allocs/op is the stable figure on a busy machine.
@@ -374,7 +374,8 @@ wired as in bin/proxy (only the database write is left out); `bare` is the basel
 buffer pool). `BenchmarkProxyPathParallel` does the same from GOMAXPROCS goroutines at once, which
 shows contention on shared state. Allocations include the usage recorder's background work.
 `BenchmarkScanRequest1MB` (in `impl/gateway/relay`) is the top-level scan for `model` and `stream`
-in a 1 MB prompt; `BenchmarkSSETap` is the usage tap's work on a 16-event stream read one event
+in a 1 MB prompt, `BenchmarkScanRequestTypical` the same in a 2 KB body with the nine top-level keys
+an SDK sends; `BenchmarkSSETap` is the usage tap's work on a 16-event stream read one event
 at a time. `BenchmarkAdmit` (in `impl/gateway/limits`) is the `default_limits` check of a
 principal with a request and a token limit, from GOMAXPROCS goroutines.
 EOF

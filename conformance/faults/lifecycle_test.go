@@ -277,6 +277,36 @@ var _ = Describe("Lifecycle faults", func() {
 				Expect(w.px.Output()).NotTo(ContainSubstring("drain timeout reached"))
 			})
 
+			// Run it many times: the event was lost in about half the runs
+			// (the ginkgo CLI's -repeat=N, or the compiled suite in a loop).
+			It("cuts a stream still running when the drain timeout ends with the error event, and stores its request event before exiting", func() {
+				w := newLifeWorld(d.url(), "--drain-timeout=1s")
+				// message_start, then the sim holds the stream open far past
+				// the drain timeout.
+				w.sim.Fault(map[string]any{"path": "/v1/messages", "count": 1, "first_event_delay_ms": 120000})
+				s := w.startStream()
+				Eventually(s.started, 30*time.Second).Should(BeClosed())
+				Expect(s.err).NotTo(HaveOccurred())
+				Expect(s.status).To(Equal(200))
+				w.px.Terminate()
+				Eventually(s.done, 30*time.Second).Should(BeClosed())
+				Expect(s.body).To(HavePrefix("event: message_start"))
+				expectStreamError(s.body, s.err)
+				Expect(s.body).To(ContainSubstring("shutting down"))
+				Eventually(w.px.Done(), 30*time.Second).Should(BeClosed())
+				Expect(w.px.ExitCode()).To(Equal(0))
+				Expect(w.px.Output()).To(ContainSubstring("drain timeout reached"))
+
+				// The process is gone: what it stored is all there is.
+				evs, err := openStore(w.px).ListRequestEvents(context.Background(), time.Now().Add(-time.Hour), 100)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(evs).To(HaveLen(1), "the cut stream's request event was lost")
+				Expect(evs[0].ErrorType).To(Equal("proxy_shutdown"))
+				Expect(evs[0].Status).To(Equal(200))
+				Expect(evs[0].Stream).To(BeTrue())
+				Expect(evs[0].PrincipalID).To(Equal(w.principal))
+			})
+
 			It("after kill -9 mid-stream and a restart on the same database: intact data, limit and event losses within the stated bounds", func() {
 				w := newLifeWorld(d.url())
 				st := openStore(w.px)

@@ -119,6 +119,48 @@ var _ = Describe("OAuth token endpoint faults", func() {
 			Expect(w.px.RawOutput()).NotTo(ContainSubstring("sk-ant-ort01-sim-"))
 		})
 
+		It("takes an upstream whose refresh grant the provider refused out of routing until the OAuth flow is run again ("+d.name+")", func() {
+			w := newOAuthFaultWorld(d, "acct-out-"+d.name, "6s")
+			Expect(simControl("POST", w.sim.URL+"/_sim/oauth/revoke", `{"account":"`+w.account+`"}`)).To(Equal(204))
+			Eventually(w.lastApplyError, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("run the OAuth flow again"))
+			// The refusal is a configuration change: once applied, the
+			// snapshot leaves the upstream out.
+			waitApplied(w.admin)
+			sent := len(w.sim.MessagesWith())
+
+			// The only upstream: a non-retryable error naming its state,
+			// streams included, and nothing sent with the revoked token.
+			for _, body := range []string{oauthFaultBody, strings.Replace(oauthFaultBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)} {
+				st, hd, b := h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
+				Expect(st).To(Equal(503), string(b))
+				Expect(hd.Get("x-should-retry")).To(Equal("false"))
+				Expect(h.AnthropicErrorType(b)).To(Equal("api_error"))
+				Expect(string(b)).To(And(ContainSubstring("revoked"), ContainSubstring("run the OAuth flow again")))
+			}
+			Expect(w.sim.MessagesWith()).To(HaveLen(sent), "a request reached the provider with the revoked token")
+			for _, ev := range requestEvents(w.admin, 2) {
+				Expect(ev).To(HaveKeyWithValue("error_type", "upstream_credential_revoked"))
+				Expect(ev).To(HaveKeyWithValue("upstream_id", w.upstream))
+			}
+
+			// Another upstream takes the traffic meanwhile.
+			paid := h.StartSim(oauthFaultKey)
+			paidID := w.admin.CreateUpstream("paid", paid.URL, oauthFaultKey)
+			waitApplied(w.admin)
+			st, _, b := h.Messages(w.px.ProxyURL, oauthFaultBody, "x-api-key", w.key)
+			Expect(st).To(Equal(200), string(b))
+			Expect(requestEvents(w.admin, 3)[0]).To(HaveKeyWithValue("upstream_id", paidID))
+			Expect(w.sim.MessagesWith()).To(HaveLen(sent), "a request reached the provider with the revoked token")
+
+			// The flow run again: the subscription is routed to (first) again.
+			w.admin.ConnectOAuth(w.upstream, w.account)
+			waitApplied(w.admin)
+			st, _, b = h.Messages(w.px.ProxyURL, oauthFaultBody, "x-api-key", w.key)
+			Expect(st).To(Equal(200), string(b))
+			Expect(requestEvents(w.admin, 4)[0]).To(HaveKeyWithValue("upstream_id", w.upstream))
+			Expect(w.sim.MessagesWith()).To(HaveLen(sent + 1))
+		})
+
 		It("does not re-queue a refresh the provider refused (invalid_grant) and keeps it visible ("+d.name+")", func() {
 			w := newOAuthFaultWorld(d, "acct-revoked-"+d.name, "6s")
 			// The provider revokes the account's tokens: the refresh (due at

@@ -170,6 +170,27 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 				Expect(metric(w.admin, "svc_proxy_upstream_interrupted_total")).To(Equal(2.0))
 			})
 
+			It("records a stream the upstream ends with its own error event with that error type, counted as an upstream error", func() {
+				w := newStreamWorld(d)
+				w.first.Fault(map[string]any{"path": "/v1/messages", "count": 1, "error_after_events": 2, "error_type": "overloaded_error"})
+
+				st, body, rerr := streamOnce(w.px.ProxyURL, w.key)
+				Expect(st).To(Equal(200))
+				// Passed on as the upstream sent it: its error event, then
+				// the end the upstream chose.
+				Expect(rerr).NotTo(HaveOccurred())
+				Expect(body).To(HavePrefix("event: message_start"))
+				Expect(body).To(ContainSubstring("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\""))
+				Expect(strings.Count(body, "event: error")).To(Equal(1))
+
+				ev := requestEvents(w.admin, 1)[0]
+				Expect(ev).To(HaveKeyWithValue("error_type", "overloaded_error"))
+				Expect(ev).To(HaveKeyWithValue("status", 200.0))
+				Expect(ev).To(HaveKeyWithValue("upstream_id", w.firstID))
+				Expect(metric(w.admin, "svc_proxy_upstream_errors_total", "upstream", "first", "class", "529")).To(Equal(1.0))
+				Expect(metric(w.admin, "svc_proxy_upstream_interrupted_total")).To(Equal(0.0))
+			})
+
 			It("fails over to the next upstream when the first sends no headers within the header timeout", func() {
 				w := newStreamWorld(d)
 				w.first.Fault(map[string]any{"path": "/v1/messages", "count": 1, "latency_ms": 60000})

@@ -166,6 +166,9 @@ type ProxyOptions struct {
 	Args []string
 	// Token and MasterKey default to fresh random values.
 	Token, MasterKey string
+	// AdminAddr is the admin listener's address (default: a free one), for
+	// configuration that names it before the start (an OIDC redirect URL).
+	AdminAddr string
 	// StrictEgress starts the proxy without --allow-private-upstreams
 	// (security specs): by default the harness allows them, since every
 	// simulator listens on loopback.
@@ -197,7 +200,10 @@ func StartProxy(o ProxyOptions) *Proxy {
 	if o.MasterKey == "" && !strings.HasPrefix(o.DatabaseURL, "sqlite://") {
 		o.MasterKey = RandomHex(32)
 	}
-	p := &Proxy{Opts: o, ProxyAddr: FreeAddr(), AdminAddr: FreeAddr(), Token: o.Token}
+	if o.AdminAddr == "" {
+		o.AdminAddr = FreeAddr()
+	}
+	p := &Proxy{Opts: o, ProxyAddr: FreeAddr(), AdminAddr: o.AdminAddr, Token: o.Token}
 	p.ProxyURL, p.AdminURL = "http://"+p.ProxyAddr, "http://"+p.AdminAddr
 	p.launch()
 	return p

@@ -425,7 +425,7 @@ var _ = Describe("Models and health", func() {
 })
 
 var _ = Describe("Usage", func() {
-	It("records every proxied request with its token usage, streaming and not, and refusals of the principal", func() {
+	It("records every proxied request with its token usage, streaming and not, and refusals of the principal once it is known and enabled", func() {
 		w := newWorld()
 		h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
 		h.Messages(w.px.ProxyURL, streamBody, "x-api-key", w.key)
@@ -471,6 +471,34 @@ var _ = Describe("Usage", func() {
 			Expect(e.OutputTokens).To(Equal(3))
 		}
 		Expect(evs[0].Stream).NotTo(Equal(evs[1].Stream))
+
+		// Refused before the principal is known (no key, an unknown key)
+		// or while it is disabled: counted in the metrics, no event. The
+		// marker after them is recorded; events are written in order, so
+		// once it is there the others would be too.
+		st, _, b := h.Messages(w.px.ProxyURL, body)
+		Expect(st).To(Equal(401), string(b))
+		st, _, b = h.Messages(w.px.ProxyURL, body, "x-api-key", "sk-px-unknown")
+		Expect(st).To(Equal(401), string(b))
+		w.admin.JSON("POST", "/admin/v1/principals/"+w.principal+"/disable", nil, 200)
+		st, _, b = h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
+		Expect(st).To(Equal(403), string(b))
+		w.admin.JSON("POST", "/admin/v1/principals/"+w.principal+"/enable", nil, 200)
+		st, _, b = h.Messages(w.px.ProxyURL, `{"max_tokens":1,"messages":[]}`, "x-api-key", w.key)
+		Expect(st).To(Equal(400), string(b))
+		Eventually(func() int {
+			_, _, b := w.admin.Do("GET", "/admin/v1/request-events?limit=10", nil)
+			evs = nil
+			json.Unmarshal(b, &evs)
+			return len(evs)
+		}, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 4))
+		Expect(evs).To(HaveLen(4))
+		statuses := []int{}
+		for _, e := range evs {
+			Expect(e.PrincipalID).To(Equal(w.principal))
+			statuses = append(statuses, e.Status)
+		}
+		Expect(statuses).To(ConsistOf(200, 200, 403, 400))
 	})
 })
 

@@ -1,9 +1,13 @@
 package proxy_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -186,5 +190,92 @@ var _ = Describe("Security", func() {
 		w.admin.ExpectError("PATCH", "/admin/v1/principals/"+w.principal, "{\"name\":\"bad \xff byte\"}", 400, "invalid_request")
 		w.admin.ExpectError("POST", "/admin/v1/principals/"+w.principal+"/keys", map[string]any{"name": "  "}, 400, "invalid_request")
 		Expect(state()).To(Equal(before))
+	})
+})
+
+// The allowed_models bypass of a key named twice: the proxy read the first
+// "model", the provider (like every JSON decoder) the last. Such a body is
+// now refused on every endpoint before anything is sent, and an escaped
+// key alone is the key it decodes to.
+var _ = Describe("Request bodies", func() {
+	post := func(w *world, path, body string) (int, []byte) {
+		req, err := http.NewRequest("POST", w.px.ProxyURL+path, strings.NewReader(body))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("content-type", "application/json")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		req.Header.Set("x-api-key", w.key)
+		res, err := http.DefaultClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		Expect(err).NotTo(HaveOccurred())
+		return res.StatusCode, b
+	}
+
+	It("refuses a body naming a top-level key twice, escaped or not, on messages, count_tokens and streams, and sends nothing upstream", func() {
+		w := newWorld("claude-sonnet-4-5")
+		dups := []string{
+			`{"model":"claude-sonnet-4-5","mod\u0065l":"claude-opus-4-1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"model":"claude-sonnet-4-5","mod\u0065l":"claude-opus-4-1","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"mod\u0065l":"claude-opus-4-1","model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"model":"claude-sonnet-4-5","model":"claude-opus-4-1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"model":"claude-sonnet-4-5","max_tokens":16,"stream":false,"stre\u0061m":true,"messages":[{"role":"user","content":"hi"}]}`,
+		}
+		refused := 0
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			for _, body := range dups {
+				st, b := post(w, path, body)
+				Expect(st).To(Equal(400), path+" "+body+": "+string(b))
+				Expect(h.AnthropicErrorType(b)).To(Equal("invalid_request_error"))
+				Expect(string(b)).To(ContainSubstring("twice"))
+				refused++
+			}
+		}
+		Expect(w.providerCalls()).To(BeEmpty())
+
+		// An escaped key alone is the key it decodes to: allowed_models
+		// applies to the model the provider would read.
+		st, b := post(w, "/v1/messages", `{"mod\u0065l":"claude-opus-4-1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+		Expect(st).To(Equal(403), string(b))
+		Expect(h.AnthropicErrorType(b)).To(Equal("permission_error"))
+		Expect(w.providerCalls()).To(BeEmpty())
+		st, b = post(w, "/v1/messages", `{"mod\u0065l":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+		Expect(st).To(Equal(200), string(b))
+		Expect(w.providerCalls()).To(HaveLen(1))
+
+		// The refusals are the principal's request events: no model, no
+		// upstream, no tokens, no cost (nothing metered or budgeted).
+		type event struct {
+			Status       int
+			Model        string          `json:"model"`
+			UpstreamID   string          `json:"upstream_id"`
+			ErrorType    string          `json:"error_type"`
+			InputTokens  int             `json:"input_tokens"`
+			OutputTokens int             `json:"output_tokens"`
+			CostUSD      json.RawMessage `json:"cost_usd"`
+		}
+		var evs []event
+		Eventually(func() int {
+			_, _, raw := w.admin.Do("GET", "/admin/v1/request-events?limit=100", nil)
+			evs = nil
+			Expect(json.Unmarshal(raw, &evs)).To(Succeed())
+			return len(evs)
+		}, 10*time.Second, 50*time.Millisecond).Should(Equal(refused + 2))
+		byStatus := map[int][]event{}
+		for _, e := range evs {
+			byStatus[e.Status] = append(byStatus[e.Status], e)
+		}
+		Expect(byStatus[400]).To(HaveLen(refused))
+		for _, e := range byStatus[400] {
+			Expect(e.ErrorType).To(Equal("invalid_request_error"))
+			Expect(e.Model).To(BeEmpty())
+			Expect(e.UpstreamID).To(BeEmpty())
+			Expect(e.InputTokens + e.OutputTokens).To(BeZero())
+			Expect(string(e.CostUSD)).To(Or(Equal("null"), BeEmpty()))
+		}
+		Expect(byStatus[403]).To(HaveLen(1))
+		Expect(byStatus[403][0].Model).To(Equal("claude-opus-4-1"))
+		Expect(byStatus[200]).To(HaveLen(1))
+		Expect(byStatus[200][0].Model).To(Equal("claude-sonnet-4-5"))
 	})
 })

@@ -8,7 +8,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -58,40 +59,19 @@ type Destinations interface {
 	CheckURL(ctx context.Context, raw string) error
 }
 
-// Authenticator verifies a request's credentials.
-type Authenticator interface {
-	Authenticate(r *http.Request) (subject string, ok bool)
-}
-
-// StaticToken accepts one Bearer token, compared in constant time. An empty
-// token accepts nothing.
-type StaticToken struct{ Token string }
-
-var _ Authenticator = StaticToken{}
-
-// Authenticate implements Authenticator.
-func (s StaticToken) Authenticate(r *http.Request) (string, bool) {
-	a := r.Header.Get("Authorization")
-	if s.Token == "" || len(a) < 7 || !strings.EqualFold(a[:7], "bearer ") {
-		return "", false
-	}
-	got := strings.TrimSpace(a[7:])
-	if subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) != 1 {
-		return "", false
-	}
-	return "static-token", true
-}
-
 // Deps are what the admin API needs.
 type Deps struct {
 	Store   store.Store
 	Sealer  Sealer
 	Runtime Runtime
-	// Auth are the providers of admin.auth.providers; a request passes when
-	// any of them accepts it. None accepts nothing.
-	Auth   []Authenticator
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Auth are the providers of admin.auth.providers (the break-glass
+	// token) and of OIDC; a request passes when any of them, or a scoped
+	// token in Store, accepts it.
+	Auth []Authenticator
+	// Registerer takes the API's own metrics (optional).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
 	// Getenv reads the server's environment (api_key_env).
 	Getenv func(string) string
 	// KeyEnvAllow are the variables api_key_env may name besides those
@@ -121,6 +101,9 @@ type Deps struct {
 	// It holds no data (every call it makes goes through the admin API
 	// with the operator's token), so it is served without authentication.
 	Dashboard http.Handler
+	// SignIn serves the OIDC sign-in under /auth/ (login, callback,
+	// session, logout) without authentication; nil when OIDC is off.
+	SignIn http.Handler
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
@@ -158,7 +141,9 @@ func callsOut(pattern string) bool {
 
 type api struct {
 	Deps
-	mux *http.ServeMux
+	mux     *http.ServeMux
+	authn   []Authenticator
+	metrics *auditMetrics
 }
 
 // maxBody bounds a request body.
@@ -175,11 +160,24 @@ func New(d Deps) http.Handler {
 	if d.Getenv == nil {
 		d.Getenv = func(string) string { return "" }
 	}
-	a := &api{Deps: d, mux: http.NewServeMux()}
-	for _, rt := range a.routes() {
+	a := &api{Deps: d, mux: http.NewServeMux(), metrics: newAuditMetrics(d.Registerer)}
+	a.authn = append(a.authn, d.Auth...)
+	if d.Store != nil {
+		a.authn = append(a.authn, scopedTokens{st: d.Store, now: d.Now})
+	}
+	for _, rt := range append(a.routes(), a.identityRoutes()...) {
 		h := rt.h
-		write := rt.method != http.MethodGet && rt.method != http.MethodHead && !callsOut(rt.pattern)
+		need := permOf(rt.method + " " + rt.pattern)
+		mutates := rt.method != http.MethodGet && rt.method != http.MethodHead
+		write := mutates && !callsOut(rt.pattern)
+		if mutates {
+			h = a.audited(h)
+		}
 		a.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			if id, _ := IdentityFrom(r.Context()); !id.Role.may(need) {
+				render(w, r, a.Logger, forbidden(id, r))
+				return
+			}
 			if write && a.Lane != nil {
 				if err := a.Lane.Acquire(r.Context()); err != nil {
 					return // the client left while waiting; nothing was done
@@ -193,7 +191,20 @@ func New(d Deps) http.Handler {
 		})
 	}
 	for pattern, h := range d.Extra {
-		a.mux.Handle(pattern, h)
+		read := permOf(pattern)
+		a.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Their permission is for reading; anything else they may
+			// serve one day is for admins until the table says otherwise.
+			need := read
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				need = permIdentity
+			}
+			if id, _ := IdentityFrom(r.Context()); !id.Role.may(need) {
+				render(w, r, a.Logger, forbidden(id, r))
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
 	}
 	return a
 }
@@ -209,6 +220,10 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.Dashboard.ServeHTTP(w, r)
 		return
 	}
+	if a.SignIn != nil && strings.HasPrefix(r.URL.Path, "/auth/") {
+		a.SignIn.ServeHTTP(w, r)
+		return
+	}
 	// dashboard: a browser opening the admin root without a token lands on
 	// the dashboard's sign-in instead of a 401 body.
 	if a.Dashboard != nil && r.URL.Path == "/" && r.Header.Get("Authorization") == "" &&
@@ -216,16 +231,14 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
 		return
 	}
-	ok := false
-	for _, p := range a.Auth {
-		if _, ok = p.Authenticate(r); ok {
-			break
-		}
-	}
+	id, ok := a.authenticate(r)
 	if !ok {
 		render(w, r, a.Logger, newErr("unauthorized", "missing or invalid admin token: send Authorization: Bearer <token>"))
 		return
 	}
+	ctx := context.WithValue(r.Context(), identityKey{}, id)
+	ctx = store.WithActorInfo(ctx, store.Actor{Kind: id.Kind, Subject: id.Subject, Issuer: id.Issuer, TokenName: id.TokenName, Remote: r.RemoteAddr})
+	r = r.WithContext(ctx)
 	// mux.Handler only looks the route up; mux.ServeHTTP below also sets
 	// the path values the handlers read.
 	if _, pattern := a.mux.Handler(r); pattern == "" {
@@ -238,6 +251,17 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// authenticate returns the identity of the first provider that accepts
+// the request.
+func (a *api) authenticate(r *http.Request) (Identity, bool) {
+	for _, p := range a.authn {
+		if id, ok := p.Authenticate(r); ok {
+			return id, true
+		}
+	}
+	return Identity{}, false
 }
 
 func (a *api) allowedMethods(r *http.Request) []string {

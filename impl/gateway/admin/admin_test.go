@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -62,6 +64,10 @@ type options struct {
 	lane admin.Lane
 	// routing is the live routing state status and overview show.
 	routing admin.Routing
+	// clock is the API's clock (default now); the store keeps now.
+	clock func() time.Time
+	// reg takes the API's metrics.
+	reg prometheus.Registerer
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -116,10 +122,14 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if o.auth != nil {
 		auth = o.auth
 	}
+	clock := func() time.Time { return now }
+	if o.clock != nil {
+		clock = o.clock
+	}
 	h := admin.New(admin.Deps{
-		Store: apiStore, Sealer: box, Runtime: runtime, Auth: auth,
+		Store: apiStore, Sealer: box, Runtime: runtime, Auth: auth, Registerer: o.reg,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:    func() time.Time { return now },
+		Now:    clock,
 		Getenv: func(k string) string {
 			e.getenvMu.Lock()
 			defer e.getenvMu.Unlock()

@@ -72,6 +72,10 @@ var codeStatus = map[string]int{
 	"invalid_budget":     http.StatusBadRequest,
 	"invalid_time_range": http.StatusBadRequest,
 	"invalid_group_by":   http.StatusBadRequest,
+	// Identity: roles, scoped tokens, the audit trail and sign-in.
+	"forbidden":             http.StatusForbidden,
+	"invalid_role":          http.StatusBadRequest,
+	"admin_token_not_found": http.StatusNotFound,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code
@@ -96,9 +100,10 @@ func storageUnavailable(cause error) *APIError {
 type resource string
 
 const (
-	resUpstream  resource = "upstream"
-	resPrincipal resource = "principal"
-	resKey       resource = "key"
+	resUpstream   resource = "upstream"
+	resPrincipal  resource = "principal"
+	resKey        resource = "key"
+	resAdminToken resource = "admin token"
 )
 
 func notFound(r resource, id string) *APIError {
@@ -107,6 +112,8 @@ func notFound(r resource, id string) *APIError {
 		return newErr("upstream_not_found", "no upstream with id %q", id)
 	case resKey:
 		return newErr("key_not_found", "no key with id %q for this principal", id)
+	case resAdminToken:
+		return newErr("admin_token_not_found", "no admin token with id %q", id)
 	default:
 		return newErr("unknown_principal", "no principal with id %q", id)
 	}

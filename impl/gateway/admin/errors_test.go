@@ -45,6 +45,7 @@ func (e *env) requests() []struct {
 		"POST /admin/v1/principals/{principal_id}/plugin-chain":         map[string]any{"slot": "router", "wasm_registry_id": "wasm_x"},
 		"POST /admin/v1/principals/{principal_id}/plugin-chain/reorder": map[string]any{"order": []any{}},
 		"PUT /admin/v1/plugin-chain-entries/{id}":                       map[string]any{"enabled": false},
+		"POST /admin/v1/admin-tokens":                                   map[string]any{"name": "t", "role": "viewer", "expires_in_secs": 600},
 	}
 	var out []struct {
 		method, path string
@@ -122,7 +123,7 @@ func TestAuthOnEveryRoute(t *testing.T) {
 
 type denyAll struct{}
 
-func (denyAll) Authenticate(*http.Request) (string, bool) { return "", false }
+func (denyAll) Authenticate(*http.Request) (admin.Identity, bool) { return admin.Identity{}, false }
 
 // P-API-1: a request passes when any provider accepts it; an empty static
 // token accepts nothing.
@@ -249,6 +250,7 @@ func TestEveryErrorCode(t *testing.T) {
 	}
 	down := setup(t)
 	down.st.Close()
+	viewer := e.roleToken("viewer")
 
 	type trigger struct {
 		code   string
@@ -298,6 +300,9 @@ func TestEveryErrorCode(t *testing.T) {
 		{"plugins_not_configured", 503, noOAuth, "POST", "/admin/v1/plugins/wasm?name=x", "\x00asm router", []string{"Content-Type", "application/wasm"}},
 		{"unknown_registry_entry", 404, e, "GET", "/admin/v1/plugins/registry/wasm_nope", nil, nil},
 		{"reference_fingerprint_required", 400, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`}},
+		{"forbidden", 403, e, "DELETE", "/admin/v1/upstreams/" + uid, nil, []string{"Authorization", "Bearer " + viewer}},
+		{"invalid_role", 400, e, "POST", "/admin/v1/admin-tokens", map[string]any{"name": "t", "role": "root", "expires_in_secs": 600}, nil},
+		{"admin_token_not_found", 404, e, "DELETE", "/admin/v1/admin-tokens/tok_nope", nil, nil},
 		{"references_changed", 409, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`, "X-Reference-Fingerprint", "rf_stale"}},
 	}
 	covered := map[string]bool{}
@@ -359,7 +364,7 @@ func TestStorageUnavailable(t *testing.T) {
 		}
 		r := e.do(rq.method, rq.path, rq.body, hdr...)
 		switch {
-		case strings.HasSuffix(rq.path, "/openapi.json") || strings.HasSuffix(rq.path, "/price-catalog"):
+		case strings.HasSuffix(rq.path, "/openapi.json") || strings.HasSuffix(rq.path, "/price-catalog") || strings.HasSuffix(rq.path, "/me"):
 			if r.status != 200 {
 				t.Fatalf("%s %s without storage: %d %s", rq.method, rq.path, r.status, r.body)
 			}

@@ -78,7 +78,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	doc := loadDoc(t)
 	a := New(Deps{}).(*api)
 	var registered, documented []string
-	for _, r := range a.routes() {
+	for _, r := range append(a.routes(), a.identityRoutes()...) {
 		registered = append(registered, r.method+" "+r.pattern)
 	}
 	for name := range operations(doc) {
@@ -193,6 +193,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PatchRegistryBody": PatchRegistryBody{}, "InsertChainBody": InsertChainBody{}, "ReorderBody": ReorderBody{},
 		"PluginChainEntryUpdate": PluginChainEntryUpdate{}, "UsageRollupResponse": UsageRollupResponse{},
 		"UsageResponse": UsageResponse{}, "UsageRow": UsageRow{}, "UsageTotals": UsageTotals{}, "ModelUsage": ModelUsage{}, "PrincipalUsage": PrincipalUsage{},
+		"MeResponse": MeResponse{}, "CreateAdminTokenBody": CreateAdminTokenBody{}, "AdminTokenResponse": AdminTokenResponse{},
+		"AuditResponse": AuditResponse{}, "AuditEntryResponse": AuditEntryResponse{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

@@ -382,3 +382,33 @@ func TestObserveNeverBlocks(t *testing.T) {
 		t.Fatal("dropped turns not counted")
 	}
 }
+
+// Keys are read as JSON defines them, by their exact text, as the provider
+// reads them: encoding/json's struct decoding also matches a key in another
+// case, so a body could have keep-alive refresh another model, another
+// prompt or another lifetime than the one the provider cached.
+func TestParsePromptReadsExactKeys(t *testing.T) {
+	p, err := ParsePrompt("pr_1", []byte(`{"model":"claude-sonnet-4-5","MODEL":"claude-opus-4-1","max_tokens":5,
+"messages":[{"role":"user","content":[{"type":"text","text":"doc","cache_control":{"type":"ephemeral","TTL":"1h"}}],"CONTENT":"other"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Model != "claude-sonnet-4-5" || p.TTL != 5*time.Minute {
+		t.Fatalf("model %q ttl %s", p.Model, p.TTL)
+	}
+	var r struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Content []map[string]any `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(p.Refresh, &r); err != nil || r.Model != "claude-sonnet-4-5" || len(r.Messages) != 1 ||
+		len(r.Messages[0].Content) != 1 || r.Messages[0].Content[0]["text"] != "doc" || bytes.Contains(p.Refresh, []byte("opus")) {
+		t.Fatalf("refresh %s", p.Refresh)
+	}
+	// A breakpoint spelt in another case is none.
+	if _, err := ParsePrompt("pr_1", []byte(`{"model":"m","max_tokens":5,
+"messages":[{"role":"user","content":[{"type":"text","text":"doc","CACHE_CONTROL":{"type":"ephemeral"}},{"type":"text","text":"cache_control"}]}]}`)); err == nil {
+		t.Fatal("a block whose cache_control key is in upper case was taken for a breakpoint")
+	}
+}

@@ -64,35 +64,44 @@ type Prompt struct {
 	Refresh []byte
 }
 
-var errNoBreakpoint = errors.New("no cache_control breakpoint")
+var (
+	errNoBreakpoint = errors.New("no cache_control breakpoint")
+	errNotObject    = errors.New("request is not a JSON object")
+)
 
-type request struct {
-	Model    string            `json:"model"`
-	System   json.RawMessage   `json:"system,omitempty"`
-	Tools    json.RawMessage   `json:"tools,omitempty"`
-	Messages []json.RawMessage `json:"messages"`
+// Requests are read member by member, by each key's exact text, as JSON
+// defines keys and as the provider reads them: encoding/json's struct
+// decoding also matches a key in another case ({"model":…,"MODEL":…}), so
+// keep-alive would refresh another model or prompt than the one served.
+
+// members decodes a JSON object; false for anything else (null included).
+func members(raw json.RawMessage) (map[string]json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return nil, false
+	}
+	return m, true
 }
 
-type message struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type cacheControl struct {
-	Type string `json:"type"`
-	TTL  string `json:"ttl"`
+// text decodes a JSON string; "" for anything else.
+func text(raw json.RawMessage) string {
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
 }
 
 // blockBreakpoint reports whether a content block (or tool, or system
 // block) carries cache_control, and its TTL.
 func blockBreakpoint(raw json.RawMessage) (bool, time.Duration) {
-	var b struct {
-		CacheControl *cacheControl `json:"cache_control"`
-	}
-	if json.Unmarshal(raw, &b) != nil || b.CacheControl == nil {
+	b, ok := members(raw)
+	if !ok {
 		return false, 0
 	}
-	if b.CacheControl.TTL == "1h" {
+	cc, ok := members(b["cache_control"])
+	if !ok {
+		return false, 0
+	}
+	if text(cc["ttl"]) == "1h" {
 		return true, time.Hour
 	}
 	return true, 5 * time.Minute
@@ -118,41 +127,48 @@ func ParsePrompt(principalID string, body []byte) (*Prompt, error) {
 	if !bytes.Contains(body, []byte(`"cache_control"`)) {
 		return nil, errNoBreakpoint
 	}
-	var r request
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, err
+	r, ok := members(body)
+	if !ok {
+		return nil, errNotObject
 	}
-	if len(r.Messages) == 0 || r.Model == "" {
+	model, system, tools := text(r["model"]), r["system"], r["tools"]
+	var messages []json.RawMessage
+	if raw, ok := r["messages"]; ok {
+		if err := json.Unmarshal(raw, &messages); err != nil {
+			return nil, err
+		}
+	}
+	if len(messages) == 0 || model == "" {
 		return nil, errNoBreakpoint
 	}
-	p := &Prompt{Model: r.Model, Hash: SessionHash(principalID, r.Model, r.System, r.Tools, r.Messages[0])}
+	p := &Prompt{Model: model, Hash: SessionHash(principalID, model, system, tools, messages[0])}
 
 	// The last breakpoint, searched in the prompt's order: tools, system,
 	// then messages. Messages are cut after it.
 	found := false
 	cutMsg, cutBlock := -1, -1
-	var tools, system []json.RawMessage
-	if json.Unmarshal(r.Tools, &tools) == nil {
-		for _, t := range tools {
+	var toolList, systemList []json.RawMessage
+	if json.Unmarshal(tools, &toolList) == nil {
+		for _, t := range toolList {
 			if ok, ttl := blockBreakpoint(t); ok {
 				found, p.TTL = true, ttl
 			}
 		}
 	}
-	if json.Unmarshal(r.System, &system) == nil {
-		for _, b := range system {
+	if json.Unmarshal(system, &systemList) == nil {
+		for _, b := range systemList {
 			if ok, ttl := blockBreakpoint(b); ok {
 				found, p.TTL = true, ttl
 			}
 		}
 	}
-	for i, raw := range r.Messages {
-		var m message
-		if json.Unmarshal(raw, &m) != nil {
+	for i, raw := range messages {
+		m, ok := members(raw)
+		if !ok {
 			continue
 		}
 		var blocks []json.RawMessage
-		if json.Unmarshal(m.Content, &blocks) != nil {
+		if json.Unmarshal(m["content"], &blocks) != nil {
 			continue
 		}
 		for j, b := range blocks {
@@ -164,24 +180,23 @@ func ParsePrompt(principalID string, body []byte) (*Prompt, error) {
 	if !found {
 		return nil, errNoBreakpoint
 	}
-	out := map[string]any{"model": r.Model, "max_tokens": 1}
-	if len(r.System) > 0 {
-		out["system"] = r.System
+	out := map[string]any{"model": model, "max_tokens": 1}
+	if len(system) > 0 {
+		out["system"] = system
 	}
-	if len(r.Tools) > 0 {
-		out["tools"] = r.Tools
+	if len(tools) > 0 {
+		out["tools"] = tools
 	}
 	if cutMsg < 0 {
 		// The breakpoint is in the tools or system: the first message is
 		// the smallest valid continuation.
-		out["messages"] = []json.RawMessage{r.Messages[0]}
+		out["messages"] = []json.RawMessage{messages[0]}
 	} else {
-		msgs := append([]json.RawMessage{}, r.Messages[:cutMsg]...)
-		var m message
-		_ = json.Unmarshal(r.Messages[cutMsg], &m)
+		msgs := append([]json.RawMessage{}, messages[:cutMsg]...)
+		m, _ := members(messages[cutMsg])
 		var blocks []json.RawMessage
-		_ = json.Unmarshal(m.Content, &blocks)
-		last, _ := json.Marshal(map[string]any{"role": m.Role, "content": blocks[:cutBlock+1]})
+		_ = json.Unmarshal(m["content"], &blocks)
+		last, _ := json.Marshal(map[string]any{"role": text(m["role"]), "content": blocks[:cutBlock+1]})
 		msgs = append(msgs, last)
 		out["messages"] = msgs
 	}

@@ -284,7 +284,10 @@ func TestRefreshTokenTimeout(t *testing.T) {
 	}
 }
 
-// A credential whose grant was refused is not sent to the provider again.
+// A credential whose grant was refused is not sent to the provider again,
+// and this replica's snapshot learns of the refusal before RefreshToken
+// returns (routing leaves the upstream out: the relay asked because a
+// request met the token refused or expired).
 func TestRefreshTokenRefused(t *testing.T) {
 	w := newLazyWorld(t)
 	ctx := context.Background()
@@ -296,6 +299,9 @@ func TestRefreshTokenRefused(t *testing.T) {
 	}
 	if err := w.s.RefreshToken(ctx, w.u.ID); !errors.Is(err, ErrRefreshRefused) {
 		t.Fatalf("refusal: %v", err)
+	}
+	if n := w.changed.Load(); n != 1 {
+		t.Fatalf("the snapshot was asked to refresh %d times after the refusal, want 1", n)
 	}
 	w.advance(time.Hour)
 	if err := w.s.RefreshToken(ctx, w.u.ID); !errors.Is(err, ErrRefreshRefused) || w.requests.Load() != 1 {

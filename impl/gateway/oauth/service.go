@@ -416,6 +416,11 @@ func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err
 		if !s.recordFailure(ctx, u, msg, true) {
 			return true, nil
 		}
+		// Routing leaves the upstream out from now on: this replica's
+		// snapshot at once, the others through the change it recorded.
+		if s.Changed != nil {
+			s.Changed(ctx)
+		}
 		s.log().Warn("oauth refresh refused", "upstream_id", u.ID, "credential_version", u.CredentialVersion, "error", scheduler.Redact(err.Error()))
 		return false, fmt.Errorf("%w: %s", ErrRefreshRefused, scheduler.Redact(err.Error()))
 	}

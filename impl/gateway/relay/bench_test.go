@@ -108,6 +108,24 @@ func BenchmarkScanRequest1MB(b *testing.B) {
 	}
 }
 
+// BenchmarkScanRequestTypical: model/stream of an ordinary body, the
+// top-level keys an SDK sends with a short conversation.
+func BenchmarkScanRequestTypical(b *testing.B) {
+	body := []byte(`{"model":"claude-test","max_tokens":1024,"temperature":0.7,` +
+		`"system":[{"type":"text","text":"You are a helpful assistant.","cache_control":{"type":"ephemeral"}}],` +
+		`"tools":[{"name":"get_weather","description":"Weather of a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],` +
+		`"messages":[{"role":"user","content":"` + strings.Repeat("hello there ", 100) + `"},{"role":"assistant","content":"hi"},{"role":"user","content":"and?"}],` +
+		`"metadata":{"user_id":"u-123"},"stop_sequences":["\n\nHuman:"],"stream":true}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if m, s, err := scanRequest(body); err != nil || m != "claude-test" || !s {
+			b.Fatal(m, s, err)
+		}
+	}
+}
+
 // BenchmarkRelayRouterPlugin is BenchmarkRelay with a one-plugin chain: the
 // sample pin router (a Go module, run by wazero) decides every request.
 func BenchmarkRelayRouterPlugin(b *testing.B) {

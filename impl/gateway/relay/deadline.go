@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -196,4 +197,15 @@ func (b *heldBytes) give(n int64) {
 	if n != 0 {
 		b.n.Add(-n)
 	}
+}
+
+// ErrShuttingDown is the cause the server cancels its requests' base
+// context with when the drain ends with requests still in flight: the
+// relay then ends each visibly (an error event, or a 503) instead of
+// taking the cut for its client going away.
+var ErrShuttingDown = errors.New("the proxy is shutting down")
+
+// shuttingDown reports whether r was cut by the proxy's shutdown.
+func shuttingDown(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), ErrShuttingDown)
 }

@@ -115,7 +115,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_upstream_errors_total",
-		Help: "Failed upstream attempts by upstream name and class: connect, timeout, 429, 529, 5xx, auth (401/403) or protocol (response cut short). Attempts that failed over count too.",
+		Help: "Failed upstream attempts by upstream name and class: connect, timeout, 429, 529, 5xx, auth (401/403) or protocol (response cut short). Attempts that failed over count too, and streams the upstream ended with an error event, classed by its error type (rate_limit_error 429, overloaded_error 529, api_error 5xx, authentication_error and permission_error auth, others protocol).",
 	}, []string{"upstream", "class"})
 	m.usageRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_usage_requests_total",
@@ -178,6 +178,22 @@ func statusErrorClass(code int) (ErrorClass, bool) {
 		return Err5xx, true
 	}
 	return 0, false
+}
+
+// errorEventClass is the class of an error event an upstream ends a
+// stream with, by its error type, as statusErrorClass classes a status.
+func errorEventClass(typ string) ErrorClass {
+	switch typ {
+	case "rate_limit_error":
+		return ErrRateLimited
+	case "overloaded_error":
+		return ErrOverloaded
+	case "authentication_error", "permission_error":
+		return ErrAuth
+	case "api_error":
+		return Err5xx
+	}
+	return ErrProtocol
 }
 
 func (m *Metrics) firstByte(d time.Duration) {

@@ -102,13 +102,24 @@ type attemptList struct {
 
 func (l *attemptList) ups() []*snapshot.Upstream { return l.buf[:l.n] }
 
-// plan fills l from the candidates.
+// plan fills l from the candidates. An upstream out of routing (its
+// credential revoked) takes no place in the budget; it is planned alone
+// only when nothing else is, so the answer says why.
 func (h *Handler) plan(l *attemptList, cands []*snapshot.Upstream, spread bool, now time.Time) {
 	p := picker{cands: cands, spread: spread, randN: h.randN}
+	var unroutable *snapshot.Upstream
+	passed := 0 // unroutable upstreams passed over, counted as failovers
 	for l.n < h.maxAttempts {
 		up := p.next()
 		if up == nil {
-			return
+			break
+		}
+		if !up.Routable() {
+			if unroutable == nil {
+				unroutable = up
+			}
+			passed++
+			continue
 		}
 		if until, cooling := h.board.CoolingUntil(up.ID, now); cooling {
 			if l.soonest.IsZero() || until.Before(l.soonest) {
@@ -118,5 +129,14 @@ func (h *Handler) plan(l *attemptList, cands []*snapshot.Upstream, spread bool, 
 		}
 		l.buf[l.n] = up
 		l.n++
+	}
+	if l.n == 0 && l.soonest.IsZero() && unroutable != nil {
+		l.buf[0], l.n = unroutable, 1
+		return
+	}
+	if l.n > 0 {
+		for range passed {
+			h.failover()
+		}
 	}
 }

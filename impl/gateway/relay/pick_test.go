@@ -253,3 +253,15 @@ func TestPlanSkipsCoolingWithoutAllocating(t *testing.T) {
 		}
 	}
 }
+
+// An upstream out of routing (revoked credential) takes no place in the
+// attempt budget: with a budget of one the request still reaches the next.
+func TestRevokedUpstreamTakesNoAttempt(t *testing.T) {
+	t.Parallel()
+	good, goodHits := answering(t, 200, nil)
+	var now atomic.Int64
+	url, _ := routedHandler(t, &now, Options{MaxAttempts: 1}, revokedUpstream("up_o", "http://revoked.invalid"), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
+	if resp, b := send(t, url); resp.StatusCode != 200 || goodHits.Load() != 1 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}

@@ -361,7 +361,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
-		refuse(http.StatusBadRequest, "invalid_request_error", "request body must be a JSON object: "+err.Error())
+		refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
 		return false
 	}
 	if model == "" {
@@ -476,17 +476,28 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 		// under way, so a retry shortly succeeds; the provider's 401
 		// would tell the client its own key is wrong.
 		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
+	case errors.Is(err, errCredentialRevoked):
+		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_credential_revoked"
+	}
+	if shuttingDown(r) {
+		h.shutdownCut(w, ev, ev.At)
+		return
 	}
 	h.finish(*ev, ev.At)
 	if r.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
-	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "error", err)
+	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
 	switch ev.ErrorType {
 	case "upstream_timeout":
 		writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
 	case "upstream_unauthorized":
 		writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
+	case "upstream_credential_revoked":
+		// Retrying cannot help until an operator acts: the SDKs must not.
+		w.Header().Set("X-Should-Retry", "false")
+		writeError(w, http.StatusServiceUnavailable, "api_error",
+			"no upstream can serve this request: its provider revoked the upstream's OAuth credential (refresh grant refused); an operator must run the OAuth flow again")
 	default:
 		writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
 	}
@@ -534,11 +545,17 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" not found")
 		return
 	}
-	if len(p.Candidates) == 0 {
+	var up *snapshot.Upstream
+	for _, c := range p.Candidates {
+		if c.Routable() {
+			up = c
+			break
+		}
+	}
+	if up == nil {
 		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return
 	}
-	up := p.Candidates[0]
 	target := up.BaseURL + r.URL.Path
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
@@ -620,12 +637,24 @@ func filterModels(body []byte, p *snapshot.Principal) []byte {
 // answer, no response headers within headerTimeout, or an OAuth credential
 // that is expired or refused (401) — always before anything was sent to the
 // client, so the client's request does not fail while another upstream can
-// serve it. An expired or refused OAuth token starts a lazy refresh.
+// serve it. An expired or refused OAuth token starts a lazy refresh. An
+// upstream that is not Routable (its credential revoked) gets no request.
 func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte, headerTimeout time.Duration, now time.Time) (*http.Response, *snapshot.Upstream, *attempt, error) {
 	var lastErr error
 	var lastUp *snapshot.Upstream
 	for i, up := range cands {
 		last := i == len(cands)-1
+		if !up.Routable() {
+			// Out of routing (its credential was revoked): never sent.
+			// It explains the failure only when nothing else was tried.
+			if lastErr == nil {
+				lastErr, lastUp = errCredentialRevoked, up
+			}
+			if !last {
+				h.failover()
+			}
+			continue
+		}
 		if up.CredentialKind == credential.OAuth && expired(up, now) {
 			h.refreshToken(up)
 			if !last {
@@ -697,7 +726,13 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 	return nil, lastUp, nil, lastErr
 }
 
-var errOAuthRefused = errors.New("upstream refused its OAuth token")
+var (
+	errOAuthRefused = errors.New("upstream refused its OAuth token")
+	// errCredentialRevoked: the candidate's provider refused its OAuth
+	// refresh grant, so the credential is revoked until an operator runs
+	// the OAuth flow again.
+	errCredentialRevoked = errors.New("upstream credential revoked by its provider")
+)
 
 // outbound is the request to up carrying body, read through a.body, on
 // the target parsed once per snapshot (an Upstream not built by the
@@ -795,6 +830,10 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	var rerr error
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
+		if rerr != nil && !errors.Is(rerr, io.EOF) && shuttingDown(r) {
+			h.shutdownCut(w, ev, start)
+			return
+		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
 			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
@@ -864,7 +903,18 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		flusher.Flush()
 	}
 	abort := false
-	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
+	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone && shuttingDown(r) {
+		// Cut by the proxy's own shutdown, not by the upstream: the client
+		// is told as for any other cut; the event says why.
+		ev.ErrorType = "proxy_shutdown"
+		if isSSE {
+			writeStreamError(w, "api_error", shutdownMessage)
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		abort = true
+	} else if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
 		h.interrupted(ev, a, up)
 		ev.ErrorType = "stream_interrupted"
 		if r.Context().Err() == nil {
@@ -881,6 +931,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 			abort = true
 		}
 	}
+	if tap.errData != nil {
+		// The upstream ended the stream with its own error event, passed
+		// on unchanged: the answer failed, whatever its 200 said.
+		ev.ErrorType = errorType(tap.errData)
+		h.metrics.upstreamError(up, errorEventClass(ev.ErrorType))
+	}
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
@@ -894,6 +950,18 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		// ignores the error event still sees a truncated transfer.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// shutdownMessage tells a client its request was cut by the proxy's
+// shutdown: retried, it reaches another replica.
+const shutdownMessage = "the proxy is shutting down; retry the request"
+
+// shutdownCut records and answers a request cut by the proxy's shutdown
+// before any of its answer went to the client: a retryable 503.
+func (h *Handler) shutdownCut(w http.ResponseWriter, ev *store.RequestEvent, start time.Time) {
+	ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "proxy_shutdown"
+	h.finish(*ev, start)
+	writeError(w, http.StatusServiceUnavailable, "api_error", shutdownMessage)
 }
 
 // readUpTo reads body until EOF, an error or limit bytes, re-arming the

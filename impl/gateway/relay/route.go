@@ -135,7 +135,7 @@ func (h *Handler) binding(snap *snapshot.Snapshot, rt *snapshot.Router) (_ *plug
 	}
 	table := make([]plugins.Candidate, len(snap.Usable))
 	for i, u := range snap.Usable {
-		table[i] = plugins.Candidate{ID: u.ID, Name: u.Name, Kind: u.Kind, Healthy: u.Enabled && u.Credential != ""}
+		table[i] = plugins.Candidate{ID: u.ID, Name: u.Name, Kind: u.Kind, Healthy: u.Routable()}
 	}
 	b, err := h.plugins.BindRouter(rt.WasmDigest, rt.Config, table)
 	if err != nil {

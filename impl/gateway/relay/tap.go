@@ -4,7 +4,8 @@ import "bytes"
 
 // sseTap watches a server-sent event stream as it passes and keeps only the
 // data lines that carry usage (message_start and message_delta), so usage
-// can be read after the stream ends without buffering the stream.
+// can be read after the stream ends without buffering the stream, and the
+// data line of an error event the upstream ends the stream with.
 //
 // It runs on every read of every stream, so it copies nothing it does not
 // keep: a line's head is classified where it lies in the read, and only a
@@ -27,6 +28,11 @@ type sseTap struct {
 	// kept backs the kept lines, so a stream's few usage lines cost one
 	// allocation rather than one each.
 	kept []byte
+	// errEvent is set after an "event: error" line: the data line that
+	// follows is the error the upstream ended its stream with, kept in
+	// errData (errLine is set while that line is read).
+	errEvent, errLine bool
+	errData           []byte
 }
 
 // A data line's event type sits in its first bytes; this many are enough to
@@ -37,10 +43,11 @@ const tapDecideBytes = 64
 const tapMaxLine = 64 << 10
 
 func (t *sseTap) feed(p []byte) {
-	if !t.decided && len(t.line) == 0 && !t.usageEvent && !mayNameUsage(p) {
-		// Whole lines that name no usage event change nothing (most of a
-		// stream: content_block_delta, ping): only an unterminated rest,
-		// whose head may go on in the next read, goes the long way.
+	if !t.decided && len(t.line) == 0 && !t.usageEvent && !t.errEvent && !mayNameUsage(p) && !mayNameError(p) {
+		// Whole lines that name no usage event and no error change nothing
+		// (most of a stream: content_block_delta, ping): only an
+		// unterminated rest, whose head may go on in the next read, goes
+		// the long way.
 		p = p[bytes.LastIndexByte(p, '\n')+1:]
 	}
 	for len(p) > 0 {
@@ -68,9 +75,9 @@ func (t *sseTap) feed(p []byte) {
 			if t.keep && prev == 0 && i >= 0 {
 				// The whole line is in this read: kept without gathering.
 				if len(seg) <= tapMaxLine {
-					t.save(trimCR(seg))
+					t.keepLine(trimCR(seg))
 				}
-				t.decided, t.keep = false, false
+				t.decided, t.keep, t.errLine = false, false, false
 				continue
 			}
 			if t.keep {
@@ -81,9 +88,9 @@ func (t *sseTap) feed(p []byte) {
 		}
 		if i >= 0 {
 			if t.keep && len(t.line) > 0 {
-				t.save(trimCR(t.line))
+				t.keepLine(trimCR(t.line))
 			}
-			t.line, t.decided, t.keep = t.line[:0], false, false
+			t.line, t.decided, t.keep, t.errLine = t.line[:0], false, false, false
 		}
 	}
 }
@@ -95,6 +102,16 @@ func (t *sseTap) gather(seg []byte) {
 		return
 	}
 	t.line = append(t.line, seg...)
+}
+
+// keepLine keeps a whole kept line: an error event's as errData (the last
+// one wins), a usage line with the others.
+func (t *sseTap) keepLine(line []byte) {
+	if t.errLine {
+		t.errData = append(t.errData[:0], line...)
+		return
+	}
+	t.save(line)
 }
 
 // save keeps a copy of line. The copies share kept; each is capped at its
@@ -126,6 +143,7 @@ func (t *sseTap) decide(head []byte) {
 	case len(head) >= 6 && string(head[:6]) == "event:":
 		named, _, start := usageNames(head)
 		t.usageEvent = named
+		t.errEvent = isErrorEvent(head)
 		t.keep = false
 		t.started = t.started || start
 	case len(head) >= 5 && string(head[:5]) == "data:":
@@ -136,7 +154,10 @@ func (t *sseTap) decide(head []byte) {
 			t.keep = t.usageEvent || quoted
 			t.started = t.started || start
 		}
-		t.usageEvent = false
+		if t.errEvent {
+			t.keep, t.errLine = true, true
+		}
+		t.usageEvent, t.errEvent = false, false
 	default:
 		t.keep = false
 		if !t.started {
@@ -144,6 +165,35 @@ func (t *sseTap) decide(head []byte) {
 			t.started = start
 		}
 	}
+}
+
+// mayNameError reports whether a line of p, which starts a line, may be
+// an "event: error" line: one search per line for its end, rather than
+// one search of the whole read for a word JSON text is full of.
+func mayNameError(p []byte) bool {
+	for {
+		if v, ok := bytes.CutPrefix(p, []byte("event:")); ok {
+			v, _ = bytes.CutPrefix(v, []byte(" "))
+			if bytes.HasPrefix(v, []byte("error")) {
+				return true
+			}
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return false
+		}
+		p = p[i+1:]
+	}
+}
+
+// isErrorEvent reports whether the event line head names the error event
+// (the field's value after one optional space, as SSE reads it).
+func isErrorEvent(head []byte) bool {
+	v := head[len("event:"):]
+	if len(v) > 0 && v[0] == ' ' {
+		v = v[1:]
+	}
+	return string(trimCR(v)) == "error"
 }
 
 // mayNameUsage reports whether p holds message_ or content_block_start,

@@ -14,6 +14,7 @@ import (
 	"github.com/pillarhq/pillar/impl/cli"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/sso"
 )
 
 // Config is everything the proxy binary is told at start-up. Flags and the
@@ -33,6 +34,13 @@ type Config struct {
 	Admin     struct {
 		Auth struct {
 			Providers []AuthProvider `yaml:"providers"`
+			// BreakGlass keeps the static admin token (PROXY_ADMIN_TOKEN,
+			// the token file or providers); false turns it off, leaving
+			// scoped tokens and OIDC (docs/operations.md, Identity).
+			BreakGlass *bool `yaml:"break_glass"`
+			// OIDC signs people in through an OpenID Connect issuer and
+			// accepts its access tokens (docs/operations.md, Identity).
+			OIDC *sso.Config `yaml:"oidc"`
 		} `yaml:"auth"`
 	} `yaml:"admin"`
 	Database struct {
@@ -439,6 +447,12 @@ func (c *Config) Validate() error {
 		bad("drain_timeout", "must be 0-1h, got %s", c.DrainTimeout)
 	}
 	errs = append(errs, c.validateSecurity()...)
+	if o := c.Admin.Auth.OIDC; o != nil {
+		errs = append(errs, o.Validate("admin.auth.oidc")...)
+		if o.ClientSecretEnv == "" {
+			errs = append(errs, errors.New("admin.auth.oidc.client_secret_env: required (the variable holding the client secret)"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -599,6 +613,9 @@ func (c *Config) validateSecurity() []error {
 			if n == p.TokenEnv {
 				errs = append(errs, fmt.Errorf("%s: %s holds an admin token (admin.auth.providers) and cannot be allowed", key, n))
 			}
+		}
+		if o := c.Admin.Auth.OIDC; o != nil && n == o.ClientSecretEnv {
+			errs = append(errs, fmt.Errorf("%s: %s holds the OIDC client secret (admin.auth.oidc) and cannot be allowed", key, n))
 		}
 	}
 	return errs

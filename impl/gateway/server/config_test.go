@@ -301,3 +301,48 @@ proxy_listen: 127.0.0.1:7
 		t.Fatalf("bound %+v", c)
 	}
 }
+
+// admin.auth.break_glass: false turns the static admin token off: no
+// provider, no token file written, even with PROXY_ADMIN_TOKEN set.
+func TestBreakGlassTurnedOff(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "proxy.yaml")
+	if err := os.WriteFile(cfgFile, []byte("admin:\n  auth:\n    break_glass: false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig([]string{"--config", cfgFile, "--database-url", "sqlite://" + dir + "/p.db"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, note, err := adminAuth(c, env(map[string]string{"PROXY_ADMIN_TOKEN": "still-set"}))
+	if err != nil || len(auth) != 0 || !strings.Contains(note, "off") {
+		t.Fatalf("break-glass off: %d providers, %q, %v", len(auth), note, err)
+	}
+	if _, err := os.Stat(dir + "/p.db.admin-token"); !os.IsNotExist(err) {
+		t.Fatalf("a token file was written: %v", err)
+	}
+	// By default the token stays.
+	c, _ = ParseConfig([]string{"--database-url", "sqlite://" + dir + "/p.db"}, env(nil), io.Discard)
+	if auth, _, err := adminAuth(c, env(map[string]string{"PROXY_ADMIN_TOKEN": "t"})); err != nil || len(auth) != 1 {
+		t.Fatalf("default: %d providers, %v", len(auth), err)
+	}
+}
+
+// admin.auth.oidc is validated with the rest: every bad key named, its
+// client secret variable reserved from api_key_env.
+func TestOIDCConfigValidated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "proxy.yaml")
+	yaml := "upstream_key_env_allow: [IDP_SECRET]\nadmin:\n  auth:\n    oidc:\n      issuer: idp.example\n      client_secret_env: IDP_SECRET\n      redirect_url: https://admin.example/callback\n      roles: {ops: root}\n"
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseConfig([]string{"--config", cfgFile, "--database-url", "sqlite://" + dir + "/p.db"}, env(nil), io.Discard)
+	for _, want := range []string{"admin.auth.oidc.issuer", "admin.auth.oidc.client_id", "admin.auth.oidc.redirect_url", "admin.auth.oidc.roles.ops", "upstream_key_env_allow[0]: IDP_SECRET holds the OIDC client secret"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}

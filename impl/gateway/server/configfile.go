@@ -46,6 +46,11 @@ func bindNode(n *yaml.Node, v reflect.Value, path string, errs *[]error) {
 		return // an empty key keeps its default
 	}
 	switch {
+	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
+		if v.IsNil() { // an optional section: present once named
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		bindNode(n, v.Elem(), path, errs)
 	case v.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			bad("want a mapping of keys, got %s", describe(n))

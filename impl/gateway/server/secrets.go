@@ -1,16 +1,21 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
+	"github.com/pillarhq/pillar/impl/gateway/sso"
 )
 
 // secrets are what start reads before it touches the database, so a
@@ -19,6 +24,8 @@ type secrets struct {
 	box          *secret.Box
 	auth         []admin.Authenticator
 	metricsToken string
+	// signIn serves /auth/ when OIDC is configured.
+	signIn http.Handler
 	// keyNote and tokenNote say where the master key and the admin token
 	// came from, for the start-up banner (never the values).
 	keyNote, tokenNote string
@@ -73,6 +80,9 @@ func masterKey(db DatabaseURL, getenv func(string) string) ([]byte, string, erro
 // providers a static token comes from PROXY_ADMIN_TOKEN; on the embedded
 // default, absent that, a token file beside the database.
 func adminAuth(cfg *Config, getenv func(string) string) ([]admin.Authenticator, string, error) {
+	if b := cfg.Admin.Auth.BreakGlass; b != nil && !*b {
+		return nil, "off (admin.auth.break_glass: false; scoped tokens and OIDC only)", nil
+	}
 	var out []admin.Authenticator
 	var notes []string
 	for i, p := range cfg.Admin.Auth.Providers {
@@ -147,5 +157,37 @@ func reservedEnv(cfg *Config) []string {
 	for _, p := range cfg.Admin.Auth.Providers {
 		out = append(out, p.TokenEnv)
 	}
+	if o := cfg.Admin.Auth.OIDC; o != nil {
+		out = append(out, o.ClientSecretEnv)
+	}
 	return out
+}
+
+// startSignIn reads the OIDC issuer's discovery document and adds its
+// sign-in and access tokens to the admin API's providers. An unreachable
+// issuer fails the start: an operator who turned the break-glass token off
+// would otherwise have no way in.
+func (sec *secrets) startSignIn(ctx context.Context, cfg *Config, getenv func(string) string, log *slog.Logger) error {
+	o := cfg.Admin.Auth.OIDC
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.ClientSecret = getenv(c.ClientSecretEnv)
+	if c.ClientSecret == "" {
+		return fmt.Errorf("admin.auth.oidc.client_secret_env: environment variable %s is empty", c.ClientSecretEnv)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := sso.New(dctx, c, sso.Options{Logger: log.With("component", "sso")})
+	if err != nil {
+		return err
+	}
+	sec.auth = append(sec.auth, s)
+	sec.signIn = s.Handler()
+	if sec.tokenNote != "" {
+		sec.tokenNote += "; "
+	}
+	sec.tokenNote += "sign-in through " + c.Issuer
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -79,7 +80,20 @@ type running struct {
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
+	// inflight counts the proxy's handlers; cutInFlight cancels their
+	// requests' base context with relay.ErrShuttingDown when the drain
+	// times out, so each ends visibly and records its event.
+	inflight    *inFlight
+	cutInFlight context.CancelCauseFunc
 }
+
+// cutGrace is how long the requests cut at the end of the drain get to
+// tell their clients and hand over their events before their connections
+// are closed; closeGrace, how long handlers then get to return.
+const (
+	cutGrace   = time.Second
+	closeGrace = 500 * time.Millisecond
+)
 
 // start brings the proxy up in phases: the secrets (before anything is
 // touched), the storage, the runtime on it, the scheduler, the handlers,
@@ -88,6 +102,9 @@ type running struct {
 func start(ctx context.Context, cfg *Config, getenv func(string) string, log *slog.Logger, stderr io.Writer) (*running, error) {
 	sec, err := loadSecrets(cfg, getenv)
 	if err != nil {
+		return nil, err
+	}
+	if err := sec.startSignIn(ctx, cfg, getenv, log); err != nil {
 		return nil, err
 	}
 	stor, err := openStorage(ctx, cfg, log)
@@ -126,7 +143,11 @@ func (r *running) listen(cfg *Config, dest *egress.Policy, h handlers, metricsTo
 	dest.AddSelf(proxyLn.Addr()) // security: no upstream may loop back into this process
 	dest.AddSelf(adminLn.Addr())
 	errLog := slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)
-	proxySrv := newHTTPServer(h.relay, cfg.Listeners, errLog)
+	r.inflight = newInFlight()
+	proxySrv := newHTTPServer(r.inflight.wrap(h.relay), cfg.Listeners, errLog)
+	base, cut := context.WithCancelCause(context.Background())
+	proxySrv.BaseContext = func(net.Listener) context.Context { return base }
+	r.cutInFlight = cut
 	// Changes through the admin listener are audited as the admin API's.
 	audited := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		h.admin.ServeHTTP(w, req.WithContext(store.WithActor(req.Context(), "admin-api")))
@@ -188,6 +209,26 @@ func (r *running) close() {
 // connections are refused) and in-flight requests, long streams included,
 // get up to the drain timeout to finish before they are cut. The admin
 // listener stays up meanwhile, so probes and scrapes see the drain.
+// cut ends the requests still in flight after the drain: each is told
+// (relay.ErrShuttingDown: a stream gets the error event, a request still
+// waiting for its upstream a 503) and hands its request event to the
+// recorder; connections still open after cutGrace are closed, and the
+// recorder is closed only after every handler returned (or closeGrace).
+func (r *running) cut() {
+	r.cutInFlight(relay.ErrShuttingDown)
+	ctx, cancel := context.WithTimeout(context.Background(), cutGrace)
+	defer cancel()
+	if !r.inflight.wait(ctx) {
+		r.log.Warn("requests still in flight after the cut; closing their connections", "grace", cutGrace.String())
+	}
+	_ = r.proxySrv.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
+	defer ccancel()
+	if !r.inflight.wait(cctx) {
+		r.log.Warn("proxy handlers still running at exit; their request events are lost", "in_flight", r.inflight.n.Load())
+	}
+}
+
 func (r *running) shutdown() error {
 	r.life.draining.Store(true)
 	r.log.Info("draining", "timeout", r.drain.String())
@@ -195,7 +236,7 @@ func (r *running) shutdown() error {
 	defer cancel()
 	if err := r.proxySrv.Shutdown(ctx); err != nil {
 		r.log.Warn("drain timeout reached; cutting the requests still in flight", "timeout", r.drain.String())
-		_ = r.proxySrv.Close()
+		r.cut()
 	}
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer acancel()

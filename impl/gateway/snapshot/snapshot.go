@@ -146,6 +146,10 @@ type Upstream struct {
 	// CredentialExpiresAt is when an OAuth access token expires (zero when
 	// unknown or not OAuth): the relay refreshes lazily past it (issue 18).
 	CredentialExpiresAt time.Time
+	// RefreshRefused: the provider refused the OAuth credential's refresh
+	// grant for good (revoked); only the OAuth flow run again (a new
+	// credential) clears it.
+	RefreshRefused bool
 	// MessagesURL and CountTokensURL are precomputed request targets.
 	MessagesURL    string
 	CountTokensURL string
@@ -160,6 +164,14 @@ type Upstream struct {
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
+}
+
+// Routable reports whether requests may be sent to the upstream now: it
+// is enabled and holds a credential its provider has not revoked. A
+// revoked one would be refused on every request, and a client cannot fix
+// that by retrying; the relay passes over upstreams that are not.
+func (u *Upstream) Routable() bool {
+	return u.Enabled && u.Credential != "" && !u.RefreshRefused
 }
 
 // Opener decrypts an upstream credential bound to its upstream id.
@@ -220,6 +232,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
+			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {
 			pt, err := open.Open(u.Credential, credential.AD(u.ID))

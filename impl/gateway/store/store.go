@@ -257,6 +257,8 @@ type Config struct {
 // Store is the gateway's storage. Every mutation of configuration bumps the
 // config generation in the same transaction, so replicas can detect change.
 type Store interface {
+	// IdentityStore is the admin API's scoped tokens and audit trail.
+	IdentityStore
 	// OAuthStore is the background state of vendor_oauth upstreams.
 	OAuthStore
 	// KeepAliveStore is the prompt-cache keep-alive state.
@@ -306,7 +308,10 @@ type Store interface {
 	// RecordRefreshFailure records a failed OAuth token refresh of
 	// credential version credentialVersion in the upstream's Refresh*
 	// status fields; recorded is false when the credential was replaced
-	// since (the failure is moot). A background write.
+	// since (the failure is moot). A background write: it never bumps
+	// SpecRevision, but a refusal (refused: only a new credential helps)
+	// is a configuration change naming the upstream, since routing leaves
+	// the upstream out until then.
 	RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (recorded bool, err error)
 	// SetUpstreamCredential is a background write (OAuth tokens, refresh):
 	// it bumps CredentialVersion but never SpecRevision, and clears the
@@ -432,4 +437,11 @@ type AuditEntry struct {
 	Action       string
 	ResourceKind string
 	ResourceID   string
+	// ActorKind, Issuer, TokenName and Remote complete the actor (Actor);
+	// empty on rows written before they were recorded.
+	ActorKind, Issuer, TokenName, Remote string
+	Revision                             *int64
+	// Before and After are the resource's representation around the
+	// change, secrets removed; nil when not recorded.
+	Before, After json.RawMessage
 }

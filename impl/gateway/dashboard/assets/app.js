@@ -1,11 +1,19 @@
-// The dashboard: a client of the admin API. The token lives in this
-// module's memory and in this tab's sessionStorage (so a reload keeps the
-// session; closing the tab or signing out ends it). Every change sends the
-// ETag it was read with; a 409 shows the latest version and lets the
-// operator re-decide.
+// The dashboard: a client of the admin API. The operator signs in either
+// through the OIDC issuer (a server-side session: an HttpOnly cookie the
+// page never sees, and a CSRF token sent with every change) or with an
+// admin token, which lives in this module's memory and in this tab's
+// sessionStorage (so a reload keeps the session; closing the tab or
+// signing out ends it). Every change sends the ETag it was read with; a
+// 409 shows the latest version and lets the operator re-decide. What the
+// caller's role may not do is not offered (GET /admin/v1/me).
 
 const TOKEN_KEY = "proxy-admin-token";
 let token = "";
+let csrf = ""; // set when signed in through the issuer
+let me = null;
+
+const can = (perm) => !!me && me.permissions.includes(perm);
+const signedIn = () => !!token || !!csrf;
 
 function keepToken(t) {
   token = t;
@@ -56,7 +64,8 @@ class APIError extends Error {
 
 // api calls the admin API; body may be an object (JSON) or a Blob/File.
 async function api(method, path, body, headers = {}) {
-  const h = { Authorization: "Bearer " + token, ...headers };
+  const h = token ? { Authorization: "Bearer " + token, ...headers } : { ...headers };
+  if (csrf && method !== "GET" && method !== "HEAD") h["X-CSRF-Token"] = csrf;
   let payload;
   if (body instanceof Blob) {
     payload = body;
@@ -124,31 +133,57 @@ async function signIn(ev) {
   await start(t);
 }
 
-// start validates a token and opens the dashboard with it.
+// start validates a token (or the issuer's session) and opens the
+// dashboard with what the role allows.
 async function start(t) {
   token = t;
   try {
-    await api("GET", "/admin/v1/status");
+    ({ data: me } = await api("GET", "/admin/v1/me"));
   } catch (e) {
     keepToken("");
     showError(e);
     return;
   }
-  keepToken(t);
+  if (t) keepToken(t);
   banner("");
+  $("#who").textContent = `${me.email || me.token_name || me.subject} · ${me.role}`;
+  document.body.dataset.role = me.role;
+  let first = "";
+  for (const a of document.querySelectorAll("nav a[data-perm]")) {
+    a.hidden = !can(a.dataset.perm);
+    if (!a.hidden && !first) first = a.getAttribute("href");
+  }
   $("#nav").hidden = false;
   const si = $("#signin");
   if (si) si.hidden = true;
-  if (!location.hash || location.hash === "#/") location.hash = "#/overview";
+  if (!location.hash || location.hash === "#/" || !allowed(location.hash)) location.hash = first;
   else route();
 }
 
-function signOut() {
+async function signOut() {
+  if (csrf) await api("POST", "/auth/logout").catch(() => {});
   keepToken("");
   $("#nav").hidden = true;
   location.hash = "";
   location.reload();
 }
+
+// allowed reports whether the role may open the page behind a link.
+function allowed(hash) {
+  const a = document.querySelector(`nav a[href="${hash.split("?")[0]}"]`);
+  return !!a && can(a.dataset.perm);
+}
+
+// Controls that change something are not offered to a role that may not
+// write: every button and form of a page except those marked data-read
+// (filters, paging, navigation) is removed as the page is drawn.
+function pruneWrites() {
+  if (!me || can("write")) return;
+  for (const c of main().querySelectorAll("form:not([data-read]), button:not([data-read])")) {
+    if (!c.closest("[data-read]")) c.remove();
+  }
+}
+new MutationObserver(pruneWrites).observe(document.querySelector("#main"), { childList: true, subtree: true });
 
 // ----------------------------------------------------------- upstreams
 
@@ -284,7 +319,7 @@ async function principalsPage() {
     el("td", {}, (p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`).join(", ") || "none"),
     el("td", {}, p.cache_keepalive && p.cache_keepalive.enabled ? "on" : "off"),
     el("td", {},
-      el("button", { type: "button", onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
+      el("button", { type: "button", "data-read": true, onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
       el("button", { type: "button", onclick: async () => {
         try { await api("POST", `/admin/v1/principals/${p.id}/${p.enabled ? "disable" : "enable"}`, undefined, { "If-Match": `"${p.revision}"` }); route(); } catch (e) { showError(e); }
       } }, p.enabled ? "Disable" : "Enable"))));
@@ -631,8 +666,10 @@ async function requestsPage() {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const cursor = params.get("cursor") || "";
   if (!cursor) logCursors = [];
+  // An auditor reads the log but not the configuration: the principal
+  // filter then offers no names.
   const [{ data: ps }, { data: page }] = await Promise.all([
-    api("GET", "/admin/v1/principals"), api("GET", "/admin/v1/request-log?" + params)]);
+    can("read") ? api("GET", "/admin/v1/principals") : Promise.resolve({ data: [] }), api("GET", "/admin/v1/request-log?" + params)]);
   const principal = el("select", { id: "log-principal", name: "principal" }, el("option", { value: "" }, "any principal"),
     ps.map((p) => el("option", { value: p.id, selected: p.id === params.get("principal") }, p.name)));
   const status = el("select", { id: "log-status", name: "status" }, [["", "any status"], ["2xx", "2xx"], ["4xx", "4xx"], ["5xx", "5xx"], ["error", "errors (≥ 400)"], ["429", "429"]]
@@ -652,7 +689,7 @@ async function requestsPage() {
     for (const [k, v] of Object.entries(extra || {})) if (v) q.set(k, v);
     location.hash = "#/requests" + (q.toString() ? "?" + q : "");
   };
-  const form = el("form", { class: "inline", id: "log-filter", onsubmit: (ev) => { ev.preventDefault(); logCursors = []; go(); } },
+  const form = el("form", { class: "inline", id: "log-filter", "data-read": true, onsubmit: (ev) => { ev.preventDefault(); logCursors = []; go(); } },
     field("Principal", principal), field("Model", model), field("Status", status), field("From (local time)", since), field("Until (local time)", until),
     field("Per page", limit), el("button", { class: "primary", type: "submit" }, "Search"));
   const rows = page.events.map((e) => el("tr", { "data-event": e.id, class: e.status >= 400 ? "bad-row" : null },
@@ -663,8 +700,8 @@ async function requestsPage() {
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
     el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
   const pager = el("div", { class: "row pager" },
-    el("button", { type: "button", id: "log-newer", disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
-    el("button", { type: "button", id: "log-older", disabled: !page.next_cursor, onclick: () => { logCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"),
+    el("button", { type: "button", id: "log-newer", "data-read": true, disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
+    el("button", { type: "button", id: "log-older", "data-read": true, disabled: !page.next_cursor, onclick: () => { logCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"),
     el("span", { class: "hint" }, `${page.events.length} requests on this page, newest first`));
   return [
     el("section", { "aria-labelledby": "h-rl" }, el("h2", { id: "h-rl" }, "Request log"), form),
@@ -672,15 +709,55 @@ async function requestsPage() {
       : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager)];
 }
 
+// --------------------------------------------------------------- audit
+
+let auditCursors = [];
+
+async function auditPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const q = new URLSearchParams({ limit: "50" });
+  for (const k of ["actor_kind", "resource_kind", "actor", "cursor"]) if (params.get(k)) q.set(k, params.get(k));
+  const { data: page } = await api("GET", "/admin/v1/audit?" + q);
+  const go = (extra = {}) => {
+    const n = new URLSearchParams();
+    for (const [k, v] of Object.entries({ actor_kind: kind.value, resource_kind: res.value.trim(), actor: who.value.trim(), ...extra })) if (v) n.set(k, v);
+    location.hash = "#/audit?" + n;
+  };
+  const kind = el("select", { id: "audit-kind" }, [["", "any credential"], ["oidc", "signed in (OIDC)"], ["token", "scoped token"], ["break_glass", "break-glass token"], ["cli", "command line"]]
+    .map(([v, l]) => el("option", { value: v, selected: v === (params.get("actor_kind") || "") }, l)));
+  const res = el("input", { id: "audit-resource", value: params.get("resource_kind") || "", placeholder: "upstream, principal, key, …" });
+  const who = el("input", { id: "audit-actor", value: params.get("actor") || "", placeholder: "subject" });
+  const form = el("form", { class: "inline", id: "audit-filter", "data-read": true, onsubmit: (ev) => { ev.preventDefault(); auditCursors = []; go(); } },
+    field("Credential", kind), field("Resource", res), field("Who", who), el("button", { class: "primary", type: "submit", "data-read": true }, "Search"));
+  const doc = (label, v) => v === null || v === undefined ? "—" : el("details", {}, el("summary", {}, label), el("pre", {}, JSON.stringify(v, null, 2)));
+  const rows = page.entries.map((e) => el("tr", { "data-audit": e.id },
+    el("td", {}, time(e.at_unix_secs)),
+    el("td", {}, e.actor.kind || "—"),
+    el("td", {}, e.actor.token_name ? `${e.actor.token_name} (token)` : e.actor.subject, e.actor.issuer ? el("span", { class: "hint" }, ` ${e.actor.issuer}`) : ""),
+    el("td", {}, e.action), el("td", {}, `${e.resource_kind} ${e.resource_id}`), el("td", {}, e.actor.remote || "—"),
+    el("td", {}, doc("before", e.before), doc("after", e.after))));
+  const cursor = params.get("cursor");
+  const pager = el("p", { class: "pager" },
+    el("button", { type: "button", id: "audit-newer", "data-read": true, disabled: !cursor, onclick: () => { auditCursors.pop(); go({ cursor: auditCursors[auditCursors.length - 1] }); } }, "← Newer"), " ",
+    el("button", { type: "button", id: "audit-older", "data-read": true, disabled: !page.next_cursor, onclick: () => { auditCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"));
+  return [
+    el("section", { "aria-labelledby": "h-audit" }, el("h2", { id: "h-audit" }, "Audit trail"), form),
+    el("section", {}, page.entries.length ? table(["At (UTC)", "Credential", "Who", "Action", "Resource", "From", "Change"], rows)
+      : el("p", { class: "hint", id: "audit-empty" }, "No change matches."), pager)];
+}
+
 // -------------------------------------------------------------- router
 
 const pages = { "#/overview": overviewPage, "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage,
-  "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage };
+  "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage, "#/audit": auditPage };
 
 async function route() {
-  if (!token) return;
+  if (!signedIn() || !me) return;
   let key = (location.hash || "#/overview").split("?")[0];
-  if (!pages[key]) key = "#/overview";
+  if (!pages[key] || !allowed(key)) {
+    main().replaceChildren(el("p", { class: "hint", id: "not-offered" }, "This page is not available to your role."));
+    return;
+  }
   const page = pages[key];
   for (const a of document.querySelectorAll("nav a")) {
     if (a.getAttribute("href") === key) a.setAttribute("aria-current", "page");
@@ -691,7 +768,7 @@ async function route() {
     main().replaceChildren(...content);
     document.body.dataset.page = key.slice(2);
   } catch (e) {
-    if (e.status === 401) { keepToken(""); location.reload(); return; }
+    if (e.status === 401) { keepToken(""); csrf = ""; location.reload(); return; }
     showError(e);
   }
 }
@@ -700,4 +777,18 @@ $("#signin-form").addEventListener("submit", signIn);
 $("#signout").addEventListener("click", signOut);
 // Moving to another page clears the last page's message.
 window.addEventListener("hashchange", () => { banner(""); route(); });
-if (storedToken()) start(storedToken());
+
+// boot resumes an issuer session or a stored token, and offers the
+// issuer's sign-in when the gateway has one.
+async function boot() {
+  const res = await fetch("/auth/session", { cache: "no-store" }).catch(() => null);
+  const data = res ? await res.json().catch(() => null) : null;
+  if (res && res.ok && data) {
+    csrf = data.csrf_token;
+    await start("");
+    return;
+  }
+  if (data && data.error && data.error.code === "not_signed_in") $("#sso").hidden = false;
+  if (storedToken()) start(storedToken());
+}
+boot();

@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-
-	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // record writes, in tx, ch's audit row, bumps the config generation, logs
@@ -15,7 +13,7 @@ func (s *Store) record(ctx context.Context, tx *txn, ch *change) error {
 	if ch.revision != 0 {
 		rev = ch.revision
 	}
-	args := []any{store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), ch.action, ch.kind, ch.id, rev}
+	args := s.auditArgs(ctx, ch.action, ch.kind, ch.id, rev)
 	touched := changeRows(ch.touched)
 	var gen int64
 	if s.d.NotifyChannel != "" {
@@ -27,7 +25,7 @@ func (s *Store) record(ctx context.Context, tx *txn, ch *change) error {
 			return err
 		}
 	} else {
-		if _, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id, revision) VALUES (?, ?, ?, ?, ?, ?, ?)", args...); err != nil {
+		if _, err := s.exec(ctx, tx, insertAudit, args...); err != nil {
 			return err
 		}
 		if err := tx.QueryRowContext(ctx, "UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
@@ -67,12 +65,12 @@ func changeRows(touched []touch) []touch {
 // recordChangeQuery is record's one statement for n change log rows, on
 // databases with data-modifying WITH and NOTIFY: the sub-statements share
 // one snapshot, and the log rows take the generation from the bump's
-// RETURNING. Parameters: the audit row's seven, (kind, id) per log row,
+// RETURNING. Parameters: the audit row's (auditArgs), (kind, id) per log row,
 // the channel.
 func recordChangeQuery(n int) string {
 	var b strings.Builder
 	b.WriteString(`WITH g AS (UPDATE config_generation SET generation = generation + 1 WHERE id = 1 RETURNING generation),
-	a AS (INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id, revision) VALUES (?, ?, ?, ?, ?, ?, ?)),
+	a AS (` + insertAudit + `),
 	c AS (INSERT INTO config_changes (generation, kind, id) SELECT g.generation, v.kind, v.id FROM g, (VALUES `)
 	for i := range n {
 		if i > 0 {

@@ -80,8 +80,7 @@ func (s *Store) ResealAll(ctx context.Context, reseal func(store.Sealed) ([]byte
 				n++
 			}
 		}
-		_, err := s.exec(ctx, tx, "INSERT INTO audit_log (id, at, actor, action, resource_kind, resource_id) VALUES (?, ?, ?, ?, ?, ?)",
-			store.NewID("au"), s.d.t(s.nowT()), store.ActorFrom(ctx), "rotate_master_key", "master_key", "*")
+		_, err := s.exec(ctx, tx, insertAudit, s.auditArgs(ctx, "rotate_master_key", "master_key", "*", nil)...)
 		return err
 	})
 	if err != nil {

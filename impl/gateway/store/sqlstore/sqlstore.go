@@ -247,20 +247,3 @@ func (s *Store) optimistic(ctx context.Context, tx *txn, table, revCol, live, id
 	}
 	return nil
 }
-
-// ---------------------------------------------------------------- config
-
-// ----------------------------------------------------------------- audit
-
-func scanAudit(r scanner, e *store.AuditEntry) error {
-	return r.Scan(&e.ID, reqTime{&e.At}, &e.Actor, &e.Action, &e.ResourceKind, &e.ResourceID)
-}
-
-func (s *Store) ListAudit(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	es, err := list(ctx, s.d, s.pool, scanAudit,
-		"SELECT id, at, actor, action, resource_kind, resource_id FROM audit_log WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?", s.d.t(since), limit)
-	return es, s.d.classify(err)
-}

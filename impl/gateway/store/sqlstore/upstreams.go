@@ -242,15 +242,30 @@ func (s *Store) SetUpstreamStatus(ctx context.Context, id string, st store.Upstr
 }
 
 // RecordRefreshFailure writes the refresh columns only, and only while
-// the failed credential version is still the stored one.
+// the failed credential version is still the stored one. A refusal takes
+// the upstream out of routing, so it is a configuration change that every
+// replica's snapshot picks up (a transient failure changes no routing).
 func (s *Store) RecordRefreshFailure(ctx context.Context, id string, credentialVersion int64, msg string, refused bool, at time.Time) (bool, error) {
-	res, err := s.pool.ExecContext(ctx, s.d.rebind(`UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
-		WHERE id = ? AND credential_version = ? AND deleted_at IS NULL`), msg, s.d.t(at), refused, id, credentialVersion)
-	if err != nil {
-		return false, s.d.classify(err)
+	const q = `UPDATE upstreams SET refresh_error = ?, refresh_error_at = ?, refresh_refused = ?
+		WHERE id = ? AND credential_version = ? AND deleted_at IS NULL`
+	if !refused {
+		res, err := s.pool.ExecContext(ctx, s.d.rebind(q), msg, s.d.t(at), refused, id, credentialVersion)
+		if err != nil {
+			return false, s.d.classify(err)
+		}
+		n, _ := res.RowsAffected()
+		return n > 0, nil
 	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	var n int64
+	ch := audit("refresh_refused", "upstream", id)
+	ch.touch(changeUpstream, id)
+	err := s.tx(ctx, ch, func(tx *txn) error {
+		var err error
+		n, err = s.exec(ctx, tx, q, msg, s.d.t(at), refused, id, credentialVersion)
+		ch.none = n == 0 // a replaced credential's refusal changes nothing
+		return err
+	})
+	return n > 0, err
 }
 
 func (s *Store) SetUpstreamCredential(ctx context.Context, id, kind string, ciphertext []byte) (*store.Upstream, error) {

@@ -92,6 +92,7 @@ func Exercise(t *testing.T, open Opener) {
 	exercisePlugins(t, open)
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
+	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 
 // race runs fn from n goroutines at once and counts successes and stale

@@ -297,9 +297,16 @@ func testStatusWriters(t *testing.T, open Opener) {
 	if e := got.Error(); e == nil || *e != "refused: invalid_grant" {
 		t.Fatalf("operator's error = %v", e)
 	}
-	if must(b.st.ConfigGeneration(b.ctx)) != gen {
-		t.Fatal("a refresh failure bumped the config generation")
+	// The refusal takes the upstream out of routing: a configuration
+	// change naming it, which replicas apply as a delta.
+	if must(b.st.ConfigGeneration(b.ctx)) != gen+1 {
+		t.Fatal("a refused refresh is not a configuration change")
 	}
+	d := must(b.st.LoadConfigDelta(b.ctx, gen))
+	if len(d.Upstreams) != 1 || d.Upstreams[0].ID != u.ID || !d.Upstreams[0].Status.RefreshRefused {
+		t.Fatalf("the delta after a refusal: %+v", d.Upstreams)
+	}
+	gen++
 	// An apply error takes precedence in what the operator reads.
 	applyErr := "credential cannot be opened"
 	must(0, b.st.SetUpstreamStatus(b.ctx, u.ID, store.UpstreamStatus{LastApplyError: &applyErr}))
@@ -317,8 +324,15 @@ func testStatusWriters(t *testing.T, open Opener) {
 	if must(b.st.RecordRefreshFailure(b.ctx, u.ID, u.CredentialVersion, "late", false, now)) {
 		t.Fatal("a failure of a replaced credential was recorded")
 	}
+	gen = must(b.st.ConfigGeneration(b.ctx))
+	if must(b.st.RecordRefreshFailure(b.ctx, u.ID, u.CredentialVersion, "late refusal", true, now)) {
+		t.Fatal("a refusal of a replaced credential was recorded")
+	}
 	if !must(b.st.RecordRefreshFailure(b.ctx, u.ID, u2.CredentialVersion, "token endpoint down", false, now)) {
 		t.Fatal("transient failure not recorded")
+	}
+	if must(b.st.ConfigGeneration(b.ctx)) != gen {
+		t.Fatal("a moot refusal or a transient failure bumped the config generation")
 	}
 	got = must(b.st.GetUpstream(b.ctx, u.ID)).Status
 	if got.RefreshError == nil || *got.RefreshError != "token endpoint down" || got.RefreshRefused {
