@@ -397,7 +397,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	// Security (issue 19.4): a model id is short text, and it is stored
 	// with every request event.
 	if !validModelID(model) {
-		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8")
+		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8 without control characters")
 		return false
 	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
@@ -1248,6 +1248,13 @@ func errorType(body []byte) string {
 	j := bytes.IndexByte(body[i:], '"')
 	if j < 0 || j > 64 {
 		return "upstream_error"
+	}
+	// The type is stored with the request event: only a word of the
+	// shape Anthropic's types have, never bytes an upstream chose freely.
+	for _, c := range body[i : i+j] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "upstream_error"
+		}
 	}
 	return string(body[i : i+j])
 }
