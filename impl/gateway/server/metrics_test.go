@@ -68,7 +68,9 @@ func TestMetricsRegistryLintsClean(t *testing.T) {
 	}
 	names := gatheredNames(t, g)
 	for _, want := range []string{"svc_proxy_requests_total", "svc_proxy_request_duration_seconds", "svc_proxy_usage_requests_total",
-		"svc_proxy_usage_tokens_total", "svc_proxy_time_to_first_byte_seconds"} {
+		"svc_proxy_usage_tokens_total", "svc_proxy_time_to_first_byte_seconds",
+		// The state gauges of the alerting rules (package gauges).
+		"svc_upstream_credential_state", "svc_config_generation_snapshot", "svc_config_generation_stored"} {
 		if !names[want] {
 			t.Errorf("%s not registered", want)
 		}
