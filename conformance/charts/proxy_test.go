@@ -124,8 +124,9 @@ var _ = Describe("proxy chart", func() {
 		"ingress": map[string]any{"enabled": true, "className": "nginx",
 			"hosts": []any{map[string]any{"host": "llm.example.org"}},
 			"tls":   []any{map[string]any{"secretName": "llm-tls", "hosts": []any{"llm.example.org"}}}},
-		"autoscaling": map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5},
-		"grafana":     map[string]any{"dashboard": map[string]any{"enabled": true}},
+		"autoscaling":    map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5},
+		"grafana":        map[string]any{"dashboard": map[string]any{"enabled": true}},
+		"prometheusRule": map[string]any{"enabled": true},
 	}
 
 	It("renders as its golden files, defaults and everything enabled", func() {
