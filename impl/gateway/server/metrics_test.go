@@ -11,8 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -129,6 +131,42 @@ func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
 			}
 			if !names[base] {
 				t.Errorf("query names %s, which the proxy does not register: %s", m, e)
+			}
+		}
+	}
+}
+
+// The chart's alerting rules name only metrics the proxy registers: those
+// gathered, and the state gauges whose series exist only with their
+// subject (a budget, a polled subscription upstream).
+func TestAlertingRulesNameRegisteredMetrics(t *testing.T) {
+	g := newTestGateway(t)
+	names := gatheredNames(t, g)
+	descs := make(chan *prometheus.Desc, 16)
+	gauges.New(nil, nil, nil, nil).Describe(descs)
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range descs {
+		names[fqName.FindStringSubmatch(d.String())[1]] = true
+	}
+	path := filepath.Join("..", "..", "..", "charts", "proxy", "alerts", "proxy.rules.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := regexp.MustCompile(`(?m)^\s+expr: (?:\|\n)?((?:.|\n)*?)\n\s+(?:for|labels):`).FindAllStringSubmatch(string(raw), -1)
+	if n := strings.Count(string(raw), "- alert:"); len(exprs) != n || n == 0 {
+		t.Fatalf("%d expressions found in %s, which has %d alerts", len(exprs), path, n)
+	}
+	metric := regexp.MustCompile(`\bsvc_[a-z0-9_]+\b`)
+	for _, e := range exprs {
+		found := metric.FindAllString(e[1], -1)
+		if len(found) == 0 {
+			t.Errorf("rule names no proxy metric: %s", e[1])
+		}
+		for _, m := range found {
+			if !names[m] {
+				t.Errorf("rule names %s, which the proxy does not register: %s", m, e[1])
 			}
 		}
 	}
