@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -133,6 +134,30 @@ func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
 				t.Errorf("query names %s, which the proxy does not register: %s", m, e)
 			}
 		}
+	}
+}
+
+// On the real store, the upstream created without a credential is
+// reported missing by name, and the served generation is the stored one.
+func TestStateGaugesOnTheStore(t *testing.T) {
+	g := newTestGateway(t)
+	gen := g.rt.Current().Generation
+	want := fmt.Sprintf(`
+# HELP svc_config_generation_snapshot Configuration generation this replica serves.
+# TYPE svc_config_generation_snapshot gauge
+svc_config_generation_snapshot %d
+# HELP svc_config_generation_stored Configuration generation stored in the database, read at the scrape.
+# TYPE svc_config_generation_stored gauge
+svc_config_generation_stored %d
+# HELP svc_upstream_credential_state 1 for the state of each enabled upstream's credential (ok, refused, missing), 0 for the others.
+# TYPE svc_upstream_credential_state gauge
+svc_upstream_credential_state{state="missing",upstream="primary"} 1
+svc_upstream_credential_state{state="ok",upstream="primary"} 0
+svc_upstream_credential_state{state="refused",upstream="primary"} 0
+`, gen, gen)
+	if err := testutil.GatherAndCompare(g.reg, strings.NewReader(want),
+		"svc_config_generation_snapshot", "svc_config_generation_stored", "svc_upstream_credential_state"); err != nil {
+		t.Fatal(err)
 	}
 }
 
