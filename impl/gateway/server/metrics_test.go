@@ -83,8 +83,7 @@ func TestMetricsRegistryLintsClean(t *testing.T) {
 // The chart's Grafana dashboard is valid JSON and every query names a
 // metric the proxy registers.
 func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
-	g := newTestGateway(t)
-	names := gatheredNames(t, g)
+	names := registeredNames(t, newTestGateway(t))
 
 	path := filepath.Join("..", "..", "..", "charts", "proxy", "dashboards", "proxy.json")
 	raw, err := os.ReadFile(path)
@@ -161,19 +160,9 @@ svc_upstream_credential_state{state="refused",upstream="primary"} 0
 	}
 }
 
-// The chart's alerting rules name only metrics the proxy registers: those
-// gathered, and the state gauges whose series exist only with their
-// subject (a budget, a polled subscription upstream).
+// The chart's alerting rules name only metrics the proxy registers.
 func TestAlertingRulesNameRegisteredMetrics(t *testing.T) {
-	g := newTestGateway(t)
-	names := gatheredNames(t, g)
-	descs := make(chan *prometheus.Desc, 16)
-	gauges.New(nil, nil, nil, nil).Describe(descs)
-	close(descs)
-	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range descs {
-		names[fqName.FindStringSubmatch(d.String())[1]] = true
-	}
+	names := registeredNames(t, newTestGateway(t))
 	path := filepath.Join("..", "..", "..", "charts", "proxy", "alerts", "proxy.rules.yaml")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -195,6 +184,21 @@ func TestAlertingRulesNameRegisteredMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// registeredNames are the gathered names and the state gauges, whose
+// series exist only with their subject (a budget, a polled subscription
+// upstream).
+func registeredNames(t *testing.T, g *gateway) map[string]bool {
+	names := gatheredNames(t, g)
+	descs := make(chan *prometheus.Desc, 16)
+	gauges.New(nil, nil, nil, nil).Describe(descs)
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range descs {
+		names[fqName.FindStringSubmatch(d.String())[1]] = true
+	}
+	return names
 }
 
 func gatheredNames(t *testing.T, g *gateway) map[string]bool {
