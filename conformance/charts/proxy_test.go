@@ -239,6 +239,7 @@ var _ = Describe("proxy chart", func() {
 		Expect(notes).To(ContainSubstring("https://llm.example.org/v1/messages"))
 		Expect(notes).To(ContainSubstring("2-5 replicas, autoscaled"))
 		Expect(notes).To(ContainSubstring("grafana_dashboard=1"))
+		Expect(notes).To(ContainSubstring("PrometheusRule pillar-proxy"))
 	})
 
 	It("keeps its README values table and schema generated", func() {
