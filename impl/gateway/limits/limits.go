@@ -337,6 +337,11 @@ func (l *Limiter) add(principal string, ls []Limit, kind Kind, n int64) {
 // refused); ok is false when the principal has no budget. It reads the
 // cluster counts of the last sync plus this replica's since.
 func (l *Limiter) BudgetUsed(principal string, ls []Limit) (ratio float64, ok bool) {
+	// A scrape asks for every principal: those without a budget do not
+	// take the lock the request path admits under.
+	if !slices.ContainsFunc(ls, func(lim Limit) bool { return lim.Kind == USD && lim.Max > 0 }) {
+		return 0, false
+	}
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
