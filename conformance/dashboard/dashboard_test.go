@@ -256,6 +256,24 @@ var _ = Describe("Dashboard", func() {
 		run(ctx, chromedp.Click(".conflict button", chromedp.ByQuery))
 		waitBanner(ctx, "Upstream sim-renamed saved")
 
+		// Another host needs the key again: refused without it, saved with it.
+		moved := strings.Replace(sim.URL, "127.0.0.1", "localhost", 1)
+		run(ctx, chromedp.Click(`tr[data-upstream="sim-renamed"] td:last-child button:nth-child(2)`, chromedp.ByQuery), chromedp.WaitVisible("#edit-key", chromedp.ByID))
+		run(ctx, chromedp.SetValue("#edit-url", moved, chromedp.ByID), submit("#upstream-edit"))
+		waitBanner(ctx, "credential_required")
+		baseURL := func() any {
+			for _, u := range getList(a, "/admin/v1/upstreams") {
+				if u["name"] == "sim-renamed" {
+					return u["base_url"]
+				}
+			}
+			return nil
+		}
+		Expect(baseURL()).NotTo(Equal(moved))
+		run(ctx, chromedp.SetValue("#edit-url", moved, chromedp.ByID), chromedp.SetValue("#edit-key", simKey, chromedp.ByID), submit("#upstream-edit"))
+		waitBanner(ctx, "Upstream sim-renamed saved")
+		Expect(baseURL()).To(Equal(moved))
+
 		// Upload a plugin, bind it, delete it with its references.
 		show(ctx, px.AdminURL, "plugins")
 		run(ctx, chromedp.SetUploadFiles("#plugin-file", []string{h.Bin("plugins/pinrouter.wasm")}, chromedp.ByID),

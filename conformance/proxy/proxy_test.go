@@ -131,7 +131,7 @@ var _ = Describe("Proxy path", func() {
 			Expect(msg.Content[0].Text).To(Equal("hello proxy world"))
 			Expect(msg.Usage.InputTokens).To(Equal(3))
 		}
-		recs := w.sim.Requests()
+		recs := w.providerCalls() // the metadata refresh may list models meanwhile
 		Expect(recs).To(HaveLen(2))
 		for _, r := range recs {
 			Expect(r.Header.Get("X-Api-Key")).To(Equal(simKey))

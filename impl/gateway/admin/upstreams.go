@@ -98,6 +98,10 @@ type UpstreamPatchBody struct {
 	Enabled       *bool   `json:"enabled"`
 	Name          *string `json:"name"`
 	BaseURL       *string `json:"base_url"`
+	// APIKeyEnv and APIKeyValue replace a vendor_api_key upstream's key; a
+	// base_url of another origin needs one of them while a key is held.
+	APIKeyEnv   *string `json:"api_key_env"`
+	APIKeyValue *string `json:"api_key_value"`
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
@@ -142,11 +146,12 @@ func (a *api) location(ctx context.Context, field, raw string) error {
 	return nil
 }
 
-// credential resolves api_key_env / api_key_value into the sealed credential.
+// credential resolves api_key_env / api_key_value into the credential
+// sealed for upstream id at baseURL (bound to its origin, credential.AD).
 // No message repeats a value given for either field unless it is a
 // variable name the operator allowed (issue 19.5): a secret pasted into
 // api_key_env must not reach the response or the log.
-func (a *api) credential(id, kind string, env, value *string, required bool) ([]byte, error) {
+func (a *api) credential(id, kind, baseURL string, env, value *string, required bool) ([]byte, error) {
 	if env != nil && value != nil {
 		return nil, newErr("conflicting_api_key", "give either api_key_env or api_key_value, not both")
 	}
@@ -186,7 +191,7 @@ func (a *api) credential(id, kind string, env, value *string, required bool) ([]
 		}
 		return nil, nil
 	}
-	return a.Sealer.Seal([]byte(plain), credential.AD(id))
+	return a.Sealer.Seal([]byte(plain), credential.AD(id, kind, baseURL, ""))
 }
 
 func validKind(kind string) error {
@@ -211,7 +216,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := store.NewID("up")
-	cred, err := a.credential(id, b.Kind, b.APIKeyEnv, b.APIKeyValue, true)
+	cred, err := a.credential(id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true)
 	if err != nil {
 		return err
 	}
@@ -307,7 +312,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if b.Kind != nil && *b.Kind != cur.Kind {
 		return invalid("kind: an upstream's kind cannot change (it is %s); create a new upstream instead", cur.Kind)
 	}
-	cred, err := a.credential(id, cur.Kind, b.APIKeyEnv, b.APIKeyValue, false)
+	cred, err := a.credential(id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false)
 	if err != nil {
 		return err
 	}
@@ -355,8 +360,9 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin)")
+	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
+		b.APIKeyEnv == nil && b.APIKeyValue == nil {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value)")
 	}
 	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled}
 	if b.WarmupDialectPlugin != nil {
@@ -380,15 +386,28 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	wasWarm := false
-	if b.WarmupEnabled != nil && *b.WarmupEnabled {
+	if b.APIKeyEnv != nil || b.APIKeyValue != nil || (b.WarmupEnabled != nil && *b.WarmupEnabled) {
 		cur, err := a.Store.GetUpstream(r.Context(), id)
 		if err != nil {
 			return fromStore(err, resUpstream, id)
 		}
-		if !hasOAuth(cur) {
-			return warmupNeedsOAuth()
+		if b.WarmupEnabled != nil && *b.WarmupEnabled {
+			if !hasOAuth(cur) {
+				return warmupNeedsOAuth()
+			}
+			wasWarm = cur.WarmupEnabled
 		}
-		wasWarm = cur.WarmupEnabled
+		if b.APIKeyEnv != nil || b.APIKeyValue != nil {
+			// Sealed for the base_url the patch leaves: the new one when given.
+			base := cur.BaseURL
+			if b.BaseURL != nil {
+				base = *b.BaseURL
+			}
+			if patch.Credential, err = a.credential(id, cur.Kind, base, b.APIKeyEnv, b.APIKeyValue, false); err != nil {
+				return err
+			}
+			patch.CredentialKind = credential.APIKey
+		}
 	}
 	u, err := a.Store.PatchUpstream(r.Context(), id, expect, patch)
 	if err != nil {

@@ -33,6 +33,10 @@ type Metrics struct {
 
 	usageRequests, usageTokens *prometheus.CounterVec
 	usage                      usageCache
+
+	// openAI counts requests in OpenAI's dialect by endpoint (chat
+	// completions, models) and outcome (ok, error).
+	openAI [2][2]prometheus.Counter
 }
 
 // ErrorClass is what went wrong with an upstream attempt.
@@ -115,8 +119,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tokens of recorded requests by principal, upstream, model (as svc_proxy_usage_requests_total) and type: input, output, cache_read, cache_write.",
 	}, []string{"principal", "upstream", "model", "type"})
 	m.usage.entries = map[usageKey]*usageChildren{}
+	openAI := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_openai_requests_total",
+		Help: "Requests in OpenAI's dialect (docs/openai.md) by endpoint (chat_completions, models) and outcome (ok; error: an error status or a stream that ended with an error). They count in svc_proxy_requests_total too.",
+	}, []string{"endpoint", "outcome"})
+	for i, ep := range []string{"chat_completions", "models"} {
+		for j, out := range []string{"ok", "error"} {
+			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
+		}
+	}
 	reg.MustRegister(m.series, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
-		m.upstreamErrors, m.usageRequests, m.usageTokens)
+		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -250,9 +251,17 @@ const (
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var ep endpoint
+	var chat *openai.Writer
 	switch r.URL.Path {
 	case "/v1/messages":
 		ep = epMessages
+	case "/v1/chat/completions":
+		// OpenAI's Chat Completions, translated: the Messages pipeline
+		// writes into a writer that answers in OpenAI's shapes.
+		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.now)
+		defer h.finishOpenAI(chat, openAIChat)
+		w = chat
+		openai.Prepare(r)
 	case "/v1/messages/count_tokens":
 		ep = epCountTokens
 	case "/healthz":
@@ -262,6 +271,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
+			if openai.Dialect(r) {
+				mw := openai.NewWriter(w, openai.Models, h.now)
+				defer h.finishOpenAI(mw, openAIModels)
+				w = mw
+				openai.Prepare(r)
+			}
 			h.models(w, r)
 			return
 		}
@@ -281,7 +296,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// long as it is open, and with this split it stays within 8 KB rather
 	// than doubling to 16 KB (issue 22: 2,000 streams).
 	var q admitted
-	q.start = h.now()
+	q.start, q.chat = h.now(), chat
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
 	defer func() { h.held.give(q.held) }()
@@ -300,6 +315,7 @@ type admitted struct {
 	stream   bool // the request asks for a stream (count_tokens answers none)
 	cands    []*snapshot.Upstream
 	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
+	chat     *openai.Writer // set for a Chat Completions request: its body is translated
 }
 
 // admit authenticates the request, reads and checks its body, applies the
@@ -341,6 +357,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 			refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
 		}
 		return false
+	}
+	if q.chat != nil {
+		if body, err = h.translate(q, body); err != nil {
+			status, typ := http.StatusBadRequest, "invalid_request_error"
+			if errors.Is(err, errOverloaded) {
+				status, typ = 529, "overloaded_error"
+			}
+			refuse(status, typ, err.Error())
+			return false
+		}
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {

@@ -232,7 +232,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {
-			pt, err := open.Open(u.Credential, credential.AD(u.ID))
+			pt, err := open.Open(u.Credential, credential.UpstreamAD(u))
 			if err != nil {
 				s.Errors[u.ID] = "credential cannot be decrypted with the configured master key"
 				v.CredentialKind = ""

@@ -135,6 +135,12 @@ type UpstreamPatch struct {
 	// WarmupDialectPlugin: set SetWarmupDialect to apply (nil value clears).
 	SetWarmupDialect    bool
 	WarmupDialectPlugin *string
+	// Credential, when not nil, replaces the sealed credential (of kind
+	// CredentialKind) in the same change. A base_url of another origin is
+	// refused with ErrCredentialRequired without one while the upstream
+	// holds a credential.
+	Credential     []byte
+	CredentialKind string
 }
 
 // Principal is an identity that holds proxy keys.
@@ -279,7 +285,10 @@ type Store interface {
 	CreateUpstream(ctx context.Context, spec UpstreamSpec) (*Upstream, error)
 	GetUpstream(ctx context.Context, id string) (*Upstream, error)
 	ListUpstreams(ctx context.Context) ([]Upstream, error)
-	// UpdateUpstream replaces the user-managed fields (PUT).
+	// UpdateUpstream replaces the user-managed fields (PUT). Without a
+	// credential in spec, a change of the origins the stored credential is
+	// sent to (CredentialOrigins) fails with ErrCredentialRequired, nothing
+	// changed; PatchUpstream likewise for its base_url.
 	UpdateUpstream(ctx context.Context, id string, expectRevision int64, spec UpstreamSpec) (*Upstream, error)
 	PatchUpstream(ctx context.Context, id string, expectRevision int64, patch UpstreamPatch) (*Upstream, error)
 	// DeleteUpstream soft-deletes; fails with *ReferencedError while chain

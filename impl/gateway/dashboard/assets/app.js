@@ -261,10 +261,16 @@ async function editUpstream(id) {
   panel.hidden = false;
   const name = el("input", { id: "edit-name", value: u.name });
   const url = el("input", { id: "edit-url", value: u.base_url });
+  // A stored key goes only to the host it was given for: moving to another
+  // host needs it again (credential_required otherwise).
+  const key = el("input", { id: "edit-key", type: "password", autocomplete: "off", placeholder: "unchanged" });
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
+    const body = { name: name.value, base_url: url.value };
+    if (key.value) body.api_key_value = key.value;
+    key.value = "";
     try {
-      await api("PUT", `/admin/v1/upstreams/${id}`, { name: name.value, base_url: url.value }, { "If-Match": useEtag });
+      await api("PUT", `/admin/v1/upstreams/${id}`, body, { "If-Match": useEtag });
       banner(`Upstream ${name.value} saved.`, true);
       route();
     } catch (e) {
@@ -277,7 +283,9 @@ async function editUpstream(id) {
   };
   panel.replaceChildren(el("h2", {}, `Edit ${u.name}`),
     el("form", { class: "inline", id: "upstream-edit", onsubmit: (ev) => save(ev, etag) },
-      field("Name", name), field("Base URL", url), el("button", { class: "primary", type: "submit" }, "Save")));
+      field("Name", name), field("Base URL", url),
+      ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
+      el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
 }
 

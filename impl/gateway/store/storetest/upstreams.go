@@ -57,9 +57,9 @@ func testUpstreams(t *testing.T, open Opener) {
 	b.clk.Advance(time.Minute)
 	spec := apiKeySpec("renamed")
 	spec.Credential = nil
-	spec.BaseURL = "https://other.example"
+	spec.BaseURL = "https://api.example/v1" // the same origin: the credential stays (CredentialStaysWithItsOrigin)
 	up := must(b.st.UpdateUpstream(b.ctx, u.ID, 1, spec))
-	if up.SpecRevision != 2 || up.Name != "renamed" || up.BaseURL != "https://other.example" || string(up.Credential) != "ct-main" || !up.UpdatedAt.Equal(b.clk.Now()) {
+	if up.SpecRevision != 2 || up.Name != "renamed" || up.BaseURL != "https://api.example/v1" || string(up.Credential) != "ct-main" || !up.UpdatedAt.Equal(b.clk.Now()) {
 		t.Fatalf("updated %+v", up)
 	}
 	_, err = b.st.UpdateUpstream(b.ctx, u.ID, 1, spec)
