@@ -22,7 +22,7 @@ func BenchmarkCollect(b *testing.B) {
 	for i := range 20 {
 		id := fmt.Sprintf("up_%d", i)
 		cfg.Upstreams = append(cfg.Upstreams, store.Upstream{ID: id, Name: "u" + id, Kind: store.KindVendorOAuth, BaseURL: "http://a", Enabled: true,
-			Credential: sealed(id, `{"access_token":"at"}`), CredentialKind: credential.OAuth})
+			Credential: sealed(id, store.KindVendorOAuth, "http://a", `{"access_token":"at"}`), CredentialKind: credential.OAuth})
 	}
 	for i := range 10_000 {
 		p := store.Principal{ID: fmt.Sprintf("pr_%d", i), Name: fmt.Sprintf("p%d", i), Enabled: true}

@@ -28,7 +28,7 @@ func (opener) Open(ct, ad []byte) ([]byte, error) {
 	return ct[len(ad):], nil
 }
 
-func sealed(id, pt string) []byte { return append(credential.AD(id), pt...) }
+func sealed(id, kind, base, pt string) []byte { return append(credential.AD(id, kind, base, ""), pt...) }
 
 type snaps struct{ s *snapshot.Snapshot }
 
@@ -61,9 +61,9 @@ func build() *snapshot.Snapshot {
 	return snapshot.Build(&store.Config{
 		Generation: 41,
 		Upstreams: []store.Upstream{
-			{ID: "up_1", Name: "team-key", Kind: store.KindVendorAPIKey, BaseURL: "http://a", Enabled: true, Credential: sealed("up_1", "sk"), CredentialKind: credential.APIKey},
-			{ID: "up_2", Name: "max-a", Kind: store.KindVendorOAuth, BaseURL: "http://b", Enabled: true, Credential: sealed("up_2", `{"access_token":"at"}`), CredentialKind: credential.OAuth},
-			{ID: "up_3", Name: "max-revoked", Kind: store.KindVendorOAuth, BaseURL: "http://c", Enabled: true, Credential: sealed("up_3", `{"access_token":"at"}`), CredentialKind: credential.OAuth,
+			{ID: "up_1", Name: "team-key", Kind: store.KindVendorAPIKey, BaseURL: "http://a", Enabled: true, Credential: sealed("up_1", store.KindVendorAPIKey, "http://a", "sk"), CredentialKind: credential.APIKey},
+			{ID: "up_2", Name: "max-a", Kind: store.KindVendorOAuth, BaseURL: "http://b", Enabled: true, Credential: sealed("up_2", store.KindVendorOAuth, "http://b", `{"access_token":"at"}`), CredentialKind: credential.OAuth},
+			{ID: "up_3", Name: "max-revoked", Kind: store.KindVendorOAuth, BaseURL: "http://c", Enabled: true, Credential: sealed("up_3", store.KindVendorOAuth, "http://c", `{"access_token":"at"}`), CredentialKind: credential.OAuth,
 				Status: store.UpstreamStatus{RefreshRefused: true}},
 			{ID: "up_4", Name: "rekeyed", Kind: store.KindVendorAPIKey, BaseURL: "http://d", Enabled: true, Credential: []byte("sealed under another key"), CredentialKind: credential.APIKey},
 			{ID: "up_5", Name: "empty", Kind: store.KindVendorOAuth, BaseURL: "http://e", Enabled: true},
