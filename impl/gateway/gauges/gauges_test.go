@@ -28,7 +28,9 @@ func (opener) Open(ct, ad []byte) ([]byte, error) {
 	return ct[len(ad):], nil
 }
 
-func sealed(id, kind, base, pt string) []byte { return append(credential.AD(id, kind, base, ""), pt...) }
+func sealed(id, kind, base, pt string) []byte {
+	return append(credential.AD(id, kind, base, ""), pt...)
+}
 
 type snaps struct{ s *snapshot.Snapshot }
 
