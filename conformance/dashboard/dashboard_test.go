@@ -178,6 +178,8 @@ var _ = Describe("Dashboard", func() {
 		Expect(text(ctx, "#stat-err")).To(ContainSubstring("3.6 %"))
 		Expect(bodyText(ctx)).To(And(ContainSubstring("claude-sonnet-4-5"), ContainSubstring("claude-haiku-4-5"), ContainSubstring("Upstream health")))
 		Expect(text(ctx, `tr[data-upstream="sim"]`)).To(ContainSubstring("enabled"))
+		// The routing column: weight and requests in flight (docs/routing.md).
+		Expect(text(ctx, `tr[data-upstream="sim"]`)).To(And(ContainSubstring("weight 1"), ContainSubstring("in flight")))
 		// Spend today: the priced requests' cost, exact, and a Spend column.
 		Expect(text(ctx, "#stat-spend")).To(MatchRegexp(`\$0\.0\d+`))
 		Expect(bodyText(ctx)).To(ContainSubstring("Spend"))

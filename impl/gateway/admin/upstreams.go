@@ -29,6 +29,7 @@ type UpstreamResponse struct {
 	OAuthAuthorizeURL   *string        `json:"oauth_authorize_url,omitempty"`
 	OAuthTokenURL       *string        `json:"oauth_token_url,omitempty"`
 	HasCredential       bool           `json:"has_credential"`
+	Weight              int            `json:"weight"`
 	Status              UpstreamStatus `json:"status"`
 	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
 	UpdatedAtUnixSecs   int64          `json:"updated_at_unix_secs"`
@@ -44,7 +45,7 @@ type UpstreamStatus struct {
 func upstreamResponse(u *store.Upstream) UpstreamResponse {
 	r := UpstreamResponse{
 		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
-		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0,
+		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0, Weight: u.Weight,
 		Status: UpstreamStatus{
 			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
 			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
@@ -75,6 +76,9 @@ type UpstreamCreateBody struct {
 	// endpoints of a vendor_oauth upstream.
 	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
 	OAuthTokenURL     *string `json:"oauth_token_url"`
+	// Weight is the upstream's share of new work in its priority class
+	// (docs/routing.md); default 1, 0 is standby.
+	Weight *int `json:"weight"`
 }
 
 // UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
@@ -90,6 +94,8 @@ type UpstreamUpdateBody struct {
 	// OAuth endpoints are kept unless given.
 	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
 	OAuthTokenURL     *string `json:"oauth_token_url"`
+	// Weight is kept unless given.
+	Weight *int `json:"weight"`
 }
 
 // UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
@@ -102,9 +108,18 @@ type UpstreamPatchBody struct {
 	// base_url of another origin needs one of them while a key is held.
 	APIKeyEnv   *string `json:"api_key_env"`
 	APIKeyValue *string `json:"api_key_value"`
+	Weight      *int    `json:"weight"`
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
+}
+
+// validWeight checks a routing weight, when given.
+func validWeight(w *int) error {
+	if w != nil && (*w < 0 || *w > store.MaxWeight) {
+		return invalid("weight: must be 0 (standby) to %d, got %d", store.MaxWeight, *w)
+	}
+	return nil
 }
 
 // validName checks a resource name: 1 to 128 characters of valid UTF-8,
@@ -220,8 +235,11 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
 	spec := store.UpstreamSpec{ID: id, Name: b.Name, Kind: b.Kind, BaseURL: b.BaseURL, Enabled: true,
-		WarmupEnabled: b.Kind == store.KindVendorOAuth}
+		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -316,7 +334,10 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
+	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled, Weight: b.Weight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -361,10 +382,13 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
-		b.APIKeyEnv == nil && b.APIKeyValue == nil {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value)")
+		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight)")
 	}
-	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
+	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled, Weight: b.Weight}
 	if b.WarmupDialectPlugin != nil {
 		patch.SetWarmupDialect = true
 		if string(b.WarmupDialectPlugin) != "null" {

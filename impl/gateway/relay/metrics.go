@@ -20,6 +20,9 @@ import (
 type Metrics struct {
 	series    *requestSeries
 	failovers prometheus.Counter
+	// cooldowns counts upstreams taken out of routing by a 429/529;
+	// allCooling, requests refused because every candidate was.
+	cooldowns, allCooling prometheus.Counter
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
@@ -86,6 +89,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a request moved on to the next candidate upstream.",
 		}),
 	}
+	m.cooldowns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_cooldowns_total",
+		Help: "Times a 429 or 529 took an upstream out of routing (or extended its cooldown) on this replica.",
+	})
+	m.allCooling = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_all_upstreams_cooling_total",
+		Help: "Requests answered 429 by the proxy itself because every candidate upstream was cooling down.",
+	})
 	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_principal_limited_total",
 		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
@@ -128,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
 		}
 	}
-	reg.MustRegister(m.series, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
+	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, limited, timeouts, m.interrupted, m.lazyRefreshes,
 		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }

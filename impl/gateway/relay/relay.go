@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -88,6 +90,12 @@ type Options struct {
 	// Refresher refreshes an OAuth upstream's token lazily when a request
 	// meets it expired or refused (optional).
 	Refresher TokenRefresher
+	// Board is the upstreams' live routing state: cooldowns and requests
+	// in flight (optional: without it nothing cools down).
+	Board *routing.Board
+	// MaxAttempts bounds how many upstreams one request is sent to,
+	// failover included (zero: DefaultMaxAttempts; at most 16).
+	MaxAttempts int
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -109,6 +117,9 @@ type Handler struct {
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	refresh                                                             *refresher
+	board                                                               *routing.Board
+	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
+	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
 
@@ -178,6 +189,12 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
+	h.board, h.randN = o.Board, rand.Uint64N
+	h.maxAttempts = o.MaxAttempts
+	if h.maxAttempts <= 0 {
+		h.maxAttempts = DefaultMaxAttempts
+	}
+	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
 	if o.Refresher != nil {
 		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
 			busy: map[string]bool{}, ended: map[string]time.Time{},
@@ -312,8 +329,8 @@ type admitted struct {
 	body     []byte
 	held     int64 // body bytes reserved against the global cap, given back when the handler returns
 	model    string
-	stream   bool // the request asks for a stream (count_tokens answers none)
-	cands    []*snapshot.Upstream
+	stream   bool           // the request asks for a stream (count_tokens answers none)
+	attempts attemptList    // the upstreams to try, in order
 	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
 	chat     *openai.Writer // set for a Chat Completions request: its body is translated
 }
@@ -427,7 +444,22 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		refuse(http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return false
 	}
-	q.key, q.body, q.model, q.stream, q.cands, q.standing = k, body, model, stream, cands, standing
+	// The built-in router spreads by weight within each priority class; a
+	// router plugin's order is kept.
+	h.plan(&q.attempts, cands, !p.Dynamic, start)
+	if q.attempts.n == 0 {
+		// Every candidate is cooling down: the client learns when the
+		// first comes back rather than a provider's 429 per request.
+		wait := q.attempts.soonest.Sub(start)
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+		w.Header().Set("X-Should-Retry", strconv.FormatBool(wait <= maxClientRetryWait))
+		if h.metrics != nil {
+			h.metrics.allCooling.Inc()
+		}
+		refuse(http.StatusTooManyRequests, "rate_limit_error", "every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339))
+		return false
+	}
+	q.key, q.body, q.model, q.stream, q.standing = k, body, model, stream, standing
 	return true
 }
 
@@ -440,12 +472,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
 	}
-	resp, up, a, err := h.dispatch(r, ep, q.cands, q.body, headerTimeout, start)
+	resp, up, a, err := h.dispatch(r, ep, q.attempts.ups(), q.body, headerTimeout, start)
 	if err != nil {
 		h.unreachable(w, r, err, up, &ev)
 		return
 	}
 	defer a.done()
+	defer h.board.Begin(up.ID).End()
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
@@ -702,6 +735,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			continue
 		}
+		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) && h.metrics != nil {
+			h.metrics.cooldowns.Inc()
+		}
 		if !last && retryableStatus(resp.StatusCode) {
 			class, _ := statusErrorClass(resp.StatusCode)
 			h.metrics.upstreamError(up, class)
@@ -775,8 +811,16 @@ func (h *Handler) refreshToken(up *snapshot.Upstream) {
 	}
 }
 
+// retryableStatus: answers another upstream may not give, sent before
+// anything reached the client (a rate limit, an overload, a server error
+// or a gateway's) fail over.
 func retryableStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code == 529 || code == http.StatusServiceUnavailable
+	switch code {
+	case http.StatusTooManyRequests, 529, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // bufferLimit bounds how much of a non-streaming response is read before

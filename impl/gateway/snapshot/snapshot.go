@@ -158,6 +158,9 @@ type Upstream struct {
 	// Shared by every request: never modify them.
 	MessagesTarget, CountTokensTarget *url.URL
 	SpecRevision                      int64
+	// Weight is the upstream's share of new work within its priority
+	// class (the built-in router's spreading); 0 weighs as 1.
+	Weight int
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
@@ -228,7 +231,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		u := &cfg.Upstreams[i]
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
-			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision,
+			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
 			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {

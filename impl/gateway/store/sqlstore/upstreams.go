@@ -13,14 +13,14 @@ import (
 
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
-	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused`
+	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight`
 
 func scanUpstream(r scanner, u *store.Upstream) error {
 	var dialect, applyErr, refreshErr sql.NullString
 	if err := r.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
 		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
-		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused); err != nil {
+		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight); err != nil {
 		return err
 	}
 	if refreshErr.Valid {
@@ -71,11 +71,15 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		if spec.Credential != nil {
 			version = 1
 		}
+		weight := store.DefaultWeight
+		if spec.Weight != nil {
+			weight = *spec.Weight
+		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
-			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
+			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
-			spec.OAuthAuthorizeURL, spec.OAuthTokenURL)
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight)
 		if err != nil {
 			return err
 		}
@@ -112,6 +116,10 @@ func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int
 func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
 	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?"
 	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL}
+	if spec.Weight != nil {
+		set += ", weight = ?"
+		args = append(args, *spec.Weight)
+	}
 	var check func(*txn) error
 	if spec.Credential != nil {
 		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
@@ -171,6 +179,9 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	}
 	if p.WarmupEnabled != nil {
 		add("warmup_enabled", *p.WarmupEnabled)
+	}
+	if p.Weight != nil {
+		add("weight", *p.Weight)
 	}
 	if p.SetWarmupDialect {
 		var v any
