@@ -124,7 +124,7 @@ func decodeAll(objs []charts.Object) {
 			decode[networkingv1.Ingress](o)
 		case "HorizontalPodAutoscaler":
 			decode[autoscalingv2.HorizontalPodAutoscaler](o)
-		case "Certificate", "Issuer", "ServiceMonitor":
+		case "Certificate", "Issuer", "ServiceMonitor", "PrometheusRule":
 			// Third-party kinds: checked field by field where used.
 		default:
 			Fail("unexpected kind " + o.Kind + " in " + o.Source)

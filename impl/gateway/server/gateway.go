@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
+	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
@@ -96,6 +97,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	_ = g.lim.Sync(ctx)
+	// The state operators alert on, read at each scrape.
+	g.reg.MustRegister(gauges.New(g.rt, st, g.lim, log.With("component", "gauges")))
 	// The price installer comes before the recorder, which prices each
 	// event with the catalog installed when it is recorded.
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)

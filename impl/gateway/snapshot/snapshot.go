@@ -488,6 +488,15 @@ func (s *Snapshot) KeyByHash(h [sha256.Size]byte) *Key { return s.keys[h[0]][h] 
 // Principal returns a principal by id, or nil.
 func (s *Snapshot) Principal(id string) *Principal { return s.principals[id] }
 
+// Principals returns the snapshot's principals, in no order.
+func (s *Snapshot) Principals() []*Principal {
+	out := make([]*Principal, 0, len(s.principals))
+	for _, p := range s.principals {
+		out = append(out, p)
+	}
+	return out
+}
+
 // Upstream returns a live upstream by id, or nil.
 func (s *Snapshot) Upstream(id string) *Upstream { return s.upstreamID[id] }
 
