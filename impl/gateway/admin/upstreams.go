@@ -166,7 +166,14 @@ func (a *api) location(ctx context.Context, field, raw string) error {
 // No message repeats a value given for either field unless it is a
 // variable name the operator allowed (issue 19.5): a secret pasted into
 // api_key_env must not reach the response or the log.
-func (a *api) credential(id, kind, baseURL string, env, value *string, required bool) ([]byte, error) {
+func (a *api) credential(r *http.Request, id, kind, baseURL string, env, value *string, required bool) ([]byte, error) {
+	// A variable's value is a key the caller never sees, sent to the
+	// base_url the caller chooses: only the admin role may name one.
+	if caller, ok := IdentityFrom(r.Context()); env != nil && ok && caller.Role != RoleAdmin {
+		e := newErr("forbidden", "the %s role may not name api_key_env (a key from the server's environment); give api_key_value, or ask an admin", caller.Role)
+		e.Details = map[string]any{"role": caller.Role}
+		return nil, e
+	}
 	if env != nil && value != nil {
 		return nil, newErr("conflicting_api_key", "give either api_key_env or api_key_value, not both")
 	}
@@ -231,7 +238,7 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := store.NewID("up")
-	cred, err := a.credential(id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true)
+	cred, err := a.credential(r, id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true)
 	if err != nil {
 		return err
 	}
@@ -330,7 +337,7 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if b.Kind != nil && *b.Kind != cur.Kind {
 		return invalid("kind: an upstream's kind cannot change (it is %s); create a new upstream instead", cur.Kind)
 	}
-	cred, err := a.credential(id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false)
+	cred, err := a.credential(r, id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false)
 	if err != nil {
 		return err
 	}
@@ -427,7 +434,7 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 			if b.BaseURL != nil {
 				base = *b.BaseURL
 			}
-			if patch.Credential, err = a.credential(id, cur.Kind, base, b.APIKeyEnv, b.APIKeyValue, false); err != nil {
+			if patch.Credential, err = a.credential(r, id, cur.Kind, base, b.APIKeyEnv, b.APIKeyValue, false); err != nil {
 				return err
 			}
 			patch.CredentialKind = credential.APIKey
