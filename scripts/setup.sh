@@ -20,6 +20,7 @@ command -v losetup >/dev/null || need_apt+=(mount)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)             # make vet
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)          # make generate, make verify
 command -v wat2wasm >/dev/null || need_apt+=(wabt)                      # plugins written in WebAssembly text (make plugins, plugin tests)
+command -v promtool >/dev/null || need_apt+=(prometheus)                # promtool test rules: the proxy chart's alerting rules
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing ${need_apt[*]} with apt-get"

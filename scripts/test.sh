@@ -50,6 +50,8 @@ for target in \
   "FuzzScanRequest ./impl/gateway/relay/" \
   "FuzzSSETap ./impl/gateway/relay/" \
   "FuzzRelayStreamPassthrough ./impl/gateway/relay/" \
+  "FuzzTranslate ./impl/gateway/openai/" \
+  "FuzzStream ./impl/gateway/openai/" \
   "FuzzDecode ./impl/gateway/admin/" \
   "FuzzParse ./impl/pillar/agentconfig/"; do
   read -r name pkg <<<"$target"

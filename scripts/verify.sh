@@ -39,7 +39,7 @@ step "pins and dependency boundary"
 grep -q "Version: \"$KUBE_VERSION\"" conformance/charts/render.go ||
   die "conformance/charts/render.go renders for another Kubernetes version than KUBE_VERSION=$KUBE_VERSION (scripts/versions.env)"
 # Modules only the conformance suites may use.
-test_only='github.com/chromedp/|helm.sh/helm/|sigs.k8s.io/kind|github.com/testcontainers/|github.com/kubernetes-csi/csi-test/|github.com/onsi/'
+test_only='github.com/chromedp/|github.com/openai/|helm.sh/helm/|sigs.k8s.io/kind|github.com/testcontainers/|github.com/kubernetes-csi/csi-test/|github.com/onsi/'
 leaks=$(go list -deps -test -f '{{with .Module}}{{.Path}}{{end}}' ./impl/... ./sim/... | sort -u | grep -E "^($test_only)" || true)
 [ -z "$leaks" ] || die "impl/ or sim/ now depends on test-only modules: $leaks (docs/decisions.md, One Go module)"
 note "generated files, go.mod and pins current"

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -84,6 +85,9 @@ func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) 
 		Recorder:  rec,
 		Transport: transport,
 		Metrics:   relay.NewMetrics(prometheus.NewRegistry()),
+		// The routing state, as bin/proxy wires it: every request reads the
+		// cooldowns and counts itself in flight.
+		Board: routing.NewBoard(nil),
 	})
 	return gateway{Handler: h, rec: rec, events: ev}
 }

@@ -124,7 +124,7 @@ func decodeAll(objs []charts.Object) {
 			decode[networkingv1.Ingress](o)
 		case "HorizontalPodAutoscaler":
 			decode[autoscalingv2.HorizontalPodAutoscaler](o)
-		case "Certificate", "Issuer", "ServiceMonitor":
+		case "Certificate", "Issuer", "ServiceMonitor", "PrometheusRule":
 			// Third-party kinds: checked field by field where used.
 		default:
 			Fail("unexpected kind " + o.Kind + " in " + o.Source)
@@ -398,12 +398,13 @@ var _ = Describe("pillar-csi chart", func() {
 		dot := corev1.HostPathDirectoryOrCreate
 		Expect(spec.Volumes).To(ContainElement(And(HaveField("Name", "nvme-config"), HaveField("VolumeSource.HostPath.Path", "/etc/nvme"),
 			HaveField("VolumeSource.HostPath.Type", Equal(&dot)))))
-		Expect(node.Args).To(ContainElements("--ctrl-loss-tmo=1800", "--reconnect-delay=10"))
+		Expect(node.Args).To(ContainElements("--ctrl-loss-tmo=1800", "--reconnect-delay=10", "--fast-io-fail-tmo=120", "--keep-alive-tmo=5"))
 
-		spec = decode[appsv1.DaemonSet](find(render(map[string]any{"node": map[string]any{"nvme": map[string]any{"hostConfigDir": "/var/lib/nvme", "ctrlLossTmo": -1, "reconnectDelay": 2}}}),
+		spec = decode[appsv1.DaemonSet](find(render(map[string]any{"node": map[string]any{"nvme": map[string]any{"hostConfigDir": "/var/lib/nvme", "ctrlLossTmo": -1, "reconnectDelay": 2,
+			"fastIOFailTmo": -1, "keepAliveTmo": 15}}}),
 			"DaemonSet", "pillar-pillar-csi-node")).Spec.Template.Spec
 		Expect(spec.Volumes).To(ContainElement(And(HaveField("Name", "nvme-config"), HaveField("VolumeSource.HostPath.Path", "/var/lib/nvme"))))
-		Expect(container(spec.Containers, "node").Args).To(ContainElements("--ctrl-loss-tmo=-1", "--reconnect-delay=2"))
+		Expect(container(spec.Containers, "node").Args).To(ContainElements("--ctrl-loss-tmo=-1", "--reconnect-delay=2", "--fast-io-fail-tmo=-1", "--keep-alive-tmo=15"))
 	})
 
 	It("applies names, namespace, pull policy and pull secrets to all pods", Label("S-GL-1"), func() {
@@ -655,6 +656,36 @@ var _ = Describe("pillar-csi chart", func() {
 			"node.sidecars.nodeDriverRegistrar.image.tag", "metrics.serviceMonitor.interval", "serviceAccount.node.name",
 			"webhook.certDir", "mtls.certManager.issuerRef", "mtls.secretRefs.agent.secretName", "mtls.serverName", "installCRDs"))
 	})
+})
+
+// The prose of docs/ names chart defaults as "`key` (default X)"; each
+// such default is the one values.yaml holds, so the docs cannot drift from
+// the chart (they once said csiDriver.storageCapacity defaults to true).
+var _ = It("states in docs/ the defaults values.yaml holds", func() {
+	vals, _, err := chartdoc.Read(filepath.Join(charts.Dir("pillar-csi"), "values.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	defaults := map[string]string{}
+	for _, v := range vals {
+		defaults[v.Key] = strings.Trim(v.Default, `"`)
+	}
+	stated := regexp.MustCompile("`([a-zA-Z][a-zA-Z0-9]*(?:\\.[a-zA-Z0-9]+)+)`\\s*\\(default `?([^,):`\\s]+)")
+	docs, err := filepath.Glob(filepath.Join(charts.Dir("pillar-csi"), "..", "..", "docs", "*.md"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(docs).NotTo(BeEmpty())
+	checked := 0
+	for _, f := range docs {
+		b, err := os.ReadFile(f)
+		Expect(err).NotTo(HaveOccurred())
+		for _, m := range stated.FindAllStringSubmatch(string(b), -1) {
+			want, ok := defaults[m[1]]
+			if !ok {
+				continue // not a key of this chart
+			}
+			checked++
+			Expect(m[2]).To(Equal(want), "%s says %s defaults to %s; values.yaml holds %s", filepath.Base(f), m[1], m[2], want)
+		}
+	}
+	Expect(checked).To(BeNumerically(">=", 3), "the docs' stated defaults were found")
 })
 
 func yamlOf(j []byte) (string, error)     { return charts.YAML(j) }

@@ -124,8 +124,9 @@ var _ = Describe("proxy chart", func() {
 		"ingress": map[string]any{"enabled": true, "className": "nginx",
 			"hosts": []any{map[string]any{"host": "llm.example.org"}},
 			"tls":   []any{map[string]any{"secretName": "llm-tls", "hosts": []any{"llm.example.org"}}}},
-		"autoscaling": map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5},
-		"grafana":     map[string]any{"dashboard": map[string]any{"enabled": true}},
+		"autoscaling":    map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5},
+		"grafana":        map[string]any{"dashboard": map[string]any{"enabled": true}},
+		"prometheusRule": map[string]any{"enabled": true},
 	}
 
 	It("renders as its golden files, defaults and everything enabled", func() {
@@ -238,6 +239,7 @@ var _ = Describe("proxy chart", func() {
 		Expect(notes).To(ContainSubstring("https://llm.example.org/v1/messages"))
 		Expect(notes).To(ContainSubstring("2-5 replicas, autoscaled"))
 		Expect(notes).To(ContainSubstring("grafana_dashboard=1"))
+		Expect(notes).To(ContainSubstring("PrometheusRule pillar-proxy"))
 	})
 
 	It("keeps its README values table and schema generated", func() {

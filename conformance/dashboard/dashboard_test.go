@@ -178,6 +178,8 @@ var _ = Describe("Dashboard", func() {
 		Expect(text(ctx, "#stat-err")).To(ContainSubstring("3.6 %"))
 		Expect(bodyText(ctx)).To(And(ContainSubstring("claude-sonnet-4-5"), ContainSubstring("claude-haiku-4-5"), ContainSubstring("Upstream health")))
 		Expect(text(ctx, `tr[data-upstream="sim"]`)).To(ContainSubstring("enabled"))
+		// The routing column: weight and requests in flight (docs/routing.md).
+		Expect(text(ctx, `tr[data-upstream="sim"]`)).To(And(ContainSubstring("weight 1"), ContainSubstring("in flight")))
 		// Spend today: the priced requests' cost, exact, and a Spend column.
 		Expect(text(ctx, "#stat-spend")).To(MatchRegexp(`\$0\.0\d+`))
 		Expect(bodyText(ctx)).To(ContainSubstring("Spend"))
@@ -255,6 +257,24 @@ var _ = Describe("Dashboard", func() {
 		screenshot(ctx, "08-conflict")
 		run(ctx, chromedp.Click(".conflict button", chromedp.ByQuery))
 		waitBanner(ctx, "Upstream sim-renamed saved")
+
+		// Another host needs the key again: refused without it, saved with it.
+		moved := strings.Replace(sim.URL, "127.0.0.1", "localhost", 1)
+		run(ctx, chromedp.Click(`tr[data-upstream="sim-renamed"] td:last-child button:nth-child(2)`, chromedp.ByQuery), chromedp.WaitVisible("#edit-key", chromedp.ByID))
+		run(ctx, chromedp.SetValue("#edit-url", moved, chromedp.ByID), submit("#upstream-edit"))
+		waitBanner(ctx, "credential_required")
+		baseURL := func() any {
+			for _, u := range getList(a, "/admin/v1/upstreams") {
+				if u["name"] == "sim-renamed" {
+					return u["base_url"]
+				}
+			}
+			return nil
+		}
+		Expect(baseURL()).NotTo(Equal(moved))
+		run(ctx, chromedp.SetValue("#edit-url", moved, chromedp.ByID), chromedp.SetValue("#edit-key", simKey, chromedp.ByID), submit("#upstream-edit"))
+		waitBanner(ctx, "Upstream sim-renamed saved")
+		Expect(baseURL()).To(Equal(moved))
 
 		// Upload a plugin, bind it, delete it with its references.
 		show(ctx, px.AdminURL, "plugins")

@@ -45,7 +45,7 @@ func newStreamWorld(d driver) *streamWorld {
 	w.px = h.StartProxy(h.ProxyOptions{DatabaseURL: d.url(), Args: proxyDeadlines})
 	w.admin = w.px.Admin()
 	w.firstID = w.admin.CreateUpstream("first", w.first.URL, streamSimKey)
-	w.secondID = w.admin.CreateUpstream("second", w.second.URL, streamSimKey)
+	w.secondID = w.admin.CreateStandbyUpstream("second", w.second.URL, streamSimKey)
 	_, w.key = w.admin.IssueKey(w.admin.CreatePrincipal("app", "claude-*"))
 	waitApplied(w.admin)
 	return w

@@ -311,6 +311,15 @@ func (a *Admin) CreateUpstream(name, base, key string) string {
 	return m["id"].(string)
 }
 
+// CreateStandbyUpstream creates an API-key upstream of weight 0: the
+// built-in router sends it work only after the weighted upstreams of its
+// class failed (docs/routing.md), so a spec that needs a fixed first and
+// second upstream creates the second with it.
+func (a *Admin) CreateStandbyUpstream(name, base, key string) string {
+	m := a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": name, "kind": "vendor_api_key", "base_url": base, "api_key_value": key, "weight": 0}, 201)
+	return m["id"].(string)
+}
+
 // CreatePrincipal creates a machine principal allowed the given models.
 func (a *Admin) CreatePrincipal(name string, models ...string) string {
 	if models == nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -28,7 +29,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
+	"github.com/pillarhq/pillar/impl/pillar/nvmet"
 	"github.com/pillarhq/pillar/sim/csisidecar"
+	"github.com/pillarhq/pillar/sim/nvmeloop"
 )
 
 func TestNode(t *testing.T) {
@@ -42,6 +45,7 @@ var (
 	node       csi.NodeClient
 	nodeID     string
 	simRoot    string
+	storesFile string
 	background = context.Background()
 )
 
@@ -50,7 +54,8 @@ var _ = BeforeSuite(func() {
 	dir = GinkgoT().TempDir()
 	simRoot = filepath.Join(dir, "storage-node")
 	agent := h.StartAgentAt(h.AgentOptions{Config: "backends:\n  - lvm: {volumeGroup: vg0, thinPool: thin}\n", SimRoot: simRoot, PoolSize: "8G"}, dir)
-	stores := filepath.Join(dir, "stores.yaml")
+	storesFile = filepath.Join(dir, "stores.yaml")
+	stores := storesFile
 	Expect(os.WriteFile(stores, []byte("stores:\n  - name: fast\n    agent: "+agent.Addr+"\n    backend: {lvm: {volumeGroup: vg0, thinPool: thin, provisioningMode: thin}}\n"), 0o644)).To(Succeed())
 	h.StartDaemon("pillar-controller", h.Bin("pillar-controller"), []string{"--standalone-stores", stores, "--csi-endpoint", "unix://" + dir + "/c.sock"})
 	h.StartDaemon("pillar-node", h.Bin("pillar-node-sim"), []string{"--node-id", "worker-1", "--csi-endpoint", "unix://" + dir + "/n.sock",
@@ -70,6 +75,14 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() { h.StopDaemons() })
+
+// dialCSI waits for a CSI socket and dials it.
+func dialCSI(sock string) *grpc.ClientConn {
+	Eventually(func() error { _, err := os.Stat(sock); return err }, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+	c, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
 
 func mountCap(fs string) *csi.VolumeCapability {
 	return &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
@@ -99,15 +112,21 @@ func mountSource(path string) (source, fstype string) {
 // volume creates and publishes a volume to this node, staged at a fresh
 // path; cleanup unstages, unpublishes and deletes it.
 func volume(name string, cap *csi.VolumeCapability, size int64) (id string, pc map[string]string, staging string) {
+	return volumeFrom(name, cap, size, nil)
+}
+
+// volumeFrom is volume with a content source (a snapshot or a volume).
+func volumeFrom(name string, cap *csi.VolumeCapability, size int64, src *csi.VolumeContentSource) (id string, pc map[string]string, staging string) {
 	cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: name, Parameters: map[string]string{"store": "fast"},
-		VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: size}})
+		VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeContentSource: src})
 	Expect(err).NotTo(HaveOccurred())
 	id = cv.Volume.VolumeId
 	pub, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeID, VolumeCapability: cap})
 	Expect(err).NotTo(HaveOccurred())
 	staging = filepath.Join(dir, name, "staging")
 	Expect(os.MkdirAll(staging, 0o750)).To(Succeed())
-	_, err = node.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pub.PublishContext, StagingTargetPath: staging, VolumeCapability: cap})
+	_, err = node.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: id, PublishContext: pub.PublishContext, StagingTargetPath: staging,
+		VolumeCapability: cap, VolumeContext: cv.Volume.VolumeContext})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
 		_, err := node.NodeUnstageVolume(background, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
@@ -281,6 +300,50 @@ var _ = Describe("two nodes", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 	})
 
+	// Fencing: unpublishing takes the volume away from a node that is
+	// still connected (a node that died with the volume staged, then
+	// force-detached), not only from its future connects. Whether a
+	// connection reaches the namespace is the simulated kernel's answer
+	// (nvmeloop.Reaches: a controller lives as long as its port link).
+	It("fences node A's live connection when the volume is unpublished from it, before node B gets the volume", func() {
+		cap := mountCap("ext4")
+		cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-fence", Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		vid := cv.Volume.VolumeId
+		DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: vid}) })
+		pubA, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		stagingA := filepath.Join(dir, "fence", "a")
+		_, err = node.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: vid, PublishContext: pubA.PublishContext, StagingTargetPath: stagingA, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			_, err := node.NodeUnstageVolume(background, &csi.NodeUnstageVolumeRequest{VolumeId: vid, StagingTargetPath: stagingA})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		nqn := pubA.PublishContext["nqn"]
+		hostA := nvmeloop.New(simRoot, nvmet.DefaultRoot, dir+"/node-state")
+		Expect(hostA.Reaches(nqn)).To(BeTrue(), "node A's connection reaches the namespace while published")
+
+		// Node A stops answering; the attacher force-detaches.
+		_, err = ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeID})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(hostA.Reaches(nqn)).To(BeFalse(), "node A's live connection still reaches the namespace after unpublish")
+
+		pubB, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeBID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		stagingB := filepath.Join(dir, "node-b", "fence")
+		_, err = nodeB.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: vid, PublishContext: pubB.PublishContext, StagingTargetPath: stagingB, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		hostB := nvmeloop.New(simRoot, nvmet.DefaultRoot, dir+"/node-b/state")
+		Expect(hostB.Reaches(nqn)).To(BeTrue())
+		Expect(hostA.Reaches(nqn)).To(BeFalse(), "node A reaches the namespace again once node B has it")
+		_, err = nodeB.NodeUnstageVolume(background, &csi.NodeUnstageVolumeRequest{VolumeId: vid, StagingTargetPath: stagingB})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeBID})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
 	// The stand-in livenessprobe (sim/csisidecar) against the real node:
 	// 200 while the plugin answers Probe, 500 once it is gone.
 	It("is watched by the liveness stand-in as the real livenessprobe does: GET /healthz is 200, then 500 when the plugin stops", func() {
@@ -341,3 +404,150 @@ var _ = It("refuses StorageClass reconnect settings that are not seconds", func(
 	Expect(cv.Volume.VolumeContext).To(HaveKeyWithValue("ctrlLossTmo", "-1"))
 	Expect(cv.Volume.VolumeContext).To(HaveKeyWithValue("reconnectDelay", "5"))
 })
+
+// loopsUnder counts the loop devices (the loop connector's connections)
+// backed by a file of the simulated storage node.
+func loopsUnder(root string) int {
+	n := 0
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), root) {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = DescribeTable("a stage that fails after connecting leaves no connection behind",
+	func(name string, cap *csi.VolumeCapability, prepare func(staging string)) {
+		cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: name, Parameters: map[string]string{"store": "fast"},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap("ext4")}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+		Expect(err).NotTo(HaveOccurred())
+		vid := cv.Volume.VolumeId
+		DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: vid}) })
+		pub, err := ctrl.ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodeID, VolumeCapability: cap})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: nodeID})
+		})
+		staging := filepath.Join(dir, name, "staging")
+		Expect(os.MkdirAll(staging, 0o750)).To(Succeed())
+		prepare(staging)
+		before := loopsUnder(simRoot)
+		_, err = node.NodeStageVolume(background, &csi.NodeStageVolumeRequest{VolumeId: vid, PublishContext: pub.PublishContext, StagingTargetPath: staging, VolumeCapability: cap})
+		Expect(err).To(HaveOccurred())
+		Expect(loopsUnder(simRoot)).To(Equal(before), "connections to the storage node after the failed stage")
+		src, _ := mountSource(staging)
+		Expect(src).NotTo(HavePrefix("/dev/loop"), "nothing of the volume is mounted")
+	},
+	Entry("mount fails (an option the filesystem refuses)", "pvc-stage-mount-fails",
+		&csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4", MountFlags: []string{"no_such_option_pillar"}}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}},
+		func(string) {}),
+	Entry("the staging path holds another mount", "pvc-stage-foreign", mountCap("xfs"), func(staging string) {
+		Expect(unix.Mount("tmpfs", staging, "tmpfs", 0, "size=1m")).To(Succeed())
+		DeferCleanup(func() { unix.Unmount(staging, 0) })
+	}),
+	Entry("the staging path cannot be made (a file stands there)", "pvc-stage-no-dir", mountCap("ext4"), func(staging string) {
+		Expect(os.Remove(staging)).To(Succeed())
+		Expect(os.WriteFile(staging, nil, 0o644)).To(Succeed())
+	}),
+)
+
+// Two controller replicas (each its own process, as in a Deployment with
+// replicaCount 2) publish one single-node volume to two different nodes at
+// the same instant, round after round: exactly one publish wins each round,
+// because the agent checks the ACL and exports in one step under the
+// volume's lock.
+var _ = It("lets exactly one of two publishes racing from two controller replicas to two nodes succeed", func() {
+	h.StartDaemon("pillar-controller-2", h.Bin("pillar-controller"), []string{"--standalone-stores", storesFile, "--csi-endpoint", "unix://" + dir + "/c2.sock"})
+	ctrl2 := csi.NewControllerClient(dialCSI(dir + "/c2.sock"))
+	cap := mountCap("ext4")
+	cv, err := ctrl.CreateVolume(background, &csi.CreateVolumeRequest{Name: "pvc-publish-race", Parameters: map[string]string{"store": "fast"},
+		VolumeCapabilities: []*csi.VolumeCapability{cap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+	Expect(err).NotTo(HaveOccurred())
+	vid := cv.Volume.VolumeId
+	DeferCleanup(func() { ctrl.DeleteVolume(background, &csi.DeleteVolumeRequest{VolumeId: vid}) })
+	nodes := []string{
+		"worker-a/nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-2222-4333-8444-555555555555",
+		"worker-b/nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-2222-4333-8444-555555555555",
+	}
+	clients := []csi.ControllerClient{ctrl, ctrl2}
+	for round := range 15 {
+		start := make(chan struct{})
+		errs := make([]error, 2)
+		done := make(chan int)
+		for i := range 2 {
+			go func() {
+				defer GinkgoRecover()
+				<-start
+				_, errs[i] = clients[i].ControllerPublishVolume(background, &csi.ControllerPublishVolumeRequest{VolumeId: vid, NodeId: nodes[i], VolumeCapability: cap})
+				done <- i
+			}()
+		}
+		close(start)
+		<-done
+		<-done
+		won := 0
+		for i, err := range errs {
+			if err == nil {
+				won++
+				continue
+			}
+			Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "round %d, node %d: %v", round, i, err)
+		}
+		Expect(won).To(Equal(1), "round %d: publishes that succeeded: %v", round, errs)
+		for _, n := range nodes {
+			_, err := ctrl.ControllerUnpublishVolume(background, &csi.ControllerUnpublishVolumeRequest{VolumeId: vid, NodeId: n})
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+})
+
+// fsUUID is the filesystem UUID blkid reads from a device.
+func fsUUID(dev string) string {
+	out, err := exec.Command("blkid", "-p", "-s", "UUID", "-o", "value", dev).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "blkid %s: %s", dev, out)
+	return strings.TrimSpace(string(out))
+}
+
+// A restored snapshot and a clone start as byte copies of their source,
+// filesystem UUID included; XFS refuses to mount a filesystem whose UUID
+// is mounted already, and two ext4 filesystems sharing one UUID confuse
+// every tool that finds filesystems by it. Both copies are staged on the
+// node where the source stays mounted.
+var _ = DescribeTable("a restored snapshot and a clone are staged beside their mounted source",
+	func(fs string) {
+		cap := mountCap(fs)
+		id, _, staging := volume("pvc-copy-src-"+fs, cap, 320<<20)
+		Expect(os.WriteFile(filepath.Join(staging, "hello"), []byte("from the source"), 0o644)).To(Succeed())
+		unix.Sync()
+		snap, err := ctrl.CreateSnapshot(background, &csi.CreateSnapshotRequest{SourceVolumeId: id, Name: "copy-snap-" + fs})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			_, err := ctrl.DeleteSnapshot(background, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		_, _, restored := volumeFrom("pvc-copy-restored-"+fs, cap, 320<<20, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}})
+		_, _, clone := volumeFrom("pvc-copy-clone-"+fs, cap, 320<<20, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}})
+		uuids := map[string]string{}
+		for _, p := range []string{staging, restored, clone} {
+			b, err := os.ReadFile(filepath.Join(p, "hello"))
+			Expect(err).NotTo(HaveOccurred(), "%s", p)
+			Expect(string(b)).To(Equal("from the source"))
+			dev, got := mountSource(p)
+			Expect(got).To(Equal(fs))
+			uuids[p] = fsUUID(dev)
+		}
+		if fs == "ext4" {
+			Expect(uuids[restored]).NotTo(Equal(uuids[staging]), "the restored snapshot has a filesystem UUID of its own")
+			Expect(uuids[clone]).NotTo(Equal(uuids[staging]), "the clone has a filesystem UUID of its own")
+			Expect(uuids[clone]).NotTo(Equal(uuids[restored]))
+		}
+	},
+	Entry("ext4", "ext4"),
+	Entry("xfs", "xfs"),
+)

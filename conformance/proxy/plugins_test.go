@@ -25,7 +25,7 @@ func newPluginWorld() *pluginWorld {
 	w.px = h.StartProxy(h.ProxyOptions{})
 	w.admin = w.px.Admin()
 	w.upstream = w.admin.CreateUpstream("first", w.sim.URL, simKey)
-	second := w.admin.CreateUpstream("second", w.sim.URL, simKey2)
+	second := w.admin.CreateStandbyUpstream("second", w.sim.URL, simKey2)
 	w.principal = w.admin.CreatePrincipal("app", "claude-*")
 	w.keyID, w.key = w.admin.IssueKey(w.principal)
 	return &pluginWorld{world: w, second: second}

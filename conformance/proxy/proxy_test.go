@@ -131,7 +131,7 @@ var _ = Describe("Proxy path", func() {
 			Expect(msg.Content[0].Text).To(Equal("hello proxy world"))
 			Expect(msg.Usage.InputTokens).To(Equal(3))
 		}
-		recs := w.sim.Requests()
+		recs := w.providerCalls() // the metadata refresh may list models meanwhile
 		Expect(recs).To(HaveLen(2))
 		for _, r := range recs {
 			Expect(r.Header.Get("X-Api-Key")).To(Equal(simKey))
@@ -222,7 +222,7 @@ var _ = Describe("Proxy path", func() {
 	It("falls over to the next upstream when the first is rate limited", func() {
 		w := newWorld()
 		second := h.StartSim(simKey)
-		w.admin.CreateUpstream("second", second.URL, simKey)
+		w.admin.CreateStandbyUpstream("second", second.URL, simKey)
 		w.sim.Fault(map[string]any{"path": "/v1/messages", "status": 429})
 		st, _, b := h.Messages(w.px.ProxyURL, body, "x-api-key", w.key)
 		Expect(st).To(Equal(200), string(b))

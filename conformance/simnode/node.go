@@ -37,5 +37,8 @@ type loop struct{ l *nvmeloop.Loop }
 func (c loop) Connect(ctx context.Context, t csinode.Target) (string, error) {
 	return c.l.Connect(ctx, t.NQN, t.HostNQN)
 }
+func (c loop) Connected(ctx context.Context, nqn string) (bool, error) {
+	return c.l.Connected(ctx, nqn)
+}
 func (c loop) Disconnect(ctx context.Context, nqn string) error { return c.l.Disconnect(ctx, nqn) }
 func (c loop) Rescan(ctx context.Context, nqn string) error     { return c.l.Rescan(ctx, nqn) }

@@ -29,6 +29,10 @@ type node struct {
 	Value string `json:"value,omitempty"`
 	Link  string `json:"link,omitempty"` // symlink target, when a link
 	Kind  string `json:"kind,omitempty"` // subsystem, namespace, port, host, or "" for plain
+	// Seq numbers the links of subsystems into ports in the order they
+	// were made: a host's controller lives as long as the link it came
+	// through (PortLinks).
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // FS is the fake tree rooted at Root.
@@ -345,8 +349,36 @@ func (f *FS) Symlink(target, link string) error {
 	if _, ok := f.nodes[path.Dir(link)]; !ok {
 		return perr("symlink", link, syscall.ENOENT)
 	}
-	f.nodes[link] = &node{Link: target}
+	n := &node{Link: target}
+	if r[0] == "ports" {
+		// The root keeps the last number given, so a link made again
+		// never gets the number of the one it replaces.
+		root := f.nodes[f.Root]
+		for _, o := range f.nodes {
+			root.Seq = max(root.Seq, o.Seq)
+		}
+		root.Seq++
+		n.Seq = root.Seq
+	}
+	f.nodes[link] = n
 	return f.save()
+}
+
+// PortLinks names, by port, the link through which a subsystem is
+// reachable now. The kernel deletes a subsystem's controllers on a port
+// when the link is removed, so a host connected through a link that is
+// gone (or was made again: another number) reaches nothing any more, even
+// when it is still allowed and the link is back.
+func (f *FS) PortLinks(nqn string) map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int64{}
+	for _, port := range f.children(path.Join(f.Root, "ports")) {
+		if n, ok := f.nodes[path.Join(f.Root, "ports", port, "subsystems", nqn)]; ok {
+			out[port] = n.Seq
+		}
+	}
+	return out
 }
 
 // Remove removes a link.

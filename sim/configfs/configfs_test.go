@@ -89,3 +89,36 @@ func TestPersistence(t *testing.T) {
 		t.Fatal("a state file of another root was accepted")
 	}
 }
+
+// A subsystem linked into a port again gets a link of another number than
+// the one removed, so a controller of the old link is not taken for alive.
+func TestPortLinkNumbersAreNotReused(t *testing.T) {
+	f := New("/cfg")
+	sub := "/cfg/subsystems/nqn.x"
+	if err := f.Mkdir(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Mkdir("/cfg/ports/1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteFile("/cfg/ports/1/addr_trtype", "tcp"); err != nil {
+		t.Fatal(err)
+	}
+	link := "/cfg/ports/1/subsystems/nqn.x"
+	if err := f.Symlink(sub, link); err != nil {
+		t.Fatal(err)
+	}
+	first := f.PortLinks("nqn.x")["1"]
+	if err := f.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.PortLinks("nqn.x"); len(got) != 0 {
+		t.Fatalf("links after removal: %v", got)
+	}
+	if err := f.Symlink(sub, link); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.PortLinks("nqn.x")["1"]; again == first || again == 0 {
+		t.Fatalf("link numbers: first %d, again %d", first, again)
+	}
+}

@@ -68,6 +68,74 @@ func (l *Loop) save(m map[string]string) error {
 	return os.Rename(tmp, filepath.Join(l.StateDir, "loops.json"))
 }
 
+// links are the port links each connected subsystem was reached through
+// (configfs.FS.PortLinks), standing for the kernel's controllers.
+func (l *Loop) links() (map[string]map[string]int64, error) {
+	m := map[string]map[string]int64{}
+	b, err := os.ReadFile(filepath.Join(l.StateDir, "links.json"))
+	if os.IsNotExist(err) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, json.Unmarshal(b, &m)
+}
+
+func (l *Loop) saveLinks(m map[string]map[string]int64) error {
+	if err := os.MkdirAll(l.StateDir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(m)
+	tmp := filepath.Join(l.StateDir, ".links.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(l.StateDir, "links.json"))
+}
+
+// Reaches reports whether this host's connection to nqn still reaches the
+// namespace, as the kernel decides: a controller lives as long as the port
+// link it connected through, so once the target unlinked the subsystem
+// (to fence this host, or to unexport) the connection reaches nothing,
+// whatever the ACL says later. A subsystem not connected reaches nothing.
+func (l *Loop) Reaches(nqn string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	links, err := l.links()
+	if err != nil {
+		return false, err
+	}
+	mine, ok := links[nqn]
+	if !ok {
+		return false, nil
+	}
+	fs, err := configfs.Open(l.NvmetRoot, l.ConfigfsState)
+	if err != nil {
+		return false, err
+	}
+	for port, seq := range fs.PortLinks(nqn) {
+		if got, ok := mine[port]; ok && got == seq {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// connected records the port links a connect went through.
+func (l *Loop) connected(nqn string) error {
+	fs, err := configfs.Open(l.NvmetRoot, l.ConfigfsState)
+	if err != nil {
+		return err
+	}
+	links, err := l.links()
+	if err != nil {
+		return err
+	}
+	links[nqn] = fs.PortLinks(nqn)
+	return l.saveLinks(links)
+}
+
 // backing finds what the target exports for nqn to hostNQN.
 func (l *Loop) backing(nqn, hostNQN string) (string, error) {
 	if _, err := os.Stat(l.ConfigfsState); err != nil {
@@ -178,6 +246,9 @@ func (l *Loop) Connect(ctx context.Context, nqn, hostNQN string) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if err := l.connected(nqn); err != nil {
+		return "", err
+	}
 	if devs := loopsOf(file); len(devs) > 0 {
 		recs[nqn] = file
 		return devs[0], l.save(recs)
@@ -188,6 +259,18 @@ func (l *Loop) Connect(ctx context.Context, nqn, hostNQN string) (string, error)
 	}
 	recs[nqn] = file
 	return dev, l.save(recs)
+}
+
+// Connected reports whether a loop device stands for the subsystem.
+func (l *Loop) Connected(_ context.Context, nqn string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recs, err := l.records()
+	if err != nil {
+		return false, err
+	}
+	file, ok := recs[nqn]
+	return ok && len(loopsOf(file)) > 0, nil
 }
 
 // Disconnect detaches the subsystem's loop devices.
@@ -208,7 +291,15 @@ func (l *Loop) Disconnect(ctx context.Context, nqn string) error {
 		}
 	}
 	delete(recs, nqn)
-	return l.save(recs)
+	if err := l.save(recs); err != nil {
+		return err
+	}
+	links, err := l.links()
+	if err != nil {
+		return err
+	}
+	delete(links, nqn)
+	return l.saveLinks(links)
 }
 
 // Rescan has the loop devices pick up their backing file's new size.

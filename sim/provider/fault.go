@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ type Fault struct {
 	// error event of ErrorType (default overloaded_error), as the API does
 	// when it fails mid-stream.
 	ErrorAfterEvents int `json:"error_after_events,omitempty"`
+	// RedirectTo answers 307 Temporary Redirect to this absolute URL with
+	// the request's path and query appended: a provider (or a host posing
+	// as one) sending its client elsewhere.
+	RedirectTo string `json:"redirect_to,omitempty"`
 }
 
 // errorTypeOf is the error type the API uses for each status.
@@ -69,6 +74,9 @@ func (f *Fault) validate() error {
 	}
 	if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 		errs = append(errs, fmt.Errorf("status: %d is not an error status (400-599)", f.Status))
+	}
+	if u, err := url.Parse(f.RedirectTo); f.RedirectTo != "" && (err != nil || !u.IsAbs() || u.Host == "") {
+		errs = append(errs, fmt.Errorf("redirect_to: %q is not an absolute URL", f.RedirectTo))
 	}
 	if f.Path != "" && !strings.HasPrefix(f.Path, "/") {
 		errs = append(errs, fmt.Errorf("path: %q must start with /", f.Path))
@@ -99,6 +107,8 @@ func ParseFault(v string) (*Fault, error) {
 			if hasVal {
 				f.DropBeforeHeaders, err = strconv.ParseBool(val)
 			}
+		case k == "redirect_to":
+			f.RedirectTo = val
 		case k == "error_type":
 			f.ErrorType = val
 			if val == "" {
@@ -196,6 +206,10 @@ func (f *Fault) beforeResponse(w http.ResponseWriter, r *http.Request, delay fun
 	}
 	if f.DropBeforeHeaders {
 		dropConnection(w)
+		return true
+	}
+	if f.RedirectTo != "" {
+		http.Redirect(w, r, strings.TrimRight(f.RedirectTo, "/")+r.URL.RequestURI(), http.StatusTemporaryRedirect)
 		return true
 	}
 	if f.Status == 0 {

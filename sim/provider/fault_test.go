@@ -319,3 +319,23 @@ func TestFaultLatencyCancelled(t *testing.T) {
 	}
 	handled.Wait() // returns only because the delay saw the cancellation
 }
+
+// redirect_to answers 307 to the given URL with the request's path and
+// query, and is refused unless absolute.
+func TestFaultRedirect(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t, Options{})
+	control(t, srv.URL, "POST", "/_sim/faults", `{"path":"/v1/models","count":1,"redirect_to":"http://elsewhere.example/"}`)
+	req := newRequest(t, "GET", srv.URL+"/v1/models?limit=1000", "", nil)
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://elsewhere.example/v1/models?limit=1000" {
+		t.Fatalf("redirect: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if res, out := send(t, "POST", srv.URL+"/_sim/faults", `{"redirect_to":"/relative"}`, nil); res.StatusCode != 400 || !strings.Contains(out, "redirect_to") {
+		t.Fatalf("relative redirect_to accepted: %d %s", res.StatusCode, out)
+	}
+}

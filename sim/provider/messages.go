@@ -16,6 +16,28 @@ type request struct {
 	Messages  []message `json:"messages"`
 	System    content   `json:"system"`
 	Stream    bool      `json:"stream"`
+	Tools     []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	ToolChoice *struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	} `json:"tool_choice"`
+}
+
+// forcedTool is the tool the request makes the model call: tool_choice
+// "tool" names it, "any" means the first tool; "" when none is forced.
+func (req *request) forcedTool() string {
+	tc := req.ToolChoice
+	switch {
+	case tc == nil || len(req.Tools) == 0:
+		return ""
+	case tc.Type == "tool":
+		return tc.Name
+	case tc.Type == "any":
+		return req.Tools[0].Name
+	}
+	return ""
 }
 
 type message struct {
@@ -168,18 +190,24 @@ func (p *Provider) countTokens(w http.ResponseWriter, r *http.Request, body []by
 // Wire shapes, field order as the real API sends them.
 type (
 	messageBody struct {
-		ID           string      `json:"id"`
-		Type         string      `json:"type"`
-		Role         string      `json:"role"`
-		Model        string      `json:"model"`
-		Content      []textBlock `json:"content"`
-		StopReason   *string     `json:"stop_reason"`
-		StopSequence *string     `json:"stop_sequence"`
-		Usage        usage       `json:"usage"`
+		ID           string  `json:"id"`
+		Type         string  `json:"type"`
+		Role         string  `json:"role"`
+		Model        string  `json:"model"`
+		Content      []any   `json:"content"` // textBlock or toolUseBlock
+		StopReason   *string `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+		Usage        usage   `json:"usage"`
 	}
 	textBlock struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
+	}
+	toolUseBlock struct {
+		Type  string          `json:"type"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
 	}
 	usage struct {
 		InputTokens              int            `json:"input_tokens"`
@@ -243,8 +271,18 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, seq int64, b
 		p.chargeOAuth(w, sub, total+u.OutputTokens)
 	}
 	msg := messageBody{ID: "msg_sim_" + pad(seq), Type: "message", Role: "assistant", Model: *req.Model, Usage: u}
+	tool := req.forcedTool()
+	var toolInput []byte
+	if tool != "" {
+		// A forced tool is called with the echoed words as its input.
+		toolInput, _ = json.Marshal(map[string]string{"text": strings.Join(words, " ")})
+		stop = "tool_use"
+	}
 	if !req.Stream {
-		msg.Content = []textBlock{{Type: "text", Text: strings.Join(words, " ")}}
+		msg.Content = []any{textBlock{Type: "text", Text: strings.Join(words, " ")}}
+		if tool != "" {
+			msg.Content = []any{toolUseBlock{Type: "tool_use", ID: "toolu_sim_" + pad(seq), Name: tool, Input: toolInput}}
+		}
 		msg.StopReason = &stop
 		b, _ := json.Marshal(msg)
 		w.Header().Set("Content-Type", "application/json")
@@ -254,14 +292,37 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, seq int64, b
 	}
 	// message_start reports the usage known before generation; the final
 	// output count comes in message_delta, as with the real API.
-	msg.Content = []textBlock{}
+	msg.Content = []any{}
 	msg.Usage.OutputTokens = 1
 	s := newStream(w, r, f, p.delay)
 	start, _ := json.Marshal(messageStartEvent{Type: "message_start", Message: msg})
-	if !s.open() || !s.event("message_start", start) || !s.event("content_block_start", blockStartData) || !s.event("ping", pingData) {
+	if !s.open() || !s.event("message_start", start) {
 		return
 	}
-	for i, word := range words {
+	if tool != "" {
+		// The input arrives in two input_json_delta events, as the API
+		// splits it: a client must join the partial JSON.
+		bs, _ := json.Marshal(map[string]any{"type": "content_block_start", "index": 0,
+			"content_block": toolUseBlock{Type: "tool_use", ID: "toolu_sim_" + pad(seq), Name: tool, Input: json.RawMessage("{}")}})
+		if !s.event("content_block_start", bs) || !s.event("ping", pingData) {
+			return
+		}
+		half := len(toolInput) / 2
+		for _, part := range []string{string(toolInput[:half]), string(toolInput[half:])} {
+			d, _ := json.Marshal(map[string]any{"type": "content_block_delta", "index": 0,
+				"delta": map[string]string{"type": "input_json_delta", "partial_json": part}})
+			if !s.event("content_block_delta", d) {
+				return
+			}
+		}
+	} else if !s.event("content_block_start", blockStartData) || !s.event("ping", pingData) {
+		return
+	}
+	text := words
+	if tool != "" {
+		text = nil // the answer is the tool call
+	}
+	for i, word := range text {
 		b := append(s.scratch[:0], `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`...)
 		if i > 0 {
 			b = append(b, ' ')

@@ -485,3 +485,50 @@ func TestTokenizer(t *testing.T) {
 		t.Fatalf("firstWords at the limit: %v %v", w, cut)
 	}
 }
+
+// A forced tool (tool_choice "tool", or "any": the first tool) is called
+// with the echoed words as its input, streamed in two partial JSON parts.
+func TestForcedToolCall(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t, Options{})
+	ctx := context.Background()
+	c := anthropic.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey(DefaultAPIKey), option.WithMaxRetries(0))
+	tools := []anthropic.ToolUnionParam{
+		{OfTool: &anthropic.ToolParam{Name: "first", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"text": map[string]any{"type": "string"}}}}},
+		{OfTool: &anthropic.ToolParam{Name: "second", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}}}},
+	}
+	for choice, want := range map[string]anthropic.ToolChoiceUnionParam{
+		"first":  {OfAny: &anthropic.ToolChoiceAnyParam{}},
+		"second": anthropic.ToolChoiceParamOfTool("second"),
+	} {
+		params := anthropic.MessageNewParams{Model: "claude-sim", MaxTokens: 8, Tools: tools, ToolChoice: want,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("look this up"))}}
+		msg, err := c.Messages.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msg.Content) != 1 || msg.Content[0].Type != "tool_use" || msg.Content[0].Name != choice ||
+			string(msg.Content[0].Input) != `{"text":"look this up"}` || msg.StopReason != anthropic.StopReasonToolUse || msg.Usage.OutputTokens != 3 {
+			t.Fatalf("%s: message %+v", choice, msg)
+		}
+		stream := c.Messages.NewStreaming(ctx, params)
+		var acc anthropic.Message
+		for stream.Next() {
+			if err := acc.Accumulate(stream.Current()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(acc.Content) != 1 || acc.Content[0].Name != choice || string(acc.Content[0].Input) != `{"text":"look this up"}` || acc.StopReason != anthropic.StopReasonToolUse {
+			t.Fatalf("%s: streamed %+v", choice, acc)
+		}
+	}
+	// Without a forced choice the answer stays text.
+	msg, err := c.Messages.New(ctx, anthropic.MessageNewParams{Model: "claude-sim", MaxTokens: 8, Tools: tools,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("just talk"))}})
+	if err != nil || msg.Content[0].Type != "text" || msg.StopReason != anthropic.StopReasonEndTurn {
+		t.Fatalf("auto: %+v %v", msg, err)
+	}
+}

@@ -152,8 +152,8 @@ func Schema(vals []Value) ([]byte, error) {
 			s["enum"] = enums[v.Key]
 		case last == "pullPolicy":
 			s["enum"] = pullPolicy
-		case v.Type == "int" && last == "ctrlLossTmo":
-			s["minimum"] = -1 // -1: reconnect forever (nvme connect)
+		case v.Type == "int" && (last == "ctrlLossTmo" || last == "fastIOFailTmo"):
+			s["minimum"] = -1 // -1: reconnect forever, or I/O waits as long (nvme connect)
 		case v.Type == "int" && (strings.HasSuffix(last, "Port") || last == "port"):
 			s["minimum"], s["maximum"] = 0, 65535
 		case v.Type == "int":

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -106,12 +107,20 @@ type Deps struct {
 	// Extra mounts more handlers behind the same authentication, by
 	// http.ServeMux pattern ("/metrics", "/admin/scheduler/").
 	Extra map[string]http.Handler
+	// Routing reports the upstreams' live routing state on this replica
+	// (status); nil shows none cooling down and none in flight.
+	Routing Routing
 	// Lane, when set, bounds how many writes (other than those calling a
 	// provider, see callsOut) run at once: a write holds it
 	// from its start to its answer, except while it waits for the
 	// snapshot refresh (Runtime.Refresh takes the lane itself, so that
 	// writes and rebuilds together leave processors to the proxy path).
 	Lane Lane
+}
+
+// Routing is the upstreams' live routing state (routing.Board).
+type Routing interface {
+	Read(upstreamID string, now time.Time) routing.Snapshot
 }
 
 // Lane is a counting semaphore shared with the runtime's refreshes.

@@ -62,6 +62,8 @@ type options struct {
 	destinations admin.Destinations
 	// lane bounds concurrent writes (default none).
 	lane admin.Lane
+	// routing is the live routing state status and overview show.
+	routing admin.Routing
 	// clock is the API's clock (default now); the store keeps now.
 	clock func() time.Time
 	// reg takes the API's metrics.
@@ -145,6 +147,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		ReservedEnv:  []string{"MY_ADMIN_TOKEN"},
 		Destinations: o.destinations,
 		Lane:         o.lane,
+		Routing:      o.routing,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -258,3 +258,35 @@ func TestBreakGlassOff(t *testing.T) {
 		t.Fatalf("scoped admin token without break-glass: %d %s", r.status, r.body)
 	}
 }
+
+// A key named by an environment variable is one the caller never sees,
+// sent where the caller's base_url points: only an admin may name one. An
+// operator gives the key itself, and a refused request changes nothing.
+func TestOnlyAdminsNameAServerKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	op := e.roleToken("operator")
+	before := len(e.rt.Current().Upstreams)
+	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "exfil", "kind": "vendor_api_key",
+		"base_url": "https://evil.example", "api_key_env": "OTHER_KEY"}, bearer(op)...)
+	wantErr(t, r, 403, "forbidden")
+	if n := len(e.rt.Current().Upstreams); n != before {
+		t.Fatalf("a refused create left %d upstreams, had %d", n, before)
+	}
+	r = e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "own", "kind": "vendor_api_key",
+		"base_url": "https://api.example", "api_key_value": "sk-ant-operators-own-key"}, bearer(op)...)
+	if r.status != 201 {
+		t.Fatalf("operator giving its own key: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["id"].(string)
+	r = e.do("PATCH", "/admin/v1/upstreams/"+id, map[string]any{"api_key_env": "OTHER_KEY"}, append(bearer(op), "If-Match", r.header.Get("ETag"))...)
+	wantErr(t, r, 403, "forbidden")
+	if su := e.rt.Current().Upstream(id); su == nil || su.Credential == serverEnv["OTHER_KEY"] {
+		t.Fatal("the operator's upstream took the server's key")
+	}
+	r = e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "by-admin", "kind": "vendor_api_key",
+		"base_url": "https://api.example", "api_key_env": "OTHER_KEY"})
+	if r.status != 201 {
+		t.Fatalf("admin naming api_key_env: %d %s", r.status, r.body)
+	}
+}

@@ -35,6 +35,7 @@ var codeStatus = map[string]int{
 	"conflicting_api_key":                   http.StatusBadRequest,
 	"api_key_env_not_allowed":               http.StatusBadRequest,
 	"warmup_requires_oauth_credentials":     http.StatusBadRequest,
+	"credential_required":                   http.StatusBadRequest,
 	"unsupported_cache_keepalive_llm_judge": http.StatusBadRequest,
 	"unauthorized":                          http.StatusUnauthorized,
 	"not_found":                             http.StatusNotFound,
@@ -132,6 +133,10 @@ func fromStore(err error, r resource, id string) error {
 		return notFound(r, id)
 	case errors.Is(err, store.ErrStaleRevision):
 		return newErr("stale_revision", "the %s changed since you read it; read the latest revision and re-decide", r)
+	case errors.Is(err, store.ErrCredentialRequired):
+		return newErr("credential_required", "the change points the %s's credential at another origin (base_url or oauth_token_url: scheme, host or port): "+
+			"give the key again in the same request (api_key_value or api_key_env), or for a vendor_oauth upstream revoke its OAuth credential first "+
+			"(POST /admin/v1/upstreams/{id}/oauth/revoke) and run the flow again after the change", r)
 	case errors.Is(err, store.ErrConflict):
 		return newErr("conflict", "a %s with that name already exists", r)
 	case errors.As(err, &re):

@@ -32,7 +32,7 @@ func (e *env) requests() []struct {
 	cid := e.do("GET", "/admin/v1/principals/"+pid+"/plugin-chain", nil).json(e.t)["entries"].([]any)[0].(map[string]any)["id"].(string)
 	bodies := map[string]any{
 		"POST /admin/v1/upstreams":                                      map[string]any{"name": "n", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"},
-		"PUT /admin/v1/upstreams/{id}":                                  map[string]any{"name": "n2", "base_url": "https://a.example"},
+		"PUT /admin/v1/upstreams/{id}":                                  map[string]any{"name": "n2", "base_url": "https://api.example/v2"},
 		"PATCH /admin/v1/upstreams/{id}":                                map[string]any{"enabled": false},
 		"POST /admin/v1/principals":                                     map[string]any{"name": "n", "kind": "machine"},
 		"PUT /admin/v1/principals/{id}":                                 map[string]any{"name": "n2", "kind": "machine"},
@@ -269,6 +269,7 @@ func TestEveryErrorCode(t *testing.T) {
 		{"invalid_location", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "ftp://x", "api_key_value": "k"}, nil},
 		{"conflicting_api_key", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_value": "k", "api_key_env": "ANTHROPIC_KEY"}, nil},
 		{"api_key_env_not_allowed", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_env": "PROXY_MASTER_KEY"}, nil},
+		{"credential_required", 400, e, "PATCH", "/admin/v1/upstreams/" + uid, map[string]any{"base_url": "https://elsewhere.example"}, []string{"If-Match", "*"}},
 		{"warmup_requires_oauth_credentials", 400, e, "PATCH", "/admin/v1/upstreams/" + oauth, map[string]any{"warmup_enabled": true}, []string{"If-Match", `"1"`}},
 		{"unsupported_cache_keepalive_llm_judge", 400, e, "POST", "/admin/v1/principals", map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": "on"}}}, nil},
 		{"unauthorized", 401, e, "GET", "/admin/v1/upstreams", nil, []string{"Authorization", ""}},
@@ -424,7 +425,7 @@ func TestRefreshAfterEveryChange(t *testing.T) {
 	}
 	u := step(1, "POST", "/admin/v1/upstreams", map[string]any{"name": "u", "kind": "vendor_api_key", "base_url": "https://a.example", "api_key_value": "k"})
 	up := "/admin/v1/upstreams/" + u["id"].(string)
-	step(1, "PUT", up, map[string]any{"name": "u", "base_url": "https://b.example"})
+	step(1, "PUT", up, map[string]any{"name": "u", "base_url": "https://a.example/v2"})
 	step(1, "PATCH", up, map[string]any{"name": "u2"}, "If-Match", "*")
 	step(1, "POST", up+"/disable", nil)
 	step(1, "POST", up+"/enable", nil)

@@ -19,6 +19,21 @@ type StatusResponse struct {
 	ConfigGeneration  int64          `json:"config_generation"`
 	Snapshot          SnapshotStatus `json:"snapshot"`
 	StartedAtUnixSecs int64          `json:"started_at_unix_secs"`
+	// Routing is each upstream's routing state as this replica sees it.
+	Routing []UpstreamRouting `json:"routing"`
+}
+
+// UpstreamRouting is one upstream's routing state (docs/routing.md).
+type UpstreamRouting struct {
+	UpstreamID string `json:"upstream_id"`
+	Name       string `json:"name"`
+	Kind       string `json:"kind"`
+	Enabled    bool   `json:"enabled"`
+	Weight     int    `json:"weight"`
+	// CooldownUntilUnixSecs is when a 429/529 cooldown ends; null when
+	// the upstream is not cooling down.
+	CooldownUntilUnixSecs *int64 `json:"cooldown_until_unix_secs"`
+	InFlight              int64  `json:"in_flight"`
 }
 
 // SnapshotStatus describes the snapshot this replica serves from.
@@ -28,6 +43,20 @@ type SnapshotStatus struct {
 	Upstreams       int   `json:"upstreams"`
 	Principals      int   `json:"principals"`
 	Keys            int   `json:"keys"`
+}
+
+// routingOf is an upstream's cooldown end (nil: none) and requests in
+// flight on this replica.
+func (a *api) routingOf(id string, now time.Time) (*int64, int64) {
+	if a.Routing == nil {
+		return nil, 0
+	}
+	st := a.Routing.Read(id, now)
+	if st.CooldownUntil.IsZero() {
+		return nil, st.InFlight
+	}
+	ts := st.CooldownUntil.Unix()
+	return &ts, st.InFlight
 }
 
 // status and export exist to tell an operator whether the database answers,
@@ -45,6 +74,18 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 	if a.Runtime != nil {
 		i := a.Runtime.Info()
 		out.Snapshot = SnapshotStatus{Generation: i.Generation, BuiltAtUnixSecs: unix(i.BuiltAt), Upstreams: i.Upstreams, Principals: i.Principals, Keys: i.Keys}
+	}
+	ups, err := a.Store.ListUpstreams(r.Context())
+	if err != nil {
+		return storageUnavailable(err)
+	}
+	now := a.Now()
+	out.Routing = make([]UpstreamRouting, 0, len(ups))
+	for i := range ups {
+		u := &ups[i]
+		ur := UpstreamRouting{UpstreamID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled, Weight: u.Weight}
+		ur.CooldownUntilUnixSecs, ur.InFlight = a.routingOf(u.ID, now)
+		out.Routing = append(out.Routing, ur)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

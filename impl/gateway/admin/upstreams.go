@@ -29,6 +29,7 @@ type UpstreamResponse struct {
 	OAuthAuthorizeURL   *string        `json:"oauth_authorize_url,omitempty"`
 	OAuthTokenURL       *string        `json:"oauth_token_url,omitempty"`
 	HasCredential       bool           `json:"has_credential"`
+	Weight              int            `json:"weight"`
 	Status              UpstreamStatus `json:"status"`
 	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
 	UpdatedAtUnixSecs   int64          `json:"updated_at_unix_secs"`
@@ -74,7 +75,7 @@ func unroutableReason(u *store.Upstream) *string {
 func upstreamResponse(u *store.Upstream) UpstreamResponse {
 	r := UpstreamResponse{
 		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
-		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0,
+		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0, Weight: u.Weight,
 		Status: UpstreamStatus{
 			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
 			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
@@ -107,6 +108,9 @@ type UpstreamCreateBody struct {
 	// endpoints of a vendor_oauth upstream.
 	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
 	OAuthTokenURL     *string `json:"oauth_token_url"`
+	// Weight is the upstream's share of new work in its priority class
+	// (docs/routing.md); default 1, 0 is standby.
+	Weight *int `json:"weight"`
 }
 
 // UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
@@ -122,6 +126,8 @@ type UpstreamUpdateBody struct {
 	// OAuth endpoints are kept unless given.
 	OAuthAuthorizeURL *string `json:"oauth_authorize_url"`
 	OAuthTokenURL     *string `json:"oauth_token_url"`
+	// Weight is kept unless given.
+	Weight *int `json:"weight"`
 }
 
 // UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
@@ -130,9 +136,22 @@ type UpstreamPatchBody struct {
 	Enabled       *bool   `json:"enabled"`
 	Name          *string `json:"name"`
 	BaseURL       *string `json:"base_url"`
+	// APIKeyEnv and APIKeyValue replace a vendor_api_key upstream's key; a
+	// base_url of another origin needs one of them while a key is held.
+	APIKeyEnv   *string `json:"api_key_env"`
+	APIKeyValue *string `json:"api_key_value"`
+	Weight      *int    `json:"weight"`
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
+}
+
+// validWeight checks a routing weight, when given.
+func validWeight(w *int) error {
+	if w != nil && (*w < 0 || *w > store.MaxWeight) {
+		return invalid("weight: must be 0 (standby) to %d, got %d", store.MaxWeight, *w)
+	}
+	return nil
 }
 
 // validName checks a resource name: 1 to 128 characters of valid UTF-8,
@@ -174,11 +193,19 @@ func (a *api) location(ctx context.Context, field, raw string) error {
 	return nil
 }
 
-// credential resolves api_key_env / api_key_value into the sealed credential.
+// credential resolves api_key_env / api_key_value into the credential
+// sealed for upstream id at baseURL (bound to its origin, credential.AD).
 // No message repeats a value given for either field unless it is a
 // variable name the operator allowed (issue 19.5): a secret pasted into
 // api_key_env must not reach the response or the log.
-func (a *api) credential(id, kind string, env, value *string, required bool) ([]byte, error) {
+func (a *api) credential(r *http.Request, id, kind, baseURL string, env, value *string, required bool) ([]byte, error) {
+	// A variable's value is a key the caller never sees, sent to the
+	// base_url the caller chooses: only the admin role may name one.
+	if caller, ok := IdentityFrom(r.Context()); env != nil && ok && caller.Role != RoleAdmin {
+		e := newErr("forbidden", "the %s role may not name api_key_env (a key from the server's environment); give api_key_value, or ask an admin", caller.Role)
+		e.Details = map[string]any{"role": caller.Role}
+		return nil, e
+	}
 	if env != nil && value != nil {
 		return nil, newErr("conflicting_api_key", "give either api_key_env or api_key_value, not both")
 	}
@@ -218,7 +245,7 @@ func (a *api) credential(id, kind string, env, value *string, required bool) ([]
 		}
 		return nil, nil
 	}
-	return a.Sealer.Seal([]byte(plain), credential.AD(id))
+	return a.Sealer.Seal([]byte(plain), credential.AD(id, kind, baseURL, ""))
 }
 
 func validKind(kind string) error {
@@ -243,12 +270,15 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := store.NewID("up")
-	cred, err := a.credential(id, b.Kind, b.APIKeyEnv, b.APIKeyValue, true)
+	cred, err := a.credential(r, id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true)
 	if err != nil {
 		return err
 	}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
 	spec := store.UpstreamSpec{ID: id, Name: b.Name, Kind: b.Kind, BaseURL: b.BaseURL, Enabled: true,
-		WarmupEnabled: b.Kind == store.KindVendorOAuth}
+		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -339,11 +369,14 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if b.Kind != nil && *b.Kind != cur.Kind {
 		return invalid("kind: an upstream's kind cannot change (it is %s); create a new upstream instead", cur.Kind)
 	}
-	cred, err := a.credential(id, cur.Kind, b.APIKeyEnv, b.APIKeyValue, false)
+	cred, err := a.credential(r, id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false)
 	if err != nil {
 		return err
 	}
-	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
+	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled, Weight: b.Weight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -387,10 +420,14 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin)")
+	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
+		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight)")
 	}
-	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled}
+	if err := validWeight(b.Weight); err != nil {
+		return err
+	}
+	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled, Weight: b.Weight}
 	if b.WarmupDialectPlugin != nil {
 		patch.SetWarmupDialect = true
 		if string(b.WarmupDialectPlugin) != "null" {
@@ -412,15 +449,28 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	wasWarm := false
-	if b.WarmupEnabled != nil && *b.WarmupEnabled {
+	if b.APIKeyEnv != nil || b.APIKeyValue != nil || (b.WarmupEnabled != nil && *b.WarmupEnabled) {
 		cur, err := a.Store.GetUpstream(r.Context(), id)
 		if err != nil {
 			return fromStore(err, resUpstream, id)
 		}
-		if !hasOAuth(cur) {
-			return warmupNeedsOAuth()
+		if b.WarmupEnabled != nil && *b.WarmupEnabled {
+			if !hasOAuth(cur) {
+				return warmupNeedsOAuth()
+			}
+			wasWarm = cur.WarmupEnabled
 		}
-		wasWarm = cur.WarmupEnabled
+		if b.APIKeyEnv != nil || b.APIKeyValue != nil {
+			// Sealed for the base_url the patch leaves: the new one when given.
+			base := cur.BaseURL
+			if b.BaseURL != nil {
+				base = *b.BaseURL
+			}
+			if patch.Credential, err = a.credential(r, id, cur.Kind, base, b.APIKeyEnv, b.APIKeyValue, false); err != nil {
+				return err
+			}
+			patch.CredentialKind = credential.APIKey
+		}
 	}
 	u, err := a.Store.PatchUpstream(r.Context(), id, expect, patch)
 	if err != nil {

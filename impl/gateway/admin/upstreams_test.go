@@ -94,13 +94,17 @@ func TestUpstreamCredentialFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, err := e.box.Open(stored.Credential, credential.AD(id))
+	pt, err := e.box.Open(stored.Credential, credential.UpstreamAD(stored))
 	if err != nil || string(pt) != serverEnv["ANTHROPIC_KEY"] {
 		t.Fatalf("stored credential opens to %q, %v", pt, err)
 	}
-	// Sealed to this upstream: the ciphertext does not open for another id.
-	if _, err := e.box.Open(stored.Credential, credential.AD("up_other")); err == nil {
+	// Sealed to this upstream and its origin: the ciphertext opens for
+	// neither another id nor another origin.
+	if _, err := e.box.Open(stored.Credential, credential.AD("up_other", stored.Kind, stored.BaseURL, "")); err == nil {
 		t.Fatal("credential not bound to the upstream id")
+	}
+	if _, err := e.box.Open(stored.Credential, credential.AD(id, stored.Kind, "https://elsewhere.example", "")); err == nil {
+		t.Fatal("credential not bound to the upstream's origin")
 	}
 	// Changing the variable later changes nothing: the value was copied.
 	db := e.dbBytes()
@@ -236,7 +240,7 @@ func TestUpstreamGetAndHead(t *testing.T) {
 	if _, err := e.st.WriteCycleKey(ctx, id, "5h:1", now); err != nil {
 		t.Fatal(err)
 	}
-	ct, _ := e.box.Seal([]byte("sk-ant-rotated"), credential.AD(id))
+	ct, _ := e.box.Seal([]byte("sk-ant-rotated"), credential.AD(id, store.KindVendorAPIKey, "https://api.example", ""))
 	if _, err := e.st.SetUpstreamCredential(ctx, id, "api_key", ct); err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +283,8 @@ func TestUpstreamPatchIfMatch(t *testing.T) {
 			t.Fatalf("If-Match %s: %d %s ETag %s", im, r.status, r.body, r.header.Get("ETag"))
 		}
 	}
-	r := e.do("PATCH", p, map[string]any{"name": "renamed", "base_url": "https://b.example/v2"}, "If-Match", fmt.Sprint(rev))
-	if r.status != 200 || r.json(t)["name"] != "renamed" || r.json(t)["base_url"] != "https://b.example/v2" {
+	r := e.do("PATCH", p, map[string]any{"name": "renamed", "base_url": "https://api.example/v2"}, "If-Match", fmt.Sprint(rev))
+	if r.status != 200 || r.json(t)["name"] != "renamed" || r.json(t)["base_url"] != "https://api.example/v2" {
 		t.Fatalf("PATCH name/base_url: %d %s", r.status, r.body)
 	}
 	// A name taken by another upstream.
@@ -307,7 +311,7 @@ func TestUpstreamWarmupRequiresOAuthCredentials(t *testing.T) {
 	}
 	wantErr(t, e.do("PUT", "/admin/v1/upstreams/"+oauth, map[string]any{"name": "sub", "base_url": "https://api.example", "warmup_enabled": true}), 400, "warmup_requires_oauth_credentials")
 	// Once the OAuth flow stored credentials, warm-up can be turned on.
-	ct, _ := e.box.Seal([]byte(`{"access_token":"at"}`), credential.AD(oauth))
+	ct, _ := e.box.Seal([]byte(`{"access_token":"at"}`), credential.AD(oauth, store.KindVendorOAuth, "https://api.example", ""))
 	if _, err := e.st.SetUpstreamCredential(context.Background(), oauth, "oauth", ct); err != nil {
 		t.Fatal(err)
 	}
@@ -331,24 +335,24 @@ func TestUpstreamPut(t *testing.T) {
 	id := e.upstream("u")["id"].(string)
 	e.upstream("taken")
 	p := "/admin/v1/upstreams/" + id
-	put := map[string]any{"name": "renamed", "base_url": "https://b.example"}
+	put := map[string]any{"name": "renamed", "base_url": "https://api.example/b"}
 	e.unchanged("refused PUTs", func() {
 		wantErr(t, e.do("PUT", p, put, "If-Match", `"2"`), 409, "stale_revision")
 		wantErr(t, e.do("PUT", "/admin/v1/upstreams/up_nope", put), 404, "upstream_not_found")
-		wantErr(t, e.do("PUT", p, map[string]any{"name": "taken", "base_url": "https://b.example"}), 409, "conflict")
-		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://b.example", "kind": "vendor_oauth"}), 400, "invalid_request")
-		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://b.example", "kind": "other"}), 400, "invalid_request")
+		wantErr(t, e.do("PUT", p, map[string]any{"name": "taken", "base_url": "https://api.example/b"}), 409, "conflict")
+		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://api.example/b", "kind": "vendor_oauth"}), 400, "invalid_request")
+		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://api.example/b", "kind": "other"}), 400, "invalid_request")
 		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "nope"}), 400, "invalid_location")
-		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://b.example", "api_key_env": "ANTHROPIC_KEY", "api_key_value": "k"}), 400, "conflicting_api_key")
-		wantErr(t, e.do("PUT", p, map[string]any{"base_url": "https://b.example"}), 400, "invalid_request")
-		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://b.example", "spec_revision": 9}), 400, "invalid_request")
+		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://api.example/b", "api_key_env": "ANTHROPIC_KEY", "api_key_value": "k"}), 400, "conflicting_api_key")
+		wantErr(t, e.do("PUT", p, map[string]any{"base_url": "https://api.example/b"}), 400, "invalid_request")
+		wantErr(t, e.do("PUT", p, map[string]any{"name": "x", "base_url": "https://api.example/b", "spec_revision": 9}), 400, "invalid_request")
 	})
 	r := e.do("PUT", p, put, "If-Match", `"1"`)
 	if r.status != 200 || r.header.Get("ETag") != `"2"` {
 		t.Fatalf("put: %d %s", r.status, r.body)
 	}
 	u := r.json(t)
-	if u["name"] != "renamed" || u["base_url"] != "https://b.example" || u["kind"] != "vendor_api_key" || u["enabled"] != true || u["credential_mode"] != "api_key" {
+	if u["name"] != "renamed" || u["base_url"] != "https://api.example/b" || u["kind"] != "vendor_api_key" || u["enabled"] != true || u["credential_mode"] != "api_key" {
 		t.Fatalf("after PUT: %v", u)
 	}
 	// Omitted flags keep their values; given ones replace them.
@@ -357,7 +361,7 @@ func TestUpstreamPut(t *testing.T) {
 	if r.json(t)["enabled"] != false || r.json(t)["spec_revision"] != 4.0 {
 		t.Fatalf("PUT without enabled: %s", r.body)
 	}
-	r = e.do("PUT", p, map[string]any{"name": "renamed", "base_url": "https://b.example", "enabled": true})
+	r = e.do("PUT", p, map[string]any{"name": "renamed", "base_url": "https://api.example/b", "enabled": true})
 	if r.json(t)["enabled"] != true {
 		t.Fatalf("PUT enabled: %s", r.body)
 	}

@@ -8,6 +8,8 @@ package credential
 import (
 	"net/http"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // Kinds of upstream credential, the values of store.Upstream.CredentialKind
@@ -25,8 +27,23 @@ const (
 const OAuthBeta = "oauth-2025-04-20"
 
 // AD is the associated data an upstream's credential is sealed with: bound
-// to the upstream's id, so a ciphertext copied to another row does not open.
-func AD(upstreamID string) []byte {
+// to the upstream's id, so a ciphertext copied to another row does not open,
+// and to the origins the credential is sent to (store.CredentialOrigins:
+// base_url, and an OAuth upstream's token endpoint), so a credential left
+// behind by a change of either does not open for the new location.
+func AD(upstreamID, kind, baseURL, oauthTokenURL string) []byte {
+	return []byte("upstream-credential:" + upstreamID + "@" + strings.Join(store.CredentialOrigins(kind, baseURL, oauthTokenURL), " "))
+}
+
+// UpstreamAD is AD for the stored upstream u.
+func UpstreamAD(u *store.Upstream) []byte {
+	return AD(u.ID, u.Kind, u.BaseURL, u.OAuthTokenURL)
+}
+
+// LegacyAD is the associated data of credentials sealed before they were
+// bound to origins. It is only tried to re-seal such a credential bound to
+// the origins its row names (Rebind), never to send one.
+func LegacyAD(upstreamID string) []byte {
 	return []byte("upstream-credential:" + upstreamID)
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"testing"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 func TestSetByKind(t *testing.T) {
@@ -30,13 +32,45 @@ func TestSetByKind(t *testing.T) {
 	}
 }
 
-// The associated data binds a credential to its upstream: another id gives
-// other bytes, and the format is the one stored ciphertexts were sealed with.
-func TestADBindsTheUpstream(t *testing.T) {
-	if string(AD("up_1")) != "upstream-credential:up_1" {
-		t.Fatalf("AD = %q", AD("up_1"))
+// The associated data binds a credential to its upstream and to the
+// origins it is sent to: another id, another base_url origin or (OAuth)
+// another token endpoint origin gives other bytes; another path, letter
+// case or the scheme's default port written out gives the same.
+func TestADBindsTheUpstreamAndItsOrigins(t *testing.T) {
+	base := AD("up_1", store.KindVendorAPIKey, "https://api.example", "")
+	if string(base) != "upstream-credential:up_1@https://api.example:443" {
+		t.Fatalf("AD = %q", base)
 	}
-	if bytes.Equal(AD("up_1"), AD("up_2")) {
-		t.Fatal("two upstreams share associated data")
+	for _, same := range [][]byte{
+		AD("up_1", store.KindVendorAPIKey, "https://API.example:443/v1/", ""),
+		AD("up_1", store.KindVendorAPIKey, "https://api.example", "https://ignored.example/token"), // API keys never go to a token endpoint
+	} {
+		if !bytes.Equal(same, base) {
+			t.Errorf("%q differs from %q", same, base)
+		}
+	}
+	for _, other := range [][]byte{
+		AD("up_2", store.KindVendorAPIKey, "https://api.example", ""),
+		AD("up_1", store.KindVendorAPIKey, "https://evil.example", ""),
+		AD("up_1", store.KindVendorAPIKey, "http://api.example", ""),
+		AD("up_1", store.KindVendorAPIKey, "https://api.example:8443", ""),
+		LegacyAD("up_1"),
+	} {
+		if bytes.Equal(other, base) {
+			t.Errorf("%q shares associated data with %q", other, base)
+		}
+	}
+	oauth := AD("up_1", store.KindVendorOAuth, "https://api.example", "https://auth.example/token")
+	for _, other := range [][]byte{
+		AD("up_1", store.KindVendorOAuth, "https://api.example", "https://evil.example/token"),
+		AD("up_1", store.KindVendorOAuth, "https://api.example", ""),
+		AD("up_1", store.KindVendorOAuth, "https://evil.example", "https://auth.example/token"),
+	} {
+		if bytes.Equal(other, oauth) {
+			t.Errorf("%q shares associated data with %q", other, oauth)
+		}
+	}
+	if string(LegacyAD("up_1")) != "upstream-credential:up_1" {
+		t.Fatalf("LegacyAD = %q: not the format credentials were sealed with before", LegacyAD("up_1"))
 	}
 }

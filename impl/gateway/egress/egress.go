@@ -25,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 )
 
 // Resolver looks names up; *net.Resolver implements it. Tests inject one to
@@ -357,7 +359,9 @@ func (p *Policy) Transport() *http.Transport {
 	return t
 }
 
-// Client returns an HTTP client that dials through the policy.
+// Client returns an HTTP client that dials through the policy and follows
+// no redirect to another origin (credential.CheckRedirect): its callers
+// send upstream credentials.
 func (p *Policy) Client(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: p.Transport()}
+	return &http.Client{Timeout: timeout, Transport: p.Transport(), CheckRedirect: credential.CheckRedirect}
 }

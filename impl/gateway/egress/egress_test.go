@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 )
 
 // fakeResolver answers from a table; answers can change between calls.
@@ -213,5 +216,25 @@ func TestErrorDoesNotEchoURL(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || strings.Contains(err.Error(), "sk-secret") || strings.Contains(err.Error(), "10.0.0.1") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// The policy's client is the one the background jobs send credentials
+// with: it follows no redirect to another origin.
+func TestClientFollowsNoRedirectElsewhere(t *testing.T) {
+	var reached atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer other.Close()
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL, http.StatusTemporaryRedirect)
+	}))
+	defer home.Close()
+	req, _ := http.NewRequest(http.MethodGet, home.URL, nil)
+	req.Header.Set("X-Api-Key", "sk-ant-secret")
+	if _, err := (&Policy{AllowPrivate: true}).Client(0).Do(req); !errors.Is(err, credential.ErrRedirectElsewhere) {
+		t.Fatalf("err %v, want the refused redirect", err)
+	}
+	if reached.Load() != 0 {
+		t.Fatal("the redirect to another origin was followed")
 	}
 }

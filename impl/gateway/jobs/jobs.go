@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -68,9 +69,9 @@ func Types(d Deps) []scheduler.Type {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	if d.HTTP == nil {
-		d.HTTP = &http.Client{Timeout: time.Minute}
-	}
+	// The metadata refresh sends the upstream's credential: no redirect
+	// may take it to another origin.
+	d.HTTP = credential.Client(d.HTTP, time.Minute)
 	every := func(name string) time.Duration {
 		if v, ok := d.Every[name]; ok && v > 0 {
 			return v

@@ -1,64 +1,45 @@
-package jobs
+package jobs_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/pillarhq/pillar/impl/gateway/credential"
+	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
-	"github.com/pillarhq/pillar/impl/gateway/store"
-	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 )
 
-// The metadata refresh asks routable upstreams only: the token of one
-// whose refresh grant the provider refused is revoked and never sent; the
-// skip is counted under its own status.
-func TestMetadataRefreshSkipsRefusedRefreshGrant(t *testing.T) {
-	var mu sync.Mutex
-	var tokens []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		tokens = append(tokens, r.Header.Get("Authorization")+r.Header.Get("X-Api-Key"))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"data":[{"id":"claude-x","display_name":"X"}]}`))
+// The metadata refresh sends the upstream's key to its base_url only: an
+// upstream answering with a redirect to another origin fails the refresh,
+// and nothing reaches that origin, whatever client the job was given.
+func TestMetadataRefreshFollowsNoRedirectElsewhere(t *testing.T) {
+	var reached atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer other.Close()
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
-	t.Cleanup(srv.Close)
-	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
+	defer home.Close()
+	up := &snapshot.Upstream{ID: "up_1", BaseURL: home.URL, Enabled: true, CredentialKind: credential.APIKey, Credential: "sk-ant-secret"}
+	for name, c := range map[string]*http.Client{"given client": {}, "default client": nil} {
+		d := jobs.Deps{HTTP: c, Upstreams: func() []*snapshot.Upstream { return []*snapshot.Upstream{up} }}
+		var refresh scheduler.Type
+		for _, ty := range jobs.Types(d) {
+			if ty.Name == jobs.MetadataRefresh {
+				refresh = ty
+			}
+		}
+		_, err := refresh.Handler(context.Background(), scheduler.Job{Type: jobs.MetadataRefresh, Attempt: 1, MaxAttempts: 1})
+		if !errors.Is(err, credential.ErrRedirectElsewhere) {
+			t.Errorf("%s: refresh error %v, want the refused redirect", name, err)
+		}
 	}
-	t.Cleanup(func() { st.Close() })
-	live, err := st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "live", Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ups := []*snapshot.Upstream{
-		{ID: "up_revoked", Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true, CredentialKind: "oauth", Credential: "revoked-token", RefreshRefused: true},
-		{ID: live.ID, Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true, CredentialKind: "oauth", Credential: "live-token"},
-	}
-	m := scheduler.NewMetrics(prometheus.NewRegistry())
-	d := Deps{Store: st, Metrics: m, Now: func() time.Time { return now }, HTTP: srv.Client(), Upstreams: func() []*snapshot.Upstream { return ups }}
-	out, err := refreshModels(context.Background(), d)
-	if err != nil || out != scheduler.OutcomeDone {
-		t.Fatalf("outcome %q err %v", out, err)
-	}
-	if len(tokens) != 1 || tokens[0] != "Bearer live-token" {
-		t.Fatalf("credentials sent: %q", tokens)
-	}
-	if got := testutil.ToFloat64(m.MetadataRefreshStatus.WithLabelValues("refresh_refused")); got != 1 {
-		t.Fatalf("refresh_refused count %v", got)
-	}
-	if got := testutil.ToFloat64(m.MetadataRefreshStatus.WithLabelValues("ok")); got != 1 {
-		t.Fatalf("ok count %v", got)
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("%d metadata request(s) followed the redirect to another origin", n)
 	}
 }

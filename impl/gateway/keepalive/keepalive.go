@@ -330,11 +330,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("anthropic-version", "2023-06-01")
 	credential.Set(req.Header, up.CredentialKind, up.Credential)
-	client := s.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: time.Minute}
-	}
-	resp, err := client.Do(req)
+	resp, err := credential.Client(s.HTTP, time.Minute).Do(req)
 	if err != nil {
 		return stop(OutcomeDispatchError)
 	}

@@ -383,6 +383,29 @@ func TestObserveNeverBlocks(t *testing.T) {
 	}
 }
 
+// A keep-alive refresh sends the upstream's key to its base_url only: an
+// upstream redirecting it to another origin (the provider stands for that
+// origin here) gets nothing sent there.
+func TestRefreshFollowsNoRedirectElsewhere(t *testing.T) {
+	e := setup(t)
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, e.upURL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer home.Close()
+	e.svc.Upstream = func(id string) *snapshot.Upstream {
+		return &snapshot.Upstream{ID: id, Kind: store.KindVendorAPIKey, Enabled: true, Credential: "sk-ant-secret", MessagesURL: home.URL + "/v1/messages"}
+	}
+	e.turn(t, turn1, endTurn)
+	first := e.jobs.last()
+	e.now = first.RunAt
+	e.run(t, first)
+	e.prov.mu.Lock()
+	defer e.prov.mu.Unlock()
+	if e.prov.calls != 0 {
+		t.Fatalf("%d keep-alive refresh(es) followed the redirect to another origin", e.prov.calls)
+	}
+}
+
 // Keys are read as JSON defines them, by their exact text, as the provider
 // reads them: encoding/json's struct decoding also matches a key in another
 // case, so a body could have keep-alive refresh another model, another

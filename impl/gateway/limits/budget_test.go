@@ -134,3 +134,26 @@ func TestBudgetSharedBetweenReplicas(t *testing.T) {
 		}
 	}
 }
+
+// BudgetUsed reports the fullest budget's share as Admit's estimate has it,
+// reaching 1 exactly when the next request is refused, and nothing for a
+// principal with only non-budget limits.
+func TestBudgetUsedIsTheFullestBudgetsShare(t *testing.T) {
+	clk := newClock()
+	l := limits.New(limits.Options{Now: clk.Now})
+	ls := parse(t, `[{"kind":"usd","window_secs":3600,"limit":"10.00"},{"kind":"usd","window_secs":86400,"limit":"4.00"},{"kind":"requests","window_secs":60,"max":1}]`)
+	if r, ok := l.BudgetUsed("pr_a", ls); !ok || r != 0 {
+		t.Fatalf("unspent: %v %v", r, ok)
+	}
+	l.AddCost("pr_a", ls, 3*money.PerDollar)
+	if r, ok := l.BudgetUsed("pr_a", ls); !ok || r != 0.75 {
+		t.Fatalf("3 of the 4.00 day budget spent: %v %v, want 0.75", r, ok)
+	}
+	l.AddCost("pr_a", ls, money.PerDollar)
+	if r, _ := l.BudgetUsed("pr_a", ls); r != 1 || l.Admit("pr_a", ls) == nil {
+		t.Fatalf("day budget spent: ratio %v, and Admit must refuse", r)
+	}
+	if r, ok := l.BudgetUsed("pr_b", parse(t, `[{"kind":"tokens","window_secs":60,"max":5}]`)); ok || r != 0 {
+		t.Fatalf("no budget: %v %v", r, ok)
+	}
+}

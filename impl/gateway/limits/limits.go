@@ -332,6 +332,29 @@ func (l *Limiter) add(principal string, ls []Limit, kind Kind, n int64) {
 	}
 }
 
+// BudgetUsed is how full the fullest of a principal's budgets (usd limits)
+// is, as the sliding estimate Admit checks (1: the next request is
+// refused); ok is false when the principal has no budget. It reads the
+// cluster counts of the last sync plus this replica's since.
+func (l *Limiter) BudgetUsed(principal string, ls []Limit) (ratio float64, ok bool) {
+	// A scrape asks for every principal: those without a budget do not
+	// take the lock the request path admits under.
+	if !slices.ContainsFunc(ls, func(lim Limit) bool { return lim.Kind == USD && lim.Max > 0 }) {
+		return 0, false
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, lim := range ls {
+		if lim.Kind != USD || lim.Max <= 0 {
+			continue
+		}
+		ok = true
+		ratio = max(ratio, l.windows(principal, lim, now).estimate()/float64(lim.Max))
+	}
+	return ratio, ok
+}
+
 func windowStart(lim Limit, now time.Time) (start, w int64) {
 	w = int64(lim.Window / time.Second)
 	t := now.Unix()

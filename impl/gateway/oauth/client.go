@@ -100,11 +100,11 @@ func (c *Client) now() time.Time {
 	return time.Now()
 }
 
+// httpClient is c.HTTP under the credential redirect policy: token
+// requests carry a code or refresh token in their body, usage and coupon
+// calls a bearer token, and none may follow a redirect to another origin.
 func (c *Client) httpClient() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
-	}
-	return &http.Client{Timeout: 30 * time.Second}
+	return credential.Client(c.HTTP, 30*time.Second)
 }
 
 func (c *Client) clientID() string {

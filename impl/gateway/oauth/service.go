@@ -252,7 +252,7 @@ func (s *Service) Complete(ctx context.Context, upstreamID, state, code string) 
 // refreshes this replica's snapshot.
 func (s *Service) storeToken(ctx context.Context, u *store.Upstream, tok *Token) (*store.Upstream, error) {
 	pt, _ := json.Marshal(tok)
-	sealed, err := s.Box.Seal(pt, credential.AD(u.ID))
+	sealed, err := s.Box.Seal(pt, credential.UpstreamAD(u))
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (s *Service) Token(u *store.Upstream) (*Token, error) {
 	if u.Kind != store.KindVendorOAuth || u.CredentialKind != credential.OAuth || len(u.Credential) == 0 {
 		return nil, ErrNoCredential
 	}
-	pt, err := s.Box.Open(u.Credential, credential.AD(u.ID))
+	pt, err := s.Box.Open(u.Credential, credential.UpstreamAD(u))
 	if err != nil {
 		return nil, fmt.Errorf("open the upstream's credential: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -49,6 +50,9 @@ func benchHandler(b *testing.B) *Handler {
 		Source:    fakeSource{s},
 		Transport: cannedTransport{[]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":2}}`)},
 		Recorder:  discardRecorder{},
+		// As the server wires it: every request reads the cooldowns and
+		// counts itself in flight.
+		Board: routing.NewBoard(nil),
 	})
 }
 

@@ -20,6 +20,9 @@ import (
 type Metrics struct {
 	series    *requestSeries
 	failovers prometheus.Counter
+	// cooldowns counts upstreams taken out of routing by a 429/529;
+	// allCooling, requests refused because every candidate was.
+	cooldowns, allCooling prometheus.Counter
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
@@ -33,6 +36,10 @@ type Metrics struct {
 
 	usageRequests, usageTokens *prometheus.CounterVec
 	usage                      usageCache
+
+	// openAI counts requests in OpenAI's dialect by endpoint (chat
+	// completions, models) and outcome (ok, error).
+	openAI [2][2]prometheus.Counter
 }
 
 // ErrorClass is what went wrong with an upstream attempt.
@@ -82,6 +89,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a request moved on to the next candidate upstream.",
 		}),
 	}
+	m.cooldowns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_cooldowns_total",
+		Help: "Times a 429 or 529 took an upstream out of routing (or extended its cooldown) on this replica.",
+	})
+	m.allCooling = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_all_upstreams_cooling_total",
+		Help: "Requests answered 429 by the proxy itself because every candidate upstream was cooling down.",
+	})
 	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_principal_limited_total",
 		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
@@ -115,8 +130,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tokens of recorded requests by principal, upstream, model (as svc_proxy_usage_requests_total) and type: input, output, cache_read, cache_write.",
 	}, []string{"principal", "upstream", "model", "type"})
 	m.usage.entries = map[usageKey]*usageChildren{}
-	reg.MustRegister(m.series, m.failovers, limited, timeouts, m.interrupted, m.lazyRefreshes,
-		m.upstreamErrors, m.usageRequests, m.usageTokens)
+	openAI := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_openai_requests_total",
+		Help: "Requests in OpenAI's dialect (docs/openai.md) by endpoint (chat_completions, models) and outcome (ok; error: an error status or a stream that ended with an error). They count in svc_proxy_requests_total too.",
+	}, []string{"endpoint", "outcome"})
+	for i, ep := range []string{"chat_completions", "models"} {
+		for j, out := range []string{"ok", "error"} {
+			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
+		}
+	}
+	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, limited, timeouts, m.interrupted, m.lazyRefreshes,
+		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
@@ -87,6 +90,12 @@ type Options struct {
 	// Refresher refreshes an OAuth upstream's token lazily when a request
 	// meets it expired or refused (optional).
 	Refresher TokenRefresher
+	// Board is the upstreams' live routing state: cooldowns and requests
+	// in flight (optional: without it nothing cools down).
+	Board *routing.Board
+	// MaxAttempts bounds how many upstreams one request is sent to,
+	// failover included (zero: DefaultMaxAttempts; at most 16).
+	MaxAttempts int
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -108,6 +117,9 @@ type Handler struct {
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	refresh                                                             *refresher
+	board                                                               *routing.Board
+	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
+	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
 
@@ -177,6 +189,12 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
+	h.board, h.randN = o.Board, rand.Uint64N
+	h.maxAttempts = o.MaxAttempts
+	if h.maxAttempts <= 0 {
+		h.maxAttempts = DefaultMaxAttempts
+	}
+	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
 	if o.Refresher != nil {
 		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
 			busy: map[string]bool{}, ended: map[string]time.Time{},
@@ -250,9 +268,17 @@ const (
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var ep endpoint
+	var chat *openai.Writer
 	switch r.URL.Path {
 	case "/v1/messages":
 		ep = epMessages
+	case "/v1/chat/completions":
+		// OpenAI's Chat Completions, translated: the Messages pipeline
+		// writes into a writer that answers in OpenAI's shapes.
+		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.now)
+		defer h.finishOpenAI(chat, openAIChat)
+		w = chat
+		openai.Prepare(r)
 	case "/v1/messages/count_tokens":
 		ep = epCountTokens
 	case "/healthz":
@@ -262,6 +288,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
+			if openai.Dialect(r) {
+				mw := openai.NewWriter(w, openai.Models, h.now)
+				defer h.finishOpenAI(mw, openAIModels)
+				w = mw
+				openai.Prepare(r)
+			}
 			h.models(w, r)
 			return
 		}
@@ -281,7 +313,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// long as it is open, and with this split it stays within 8 KB rather
 	// than doubling to 16 KB (issue 22: 2,000 streams).
 	var q admitted
-	q.start = h.now()
+	q.start, q.chat = h.now(), chat
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
 	defer func() { h.held.give(q.held) }()
@@ -297,9 +329,10 @@ type admitted struct {
 	body     []byte
 	held     int64 // body bytes reserved against the global cap, given back when the handler returns
 	model    string
-	stream   bool // the request asks for a stream (count_tokens answers none)
-	cands    []*snapshot.Upstream
+	stream   bool           // the request asks for a stream (count_tokens answers none)
+	attempts attemptList    // the upstreams to try, in order
 	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
+	chat     *openai.Writer // set for a Chat Completions request: its body is translated
 }
 
 // admit authenticates the request, reads and checks its body, applies the
@@ -342,6 +375,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		}
 		return false
 	}
+	if q.chat != nil {
+		if body, err = h.translate(q, body); err != nil {
+			status, typ := http.StatusBadRequest, "invalid_request_error"
+			if errors.Is(err, errOverloaded) {
+				status, typ = 529, "overloaded_error"
+			}
+			refuse(status, typ, err.Error())
+			return false
+		}
+	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
 		refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
@@ -354,7 +397,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	// Security (issue 19.4): a model id is short text, and it is stored
 	// with every request event.
 	if !validModelID(model) {
-		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8")
+		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8 without control characters")
 		return false
 	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
@@ -401,7 +444,22 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		refuse(http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
 		return false
 	}
-	q.key, q.body, q.model, q.stream, q.cands, q.standing = k, body, model, stream, cands, standing
+	// The built-in router spreads by weight within each priority class; a
+	// router plugin's order is kept.
+	h.plan(&q.attempts, cands, !p.Dynamic, start)
+	if q.attempts.n == 0 {
+		// Every candidate is cooling down: the client learns when the
+		// first comes back rather than a provider's 429 per request.
+		wait := q.attempts.soonest.Sub(start)
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+		w.Header().Set("X-Should-Retry", strconv.FormatBool(wait <= maxClientRetryWait))
+		if h.metrics != nil {
+			h.metrics.allCooling.Inc()
+		}
+		refuse(http.StatusTooManyRequests, "rate_limit_error", "every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339))
+		return false
+	}
+	q.key, q.body, q.model, q.stream, q.standing = k, body, model, stream, standing
 	return true
 }
 
@@ -414,12 +472,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
 	}
-	resp, up, a, err := h.dispatch(r, ep, q.cands, q.body, headerTimeout, start)
+	resp, up, a, err := h.dispatch(r, ep, q.attempts.ups(), q.body, headerTimeout, start)
 	if err != nil {
 		h.unreachable(w, r, err, up, &ev)
 		return
 	}
 	defer a.done()
+	defer h.board.Begin(up.ID).End()
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
@@ -676,6 +735,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			continue
 		}
+		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) && h.metrics != nil {
+			h.metrics.cooldowns.Inc()
+		}
 		if !last && retryableStatus(resp.StatusCode) {
 			class, _ := statusErrorClass(resp.StatusCode)
 			h.metrics.upstreamError(up, class)
@@ -749,8 +811,16 @@ func (h *Handler) refreshToken(up *snapshot.Upstream) {
 	}
 }
 
+// retryableStatus: answers another upstream may not give, sent before
+// anything reached the client (a rate limit, an overload, a server error
+// or a gateway's) fail over.
 func retryableStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code == 529 || code == http.StatusServiceUnavailable
+	switch code {
+	case http.StatusTooManyRequests, 529, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // bufferLimit bounds how much of a non-streaming response is read before
@@ -1178,6 +1248,13 @@ func errorType(body []byte) string {
 	j := bytes.IndexByte(body[i:], '"')
 	if j < 0 || j > 64 {
 		return "upstream_error"
+	}
+	// The type is stored with the request event: only a word of the
+	// shape Anthropic's types have, never bytes an upstream chose freely.
+	for _, c := range body[i : i+j] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "upstream_error"
+		}
 	}
 	return string(body[i : i+j])
 }

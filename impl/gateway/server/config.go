@@ -500,6 +500,9 @@ type RelayConfig struct {
 	// MaxBodyBytesInFlight caps the request body bytes held at once; past
 	// it requests get 529 overloaded_error.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// MaxAttempts bounds how many upstreams one request is sent to,
+	// failover included (docs/routing.md).
+	MaxAttempts int `yaml:"max_attempts"`
 }
 
 func defaultRelayConfig() RelayConfig {
@@ -508,6 +511,7 @@ func defaultRelayConfig() RelayConfig {
 		UpstreamNonStreamHeaderTimeout: relay.DefaultNonStreamHeaderTimeout,
 		UpstreamIdleTimeout:            relay.DefaultIdleTimeout,
 		MaxBodyBytesInFlight:           relay.DefaultMaxBodyBytesInFlight,
+		MaxAttempts:                    relay.DefaultMaxAttempts,
 	}
 }
 
@@ -519,6 +523,7 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 	nonStream := fs.Duration("upstream-nonstream-header-timeout", d.UpstreamNonStreamHeaderTimeout, "the same for non-streaming Messages requests (headers follow the whole answer)")
 	idle := fs.Duration("upstream-idle-timeout", d.UpstreamIdleTimeout, "end an upstream response from which nothing arrived for this long")
 	held := fs.Int64("max-body-bytes-in-flight", d.MaxBodyBytesInFlight, "request body bytes held at once; past it requests get 529 overloaded_error")
+	attempts := fs.Int("max-attempts", d.MaxAttempts, "upstreams one request may be sent to, failover included (1 to 16)")
 	return func(set map[string]bool, c *RelayConfig) {
 		if set["upstream-header-timeout"] {
 			c.UpstreamHeaderTimeout = *hdr
@@ -531,6 +536,9 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 		}
 		if set["max-body-bytes-in-flight"] {
 			c.MaxBodyBytesInFlight = *held
+		}
+		if set["max-attempts"] {
+			c.MaxAttempts = *attempts
 		}
 	}
 }
@@ -547,6 +555,9 @@ func (c RelayConfig) validate(bad func(key, format string, a ...any)) {
 	if c.MaxBodyBytesInFlight < relay.MaxBodyBytes {
 		bad("relay.max_body_bytes_in_flight", "must be at least %d (one request body of the largest size), got %d", relay.MaxBodyBytes, c.MaxBodyBytesInFlight)
 	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > relay.MaxAttemptsCap {
+		bad("relay.max_attempts", "must be 1 to %d, got %d", relay.MaxAttemptsCap, c.MaxAttempts)
+	}
 }
 
 // apply sets the relay.Options fields this configuration governs. The
@@ -558,6 +569,7 @@ func (c RelayConfig) apply(o *relay.Options, l ListenerLimits) {
 	o.IdleTimeout = c.UpstreamIdleTimeout
 	o.BodyReadTimeout = l.BodyReadTimeout
 	o.MaxBodyBytesInFlight = c.MaxBodyBytesInFlight
+	o.MaxAttempts = c.MaxAttempts
 }
 
 // ---- security (issue 19): the flags of the upstream destination and

@@ -115,18 +115,18 @@ func TestRelayConfig(t *testing.T) {
 		t.Fatalf("defaults %+v", c.Relay)
 	}
 	path := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(path, []byte("relay:\n  upstream_header_timeout: 30s\n  upstream_idle_timeout: 2m\n  max_body_bytes_in_flight: 67108864\n"), 0o600)
+	os.WriteFile(path, []byte("relay:\n  upstream_header_timeout: 30s\n  upstream_idle_timeout: 2m\n  max_body_bytes_in_flight: 67108864\n  max_attempts: 5\n"), 0o600)
 	c, err = ParseConfig([]string{"--config", path, "--upstream-idle-timeout", "90s"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Relay.UpstreamHeaderTimeout != 30*time.Second || c.Relay.UpstreamIdleTimeout != 90*time.Second ||
-		c.Relay.MaxBodyBytesInFlight != 64<<20 ||
+		c.Relay.MaxBodyBytesInFlight != 64<<20 || c.Relay.MaxAttempts != 5 ||
 		c.Relay.UpstreamNonStreamHeaderTimeout != 10*time.Minute {
 		t.Fatalf("%+v", c.Relay)
 	}
-	_, err = ParseConfig([]string{"--upstream-header-timeout", "0s", "--max-body-bytes-in-flight", "1000"}, env(nil), io.Discard)
-	for _, want := range []string{"relay.upstream_header_timeout", "relay.max_body_bytes_in_flight"} {
+	_, err = ParseConfig([]string{"--upstream-header-timeout", "0s", "--max-body-bytes-in-flight", "1000", "--max-attempts", "0"}, env(nil), io.Discard)
+	for _, want := range []string{"relay.upstream_header_timeout", "relay.max_body_bytes_in_flight", "relay.max_attempts"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
+	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
@@ -23,6 +24,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -50,6 +52,10 @@ type gateway struct {
 	// relayMetrics are the proxy path's series; the usage hand-off feeds
 	// the ones labelled by principal, upstream and model.
 	relayMetrics *relay.Metrics
+	// board is the upstreams' live routing state (cooldowns, in flight);
+	// share syncs its cooldowns with the other replicas.
+	board *routing.Board
+	share *routing.Sharer
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -91,11 +97,18 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	_ = g.lim.Sync(ctx)
+	// The state operators alert on, read at each scrape.
+	g.reg.MustRegister(gauges.New(g.rt, st, g.lim, log.With("component", "gauges")))
 	// The price installer comes before the recorder, which prices each
 	// event with the catalog installed when it is recorded.
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
+	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
+	g.board = g.share.Board()
+	// A replica starting learns the cooldowns running before its first request.
+	_ = g.share.Sync(ctx)
+	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
 	return g, nil
@@ -207,6 +220,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
+		Board: g.board,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	// A request meeting an expired or refused OAuth token asks the OAuth
@@ -217,7 +231,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
-		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(),
+		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
@@ -258,6 +272,7 @@ func (g *gateway) startBackground() *running {
 	limCtx, limCancel := context.WithCancel(context.Background())
 	limDone := make(chan struct{})
 	go func() { g.lim.Run(limCtx); close(limDone) }()
+	go g.share.Run(bg, routing.DefaultShareInterval)
 	g.ka.Start(bg)
 	// Local price catalog installation runs in-process on every replica.
 	go g.prices.Run(bg, cfg.ReconcileInterval)

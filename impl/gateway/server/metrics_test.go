@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -68,7 +71,9 @@ func TestMetricsRegistryLintsClean(t *testing.T) {
 	}
 	names := gatheredNames(t, g)
 	for _, want := range []string{"svc_proxy_requests_total", "svc_proxy_request_duration_seconds", "svc_proxy_usage_requests_total",
-		"svc_proxy_usage_tokens_total", "svc_proxy_time_to_first_byte_seconds"} {
+		"svc_proxy_usage_tokens_total", "svc_proxy_time_to_first_byte_seconds",
+		// The state gauges of the alerting rules (package gauges).
+		"svc_upstream_credential_state", "svc_config_generation_snapshot", "svc_config_generation_stored"} {
 		if !names[want] {
 			t.Errorf("%s not registered", want)
 		}
@@ -78,8 +83,7 @@ func TestMetricsRegistryLintsClean(t *testing.T) {
 // The chart's Grafana dashboard is valid JSON and every query names a
 // metric the proxy registers.
 func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
-	g := newTestGateway(t)
-	names := gatheredNames(t, g)
+	names := registeredNames(t, newTestGateway(t))
 
 	path := filepath.Join("..", "..", "..", "charts", "proxy", "dashboards", "proxy.json")
 	raw, err := os.ReadFile(path)
@@ -130,6 +134,71 @@ func TestGrafanaDashboardQueriesRegisteredMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// On the real store, the upstream created without a credential is
+// reported missing by name, and the served generation is the stored one.
+func TestStateGaugesOnTheStore(t *testing.T) {
+	g := newTestGateway(t)
+	gen := g.rt.Current().Generation
+	want := fmt.Sprintf(`
+# HELP svc_config_generation_snapshot Configuration generation this replica serves.
+# TYPE svc_config_generation_snapshot gauge
+svc_config_generation_snapshot %d
+# HELP svc_config_generation_stored Configuration generation stored in the database, read at the scrape.
+# TYPE svc_config_generation_stored gauge
+svc_config_generation_stored %d
+# HELP svc_upstream_credential_state 1 for the state of each enabled upstream's credential (ok, refused, missing), 0 for the others.
+# TYPE svc_upstream_credential_state gauge
+svc_upstream_credential_state{state="missing",upstream="primary"} 1
+svc_upstream_credential_state{state="ok",upstream="primary"} 0
+svc_upstream_credential_state{state="refused",upstream="primary"} 0
+`, gen, gen)
+	if err := testutil.GatherAndCompare(g.reg, strings.NewReader(want),
+		"svc_config_generation_snapshot", "svc_config_generation_stored", "svc_upstream_credential_state"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The chart's alerting rules name only metrics the proxy registers.
+func TestAlertingRulesNameRegisteredMetrics(t *testing.T) {
+	names := registeredNames(t, newTestGateway(t))
+	path := filepath.Join("..", "..", "..", "charts", "proxy", "alerts", "proxy.rules.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := regexp.MustCompile(`(?m)^\s+expr: (?:\|\n)?((?:.|\n)*?)\n\s+(?:for|labels):`).FindAllStringSubmatch(string(raw), -1)
+	if n := strings.Count(string(raw), "- alert:"); len(exprs) != n || n == 0 {
+		t.Fatalf("%d expressions found in %s, which has %d alerts", len(exprs), path, n)
+	}
+	metric := regexp.MustCompile(`\bsvc_[a-z0-9_]+\b`)
+	for _, e := range exprs {
+		found := metric.FindAllString(e[1], -1)
+		if len(found) == 0 {
+			t.Errorf("rule names no proxy metric: %s", e[1])
+		}
+		for _, m := range found {
+			if !names[m] {
+				t.Errorf("rule names %s, which the proxy does not register: %s", m, e[1])
+			}
+		}
+	}
+}
+
+// registeredNames are the gathered names and the state gauges, whose
+// series exist only with their subject (a budget, a polled subscription
+// upstream).
+func registeredNames(t *testing.T, g *gateway) map[string]bool {
+	names := gatheredNames(t, g)
+	descs := make(chan *prometheus.Desc, 16)
+	gauges.New(nil, nil, nil, nil).Describe(descs)
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range descs {
+		names[fqName.FindStringSubmatch(d.String())[1]] = true
+	}
+	return names
 }
 
 func gatheredNames(t *testing.T, g *gateway) map[string]bool {

@@ -17,12 +17,13 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// sealedAD is the associated data a sealed value was bound to, made the
-// way its writer makes it.
+// sealedAD is the associated data a sealed value is bound to, made the
+// way its writer makes it (an upstream credential sealed before they were
+// bound to origins opens with credential.LegacyAD instead: see openOld).
 func sealedAD(v store.Sealed) ([]byte, error) {
 	switch v.Kind {
 	case store.SealedUpstreamCredential:
-		return credential.AD(v.UpstreamID), nil
+		return credential.AD(v.UpstreamID, v.UpstreamKind, v.BaseURL, v.OAuthTokenURL), nil
 	case store.SealedOAuthVerifier:
 		return oauth.FlowAD(v.State), nil
 	case store.SealedKeepAliveSnapshot:
@@ -60,6 +61,11 @@ func rotateMasterKey(ctx context.Context, st store.Store, oldKey, newKey []byte,
 			return nil, err
 		}
 		pt, err := oldBox.Open(v.Ciphertext, ad)
+		if err != nil && v.Kind == store.SealedUpstreamCredential {
+			// Not re-bound yet (no replica of this version started since):
+			// re-sealed bound to the origins its row names, as start-up does.
+			pt, err = oldBox.Open(v.Ciphertext, credential.LegacyAD(v.UpstreamID))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("the old master key does not open the %s of %s: %w", strings.ReplaceAll(v.Kind, "_", " "), sealedOwner(v), err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,9 @@ import (
 )
 
 // rotationFixture makes a SQLite database with the embedded default's key
-// file and one upstream whose credential is sealed under that key.
-func rotationFixture(t *testing.T) (dsn, upstreamID string, oldKey []byte) {
+// file and one upstream whose credential is sealed under that key, bound to
+// its origin (or, legacy, as credentials were sealed before that).
+func rotationFixture(t *testing.T, legacy ...bool) (dsn, upstreamID string, oldKey []byte) {
 	t.Helper()
 	dsn = filepath.Join(t.TempDir(), "proxy.db")
 	oldKey, _, err := secret.LoadOrCreateKeyFile(dsn + ".key")
@@ -35,7 +37,11 @@ func rotationFixture(t *testing.T) (dsn, upstreamID string, oldKey []byte) {
 		t.Fatal(err)
 	}
 	box, _ := secret.New(oldKey)
-	ct, _ := box.Seal([]byte("sk-upstream"), credential.AD(u.ID))
+	ad := credential.UpstreamAD(u)
+	if len(legacy) > 0 && legacy[0] {
+		ad = credential.LegacyAD(u.ID)
+	}
+	ct, _ := box.Seal([]byte("sk-upstream"), ad)
 	if _, err := st.SetUpstreamCredential(ctx, u.ID, "api_key", ct); err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +63,20 @@ func storedCredential(t *testing.T, dsn, id string) []byte {
 }
 
 // rotate-master-key re-seals under the new key and rewrites the key file;
-// the old key no longer opens the credential.
+// the old key no longer opens the credential. A credential sealed before
+// credentials were bound to origins comes out bound to its row's origin.
 func TestRotateMasterKeyCommand(t *testing.T) {
 	t.Parallel()
-	dsn, id, oldKey := rotationFixture(t)
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprint("legacy=", legacy), func(t *testing.T) {
+			t.Parallel()
+			testRotateMasterKeyCommand(t, legacy)
+		})
+	}
+}
+
+func testRotateMasterKeyCommand(t *testing.T, legacy bool) {
+	dsn, id, oldKey := rotationFixture(t, legacy)
 	newKey := bytes.Repeat([]byte{9}, secret.KeySize)
 	var out strings.Builder
 	err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn},
@@ -77,12 +93,18 @@ func TestRotateMasterKeyCommand(t *testing.T) {
 	}
 	ct := storedCredential(t, dsn, id)
 	nb, _ := secret.New(newKey)
-	if pt, err := nb.Open(ct, credential.AD(id)); err != nil || string(pt) != "sk-upstream" {
+	bound := credential.AD(id, store.KindVendorAPIKey, "https://api.example", "")
+	if pt, err := nb.Open(ct, bound); err != nil || string(pt) != "sk-upstream" {
 		t.Fatalf("new key opens %q, %v", pt, err)
 	}
+	if _, err := nb.Open(ct, credential.LegacyAD(id)); err == nil {
+		t.Fatal("the re-sealed credential is not bound to its origin")
+	}
 	ob, _ := secret.New(oldKey)
-	if _, err := ob.Open(ct, credential.AD(id)); err == nil {
-		t.Fatal("the old key still opens the credential")
+	for _, ad := range [][]byte{bound, credential.LegacyAD(id)} {
+		if _, err := ob.Open(ct, ad); err == nil {
+			t.Fatal("the old key still opens the credential")
+		}
 	}
 }
 

@@ -111,6 +111,10 @@ func start(ctx context.Context, cfg *Config, getenv func(string) string, log *sl
 	if err != nil {
 		return nil, err
 	}
+	if err := rebindCredentials(ctx, stor.st, sec.box, log); err != nil {
+		stor.st.Close()
+		return nil, err
+	}
 	g, err := buildRuntime(ctx, cfg, stor, sec.box, getenv, log)
 	if err != nil {
 		stor.st.Close()

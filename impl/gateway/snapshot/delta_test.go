@@ -62,7 +62,7 @@ func openReplicas(t *testing.T, driver string) *replicas {
 func (r *replicas) upstream(t *testing.T, name string) *store.Upstream {
 	t.Helper()
 	id := store.NewID("up")
-	ct, err := r.box.Seal([]byte("sk-"+name), credential.AD(id))
+	ct, err := r.box.Seal([]byte("sk-"+name), credential.AD(id, store.KindVendorAPIKey, "https://api.example", ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestRevokedCredentialOutOfRoutingOnReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 		seal := func(tok string) []byte {
-			ct, err := r.box.Seal([]byte(`{"access_token":"`+tok+`"}`), credential.AD(u.ID))
+			ct, err := r.box.Seal([]byte(`{"access_token":"`+tok+`"}`), credential.UpstreamAD(u))
 			if err != nil {
 				t.Fatal(err)
 			}

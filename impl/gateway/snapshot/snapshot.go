@@ -158,6 +158,9 @@ type Upstream struct {
 	// Shared by every request: never modify them.
 	MessagesTarget, CountTokensTarget *url.URL
 	SpecRevision                      int64
+	// Weight is the upstream's share of new work within its priority
+	// class (the built-in router's spreading); 0 weighs as 1.
+	Weight int
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
@@ -228,11 +231,11 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		u := &cfg.Upstreams[i]
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
-			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision,
+			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
 			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {
-			pt, err := open.Open(u.Credential, credential.AD(u.ID))
+			pt, err := open.Open(u.Credential, credential.UpstreamAD(u))
 			if err != nil {
 				s.Errors[u.ID] = "credential cannot be decrypted with the configured master key"
 				v.CredentialKind = ""
@@ -484,6 +487,15 @@ func (s *Snapshot) KeyByHash(h [sha256.Size]byte) *Key { return s.keys[h[0]][h] 
 
 // Principal returns a principal by id, or nil.
 func (s *Snapshot) Principal(id string) *Principal { return s.principals[id] }
+
+// Principals returns the snapshot's principals, in no order.
+func (s *Snapshot) Principals() []*Principal {
+	out := make([]*Principal, 0, len(s.principals))
+	for _, p := range s.principals {
+		out = append(out, p)
+	}
+	return out
+}
 
 // Upstream returns a live upstream by id, or nil.
 func (s *Snapshot) Upstream(id string) *Upstream { return s.upstreamID[id] }

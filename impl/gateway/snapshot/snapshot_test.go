@@ -25,7 +25,10 @@ func (xorOpener) Open(ct, ad []byte) ([]byte, error) {
 	return ct[len(ad):], nil
 }
 
-func sealed(id, pt string) []byte { return append(credential.AD(id), pt...) }
+// sealed seals pt for upstream id of kind at base (the xorOpener's binding).
+func sealed(id, kind, base, pt string) []byte {
+	return append(credential.AD(id, kind, base, ""), pt...)
+}
 
 func strp(s string) *string { return &s }
 
@@ -34,17 +37,39 @@ func baseConfig(gen int64) *store.Config {
 	return &store.Config{
 		Generation: gen,
 		Upstreams: []store.Upstream{
-			{ID: "up_key", Name: "key", Kind: store.KindVendorAPIKey, BaseURL: "http://a/", Enabled: true, Credential: sealed("up_key", "sk"), CredentialKind: "api_key"},
-			{ID: "up_oauth", Name: "oauth", Kind: store.KindVendorOAuth, BaseURL: "http://b", Enabled: true, Credential: sealed("up_oauth", `{"access_token":"at"}`), CredentialKind: "oauth"},
-			{ID: "up_off", Name: "off", Kind: store.KindVendorAPIKey, BaseURL: "http://c", Enabled: false, Credential: sealed("up_off", "sk"), CredentialKind: "api_key"},
+			{ID: "up_key", Name: "key", Kind: store.KindVendorAPIKey, BaseURL: "http://a/", Enabled: true, Credential: sealed("up_key", store.KindVendorAPIKey, "http://a/", "sk"), CredentialKind: "api_key"},
+			{ID: "up_oauth", Name: "oauth", Kind: store.KindVendorOAuth, BaseURL: "http://b", Enabled: true, Credential: sealed("up_oauth", store.KindVendorOAuth, "http://b", `{"access_token":"at"}`), CredentialKind: "oauth"},
+			{ID: "up_off", Name: "off", Kind: store.KindVendorAPIKey, BaseURL: "http://c", Enabled: false, Credential: sealed("up_off", store.KindVendorAPIKey, "http://c", "sk"), CredentialKind: "api_key"},
 			{ID: "up_nocred", Name: "nocred", Kind: store.KindVendorOAuth, BaseURL: "http://d", Enabled: true},
-			{ID: "up_badcred", Name: "bad", Kind: store.KindVendorAPIKey, BaseURL: "http://e", Enabled: true, Credential: sealed("up_other", "sk"), CredentialKind: "api_key"},
+			{ID: "up_badcred", Name: "bad", Kind: store.KindVendorAPIKey, BaseURL: "http://e", Enabled: true, Credential: sealed("up_other", store.KindVendorAPIKey, "http://e", "sk"), CredentialKind: "api_key"},
 		},
 		Principals: []store.Principal{{ID: "pr_1", Name: "p", Kind: "machine", Enabled: true, AllowedModels: []string{"claude-3*", "exact-model"}}},
 		Keys:       []store.Key{{ID: "key_1", PrincipalID: "pr_1", Hash: h[:]}},
 		Chains: []store.ChainEntry{
 			{ID: "ce_1", PrincipalID: "pr_1", Slot: "router", Builtin: strp(store.BuiltinSubscriptionPreference), Position: 0, Enabled: true},
 		},
+	}
+}
+
+// A credential sealed for one origin does not open once the upstream
+// points at another (however its row came to name it): the upstream is
+// reported and left out of routing, so nothing is sent there.
+func TestCredentialLeftBehindByAMoveDoesNotOpen(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(3)
+	for i := range cfg.Upstreams {
+		if u := &cfg.Upstreams[i]; u.ID == "up_key" {
+			u.BaseURL = "http://elsewhere.example/"
+		}
+		if u := &cfg.Upstreams[i]; u.ID == "up_oauth" {
+			u.OAuthTokenURL = "http://elsewhere.example/token"
+		}
+	}
+	s := Build(cfg, xorOpener{}, time.Unix(5, 0))
+	for _, id := range []string{"up_key", "up_oauth"} {
+		if s.Errors[id] == "" || s.Upstream(id).Credential != "" || s.Upstream(id).UsableIndex >= 0 {
+			t.Errorf("%s: error %q, credential %q, usable %d", id, s.Errors[id], s.Upstream(id).Credential, s.Upstream(id).UsableIndex)
+		}
 	}
 }
 

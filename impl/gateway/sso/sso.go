@@ -95,6 +95,8 @@ const (
 	loginCookie   = "pillar_login"
 	CSRFHeader    = "X-CSRF-Token"
 	loginLife     = 10 * time.Minute
+	// maxPendingLogins bounds the sign-ins begun and not yet completed.
+	maxPendingLogins = 4096
 )
 
 // SSO is the sign-in service and an admin.Authenticator.
@@ -108,9 +110,12 @@ type SSO struct {
 	log      *slog.Logger
 	secure   bool
 
-	mu       sync.Mutex
-	logins   map[string]login
-	sessions map[[32]byte]*session
+	mu     sync.Mutex
+	logins map[string]login
+	// loginOrder holds the pending states oldest first (and states
+	// already used, dropped when they reach the front).
+	loginOrder []string
+	sessions   map[[32]byte]*session
 }
 
 type login struct {
@@ -270,12 +275,20 @@ func (s *SSO) login(w http.ResponseWriter, r *http.Request) {
 	state, nonce, verifier := random(), random(), oauth2.GenerateVerifier()
 	now := s.now()
 	s.mu.Lock()
-	for k, l := range s.logins { // abandoned sign-ins do not pile up
-		if now.Sub(l.at) > loginLife {
-			delete(s.logins, k)
+	// Pending sign-ins are kept in the order they began: expired ones
+	// leave from the front, and past maxPendingLogins the oldest gives way,
+	// so anonymous calls cannot grow the map or make each call scan it.
+	for len(s.loginOrder) > 0 {
+		k := s.loginOrder[0]
+		l, live := s.logins[k]
+		if live && now.Sub(l.at) <= loginLife && len(s.loginOrder) < maxPendingLogins {
+			break
 		}
+		delete(s.logins, k)
+		s.loginOrder = s.loginOrder[1:]
 	}
 	s.logins[state] = login{nonce: nonce, verifier: verifier, at: now}
+	s.loginOrder = append(s.loginOrder, state)
 	s.mu.Unlock()
 	// The state is also bound to this browser, so a sign-in started
 	// elsewhere cannot be completed here (login CSRF).

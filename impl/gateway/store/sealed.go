@@ -20,6 +20,11 @@ type Sealed struct {
 	Kind string
 	// UpstreamID: upstream credentials and keep-alive snapshots.
 	UpstreamID string
+	// UpstreamKind, BaseURL and OAuthTokenURL: upstream credentials (the
+	// origins they are bound to, CredentialOrigins).
+	UpstreamKind  string
+	BaseURL       string
+	OAuthTokenURL string
 	// State: OAuth flows.
 	State string
 	// PrincipalID, SessionHash, Generation: keep-alive snapshots.
@@ -37,4 +42,13 @@ type SealedStore interface {
 	// values were re-sealed. Nothing else changes: no config generation,
 	// no revision; one audit row records the rotation.
 	ResealAll(ctx context.Context, reseal func(Sealed) ([]byte, error)) (int, error)
+	// RebindUpstreamCredentials calls rebind for every upstream credential
+	// (soft-deleted upstreams included) and writes back what it returns
+	// when not nil, each in its own change and only while the row still
+	// holds the ciphertext, base_url and token endpoint rebind was given:
+	// a credential stored or moved meanwhile is left alone. The config
+	// generation moves when anything was written (replicas rebuild and
+	// open the rebound credentials); spec revisions and credential
+	// versions do not. It returns how many were written.
+	RebindUpstreamCredentials(ctx context.Context, rebind func(Sealed) ([]byte, error)) (int, error)
 }

@@ -74,11 +74,21 @@ type Upstream struct {
 	// CredentialVersion increments whenever the credential is replaced. It is
 	// a background counter and never bumps SpecRevision.
 	CredentialVersion int64
-	SpecRevision      int64
-	Status            UpstreamStatus
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// Weight is the upstream's share of new work within its priority class
+	// (the built-in router's spreading); 0 is standby: tried only after
+	// every weighted upstream of its class.
+	Weight       int
+	SpecRevision int64
+	Status       UpstreamStatus
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
+
+// DefaultWeight is an upstream's weight unless set: equal shares.
+const DefaultWeight = 1
+
+// MaxWeight bounds an upstream's weight.
+const MaxWeight = 1000
 
 // UpstreamStatus is system-managed operational state. Each group of
 // fields has exactly one writer, which writes only its own columns, so a
@@ -124,6 +134,8 @@ type UpstreamSpec struct {
 	// OAuthAuthorizeURL and OAuthTokenURL: see Upstream.
 	OAuthAuthorizeURL string
 	OAuthTokenURL     string
+	// Weight: nil keeps it (update) or means DefaultWeight (create).
+	Weight *int
 }
 
 // UpstreamPatch changes individual user-managed fields; nil means unchanged.
@@ -135,6 +147,13 @@ type UpstreamPatch struct {
 	// WarmupDialectPlugin: set SetWarmupDialect to apply (nil value clears).
 	SetWarmupDialect    bool
 	WarmupDialectPlugin *string
+	Weight              *int
+	// Credential, when not nil, replaces the sealed credential (of kind
+	// CredentialKind) in the same change. A base_url of another origin is
+	// refused with ErrCredentialRequired without one while the upstream
+	// holds a credential.
+	Credential     []byte
+	CredentialKind string
 }
 
 // Principal is an identity that holds proxy keys.
@@ -254,6 +273,8 @@ type Store interface {
 	PluginStore
 	// LimitStore is the shared counting of principals' default_limits.
 	LimitStore
+	// CooldownStore shares the upstreams' cooldowns between replicas.
+	CooldownStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
 	// EventReader searches and aggregates request events (dashboard).
@@ -279,7 +300,10 @@ type Store interface {
 	CreateUpstream(ctx context.Context, spec UpstreamSpec) (*Upstream, error)
 	GetUpstream(ctx context.Context, id string) (*Upstream, error)
 	ListUpstreams(ctx context.Context) ([]Upstream, error)
-	// UpdateUpstream replaces the user-managed fields (PUT).
+	// UpdateUpstream replaces the user-managed fields (PUT). Without a
+	// credential in spec, a change of the origins the stored credential is
+	// sent to (CredentialOrigins) fails with ErrCredentialRequired, nothing
+	// changed; PatchUpstream likewise for its base_url.
 	UpdateUpstream(ctx context.Context, id string, expectRevision int64, spec UpstreamSpec) (*Upstream, error)
 	PatchUpstream(ctx context.Context, id string, expectRevision int64, patch UpstreamPatch) (*Upstream, error)
 	// DeleteUpstream soft-deletes; fails with *ReferencedError while chain

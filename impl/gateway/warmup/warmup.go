@@ -280,11 +280,7 @@ func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstrea
 	credential.Set(req.Header, credential.OAuth, tok.AccessToken)
 
 	log.Info("dispatch_start", "upstream_id", u.ID, "action", "dispatch_start")
-	client := w.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
-	resp, err := client.Do(req)
+	resp, err := credential.Client(w.HTTP, 30*time.Second).Do(req)
 	if err != nil {
 		log.Warn("dispatch_result", "upstream_id", u.ID, "action", "dispatch_result", "status", 0, "outcome", OutcomeRetryable)
 		return w.retry(j, u, fmt.Errorf("warm-up request: %s", transportError(err)))

@@ -433,3 +433,24 @@ func TestDialectCannotChangeTheCredential(t *testing.T) {
 		t.Fatalf("credentials sent: %q", e.prov.auth[0])
 	}
 }
+
+// The warm-up sends its bearer to the upstream's base_url only: an upstream
+// that redirects it to another origin gets nothing sent there (the
+// provider, standing for that origin here, records no request).
+func TestWarmupFollowsNoRedirectElsewhere(t *testing.T) {
+	e := setup(t)
+	elsewhere := httptest.NewServer(e.prov)
+	defer elsewhere.Close()
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer home.Close()
+	if _, err := e.st.PatchUpstream(context.Background(), e.up.ID, store.AnyRevision, store.UpstreamPatch{BaseURL: &home.URL}); err != nil {
+		t.Fatal(err)
+	}
+	e.connect(t)
+	e.run(t)
+	if n := e.prov.count(); n != 0 {
+		t.Fatalf("%d warm-up request(s) followed the redirect to another origin: %q", n, e.prov.auth)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -368,6 +369,11 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 		return nil, err
 	}
 	id := nvmet.ExportID(req.GetPool(), req.GetName())
+	if req.GetSingleHost() {
+		if err := s.onlyHosts(id, req.GetAllowedHosts()); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := s.exporter.Export(id, v.DevicePath); err != nil {
 		return nil, s.statusOf(err)
 	}
@@ -382,6 +388,25 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 	}
 	s.log.Info("volume_exported", "pool", req.GetPool(), "volume", req.GetName(), "nqn", t.NQN, "hosts", len(t.Hosts))
 	return &agentv1.ExportVolumeResponse{Export: s.export(t)}, nil
+}
+
+// onlyHosts refuses a single-host export when the volume already allows
+// a host outside hosts. It runs under the volume's lock, so of two
+// exports racing for different hosts the second sees the first's host.
+func (s *Server) onlyHosts(id string, hosts []string) error {
+	t, err := s.exporter.Get(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return s.statusOf(err)
+	}
+	for _, h := range t.Hosts {
+		if !slices.Contains(hosts, h) {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is served to one host at a time and already allows host %s (unpublish it there first)", id, h)
+		}
+	}
+	return nil
 }
 
 // waitDevice waits until a volume's device node exists.

@@ -40,6 +40,10 @@ const (
 	// when absent).
 	ParamCtrlLossTmo    = "ctrlLossTmo"
 	ParamReconnectDelay = "reconnectDelay"
+	// ParamFastIOFailTmo and ParamKeepAliveTmo are nvme connect's
+	// --fast_io_fail_tmo and --keep-alive-tmo, in seconds.
+	ParamFastIOFailTmo = "fastIOFailTmo"
+	ParamKeepAliveTmo  = "keepAliveTmo"
 	// Publish context keys the node reads.
 	CtxNQN       = "nqn"
 	CtxAddress   = "address"
@@ -47,6 +51,10 @@ const (
 	CtxTransport = "transport"
 	CtxUUID      = "uuid"
 	CtxNGUID     = "nguid"
+	// CtxCopyOf marks, in the volume context, a volume made from a
+	// snapshot or a volume: the node gives its filesystem an identity of
+	// its own (csinode.CtxCopyOf).
+	CtxCopyOf = "copyOf"
 )
 
 // DefaultVolumeSize is the size of a request naming none.
@@ -287,6 +295,12 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if m := r.GetVolume().GetProvisioningMode(); m != "" {
 		vctx[ParamProvisioningMode] = m
 	}
+	switch {
+	case req.GetVolumeContentSource().GetSnapshot() != nil:
+		vctx[CtxCopyOf] = "snapshot"
+	case req.GetVolumeContentSource().GetVolume() != nil:
+		vctx[CtxCopyOf] = "volume"
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: got, VolumeContext: vctx, ContentSource: req.GetVolumeContentSource()}}, nil
 }
 
@@ -297,7 +311,7 @@ func reconnectParams(params map[string]string) (map[string]string, error) {
 	for _, p := range []struct {
 		key string
 		min int
-	}{{ParamCtrlLossTmo, -1}, {ParamReconnectDelay, 1}} {
+	}{{ParamCtrlLossTmo, -1}, {ParamReconnectDelay, 1}, {ParamFastIOFailTmo, -1}, {ParamKeepAliveTmo, 1}} {
 		v, ok := params[p.key]
 		if !ok {
 			continue
@@ -399,18 +413,14 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	// Every access mode this driver serves is single-node (see
 	// unsupported): a volume published to another node is refused, as the
-	// CSI spec asks, instead of adding a second host to its ACL.
-	x, err := find(ctx, c, v)
-	if err != nil {
+	// CSI spec asks, instead of adding a second host to its ACL. The agent
+	// checks and exports in one step under the volume's lock (single_host),
+	// so two publishes racing, from this replica or another, cannot both
+	// succeed.
+	if _, err := find(ctx, c, v); err != nil {
 		return nil, err
 	}
-	for _, h := range x.GetExport().GetAllowedHosts() {
-		if h != node.HostNQN {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is %s and already published to host %s; unpublish it there first",
-				v, req.GetVolumeCapability().GetAccessMode().GetMode(), h)
-		}
-	}
-	ex, err := c.ExportVolume(ctx, &agentv1.ExportVolumeRequest{Pool: v.Pool, Name: v.Name, AllowedHosts: []string{node.HostNQN}})
+	ex, err := c.ExportVolume(ctx, &agentv1.ExportVolumeRequest{Pool: v.Pool, Name: v.Name, AllowedHosts: []string{node.HostNQN}, SingleHost: true})
 	if err != nil {
 		return nil, agentError("export volume", err)
 	}

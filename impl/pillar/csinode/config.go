@@ -21,6 +21,8 @@ type Config struct {
 	HostIDFile     string
 	CtrlLossTmo    int
 	ReconnectDelay int
+	FastIOFailTmo  int
+	KeepAliveTmo   int
 	Connector      string
 	StateDir       string
 	LogLevel       string
@@ -44,6 +46,8 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	fs.StringVar(&c.HostIDFile, "host-id-file", "/etc/nvme/hostid", "the host ID nvme-cli uses; created when missing (the uuid of a generated host NQN)")
 	fs.IntVar(&c.CtrlLossTmo, "ctrl-loss-tmo", 0, "seconds nvme connect keeps reconnecting a lost connection before failing I/O (-1: forever; 0: nvme-cli's 600); a StorageClass's ctrlLossTmo overrides it")
 	fs.IntVar(&c.ReconnectDelay, "reconnect-delay", 0, "seconds between reconnect attempts (0: nvme-cli's 10); a StorageClass's reconnectDelay overrides it")
+	fs.IntVar(&c.FastIOFailTmo, "fast-io-fail-tmo", 0, "seconds after a connection is lost that I/O fails while reconnecting goes on (-1: I/O waits for the whole ctrl-loss-tmo; 0: the kernel's default, off); a StorageClass's fastIOFailTmo overrides it")
+	fs.IntVar(&c.KeepAliveTmo, "keep-alive-tmo", 0, "seconds between the host's keep-alive checks of the target (0: the kernel's 5); a StorageClass's keepAliveTmo overrides it")
 	fs.StringVar(&c.Connector, "connector", "nvme", "how volumes attach: "+o.connectorHelp())
 	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/pillar-csi/node", "node state (the loop connector's records)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -64,6 +68,9 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	}
 	if c.CtrlLossTmo < -1 || c.ReconnectDelay < 0 {
 		errs = append(errs, errors.New("--ctrl-loss-tmo must be -1 or more and --reconnect-delay 0 or more"))
+	}
+	if c.FastIOFailTmo < -1 || c.KeepAliveTmo < 0 {
+		errs = append(errs, errors.New("--fast-io-fail-tmo must be -1 or more and --keep-alive-tmo 0 or more"))
 	}
 	if _, ok := o.connectors[c.Connector]; !ok {
 		errs = append(errs, fmt.Errorf("--connector %q: %s", c.Connector, strings.Join(o.connectorNames(), " or ")))

@@ -27,12 +27,12 @@ func TestParseConfigDefaults(t *testing.T) {
 
 // Every bad value is reported at once, as a usage error (exit status 2).
 func TestParseConfigReportsEveryError(t *testing.T) {
-	_, err := ParseConfig([]string{"--log-level", "loud", "--ctrl-loss-tmo", "-2", "--connector", "loop"}, io.Discard)
+	_, err := ParseConfig([]string{"--log-level", "loud", "--ctrl-loss-tmo", "-2", "--keep-alive-tmo", "-1", "--connector", "loop"}, io.Discard)
 	var u *cli.UsageError
 	if !errors.As(err, &u) {
 		t.Fatalf("err %v, want a usage error", err)
 	}
-	for _, want := range []string{"--log-level", "--node-id is required", "--ctrl-loss-tmo", `--connector "loop": nvme`} {
+	for _, want := range []string{"--log-level", "--node-id is required", "--ctrl-loss-tmo", "--keep-alive-tmo", `--connector "loop": nvme`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

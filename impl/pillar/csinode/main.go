@@ -84,7 +84,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 		return fmt.Errorf("--connector %s: %w", c.Connector, err)
 	}
 	node := &Server{NodeName: c.NodeID, HostNQN: ident.NQN, HostID: ident.ID, Connector: conn, Mounter: NewMounter(), Log: log,
-		Reconnect: Reconnect{LossTimeoutSeconds: c.CtrlLossTmo, DelaySeconds: c.ReconnectDelay}}
+		Reconnect: Reconnect{LossTimeoutSeconds: c.CtrlLossTmo, DelaySeconds: c.ReconnectDelay,
+			FastIOFailSeconds: c.FastIOFailTmo, KeepAliveSeconds: c.KeepAliveTmo}}
 	node.TopologyKey = csiids.TopologyKey(c.Driver) // issue 20.8
 	lis, err := csiserver.Listen(c.Endpoint)
 	if err != nil {

@@ -35,10 +35,15 @@ type Target struct {
 
 // Reconnect bounds the retries of a lost NVMe/TCP connection: every
 // DelaySeconds, until LossTimeoutSeconds have passed (-1: forever) when
-// the kernel gives up and fails I/O. Zero values leave nvme-cli's own
-// defaults (600 s and 10 s).
+// the kernel gives up on the controller. FastIOFailSeconds after the loss
+// I/O fails instead of waiting for the reconnect (-1: it waits as long as
+// the controller is retried), and KeepAliveSeconds is how often the host
+// checks that the target still answers, which is how a silent loss is
+// noticed at all. Zero values leave nvme-cli's and the kernel's own
+// defaults (600 s, 10 s, off, 5 s).
 type Reconnect struct {
-	LossTimeoutSeconds, DelaySeconds int
+	LossTimeoutSeconds, DelaySeconds    int
+	FastIOFailSeconds, KeepAliveSeconds int
 }
 
 // Volume context keys naming a StorageClass's reconnect settings (the
@@ -46,7 +51,14 @@ type Reconnect struct {
 const (
 	CtxCtrlLossTmo    = "ctrlLossTmo"
 	CtxReconnectDelay = "reconnectDelay"
+	CtxFastIOFailTmo  = "fastIOFailTmo"
+	CtxKeepAliveTmo   = "keepAliveTmo"
 )
+
+// reconnectMinimums is the least value of each reconnect setting, by
+// volume context key (csicontroller checks the StorageClass parameters
+// with the same bounds).
+var reconnectMinimums = map[string]int{CtxCtrlLossTmo: -1, CtxReconnectDelay: 1, CtxFastIOFailTmo: -1, CtxKeepAliveTmo: 1}
 
 // ParseReconnect reads the reconnect settings of a volume context over
 // the defaults; a bad value is InvalidArgument.
@@ -55,15 +67,17 @@ func ParseReconnect(vctx map[string]string, def Reconnect) (Reconnect, error) {
 	for _, f := range []struct {
 		key string
 		dst *int
-		min int
-	}{{CtxCtrlLossTmo, &r.LossTimeoutSeconds, -1}, {CtxReconnectDelay, &r.DelaySeconds, 1}} {
+	}{
+		{CtxCtrlLossTmo, &r.LossTimeoutSeconds}, {CtxReconnectDelay, &r.DelaySeconds},
+		{CtxFastIOFailTmo, &r.FastIOFailSeconds}, {CtxKeepAliveTmo, &r.KeepAliveSeconds},
+	} {
 		v, ok := vctx[f.key]
 		if !ok || v == "" {
 			continue
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < f.min {
-			return r, status.Errorf(codes.InvalidArgument, "%s %q must be an integer of at least %d (seconds)", f.key, v, f.min)
+		if low := reconnectMinimums[f.key]; err != nil || n < low {
+			return r, status.Errorf(codes.InvalidArgument, "%s %q must be an integer of at least %d (seconds)", f.key, v, low)
 		}
 		*f.dst = n
 	}
@@ -75,6 +89,8 @@ type Connector interface {
 	// Connect attaches the volume (or finds it attached) and returns its
 	// block device.
 	Connect(ctx context.Context, t Target) (string, error)
+	// Connected reports whether the volume is attached already.
+	Connected(ctx context.Context, nqn string) (bool, error)
 	// Disconnect detaches the volume; a volume not attached is no error.
 	Disconnect(ctx context.Context, nqn string) error
 	// Rescan makes an attached volume's new size visible.
@@ -213,6 +229,23 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	defer s.lock(v.String())()
+	was, err := s.Connector.Connected(ctx, t.NQN)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "connections of %s: %v", t.NQN, err)
+	}
+	resp, err := s.stage(ctx, req, v, t)
+	if err != nil && !was {
+		// A stage that fails leaves the node as it found it: a connection
+		// nobody unstages would hold the device (and the target's
+		// controller) until the node reboots.
+		if derr := s.Connector.Disconnect(context.WithoutCancel(ctx), t.NQN); derr != nil {
+			s.log().Error("stage_disconnect_failed", "volume_id", v.String(), "error", derr.Error())
+		}
+	}
+	return resp, err
+}
+
+func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v csiids.Volume, t Target) (*csi.NodeStageVolumeResponse, error) {
 	dev, err := s.Connector.Connect(ctx, t)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "connect %s: %v", t.NQN, err)
@@ -243,7 +276,16 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if fs == "" {
 		fs = DefaultFS
 	}
-	opts := req.GetVolumeCapability().GetMount().GetMountFlags()
+	if fs == "ext4" && req.GetVolumeContext()[CtxCopyOf] != "" {
+		changed, err := ownExt4UUID(s.Mounter.Exec, dev, v.String())
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "new filesystem UUID for copy %s: %v", v, err)
+		}
+		if changed {
+			s.log().Info("filesystem_uuid_set", "volume_id", v.String(), "device", dev, "uuid", FilesystemUUID(v.String()))
+		}
+	}
+	opts := mountOptions(fs, req.GetVolumeCapability().GetMount().GetMountFlags())
 	if err := s.Mounter.FormatAndMount(dev, staging, fs, opts); err != nil {
 		return nil, status.Errorf(codes.Internal, "format and mount %s (%s) at %s: %v", dev, fs, staging, err)
 	}

@@ -107,6 +107,12 @@ func (n *NVMeCLI) Connect(ctx context.Context, t Target) (string, error) {
 		if r := t.Reconnect; r.DelaySeconds != 0 {
 			args = append(args, "--reconnect-delay", strconv.Itoa(r.DelaySeconds))
 		}
+		if r := t.Reconnect; r.FastIOFailSeconds != 0 {
+			args = append(args, "--fast_io_fail_tmo", strconv.Itoa(r.FastIOFailSeconds))
+		}
+		if r := t.Reconnect; r.KeepAliveSeconds != 0 {
+			args = append(args, "--keep-alive-tmo", strconv.Itoa(r.KeepAliveSeconds))
+		}
 		if _, err := n.exec(ctx, "nvme", args...); err != nil {
 			return "", err
 		}
@@ -129,6 +135,11 @@ func (n *NVMeCLI) Connect(ctx context.Context, t Target) (string, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Connected reports whether a controller of the subsystem exists.
+func (n *NVMeCLI) Connected(_ context.Context, nqn string) (bool, error) {
+	return len(n.controllers(nqn)) > 0, nil
 }
 
 // Disconnect disconnects every controller of the subsystem.

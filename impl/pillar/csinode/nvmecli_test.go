@@ -24,11 +24,11 @@ func TestConnectArgs(t *testing.T) {
 		return "", os.WriteFile(filepath.Join(dir, "uuid"), []byte("u-1\n"), 0o644)
 	}}
 	dev, err := n.Connect(context.Background(), Target{NQN: "nqn.x:vol", Address: "10.0.0.1", Port: "4420", Transport: "tcp", UUID: "u-1",
-		HostNQN: "nqn.host", HostID: "id-1", Reconnect: Reconnect{LossTimeoutSeconds: -1, DelaySeconds: 5}})
+		HostNQN: "nqn.host", HostID: "id-1", Reconnect: Reconnect{LossTimeoutSeconds: -1, DelaySeconds: 5, FastIOFailSeconds: 120, KeepAliveSeconds: 5}})
 	if err != nil || dev != "/dev/nvme0n1" {
 		t.Fatalf("Connect = %q, %v", dev, err)
 	}
-	want := "nvme connect -t tcp -a 10.0.0.1 -s 4420 -n nqn.x:vol --hostnqn nqn.host --hostid id-1 --ctrl-loss-tmo -1 --reconnect-delay 5"
+	want := "nvme connect -t tcp -a 10.0.0.1 -s 4420 -n nqn.x:vol --hostnqn nqn.host --hostid id-1 --ctrl-loss-tmo -1 --reconnect-delay 5 --fast_io_fail_tmo 120 --keep-alive-tmo 5"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("ran %q\nwant %q", strings.Join(got, " "), want)
 	}
@@ -41,7 +41,13 @@ func TestParseReconnect(t *testing.T) {
 	if err != nil || r != (Reconnect{LossTimeoutSeconds: -1, DelaySeconds: 10}) {
 		t.Fatalf("ParseReconnect = %+v, %v", r, err)
 	}
-	for _, bad := range []map[string]string{{CtxCtrlLossTmo: "-2"}, {CtxReconnectDelay: "0"}, {CtxReconnectDelay: "soon"}} {
+	def = Reconnect{LossTimeoutSeconds: 1800, DelaySeconds: 10, FastIOFailSeconds: 120, KeepAliveSeconds: 5}
+	r, err = ParseReconnect(map[string]string{CtxFastIOFailTmo: "-1", CtxKeepAliveTmo: "15"}, def)
+	if err != nil || r != (Reconnect{LossTimeoutSeconds: 1800, DelaySeconds: 10, FastIOFailSeconds: -1, KeepAliveSeconds: 15}) {
+		t.Fatalf("ParseReconnect = %+v, %v", r, err)
+	}
+	for _, bad := range []map[string]string{{CtxCtrlLossTmo: "-2"}, {CtxReconnectDelay: "0"}, {CtxReconnectDelay: "soon"},
+		{CtxFastIOFailTmo: "-2"}, {CtxKeepAliveTmo: "0"}, {CtxKeepAliveTmo: "5s"}} {
 		if _, err := ParseReconnect(bad, def); err == nil {
 			t.Errorf("ParseReconnect(%v) accepted", bad)
 		}

@@ -250,14 +250,42 @@ func (e *Exporter) AllowHost(volumeID, hostNQN string) error {
 	return nil
 }
 
-// DenyHost removes a host's access (connected controllers stay until they
-// disconnect, as with the kernel).
+// DenyHost removes a host's access and fences it: the kernel checks the
+// ACL only when a host connects, so a host already connected would keep
+// reading and writing the namespace. Unlinking the subsystem from the port
+// makes the kernel delete every controller of the subsystem on that port;
+// linking it back lets the hosts still allowed reconnect (their kernels do
+// so on their own, retrying the I/O), while the denied host is refused.
+// The steps are ordered so that a retry after a crash between any two of
+// them completes the fence: the port link is removed before the host, and
+// a host already gone only has the port link restored.
 func (e *Exporter) DenyHost(volumeID, hostNQN string) error {
-	link := e.p("subsystems", NQN(volumeID), "allowed_hosts", hostNQN)
-	if !e.FS.Exists(link) {
+	nqn := NQN(volumeID)
+	sub := e.p("subsystems", nqn)
+	if !e.FS.Exists(sub) {
 		return nil
 	}
-	return e.FS.Remove(link)
+	link := filepath.Join(sub, "allowed_hosts", hostNQN)
+	portLink := filepath.Join(e.portDir(), "subsystems", nqn)
+	if e.FS.Exists(link) {
+		if e.FS.Exists(portLink) {
+			if err := e.FS.Remove(portLink); err != nil {
+				return fmt.Errorf("unlink from port to fence host %s: %w", hostNQN, err)
+			}
+		}
+		if err := e.FS.Remove(link); err != nil {
+			return fmt.Errorf("deny host: %w", err)
+		}
+	}
+	if !e.FS.Exists(portLink) {
+		if err := e.ensurePort(); err != nil {
+			return err
+		}
+		if err := e.FS.Symlink(sub, portLink); err != nil {
+			return fmt.Errorf("link subsystem to port again: %w", err)
+		}
+	}
+	return nil
 }
 
 // Unexport removes a volume's subsystem; unexporting twice is a no-op.

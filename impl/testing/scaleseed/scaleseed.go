@@ -83,7 +83,7 @@ func Seed(ctx context.Context, db *sql.DB, sz Sizes, o Options) error {
 		upIDs[i] = id
 		var ct []byte
 		if o.Seal != nil {
-			if ct, err = o.Seal.Seal([]byte(o.APIKey), credential.AD(id)); err != nil {
+			if ct, err = o.Seal.Seal([]byte(o.APIKey), credential.AD(id, store.KindVendorAPIKey, o.BaseURL, "")); err != nil {
 				return err
 			}
 		}

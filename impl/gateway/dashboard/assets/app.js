@@ -272,10 +272,16 @@ async function editUpstream(id) {
   panel.hidden = false;
   const name = el("input", { id: "edit-name", value: u.name });
   const url = el("input", { id: "edit-url", value: u.base_url });
+  // A stored key goes only to the host it was given for: moving to another
+  // host needs it again (credential_required otherwise).
+  const key = el("input", { id: "edit-key", type: "password", autocomplete: "off", placeholder: "unchanged" });
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
+    const body = { name: name.value, base_url: url.value };
+    if (key.value) body.api_key_value = key.value;
+    key.value = "";
     try {
-      await api("PUT", `/admin/v1/upstreams/${id}`, { name: name.value, base_url: url.value }, { "If-Match": useEtag });
+      await api("PUT", `/admin/v1/upstreams/${id}`, body, { "If-Match": useEtag });
       banner(`Upstream ${name.value} saved.`, true);
       route();
     } catch (e) {
@@ -288,7 +294,9 @@ async function editUpstream(id) {
   };
   panel.replaceChildren(el("h2", {}, `Edit ${u.name}`),
     el("form", { class: "inline", id: "upstream-edit", onsubmit: (ev) => save(ev, etag) },
-      field("Name", name), field("Base URL", url), el("button", { class: "primary", type: "submit" }, "Save")));
+      field("Name", name), field("Base URL", url),
+      ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
+      el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
 }
 
@@ -533,6 +541,14 @@ function windows(l) {
     el("div", { class: "hint" }, l.coupon && l.coupon.available ? "reset coupon available" : "no coupon"));
 }
 
+// routingCell shows an upstream's routing state: its weight (0: standby),
+// requests in flight and a 429/529 cooldown.
+function routingCell(u) {
+  return el("div", { class: "routing" }, el("div", {}, u.weight ? `weight ${u.weight}` : "standby (weight 0)"),
+    el("div", { class: "hint" }, `${num(u.in_flight)} in flight`),
+    u.cooldown_until_unix_secs ? el("div", { class: "bad cooldown" }, `cooling down until ${time(u.cooldown_until_unix_secs)}`) : null);
+}
+
 async function overviewPage() {
   const { data: o } = await api("GET", "/admin/v1/overview");
   const lh = o.last_hour;
@@ -540,7 +556,7 @@ async function overviewPage() {
     el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u)), el("td", {}, u.credential_mode || "none"),
     el("td", {}, time(u.last_apply_at_unix_secs), u.last_apply_error ? el("div", { class: "bad" }, u.last_apply_error) : null),
     el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.last_warmup_at_unix_secs))),
-    el("td", {}, windows(u.limits))));
+    el("td", {}, windows(u.limits)), el("td", {}, routingCell(u))));
   const snap = o.snapshot ? `Configuration snapshot generation ${o.snapshot.generation}, applied ${time(o.snapshot.built_at_unix_secs)}.` : "";
   const today = o.today_by_model.reduce((a, u) => ({ cost_nanos: a.cost_nanos + BigInt(u.cost_nanos || 0), unpriced: a.unpriced + u.unpriced_requests,
     requests: a.requests + u.requests }), { cost_nanos: 0n, unpriced: 0, requests: 0 });
@@ -563,7 +579,7 @@ async function overviewPage() {
     el("section", { "aria-labelledby": "h-tp" }, el("h2", { id: "h-tp" }, "Today by principal"),
       o.today_by_principal.length ? table(usageHeaders("Principal"), usageRows(o.today_by_principal, (u) => u.principal_name)) : el("p", { class: "hint" }, "No requests today.")),
     el("section", { "aria-labelledby": "h-uh" }, el("h2", { id: "h-uh" }, "Upstream health"),
-      table(["Name", "Kind", "State", "Credential", "Last apply", "Warm-up / last", "Usage windows"], ups),
+      table(["Name", "Kind", "State", "Credential", "Last apply", "Warm-up / last", "Usage windows", "Routing"], ups),
       el("p", { class: "hint" }, snap))];
 }
 

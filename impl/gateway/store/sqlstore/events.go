@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -251,11 +252,21 @@ func insertEventsArgs(events []store.RequestEvent, d *Dialect) []any {
 		if id == "" {
 			id = store.NewID("ev")
 		}
-		args = append(args, id, d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, e.Model, e.Stream,
-			e.Status, e.ErrorType, e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
+		args = append(args, id, d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, storableText(e.Model), e.Stream,
+			e.Status, storableText(e.ErrorType), e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
 			e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis))
 	}
 	return args
+}
+
+// storableText makes client- or upstream-chosen text storable on every
+// driver: PostgreSQL refuses U+0000 and invalid UTF-8 in text, and one
+// refused row fails its whole batch, which the recorder keeps retrying.
+func storableText(v string) string {
+	if utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
+		return v
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 func (s *Store) ListRequestEvents(ctx context.Context, since time.Time, limit int) ([]store.RequestEvent, error) {

@@ -18,12 +18,9 @@ type sealedColumn struct {
 var sealedColumns = []sealedColumn{
 	{
 		kind:   store.SealedUpstreamCredential,
-		query:  "SELECT id, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id",
+		query:  upstreamCredentials,
 		update: "UPDATE upstreams SET credential = ? WHERE id = ?",
-		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
-			err := rows.Scan(&v.UpstreamID, &v.Ciphertext)
-			return []any{v.UpstreamID}, err
-		},
+		scan:   scanUpstreamCredential,
 	},
 	{
 		kind:   store.SealedOAuthVerifier,
@@ -46,6 +43,48 @@ var sealedColumns = []sealedColumn{
 			return []any{id}, err
 		},
 	},
+}
+
+const upstreamCredentials = "SELECT id, kind, base_url, oauth_token_url, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id"
+
+func scanUpstreamCredential(rows scanner, v *store.Sealed) ([]any, error) {
+	err := rows.Scan(&v.UpstreamID, &v.UpstreamKind, &v.BaseURL, &v.OAuthTokenURL, &v.Ciphertext)
+	return []any{v.UpstreamID}, err
+}
+
+func (s *Store) RebindUpstreamCredentials(ctx context.Context, rebind func(store.Sealed) ([]byte, error)) (int, error) {
+	vs, err := list(ctx, s.d, s.pool, func(r scanner, v *store.Sealed) error {
+		v.Kind = store.SealedUpstreamCredential
+		_, err := scanUpstreamCredential(r, v)
+		return err
+	}, upstreamCredentials)
+	if err != nil {
+		return 0, s.d.classify(err)
+	}
+	n := 0
+	for _, v := range vs {
+		ct, err := rebind(v)
+		if err != nil {
+			return n, err
+		}
+		if ct == nil {
+			continue
+		}
+		ch := audit("rebind_credential", "upstream", v.UpstreamID)
+		ch.touch(changeUpstream, v.UpstreamID)
+		var w int64
+		err = s.tx(ctx, ch, func(tx *txn) (err error) {
+			w, err = s.exec(ctx, tx, "UPDATE upstreams SET credential = ? WHERE id = ? AND credential = ? AND base_url = ? AND oauth_token_url = ?",
+				ct, v.UpstreamID, v.Ciphertext, v.BaseURL, v.OAuthTokenURL)
+			ch.none = w == 0 // changed meanwhile: its writer sealed it
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		n += int(w)
+	}
+	return n, nil
 }
 
 func (s *Store) ResealAll(ctx context.Context, reseal func(store.Sealed) ([]byte, error)) (int, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -11,14 +13,14 @@ import (
 
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
-	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused`
+	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight`
 
 func scanUpstream(r scanner, u *store.Upstream) error {
 	var dialect, applyErr, refreshErr sql.NullString
 	if err := r.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
 		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
-		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused); err != nil {
+		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight); err != nil {
 		return err
 	}
 	if refreshErr.Valid {
@@ -69,11 +71,15 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		if spec.Credential != nil {
 			version = 1
 		}
+		weight := store.DefaultWeight
+		if spec.Weight != nil {
+			weight = *spec.Weight
+		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
-			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
+			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
-			spec.OAuthAuthorizeURL, spec.OAuthTokenURL)
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight)
 		if err != nil {
 			return err
 		}
@@ -110,11 +116,49 @@ func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int
 func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
 	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?"
 	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL}
+	if spec.Weight != nil {
+		set += ", weight = ?"
+		args = append(args, *spec.Weight)
+	}
+	var check func(*txn) error
 	if spec.Credential != nil {
 		set += ", credential = ?, credential_kind = ?, credential_version = credential_version + 1"
 		args = append(args, spec.Credential, spec.CredentialKind)
+	} else {
+		check = func(tx *txn) error { return s.keepsOrigins(ctx, tx, id, expect, &spec.BaseURL, &spec.OAuthTokenURL) }
 	}
-	return s.updateUpstream(ctx, id, expect, set, args...)
+	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
+}
+
+// keepsOrigins refuses, with store.ErrCredentialRequired, a change that
+// would send the stored credential of upstream id to another origin:
+// baseURL or tokenURL (nil: unchanged) moving away from the origins the
+// credential is sent to now. The row is locked for the rest of the
+// transaction, so a credential stored meanwhile cannot slip past. A missing
+// row or a stale expect is left to the update to report.
+func (s *Store) keepsOrigins(ctx context.Context, tx *txn, id string, expect int64, baseURL, tokenURL *string) error {
+	var kind, base, token string
+	var held bool
+	var rev int64
+	err := tx.QueryRowContext(ctx, s.d.rebind("SELECT kind, base_url, oauth_token_url, credential IS NOT NULL, spec_revision FROM upstreams WHERE id = ? AND deleted_at IS NULL"+s.d.ForUpdate), id).
+		Scan(&kind, &base, &token, &held, &rev)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && expect != store.AnyRevision && rev != expect) {
+		return nil
+	}
+	if err != nil || !held {
+		return err
+	}
+	was := store.CredentialOrigins(kind, base, token)
+	if baseURL != nil {
+		base = *baseURL
+	}
+	if tokenURL != nil {
+		token = *tokenURL
+	}
+	if !slices.Equal(was, store.CredentialOrigins(kind, base, token)) {
+		return store.ErrCredentialRequired
+	}
+	return nil
 }
 
 func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p store.UpstreamPatch) (*store.Upstream, error) {
@@ -136,6 +180,9 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.WarmupEnabled != nil {
 		add("warmup_enabled", *p.WarmupEnabled)
 	}
+	if p.Weight != nil {
+		add("weight", *p.Weight)
+	}
 	if p.SetWarmupDialect {
 		var v any
 		if p.WarmupDialectPlugin != nil {
@@ -143,11 +190,28 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 		}
 		add("warmup_dialect_plugin", v)
 	}
+	if p.Credential != nil {
+		add("credential", p.Credential)
+		add("credential_kind", p.CredentialKind)
+		set += ", credential_version = credential_version + 1"
+	}
 	var check func(*txn) error
 	if p.SetWarmupDialect && p.WarmupDialectPlugin != nil {
 		// The binding is checked in the update's transaction, so a plugin
 		// deleted meanwhile cannot end up bound.
 		check = func(tx *txn) error { return s.checkSlot(ctx, tx, *p.WarmupDialectPlugin, store.SlotWarmupDialect) }
+	}
+	if p.BaseURL != nil && p.Credential == nil {
+		slot := check
+		check = func(tx *txn) error {
+			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, nil); err != nil {
+				return err
+			}
+			if slot != nil {
+				return slot(tx)
+			}
+			return nil
+		}
 	}
 	return s.updateUpstreamChecked(ctx, id, expect, check, set, args...)
 }

@@ -357,7 +357,7 @@ func (m *mutator) step() string {
 		}},
 		{"patch upstream", len(upIDs) > 0, func() error {
 			en := m.rng.IntN(2) == 0
-			_, err := st.PatchUpstream(ctx, m.pick(upIDs), store.AnyRevision, store.UpstreamPatch{Enabled: &en, BaseURL: ptr(fmt.Sprintf("https://h%d.example/", m.n))})
+			_, err := st.PatchUpstream(ctx, m.pick(upIDs), store.AnyRevision, store.UpstreamPatch{Enabled: &en, BaseURL: ptr(fmt.Sprintf("https://api.example/h%d/", m.n))}) // same origin: a stored credential may stay
 			return err
 		}},
 		{"put upstream", len(upIDs) > 0, func() error {

@@ -1,14 +1,17 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 func exerciseEvents(t *testing.T, open Opener) {
 	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
+	t.Run("EventTextAnyDriverStores", func(t *testing.T) { run(t, open, testEventTextAnyDriverStores) })
 	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
 	t.Run("AuditAndAffinity", func(t *testing.T) { run(t, open, testAuditAndAffinity) })
 	t.Run("EventSearch", func(t *testing.T) { run(t, open, testEventSearch) })
@@ -43,6 +46,36 @@ func testEvents(t *testing.T, open Opener) {
 	}
 	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
 		t.Fatal("limit ignored")
+	}
+}
+
+// A model or error type holding U+0000 or invalid UTF-8 (which PostgreSQL
+// refuses in text) is stored with the rest of its batch, not refused with
+// it: one such row would otherwise hold back every event behind it.
+func testEventTextAnyDriverStores(t *testing.T, open Opener) {
+	b := setup(t, open)
+	at := b.clk.Now()
+	evs := []store.RequestEvent{
+		{At: at, PrincipalID: "pr_honest", KeyID: "key_1", Model: "claude-opus-4-1", Status: 200},
+		{At: at, PrincipalID: "pr_odd", KeyID: "key_2", Model: "claude-sonnet-4-5\x00", Status: 403, ErrorType: "permission_error"},
+		{At: at, PrincipalID: "pr_odd", KeyID: "key_2", Model: "m\xff\xfe", Status: 502, ErrorType: "bad\x00type\xc3"},
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatalf("a batch holding U+0000 and invalid UTF-8 was refused: %v", err)
+	}
+	got := must(b.st.ListRequestEvents(b.ctx, at, 10))
+	if len(got) != 3 {
+		t.Fatalf("stored %d of 3 events", len(got))
+	}
+	models := map[string]bool{}
+	for _, e := range got {
+		if !utf8.ValidString(e.Model) || strings.ContainsRune(e.Model, 0) || !utf8.ValidString(e.ErrorType) || strings.ContainsRune(e.ErrorType, 0) {
+			t.Fatalf("event read back with unstorable text: %+q / %+q", e.Model, e.ErrorType)
+		}
+		models[e.Model] = true
+	}
+	if !models["claude-opus-4-1"] || !models["claude-sonnet-4-5\uFFFD"] {
+		t.Fatalf("models read back %v", models)
 	}
 }
 

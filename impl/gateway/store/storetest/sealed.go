@@ -12,6 +12,7 @@ import (
 func exerciseSealed(t *testing.T, open Opener) {
 	t.Run("ResealAll", func(t *testing.T) { run(t, open, testResealAll) })
 	t.Run("ResealAllAborts", func(t *testing.T) { run(t, open, testResealAllAborts) })
+	t.Run("RebindUpstreamCredentials", func(t *testing.T) { run(t, open, testRebind) })
 }
 
 // sealedFixture writes one value of every sealed kind (and a soft-deleted
@@ -42,6 +43,9 @@ func testResealAll(t *testing.T, open Opener) {
 	n := must(b.st.ResealAll(b.ctx, func(v store.Sealed) ([]byte, error) {
 		switch v.Kind {
 		case store.SealedUpstreamCredential:
+			if v.UpstreamKind != store.KindVendorAPIKey || v.BaseURL != "https://api.example" || v.OAuthTokenURL != "" {
+				t.Errorf("upstream credential associated data fields %+v", v)
+			}
 			seen = append(seen, v.Kind+":"+v.UpstreamID+":"+string(v.Ciphertext))
 		case store.SealedOAuthVerifier:
 			seen = append(seen, v.Kind+":"+v.State+":"+v.UpstreamID+":"+string(v.Ciphertext))
@@ -105,5 +109,51 @@ func testResealAllAborts(t *testing.T, open Opener) {
 	}
 	if got := must(b.st.GetKeepAliveSession(b.ctx, ka)); string(got.Snapshot) != "ct-snapshot" {
 		t.Fatalf("snapshot changed by an aborted reseal: %q", got.Snapshot)
+	}
+}
+
+// Start-up rebinding: every upstream credential (a soft-deleted upstream's
+// too) is handed over with the fields its binding is made of; what comes
+// back is written, unless the row changed meanwhile (a credential stored
+// by its own writer is never overwritten); nil leaves a row alone.
+func testRebind(t *testing.T, open Opener) {
+	b := setup(t, open)
+	up, deleted, _ := sealedFixture(t, b)
+	raced := must(b.st.CreateUpstream(b.ctx, store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: "https://api.example",
+		OAuthTokenURL: "https://auth.example/token", Credential: []byte("ct-raced"), CredentialKind: "oauth"}))
+	kept := must(b.st.CreateUpstream(b.ctx, apiKeySpec("kept")))
+	was := must(b.st.GetUpstream(b.ctx, up))
+	gen := must(b.st.ConfigGeneration(b.ctx))
+	seen := map[string]store.Sealed{}
+	n := must(b.st.RebindUpstreamCredentials(b.ctx, func(v store.Sealed) ([]byte, error) {
+		seen[v.UpstreamID] = v
+		switch v.UpstreamID {
+		case kept.ID:
+			return nil, nil
+		case raced.ID:
+			must(b.st.SetUpstreamCredential(b.ctx, raced.ID, "oauth", []byte("ct-fresh")))
+		}
+		return append([]byte("bound-"), v.Ciphertext...), nil
+	}))
+	if len(seen) != 4 || n != 2 {
+		t.Fatalf("rebind saw %d, wrote %d; want 4 seen, 2 written", len(seen), n)
+	}
+	if v := seen[raced.ID]; v.Kind != store.SealedUpstreamCredential || v.UpstreamKind != store.KindVendorOAuth || v.BaseURL != "https://api.example" ||
+		v.OAuthTokenURL != "https://auth.example/token" || string(v.Ciphertext) != "ct-raced" {
+		t.Fatalf("binding fields %+v", v)
+	}
+	for id, want := range map[string]string{up: "bound-ct-live", raced.ID: "ct-fresh", kept.ID: "ct-kept"} {
+		if got := must(b.st.GetUpstream(b.ctx, id)); string(got.Credential) != want {
+			t.Errorf("%s: credential %q, want %q", id, got.Credential, want)
+		}
+	}
+	if _, ok := seen[deleted]; !ok {
+		t.Error("a soft-deleted upstream's credential was not handed over")
+	}
+	if got := must(b.st.GetUpstream(b.ctx, up)); got.CredentialVersion != was.CredentialVersion || got.SpecRevision != was.SpecRevision {
+		t.Fatalf("rebinding moved the version or revision: %+v", got)
+	}
+	if g := must(b.st.ConfigGeneration(b.ctx)); g <= gen {
+		t.Fatalf("generation %d after rebinding, want past %d", g, gen)
 	}
 }

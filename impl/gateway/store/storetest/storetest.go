@@ -92,6 +92,7 @@ func Exercise(t *testing.T, open Opener) {
 	exercisePlugins(t, open)
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
+	exerciseOrigins(t, open)
 	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 

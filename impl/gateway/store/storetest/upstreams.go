@@ -21,6 +21,68 @@ func exerciseUpstreams(t *testing.T, open Opener) {
 	t.Run("MassDisableWarmup", func(t *testing.T) { run(t, open, testMassDisable) })
 	t.Run("ReferencedDelete", func(t *testing.T) { run(t, open, testReferenced) })
 	t.Run("ReferenceMatching", func(t *testing.T) { run(t, open, testReferenceMatching) })
+	t.Run("Weight", func(t *testing.T) { run(t, open, testUpstreamWeight) })
+	t.Run("Cooldowns", func(t *testing.T) { run(t, open, testCooldowns) })
+}
+
+// Upstream cooldowns shared between replicas: stored, only extended, read
+// back while running, forgotten once over.
+func testCooldowns(t *testing.T, open Opener) {
+	b := setup(t, open)
+	t0 := time.Unix(1_800_000_000, 0)
+	got := must(b.st.SyncCooldowns(b.ctx, map[string]time.Time{"up_a": t0.Add(time.Minute), "up_b": t0.Add(10 * time.Second)}, t0))
+	if len(got) != 2 || !got["up_a"].Equal(t0.Add(time.Minute)) || !got["up_b"].Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("stored %v", got)
+	}
+	// A shorter cooldown learnt by another replica keeps the longer one;
+	// a longer one extends it.
+	got = must(b.st.SyncCooldowns(b.ctx, map[string]time.Time{"up_a": t0.Add(time.Second), "up_b": t0.Add(time.Hour)}, t0))
+	if !got["up_a"].Equal(t0.Add(time.Minute)) || !got["up_b"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("after a second replica %v", got)
+	}
+	// Past its end a cooldown is gone.
+	got = must(b.st.SyncCooldowns(b.ctx, nil, t0.Add(2*time.Minute)))
+	if len(got) != 1 || !got["up_b"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("two minutes later %v", got)
+	}
+}
+
+// An upstream's routing weight: DefaultWeight unless given at create, kept
+// by an update that does not name it, changed by update and patch (a
+// user-managed field: the revision moves).
+func testUpstreamWeight(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("plain")))
+	if u.Weight != store.DefaultWeight {
+		t.Fatalf("default weight %d", u.Weight)
+	}
+	three, zero := 3, 0
+	spec := apiKeySpec("heavy")
+	spec.Weight = &three
+	if w := must(b.st.CreateUpstream(b.ctx, spec)); w.Weight != 3 {
+		t.Fatalf("created with weight %d, want 3", w.Weight)
+	}
+	spec = apiKeySpec("plain")
+	spec.Credential = nil
+	up := must(b.st.UpdateUpstream(b.ctx, u.ID, u.SpecRevision, spec))
+	if up.Weight != store.DefaultWeight {
+		t.Fatalf("an update without weight changed it to %d", up.Weight)
+	}
+	spec.Weight = &three
+	up = must(b.st.UpdateUpstream(b.ctx, u.ID, up.SpecRevision, spec))
+	if up.Weight != 3 {
+		t.Fatalf("updated weight %d", up.Weight)
+	}
+	p := must(b.st.PatchUpstream(b.ctx, u.ID, up.SpecRevision, store.UpstreamPatch{Weight: &zero}))
+	if p.Weight != 0 || p.SpecRevision != up.SpecRevision+1 {
+		t.Fatalf("patched %+v", p)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	for _, c := range cfg.Upstreams {
+		if c.ID == u.ID && c.Weight != 0 {
+			t.Fatalf("configuration read weight %d", c.Weight)
+		}
+	}
 }
 
 // P-UP-1, P-UP-6, P-UP-11, P-UP-12 (conflict): create, read, update, patch,
@@ -57,9 +119,9 @@ func testUpstreams(t *testing.T, open Opener) {
 	b.clk.Advance(time.Minute)
 	spec := apiKeySpec("renamed")
 	spec.Credential = nil
-	spec.BaseURL = "https://other.example"
+	spec.BaseURL = "https://api.example/v1" // the same origin: the credential stays (CredentialStaysWithItsOrigin)
 	up := must(b.st.UpdateUpstream(b.ctx, u.ID, 1, spec))
-	if up.SpecRevision != 2 || up.Name != "renamed" || up.BaseURL != "https://other.example" || string(up.Credential) != "ct-main" || !up.UpdatedAt.Equal(b.clk.Now()) {
+	if up.SpecRevision != 2 || up.Name != "renamed" || up.BaseURL != "https://api.example/v1" || string(up.Credential) != "ct-main" || !up.UpdatedAt.Equal(b.clk.Now()) {
 		t.Fatalf("updated %+v", up)
 	}
 	_, err = b.st.UpdateUpstream(b.ctx, u.ID, 1, spec)

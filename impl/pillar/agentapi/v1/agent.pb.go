@@ -1243,10 +1243,16 @@ func (x *ListVolumesResponse) GetVolumes() []*Volume {
 }
 
 type ExportVolumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	AllowedHosts  []string               `protobuf:"bytes,3,rep,name=allowed_hosts,json=allowedHosts,proto3" json:"allowed_hosts,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Pool         string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	AllowedHosts []string               `protobuf:"bytes,3,rep,name=allowed_hosts,json=allowedHosts,proto3" json:"allowed_hosts,omitempty"`
+	// single_host: the volume is served to one host at a time. When a host
+	// other than those listed is already allowed, the call is
+	// FAILED_PRECONDITION and changes nothing. The check and the export are
+	// one step under the volume's lock on the agent, so two publishes racing
+	// from any number of controllers cannot both succeed.
+	SingleHost    bool `protobuf:"varint,4,opt,name=single_host,json=singleHost,proto3" json:"single_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1300,6 +1306,13 @@ func (x *ExportVolumeRequest) GetAllowedHosts() []string {
 		return x.AllowedHosts
 	}
 	return nil
+}
+
+func (x *ExportVolumeRequest) GetSingleHost() bool {
+	if x != nil {
+		return x.SingleHost
+	}
+	return false
 }
 
 type ExportVolumeResponse struct {
@@ -2108,11 +2121,13 @@ const file_agent_proto_rawDesc = "" +
 	"\x12ListVolumesRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"H\n" +
 	"\x13ListVolumesResponse\x121\n" +
-	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\"b\n" +
+	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\"\x83\x01\n" +
 	"\x13ExportVolumeRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
-	"\rallowed_hosts\x18\x03 \x03(\tR\fallowedHosts\"G\n" +
+	"\rallowed_hosts\x18\x03 \x03(\tR\fallowedHosts\x12\x1f\n" +
+	"\vsingle_host\x18\x04 \x01(\bR\n" +
+	"singleHost\"G\n" +
 	"\x14ExportVolumeResponse\x12/\n" +
 	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"?\n" +
 	"\x15UnexportVolumeRequest\x12\x12\n" +

@@ -45,6 +45,55 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("UnexportAndRestart", func(t *testing.T) { testUnexportAndRestart(t, open(t)) })
 	t.Run("KernelRules", func(t *testing.T) { testKernelRules(t, open(t)) })
 	t.Run("Revalidate", func(t *testing.T) { testRevalidate(t, open(t)) })
+	t.Run("DenyFences", func(t *testing.T) { testDenyFences(t, open(t)) })
+}
+
+// Denying a host unlinks the subsystem from its port (which deletes the
+// connected controllers on a real kernel) and links it back for the hosts
+// still allowed; a deny cut short between its steps is completed by the
+// retry, and denying a host that is not allowed restores a missing link.
+func testDenyFences(t *testing.T, tg Target) {
+	e := exporter(tg)
+	if _, err := e.Export("pvc-f", tg.Device(t)); err != nil {
+		t.Fatal(err)
+	}
+	a := "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-2222-3333-4444-555555555555"
+	b := "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-2222-3333-4444-555555555555"
+	for _, h := range []string{a, b} {
+		if err := e.AllowHost("pvc-f", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	portLink := filepath.Join(tg.Root, "ports", "1", "subsystems", nvmet.NQN("pvc-f"))
+	if err := e.DenyHost("pvc-f", a); err != nil {
+		t.Fatal(err)
+	}
+	if !tg.FS.Exists(portLink) {
+		t.Fatal("the subsystem is not linked to its port after the deny")
+	}
+	if got, _ := e.Get("pvc-f"); len(got.Hosts) != 1 || got.Hosts[0] != b {
+		t.Fatalf("hosts after denying %s: %v", a, got.Hosts)
+	}
+	// Cut short after the unlink: the retry removes the host and links back.
+	if err := tg.FS.Remove(portLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DenyHost("pvc-f", b); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Get("pvc-f"); len(got.Hosts) != 0 || !tg.FS.Exists(portLink) {
+		t.Fatalf("after the retried deny: hosts %v, linked %v", got.Hosts, tg.FS.Exists(portLink))
+	}
+	// Cut short after the host was removed: the retry links back.
+	if err := tg.FS.Remove(portLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DenyHost("pvc-f", b); err != nil || !tg.FS.Exists(portLink) {
+		t.Fatalf("deny of a host no longer allowed: %v, linked %v", err, tg.FS.Exists(portLink))
+	}
+	if err := e.DenyHost("pvc-none", a); err != nil {
+		t.Fatalf("deny on a volume that is not exported: %v", err)
+	}
 }
 
 // After a volume grows the target re-reads its size; that works only on

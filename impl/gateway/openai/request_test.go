@@ -1,0 +1,233 @@
+package openai
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// translated decodes a translation into a generic value for comparison.
+func translated(t *testing.T, in string) (map[string]any, Info) {
+	t.Helper()
+	out, info, err := Translate([]byte(in))
+	if err != nil {
+		t.Fatalf("%s: refused: %v (param %s)", in, err, err.Param)
+	}
+	var m map[string]any
+	if jerr := json.Unmarshal(out, &m); jerr != nil {
+		t.Fatalf("output is not JSON: %s", out)
+	}
+	return m, info
+}
+
+func asJSON(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("bad want %s: %v", s, err)
+	}
+	return v
+}
+
+func wantField(t *testing.T, m map[string]any, key, want string) {
+	t.Helper()
+	if got := m[key]; !reflect.DeepEqual(got, asJSON(t, want)) {
+		g, _ := json.Marshal(got)
+		t.Fatalf("%s = %s, want %s", key, g, want)
+	}
+}
+
+func TestTranslateSystemMultiTurnAndSampling(t *testing.T) {
+	t.Parallel()
+	m, info := translated(t, `{"model":"claude-x","messages":[
+		{"role":"system","content":"be brief"},
+		{"role":"developer","content":[{"type":"text","text":"use metric units"}]},
+		{"role":"user","content":"hi"},
+		{"role":"assistant","content":"hello"},
+		{"role":"user","content":[{"type":"text","text":"how far"},{"type":"text","text":"to the moon"}]}],
+		"max_completion_tokens":77,"max_tokens":5,"stop":"END","temperature":0.3,"top_p":0.9,"user":"u-1",
+		"n":1,"logprobs":false,"presence_penalty":0,"stream":false}`)
+	if info.Model != "claude-x" || info.Stream || info.IncludeUsage || info.JSONTool {
+		t.Fatalf("info %+v", info)
+	}
+	wantField(t, m, "model", `"claude-x"`)
+	wantField(t, m, "max_tokens", `77`) // max_completion_tokens wins, as in OpenAI's API
+	wantField(t, m, "stop_sequences", `["END"]`)
+	wantField(t, m, "temperature", `0.3`)
+	wantField(t, m, "top_p", `0.9`)
+	wantField(t, m, "metadata", `{"user_id":"u-1"}`)
+	wantField(t, m, "system", `[{"type":"text","text":"be brief"},{"type":"text","text":"use metric units","cache_control":{"type":"ephemeral"}}]`)
+	wantField(t, m, "messages", `[
+		{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]},
+		{"role":"assistant","content":[{"type":"text","text":"hello"}]},
+		{"role":"user","content":[{"type":"text","text":"how far"},{"type":"text","text":"to the moon","cache_control":{"type":"ephemeral"}}]}]`)
+	if _, ok := m["stream"]; ok {
+		t.Fatal("stream false must be left out")
+	}
+}
+
+func TestTranslateDefaultsAndStream(t *testing.T) {
+	t.Parallel()
+	m, info := translated(t, `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"stop":["a","b"],"max_tokens":9}`)
+	if !info.Stream || !info.IncludeUsage {
+		t.Fatalf("info %+v", info)
+	}
+	wantField(t, m, "stream", `true`)
+	wantField(t, m, "max_tokens", `9`)
+	wantField(t, m, "stop_sequences", `["a","b"]`)
+	m, _ = translated(t, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	wantField(t, m, "max_tokens", `4096`)
+}
+
+func TestTranslateToolsRoundTrip(t *testing.T) {
+	t.Parallel()
+	m, _ := translated(t, `{"model":"m","messages":[
+		{"role":"user","content":"weather in Paris and Rome?"},
+		{"role":"assistant","content":null,"tool_calls":[
+			{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\": \"Paris\"}"}},
+			{"id":"call_2","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Rome\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"sunny"},
+		{"role":"tool","tool_call_id":"call_2","content":[{"type":"text","text":"rain"}]},
+		{"role":"user","content":"thanks"}],
+		"tools":[{"type":"function","function":{"name":"weather","description":"weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},
+			{"type":"function","function":{"name":"noargs"}}],
+		"tool_choice":"required","parallel_tool_calls":false}`)
+	wantField(t, m, "tools", `[
+		{"name":"weather","description":"weather of a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},
+		{"name":"noargs","input_schema":{"type":"object","properties":{}},"cache_control":{"type":"ephemeral"}}]`)
+	wantField(t, m, "tool_choice", `{"type":"any","disable_parallel_tool_use":true}`)
+	wantField(t, m, "messages", `[
+		{"role":"user","content":[{"type":"text","text":"weather in Paris and Rome?","cache_control":{"type":"ephemeral"}}]},
+		{"role":"assistant","content":[
+			{"type":"tool_use","id":"call_1","name":"weather","input":{"city":"Paris"}},
+			{"type":"tool_use","id":"call_2","name":"weather","input":{"city":"Rome"}}]},
+		{"role":"user","content":[
+			{"type":"tool_result","tool_use_id":"call_1","content":[{"type":"text","text":"sunny"}]},
+			{"type":"tool_result","tool_use_id":"call_2","content":[{"type":"text","text":"rain"}]},
+			{"type":"text","text":"thanks","cache_control":{"type":"ephemeral"}}]}]`)
+
+	for in, want := range map[string]string{
+		`"none"`: `{"type":"none"}`,
+		`"auto"`: `{"type":"auto"}`,
+		`{"type":"function","function":{"name":"weather"}}`: `{"type":"tool","name":"weather"}`,
+	} {
+		m, _ := translated(t, `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"weather"}}],"tool_choice":`+in+`}`)
+		wantField(t, m, "tool_choice", want)
+	}
+}
+
+func TestTranslateImages(t *testing.T) {
+	t.Parallel()
+	m, _ := translated(t, `{"model":"m","messages":[{"role":"user","content":[
+		{"type":"text","text":"what is this"},
+		{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},
+		{"type":"image_url","image_url":{"url":"https://example.com/cat.jpg","detail":"high"}}]}]}`)
+	wantField(t, m, "messages", `[{"role":"user","content":[
+		{"type":"text","text":"what is this"},
+		{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},
+		{"type":"image","source":{"type":"url","url":"https://example.com/cat.jpg"},"cache_control":{"type":"ephemeral"}}]}]`)
+}
+
+func TestTranslateJSONSchemaResponseFormat(t *testing.T) {
+	t.Parallel()
+	m, info := translated(t, `{"model":"m","messages":[{"role":"user","content":"x"}],
+		"response_format":{"type":"json_schema","json_schema":{"name":"answer","schema":{"type":"object","properties":{"n":{"type":"integer"}}}}}}`)
+	if !info.JSONTool {
+		t.Fatal("json_schema must be answered through the forced tool")
+	}
+	wantField(t, m, "tool_choice", `{"type":"tool","name":"json_response"}`)
+	tools := m["tools"].([]any)
+	if len(tools) != 1 || tools[0].(map[string]any)["name"] != "json_response" {
+		t.Fatalf("tools %v", tools)
+	}
+}
+
+// Nothing the Messages API cannot express is dropped: it is a 400 naming
+// the parameter, in OpenAI's error shape.
+func TestTranslateRefusesUnmappable(t *testing.T) {
+	t.Parallel()
+	const msgs = `"messages":[{"role":"user","content":"x"}]`
+	cases := []struct{ body, param, code string }{
+		{`{"model":"m",` + msgs + `,"n":2}`, "n", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"logprobs":true}`, "logprobs", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"top_logprobs":2}`, "top_logprobs", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"logit_bias":{"1":2}}`, "logit_bias", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"presence_penalty":0.5}`, "presence_penalty", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"frequency_penalty":0.5}`, "frequency_penalty", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"seed":3}`, "seed", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"reasoning_effort":"high"}`, "reasoning_effort", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"modalities":["text","audio"]}`, "modalities", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "unsupported_parameter"},
+		{`{"model":"m",` + msgs + `,"temperature":1.5}`, "temperature", "invalid_value"},
+		{`{"model":"m",` + msgs + `,"max_tokens":0}`, "max_tokens", "invalid_value"},
+		{`{"model":"m",` + msgs + `,"stream_options":{"include_usage":true}}`, "stream_options", "invalid_value"},
+		{`{"model":"m",` + msgs + `,"frobnicate":1}`, "frobnicate", "unknown_parameter"},
+		{`{"model":"m",` + msgs + `,"tool_choice":"auto"}`, "tool_choice", "invalid_value"},
+		{`{"model":"m",` + msgs + `,"tools":[{"type":"custom","custom":{"name":"x"}}]}`, "tools[0].type", "unsupported_parameter"},
+		{`{"model":"m","messages":[{"role":"user","content":"x","name":"bob"}]}`, "messages[0].name", "unsupported_parameter"},
+		{`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x","format":"wav"}}]}]}`, "messages[0].content[0].type", "unsupported_parameter"},
+		{`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://plain.example/x.png"}}]}]}`, "messages[0].content[0].image_url.url", "invalid_value"},
+		{`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/tiff;base64,AAAA"}}]}]}`, "messages[0].content[0].image_url.url", "invalid_value"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`, "messages[0].tool_calls[0].function.arguments", "invalid_value"},
+		{`{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id", "missing_required_parameter"},
+		{`{"model":"m","messages":[{"role":"function","content":"x"}]}`, "messages[0].role", "unsupported_parameter"},
+		{`{"model":"m","messages":[{"role":"system","content":"only a system prompt"}]}`, "messages", "invalid_value"},
+		{`{"model":"m","messages":[]}`, "messages", "missing_required_parameter"},
+		{`{` + msgs + `}`, "model", "missing_required_parameter"},
+		{`{"model":"m",` + msgs + `} {}`, "", "invalid_json"},
+		{`not json`, "", "invalid_json"},
+	}
+	for _, c := range cases {
+		out, _, err := Translate([]byte(c.body))
+		if err == nil {
+			t.Errorf("%s: accepted as %s", c.body, out)
+			continue
+		}
+		if err.Status != 400 || err.Param != c.param || err.Code != c.code || err.Type != "invalid_request_error" || err.Message == "" {
+			t.Errorf("%s: got %+v, want param %q code %q", c.body, err, c.param, c.code)
+		}
+		var wire struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(err.Body(), &wire) != nil || wire.Error.Message != err.Message || wire.Error.Code == nil || *wire.Error.Code != c.code ||
+			(c.param == "") != (wire.Error.Param == nil) {
+			t.Errorf("%s: wire shape %s", c.body, err.Body())
+		}
+	}
+}
+
+// Multi-turn caching: the user turn that closed the previous request is
+// marked again, so this request reads what the previous one wrote.
+func TestCacheBreakpointsFollowTheConversation(t *testing.T) {
+	t.Parallel()
+	turn1 := `{"role":"user","content":"first question"}`
+	turn2 := turn1 + `,{"role":"assistant","content":"first answer"},{"role":"user","content":"second question"}`
+	turn3 := turn2 + `,{"role":"assistant","content":"second answer"},{"role":"user","content":"third question"}`
+	marked := func(msgs string) []string {
+		m, _ := translated(t, `{"model":"m","messages":[{"role":"system","content":"sys"},`+msgs+`]}`)
+		var out []string
+		for _, msg := range m["messages"].([]any) {
+			for _, b := range msg.(map[string]any)["content"].([]any) {
+				if bm := b.(map[string]any); bm["cache_control"] != nil {
+					out = append(out, bm["text"].(string))
+				}
+			}
+		}
+		return out
+	}
+	if got := marked(turn1); strings.Join(got, "|") != "first question" {
+		t.Fatalf("turn 1 marks %v", got)
+	}
+	if got := marked(turn2); strings.Join(got, "|") != "first question|second question" {
+		t.Fatalf("turn 2 marks %v", got)
+	}
+	if got := marked(turn3); strings.Join(got, "|") != "second question|third question" {
+		t.Fatalf("turn 3 marks %v", got)
+	}
+}

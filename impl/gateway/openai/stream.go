@@ -1,0 +1,243 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Stream translates a Messages event stream into Chat Completions chunks,
+// event by event: each complete upstream event yields its chunks at once,
+// nothing waits for the end of the answer.
+type Stream struct {
+	info    Info
+	created int64
+	id      string
+	model   string
+	usage   msgUsage
+	finish  string
+	// tools maps a content block's index to its tool call's index among
+	// the answer's tool calls (OpenAI counts tool calls only); -1 marks
+	// the json_response block whose input is the content.
+	tools map[int]int
+	calls int
+	// line holds an incomplete line between two Feed calls.
+	line []byte
+	data []byte
+	// Done: the answer ended (message_stop) and [DONE] was written.
+	// Failed: an error chunk was written; nothing follows it.
+	Done, Failed bool
+}
+
+// NewStream returns the translator of one answer.
+func NewStream(info Info, created int64) *Stream {
+	return &Stream{info: info, created: created, model: info.Model}
+}
+
+// Feed reads upstream bytes (any split) and appends the chunks they
+// complete to out.
+func (s *Stream) Feed(out, p []byte) []byte {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			s.line = append(s.line, p...)
+			return out
+		}
+		line := p[:i]
+		if len(s.line) > 0 {
+			s.line = append(s.line, line...)
+			line = s.line
+		}
+		p = p[i+1:]
+		out = s.lineDone(out, bytes.TrimSuffix(line, []byte{'\r'}))
+		s.line = s.line[:0]
+	}
+	return out
+}
+
+func (s *Stream) lineDone(out, line []byte) []byte {
+	switch {
+	case len(line) == 0:
+		if len(s.data) > 0 {
+			out = s.event(out, s.data)
+			s.data = s.data[:0]
+		}
+	case bytes.HasPrefix(line, []byte("data:")):
+		d := bytes.TrimPrefix(line[5:], []byte{' '})
+		if len(s.data) > 0 {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, d...)
+	}
+	// event: lines are not needed: every data payload names its type.
+	return out
+}
+
+type streamEvent struct {
+	Type    string `json:"type"`
+	Message *struct {
+		ID    string   `json:"id"`
+		Model string   `json:"model"`
+		Usage msgUsage `json:"usage"`
+	} `json:"message"`
+	Index        int        `json:"index"`
+	ContentBlock *respBlock `json:"content_block"`
+	Delta        *struct {
+		Type        string  `json:"type"`
+		Text        string  `json:"text"`
+		PartialJSON string  `json:"partial_json"`
+		StopReason  *string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *struct {
+		InputTokens              *int64 `json:"input_tokens"`
+		CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+		OutputTokens             *int64 `json:"output_tokens"`
+	} `json:"usage"`
+	Error *anthropicErr `json:"error"`
+}
+
+// event translates one upstream event.
+func (s *Stream) event(out, data []byte) []byte {
+	if s.Done || s.Failed {
+		return out
+	}
+	var e streamEvent
+	if err := json.Unmarshal(data, &e); err != nil {
+		return s.Fail(out, "api_error", "the upstream sent an event that is not JSON")
+	}
+	switch e.Type {
+	case "message_start":
+		if e.Message != nil {
+			s.id, s.usage = completionID(e.Message.ID), e.Message.Usage
+			if e.Message.Model != "" {
+				s.model = e.Message.Model
+			}
+		}
+		empty := ""
+		return s.chunk(out, &chatDelta{Role: "assistant", Content: &empty}, nil)
+	case "content_block_start":
+		b := e.ContentBlock
+		if b == nil || b.Type != "tool_use" {
+			return out
+		}
+		if s.tools == nil {
+			s.tools = map[int]int{}
+		}
+		if s.info.JSONTool && b.Name == jsonToolName {
+			s.tools[e.Index] = -1
+			return out
+		}
+		idx := s.calls
+		s.calls++
+		s.tools[e.Index] = idx
+		tc := toolCallOut{Index: &idx, ID: b.ID, Type: "function"}
+		tc.Function.Name = b.Name
+		return s.chunk(out, &chatDelta{ToolCalls: []toolCallOut{tc}}, nil)
+	case "content_block_delta":
+		if e.Delta == nil {
+			return out
+		}
+		switch e.Delta.Type {
+		case "text_delta":
+			t := e.Delta.Text
+			return s.chunk(out, &chatDelta{Content: &t}, nil)
+		case "input_json_delta":
+			idx, ok := s.tools[e.Index]
+			switch {
+			case !ok || e.Delta.PartialJSON == "":
+				return out
+			case idx < 0:
+				t := e.Delta.PartialJSON
+				return s.chunk(out, &chatDelta{Content: &t}, nil)
+			}
+			tc := toolCallOut{Index: &idx}
+			tc.Function.Arguments = e.Delta.PartialJSON
+			return s.chunk(out, &chatDelta{ToolCalls: []toolCallOut{tc}}, nil)
+		}
+		// Thinking and citation deltas have no Chat Completions form.
+		return out
+	case "message_delta":
+		if u := e.Usage; u != nil {
+			set := func(dst *int64, v *int64) {
+				if v != nil {
+					*dst = *v
+				}
+			}
+			set(&s.usage.InputTokens, u.InputTokens)
+			set(&s.usage.CacheCreationInputTokens, u.CacheCreationInputTokens)
+			set(&s.usage.CacheReadInputTokens, u.CacheReadInputTokens)
+			set(&s.usage.OutputTokens, u.OutputTokens)
+		}
+		if e.Delta != nil && e.Delta.StopReason != nil {
+			s.finish = finishReason(*e.Delta.StopReason, s.info.JSONTool)
+		}
+		return out
+	case "message_stop":
+		fr := s.finish
+		if fr == "" {
+			fr = "stop"
+		}
+		out = s.chunk(out, &chatDelta{}, &fr)
+		if s.info.IncludeUsage {
+			out = s.usageChunk(out)
+		}
+		s.Done = true
+		return append(out, "data: [DONE]\n\n"...)
+	case "error":
+		typ, msg := "api_error", "the upstream stream failed"
+		if e.Error != nil {
+			typ, msg = e.Error.Type, e.Error.Message
+		}
+		return s.Fail(out, typ, msg)
+	case "ping":
+		// Kept as a comment line: the SDKs skip it, idle-cutting
+		// intermediaries see traffic.
+		return append(out, ": ping\n\n"...)
+	}
+	return out
+}
+
+// chunk appends one chunk with the delta.
+func (s *Stream) chunk(out []byte, delta *chatDelta, finish *string) []byte {
+	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []choice{{Index: 0, Delta: delta, FinishReason: finish}}}
+	return s.emit(out, &c)
+}
+
+func (s *Stream) usageChunk(out []byte) []byte {
+	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []choice{}, Usage: usageOf(s.usage)}
+	return s.emit(out, &c)
+}
+
+func (s *Stream) emit(out []byte, c *completion) []byte {
+	b, _ := json.Marshal(c) // of plain types: cannot fail
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
+// Fail appends the error chunk that ends a stream the OpenAI SDKs raise on
+// (a data payload with an error member); no [DONE] follows it.
+func (s *Stream) Fail(out []byte, typ, msg string) []byte {
+	if s.Done || s.Failed {
+		return out
+	}
+	s.Failed = true
+	e := FromAnthropic(500, typ, msg)
+	out = append(out, "data: "...)
+	out = append(out, e.body()...)
+	return append(out, "\n\n"...)
+}
+
+// End appends what the end of the upstream stream calls for: nothing after
+// [DONE] or an error, an error chunk when the answer stopped short (the
+// upstream closed without message_stop).
+func (s *Stream) End(out []byte) []byte {
+	if len(s.line) > 0 {
+		out = s.lineDone(out, s.line)
+		s.line = s.line[:0]
+	}
+	out = s.lineDone(out, nil)
+	return s.Fail(out, "api_error", "the upstream stream ended before the answer was complete")
+}

@@ -1,0 +1,35 @@
+package relay
+
+import "github.com/pillarhq/pillar/impl/gateway/openai"
+
+// translate turns a Chat Completions body into the Messages body relayed in
+// its place, holding the translation's bytes against the global cap too.
+func (h *Handler) translate(q *admitted, body []byte) ([]byte, error) {
+	out, err := q.chat.Translate(body)
+	if err != nil {
+		return nil, err
+	}
+	if !h.held.take(int64(len(out))) {
+		return nil, errOverloaded
+	}
+	q.held += int64(len(out))
+	return out, nil
+}
+
+// The endpoints of OpenAI's dialect, as counted.
+const (
+	openAIChat   = 0
+	openAIModels = 1
+)
+
+// finishOpenAI completes an answer in OpenAI's dialect and counts it.
+func (h *Handler) finishOpenAI(x *openai.Writer, endpoint int) {
+	x.Finish()
+	if h.metrics != nil {
+		failed := 0
+		if x.Failed() {
+			failed = 1
+		}
+		h.metrics.openAI[endpoint][failed].Inc()
+	}
+}
