@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // The upstream's status says whether it is routed to and, when not, why;
@@ -34,7 +35,7 @@ func TestUpstreamStatusShowsRoutingExclusion(t *testing.T) {
 	want("oauth before the flow", status(sub), false, "no_credential")
 	want("api key", status(key), true, nil)
 
-	ct, _ := e.box.Seal([]byte(`{"access_token":"at","refresh_token":"rt"}`), credential.AD(sub))
+	ct, _ := e.box.Seal([]byte(`{"access_token":"at","refresh_token":"rt"}`), credential.AD(sub, store.KindVendorOAuth, "https://api.example", ""))
 	u, err := e.st.SetUpstreamCredential(ctx, sub, "oauth", ct)
 	if err != nil {
 		t.Fatal(err)
