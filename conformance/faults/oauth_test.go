@@ -30,12 +30,12 @@ type oauthFaultWorld struct {
 	connectedAt time.Time
 }
 
-func newOAuthFaultWorld(d driver, account string, tokenTTL string) *oauthFaultWorld {
+func newOAuthFaultWorld(d driver, account string, tokenTTL string, proxyArgs ...string) *oauthFaultWorld {
 	w := &oauthFaultWorld{sim: h.StartSimWith([]string{"--oauth-token-ttl", tokenTTL}, oauthFaultKey), account: account}
 	// Five refresh attempts 100 ms, 200 ms, 400 ms, 800 ms apart: the
 	// retry budget is spent in about 1.5 s; the watchdog ticks every 2 s.
-	w.px = h.StartProxy(h.ProxyOptions{DatabaseURL: d.url(), Args: []string{
-		"--oauth-refresh-retry-base", "100ms", "--job-interval", "oauth_watchdog=2s"}})
+	w.px = h.StartProxy(h.ProxyOptions{DatabaseURL: d.url(), Args: append([]string{
+		"--oauth-refresh-retry-base", "100ms", "--job-interval", "oauth_watchdog=2s"}, proxyArgs...)})
 	w.admin = w.px.Admin()
 	w.upstream = w.admin.CreateOAuthUpstream("subscription", w.sim)
 	p := w.admin.CreatePrincipal("app", "claude-*")

@@ -93,6 +93,8 @@ func oauthErr(err error, id string) error {
 		return newErr("oauth_scope_insufficient", "the provider granted no %s scope; authorize with an account that may use the Messages API", oauth.InferenceScope)
 	case errors.Is(err, oauth.ErrNoCredential):
 		return newErr("coupon_unavailable", "the upstream holds no OAuth credential; complete the OAuth flow first")
+	case errors.Is(err, oauth.ErrRefreshRefused):
+		return newErr("coupon_unavailable", "the provider refused the upstream's refresh grant, so its token is revoked and no claim is sent; run the OAuth flow again")
 	case errors.Is(err, quota.ErrNoCoupon):
 		return newErr("coupon_unavailable", "no usable reset coupon is advertised (none observed, stale, taken with a replaced credential, expired or already being claimed)")
 	case errors.Is(err, quota.ErrAccountMismatch):

@@ -206,6 +206,9 @@ type UpstreamHealth struct {
 	LastApplyError       *string `json:"last_apply_error"`
 	WarmupEnabled        bool    `json:"warmup_enabled"`
 	LastWarmupAtUnixSecs *int64  `json:"last_warmup_at_unix_secs"`
+	// Routable and UnroutableReason: as the upstream's status.
+	Routable         bool    `json:"routable"`
+	UnroutableReason *string `json:"unroutable_reason"`
 	// Limits are the stored usage windows and coupon of a vendor_oauth
 	// upstream (as GET …/limit-resets); null for other kinds.
 	Limits *LimitResetObservation `json:"limits"`
@@ -334,7 +337,8 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request) error {
 		ur := upstreamResponse(u)
 		hl := UpstreamHealth{ID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled, CredentialMode: ur.CredentialMode,
 			LastApplyAtUnixSecs: ur.Status.LastApplyAtUnixSecs, LastApplyError: ur.Status.LastApplyError,
-			WarmupEnabled: u.WarmupEnabled, LastWarmupAtUnixSecs: ur.Status.LastWarmupAtUnixSecs, Weight: u.Weight}
+			WarmupEnabled: u.WarmupEnabled, LastWarmupAtUnixSecs: ur.Status.LastWarmupAtUnixSecs, Weight: u.Weight,
+			Routable: ur.Status.Routable, UnroutableReason: ur.Status.UnroutableReason}
 		hl.CooldownUntilUnixSecs, hl.InFlight = a.routingOf(u.ID, now)
 		if u.Kind == store.KindVendorOAuth {
 			v := &quota.View{}

@@ -40,6 +40,36 @@ type UpstreamStatus struct {
 	LastApplyError       *string `json:"last_apply_error"`
 	LastApplyAtUnixSecs  *int64  `json:"last_apply_at_unix_secs"`
 	LastWarmupAtUnixSecs *int64  `json:"last_warmup_at_unix_secs"`
+	// Routable: requests may be routed to the upstream as configured;
+	// UnroutableReason says why not (null when routable).
+	Routable         bool    `json:"routable"`
+	UnroutableReason *string `json:"unroutable_reason"`
+}
+
+// Why an upstream is out of routing, as the admin view names it.
+const (
+	UnroutableRefreshRefused = "refresh_refused"
+	UnroutableNoCredential   = "no_credential"
+	UnroutableDisabled       = "disabled"
+)
+
+// unroutableReason mirrors the snapshot's routing predicate on the stored
+// upstream. When several hold, the one an operator must act on beyond
+// enabling the upstream comes first: a revoked credential needs the OAuth
+// flow run again, a missing one a credential.
+func unroutableReason(u *store.Upstream) *string {
+	var r string
+	switch {
+	case u.Status.RefreshRefused:
+		r = UnroutableRefreshRefused
+	case len(u.Credential) == 0:
+		r = UnroutableNoCredential
+	case !u.Enabled:
+		r = UnroutableDisabled
+	default:
+		return nil
+	}
+	return &r
 }
 
 func upstreamResponse(u *store.Upstream) UpstreamResponse {
@@ -50,9 +80,11 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
 			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
 			LastWarmupAtUnixSecs: unixp(u.Status.LastWarmupAt),
+			UnroutableReason:     unroutableReason(u),
 		},
 		CreatedAtUnixSecs: unix(u.CreatedAt), UpdatedAtUnixSecs: unix(u.UpdatedAt),
 	}
+	r.Status.Routable = r.Status.UnroutableReason == nil
 	if r.HasCredential && u.CredentialKind != "" {
 		m := u.CredentialKind
 		r.CredentialMode = &m

@@ -30,7 +30,8 @@ func TestUpstreamCreate(t *testing.T) {
 	want := map[string]any{"name": "main", "kind": "vendor_api_key", "base_url": "https://api.example", "enabled": true,
 		"warmup_enabled": false, "warmup_dialect_plugin": nil, "spec_revision": 1.0, "credential_mode": "api_key", "has_credential": true,
 		"created_at_unix_secs": float64(now.Unix()), "updated_at_unix_secs": float64(now.Unix()),
-		"status": map[string]any{"last_apply_error": nil, "last_apply_at_unix_secs": nil, "last_warmup_at_unix_secs": nil}}
+		"status": map[string]any{"last_apply_error": nil, "last_apply_at_unix_secs": nil, "last_warmup_at_unix_secs": nil,
+			"routable": true, "unroutable_reason": nil}}
 	for k, v := range want {
 		if fmt.Sprint(u[k]) != fmt.Sprint(v) {
 			t.Errorf("%s = %v, want %v", k, u[k], v)

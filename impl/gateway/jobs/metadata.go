@@ -21,9 +21,10 @@ const (
 	PriceCatalogFetch = "price_catalog_fetch"
 )
 
-// refreshModels asks every enabled upstream holding a credential for its
-// models (GET /v1/models) and stores the lists. A failing upstream fails
-// the attempt, so the Probe class retries it; the others are stored anyway.
+// refreshModels asks every routable upstream (enabled, holding a credential
+// its provider has not revoked) for its models (GET /v1/models) and stores
+// the lists. A failing upstream fails the attempt, so the Probe class
+// retries it; the others are stored anyway.
 func refreshModels(ctx context.Context, d Deps) (scheduler.Outcome, error) {
 	var ups []*snapshot.Upstream
 	if d.Upstreams != nil {
@@ -32,7 +33,13 @@ func refreshModels(ctx context.Context, d Deps) (scheduler.Outcome, error) {
 	var errs []error
 	refreshed := 0
 	for _, u := range ups {
-		if !u.Enabled || u.Credential == "" {
+		if u.RefreshRefused {
+			// The provider revoked the token: asking with it again would
+			// only be refused (the upstream is out of routing too).
+			d.metadataStatus("refresh_refused")
+			continue
+		}
+		if !u.Routable() {
 			d.metadataStatus("skipped")
 			continue
 		}

@@ -46,11 +46,14 @@ const (
 	OutcomeDisabled        = "disabled"
 	OutcomeBoundReached    = "bound_reached"
 	OutcomeSessionGone     = "session_gone"
+	// OutcomeRefreshRefused: the provider refused the upstream's OAuth
+	// refresh grant; its token is revoked and is not sent.
+	OutcomeRefreshRefused = "refresh_refused"
 )
 
 var trackOutcomes = []string{OutcomeScheduled, OutcomeNotWaiting, OutcomeNoBreakpoint, OutcomeTooLarge, OutcomeDropped, "error"}
 var refreshOutcomes = []string{OutcomeRefreshed, OutcomeCacheMiss, OutcomeStaleGeneration, OutcomeDecryptFailed, OutcomeUnsupported,
-	OutcomeDispatchError, OutcomeDisabled, OutcomeBoundReached, OutcomeSessionGone}
+	OutcomeDispatchError, OutcomeDisabled, OutcomeBoundReached, OutcomeSessionGone, OutcomeRefreshRefused}
 
 // Metrics of keep-alive.
 type Metrics struct {
@@ -309,7 +312,10 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 		return stop(OutcomeBoundReached)
 	}
 	up := s.Upstream(sess.UpstreamID)
-	if up == nil || !up.Enabled || up.Credential == "" || (up.Kind != store.KindVendorAPIKey && up.Kind != store.KindVendorOAuth) {
+	if up != nil && up.RefreshRefused {
+		return stop(OutcomeRefreshRefused)
+	}
+	if up == nil || !up.Routable() || (up.Kind != store.KindVendorAPIKey && up.Kind != store.KindVendorOAuth) {
 		return stop(OutcomeUnsupported)
 	}
 	body, err := s.Box.Open(sess.Snapshot, AD(sess.PrincipalID, sess.SessionHash, sess.UpstreamID, sess.Generation))

@@ -112,9 +112,11 @@ type pollPayload struct {
 }
 
 // pollable: connected OAuth upstreams (enabled or not: an operator may want
-// to see a disabled upstream's windows before enabling it).
+// to see a disabled upstream's windows before enabling it), except one
+// whose refresh grant the provider refused: its token is revoked, and
+// sending it again would only be refused.
 func pollable(u *store.Upstream) bool {
-	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0 && !u.Status.RefreshRefused
 }
 
 // sweep enqueues one poll per connected upstream for this tick.
@@ -181,6 +183,9 @@ func (s *Service) Poll(ctx context.Context, upstreamID string) (applied bool, er
 		return false, err
 	}
 	if !pollable(u) {
+		if u.Status.RefreshRefused {
+			s.log().Info("usage poll skipped: the provider refused the refresh grant; run the OAuth flow again", "upstream_id", u.ID)
+		}
 		return false, nil
 	}
 	tok, err := s.Tokens.Token(u)
@@ -261,6 +266,9 @@ func (s *Service) Claim(ctx context.Context, upstreamID string) (*View, error) {
 	v, err := s.Observe(ctx, u)
 	if err != nil {
 		return nil, err
+	}
+	if u.Status.RefreshRefused {
+		return v, oauth.ErrRefreshRefused
 	}
 	if !v.Usable {
 		return v, ErrNoCoupon

@@ -41,6 +41,10 @@ const (
 	OutcomeRateLimited       = "rate_limited"
 	OutcomeRetryable         = "retryable_error"
 	OutcomePermanent         = "permanent_failure"
+	// OutcomeRefreshRefused: the provider refused the credential's refresh
+	// grant; the revoked token is never sent, and no attempt is queued
+	// until the OAuth flow is run again (a new credential).
+	OutcomeRefreshRefused = "refresh_refused"
 )
 
 // Reasons a cycle is abandoned.
@@ -135,9 +139,11 @@ type payload struct {
 }
 
 // Eligible is warm-up rule 1: only vendor_oauth upstreams holding OAuth
-// credentials, enabled and with warm-up on, are ever warmed.
+// credentials, enabled and with warm-up on, are ever warmed; and not one
+// whose refresh grant the provider refused, whose token is revoked.
 func Eligible(u *store.Upstream) bool {
-	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0 && u.Enabled && u.WarmupEnabled
+	return u.Kind == store.KindVendorOAuth && u.CredentialKind == credential.OAuth && len(u.Credential) > 0 && u.Enabled && u.WarmupEnabled &&
+		!u.Status.RefreshRefused
 }
 
 // Immediate enqueues an attempt due now under a new key (OAuth completed,
@@ -167,6 +173,9 @@ func (w *Warmer) attempt(ctx context.Context, j scheduler.Job) (scheduler.Outcom
 		return "", err
 	}
 	if !Eligible(u) {
+		if u.Status.RefreshRefused && u.Enabled && u.WarmupEnabled {
+			w.log().Info("attempt_skipped", "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeRefreshRefused)
+		}
 		return scheduler.OutcomeNoop, nil
 	}
 	// One warm-up per upstream at a time: River gives one worker per job,

@@ -187,6 +187,17 @@ new MutationObserver(pruneWrites).observe(document.querySelector("#main"), { chi
 
 // ----------------------------------------------------------- upstreams
 
+// routing says why an upstream is out of routing (the state column shows
+// a disabled one already); null while it is routed.
+function routing(s) {
+  if (!s || s.routable || s.unroutable_reason === "disabled") return null;
+  const why = {
+    refresh_refused: "out of routing: the provider refused the OAuth refresh grant; run the OAuth flow again",
+    no_credential: "out of routing: no credential",
+  }[s.unroutable_reason] || `out of routing: ${s.unroutable_reason}`;
+  return el("div", { class: s.unroutable_reason === "refresh_refused" ? "bad" : "hint", "data-unroutable": s.unroutable_reason }, why);
+}
+
 async function upstreamsPage() {
   const { data: ups } = await api("GET", "/admin/v1/upstreams");
   const rows = [];
@@ -203,7 +214,7 @@ async function upstreamsPage() {
       } catch (e) { windows = e.code; }
     }
     rows.push(el("tr", { "data-upstream": u.name },
-      el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled"),
+      el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u.status)),
       el("td", {}, u.credential_mode || "none"),
       el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.status.last_warmup_at_unix_secs))),
       el("td", {}, windows),
@@ -542,7 +553,7 @@ async function overviewPage() {
   const { data: o } = await api("GET", "/admin/v1/overview");
   const lh = o.last_hour;
   const ups = o.upstreams.map((u) => el("tr", { "data-upstream": u.name },
-    el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled"), el("td", {}, u.credential_mode || "none"),
+    el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u)), el("td", {}, u.credential_mode || "none"),
     el("td", {}, time(u.last_apply_at_unix_secs), u.last_apply_error ? el("div", { class: "bad" }, u.last_apply_error) : null),
     el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.last_warmup_at_unix_secs))),
     el("td", {}, windows(u.limits)), el("td", {}, routingCell(u))));
