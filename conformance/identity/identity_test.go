@@ -365,6 +365,8 @@ func TestAccessTokens(t *testing.T) {
 	}
 	// Rotation: the new key signs, the old one is still published.
 	e.idp.Rotate(true)
+	// The gateway fetches the key set again at most every 10 s.
+	e.clk.Advance(11 * time.Second)
 	rotated := e.idp.AccessToken("alice", time.Hour)
 	for name, tok := range map[string]string{"new key": rotated, "previous key": good} {
 		if r := e.call(nil, tok, "GET", "/admin/v1/me", ""); r.status != 200 {
@@ -373,6 +375,7 @@ func TestAccessTokens(t *testing.T) {
 	}
 	// The old key withdrawn: tokens it signed are refused.
 	e.idp.Rotate(false)
+	e.clk.Advance(11 * time.Second)
 	fresh := e.idp.AccessToken("alice", time.Hour)
 	if r := e.call(nil, fresh, "GET", "/admin/v1/me", ""); r.status != 200 {
 		t.Fatalf("after rotation: %d", r.status)

@@ -172,8 +172,28 @@ func New(ctx context.Context, cfg Config, o Options) (*SSO, error) {
 	s := &SSO{cfg: cfg, ctx: ctx, now: o.Now, log: o.Logger, secure: strings.HasPrefix(cfg.RedirectURL, "https://"),
 		logins: map[string]login{}, sessions: map[[32]byte]*session{}}
 	s.oauth = oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Endpoint: p.Endpoint(), RedirectURL: cfg.RedirectURL, Scopes: cfg.Scopes}
-	s.idTokens = p.Verifier(&oidc.Config{ClientID: cfg.ClientID, Now: o.Now})
-	s.access = p.Verifier(&oidc.Config{ClientID: cfg.Audience, Now: o.Now})
+	var meta struct {
+		JWKSURL string   `json:"jwks_uri"`
+		Algs    []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := p.Claims(&meta); err != nil || meta.JWKSURL == "" {
+		return nil, fmt.Errorf("oidc discovery of %s: no jwks_uri", cfg.Issuer)
+	}
+	client := o.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	keys := &issuerKeys{url: meta.JWKSURL, client: client, now: o.Now}
+	// The algorithms the issuer announces that go-oidc supports (RS256 when
+	// it announces none).
+	var algs []string
+	for _, a := range meta.Algs {
+		if a != "none" {
+			algs = append(algs, a)
+		}
+	}
+	s.idTokens = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.ClientID, Now: o.Now, SupportedSigningAlgs: algs})
+	s.access = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.Audience, Now: o.Now, SupportedSigningAlgs: algs})
 	return s, nil
 }
 
