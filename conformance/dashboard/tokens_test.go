@@ -52,6 +52,7 @@ var _ = Describe("Dashboard scoped admin tokens", func() {
 		var html string
 		run(ctx, chromedp.OuterHTML("html", &html, chromedp.ByQuery))
 		Expect(strings.Contains(html, tok)).To(BeFalse())
+		docScreenshot(ctx, "tokens")
 
 		// Revoke asks first; Cancel keeps the token working.
 		run(ctx, chromedp.Click(row+` button`, chromedp.ByQuery), chromedp.WaitVisible("#confirm-revoke", chromedp.ByID))
