@@ -765,10 +765,77 @@ async function auditPage() {
       : el("p", { class: "hint", id: "audit-empty" }, "No change matches."), pager)];
 }
 
+// -------------------------------------------------------- admin tokens
+
+// Scoped admin tokens (admins only): the plaintext is in the answer to the
+// creation and nowhere else, so it is drawn once, outside the list, and
+// gone when the operator hides it or leaves the page.
+const TOKEN_ROLES = ["viewer", "operator", "auditor", "admin"];
+const TOKEN_LIVES = [["86400", "1 day"], ["604800", "7 days"], ["2592000", "30 days"], ["7776000", "90 days"], ["31536000", "365 days"]];
+
+function tokenState(t) {
+  if (t.revoked_at_unix_secs) return `revoked ${time(t.revoked_at_unix_secs)}`;
+  return t.expires_at_unix_secs * 1000 <= Date.now() ? "expired" : "active";
+}
+
+async function adminTokensPage() {
+  const list = el("div", { id: "admin-token-list" });
+  const confirmPanel = el("div", { id: "admin-token-revoke", hidden: true });
+  const refresh = async () => {
+    const { data } = await api("GET", "/admin/v1/admin-tokens");
+    list.replaceChildren(data.tokens.length ? table(["Name", "Role", "Prefix", "Expires (UTC)", "Created by", "Created (UTC)", "State", ""],
+      data.tokens.map((t) => el("tr", { "data-admin-token": t.name },
+        el("td", {}, t.name), el("td", {}, t.role), el("td", {}, el("code", {}, t.prefix + "…")), el("td", {}, time(t.expires_at_unix_secs)),
+        el("td", {}, t.created_by), el("td", {}, time(t.created_at_unix_secs)), el("td", {}, tokenState(t)),
+        el("td", {}, t.revoked_at_unix_secs ? "" : el("button", { type: "button", class: "danger", onclick: () => askRevoke(t) }, "Revoke…")))))
+      : el("p", { class: "hint", id: "admin-token-empty" }, "No scoped token yet."));
+  };
+  // Revoking asks first: whatever uses the token is refused from its next request on.
+  const askRevoke = (t) => {
+    confirmPanel.hidden = false;
+    confirmPanel.replaceChildren(el("p", { role: "alert" }, `Revoke ${t.name} (${t.role}, ${t.prefix}…)? Anything using it is refused from its next request on; this cannot be undone.`),
+      el("button", { type: "button", class: "danger", id: "confirm-revoke", onclick: async () => {
+        try {
+          await api("DELETE", `/admin/v1/admin-tokens/${t.id}`);
+          confirmPanel.hidden = true;
+          confirmPanel.replaceChildren();
+          banner(`Token ${t.name} revoked.`, true);
+          await refresh();
+        } catch (e) { showError(e); }
+      } }, "Revoke the token"), " ",
+      el("button", { type: "button", id: "cancel-revoke", onclick: () => { confirmPanel.hidden = true; confirmPanel.replaceChildren(); } }, "Cancel"));
+  };
+  const issued = el("div", { id: "issued-token" });
+  const name = el("input", { id: "at-name", required: true, autocomplete: "off" });
+  const role = el("select", { id: "at-role" }, TOKEN_ROLES.map((r) => el("option", { value: r }, r)));
+  const life = el("select", { id: "at-expiry" }, TOKEN_LIVES.map(([v, l]) => el("option", { value: v, selected: v === "2592000" }, l)));
+  const form = el("form", { class: "inline", id: "admin-token-create", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      const { data } = await api("POST", "/admin/v1/admin-tokens", { name: name.value.trim(), role: role.value, expires_in_secs: Number(life.value) });
+      name.value = "";
+      const secret = el("code", { class: "secret", id: "new-token" }, data.token);
+      issued.replaceChildren(
+        el("p", { role: "alert" }, `Copy the token for ${data.name} (${data.role}) now: it is shown exactly once and cannot be read again.`),
+        secret, " ",
+        el("button", { type: "button", onclick: async () => { await navigator.clipboard.writeText(secret.textContent).catch(() => {}); } }, "Copy"), " ",
+        el("button", { type: "button", id: "hide-token", onclick: () => { issued.replaceChildren(el("p", { class: "hint" }, "The token was hidden.")); } }, "I have stored it"));
+      await refresh();
+    } catch (e) { showError(e); }
+  } }, field("Name", name), field("Role", role), field("Expires in", life), el("button", { class: "primary", type: "submit" }, "Create token"));
+  await refresh();
+  return [
+    el("section", { "aria-labelledby": "h-at" }, el("h2", { id: "h-at" }, "Scoped admin tokens"),
+      el("p", { class: "hint" }, "Bearer tokens for automation, each with one role and an expiry; a token is shown once, when it is created, and never again."),
+      list, confirmPanel),
+    el("section", { "aria-labelledby": "h-atc" }, el("h2", { id: "h-atc" }, "New token"), form, issued)];
+}
+
 // -------------------------------------------------------------- router
 
 const pages = { "#/overview": overviewPage, "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage,
-  "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage, "#/audit": auditPage };
+  "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage, "#/audit": auditPage,
+  "#/tokens": adminTokensPage };
 
 async function route() {
   if (!signedIn() || !me) return;
