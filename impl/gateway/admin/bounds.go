@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pillarhq/pillar/impl/gateway/jsonesc"
 )
 
 // Bounds of stored free text (issue 19.4). Everything an operator stores is
@@ -48,7 +50,7 @@ func checkJSONText(body []byte) error {
 				i++
 				continue
 			}
-			r, ok := hex4(body, i+2)
+			r, ok := jsonesc.Hex4(body, i+2)
 			if !ok {
 				return nil // malformed escape: the decoder reports it
 			}
@@ -59,7 +61,7 @@ func checkJSONText(body []byte) error {
 			case r >= 0xD800 && r <= 0xDBFF:
 				lo, ok := rune(0), i+2 < len(body) && body[i+1] == '\\' && body[i+2] == 'u'
 				if ok {
-					lo, ok = hex4(body, i+3)
+					lo, ok = jsonesc.Hex4(body, i+3)
 				}
 				if !ok || lo < 0xDC00 || lo > 0xDFFF {
 					return invalid("the body holds a lone UTF-16 surrogate escape (\\u%04x); send valid Unicode text", r)
@@ -69,26 +71,6 @@ func checkJSONText(body []byte) error {
 		}
 	}
 	return nil
-}
-
-func hex4(b []byte, at int) (rune, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // validModelID checks one allowed_models entry: 1 to 256 bytes, no control

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/pillarhq/pillar/impl/gateway/jsonesc"
 )
 
 // The request path needs two top-level fields of a Messages body (model and
@@ -206,7 +208,7 @@ func unquote(s []byte) (string, bool) {
 			case 't':
 				out = append(out, '\t')
 			case 'u':
-				r, ok := hex4(s, i)
+				r, ok := jsonesc.Hex4(s, i)
 				if !ok {
 					return "", false
 				}
@@ -215,7 +217,7 @@ func unquote(s []byte) (string, bool) {
 					if r >= 0xDC00 || i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
 						return "", false
 					}
-					lo, ok := hex4(s, i+2)
+					lo, ok := jsonesc.Hex4(s, i+2)
 					if !ok || lo < 0xDC00 || lo > 0xDFFF {
 						return "", false
 					}
@@ -241,27 +243,6 @@ func unquote(s []byte) (string, bool) {
 		}
 	}
 	return string(out), true
-}
-
-// hex4 reads the four hex digits of a \u escape at b[at:].
-func hex4(b []byte, at int) (rune, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 func skipWS(b []byte, i int) int {

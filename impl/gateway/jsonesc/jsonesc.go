@@ -1,0 +1,25 @@
+// Package jsonesc reads JSON string escapes for the gateway's hand-written
+// scanners (the request scanner and the admin API's bounds check), which
+// must decode a key or value exactly as encoding/json does.
+package jsonesc
+
+// Hex4 reads the four hex digits of a \u escape at b[at:].
+func Hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}

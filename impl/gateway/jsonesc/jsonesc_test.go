@@ -1,0 +1,17 @@
+package jsonesc
+
+import "testing"
+
+func TestHex4(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]rune{"0041": 'A', "00e9": 'é', "00E9": 'é', "FFFF": 0xffff, "d83d": 0xd83d} {
+		if r, ok := Hex4([]byte(`\u`+in), 2); !ok || r != want {
+			t.Errorf("Hex4(%q) = %U, %v", in, r, ok)
+		}
+	}
+	for _, in := range []string{"004", "00g1", "", "0x41"} {
+		if _, ok := Hex4([]byte(`\u`+in), 2); ok {
+			t.Errorf("Hex4(%q) accepted", in)
+		}
+	}
+}
