@@ -40,8 +40,8 @@ const (
 	// when absent).
 	ParamCtrlLossTmo    = "ctrlLossTmo"
 	ParamReconnectDelay = "reconnectDelay"
-	// ParamFastIOFailTmo and ParamKeepAliveTmo are nvme connect's
-	// --fast_io_fail_tmo and --keep-alive-tmo, in seconds.
+	// ParamFastIOFailTmo and ParamKeepAliveTmo are the controller's
+	// fast_io_fail_tmo and nvme connect's --keep-alive-tmo, in seconds.
 	ParamFastIOFailTmo = "fastIOFailTmo"
 	ParamKeepAliveTmo  = "keepAliveTmo"
 	// Publish context keys the node reads.

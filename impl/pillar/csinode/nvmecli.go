@@ -107,14 +107,21 @@ func (n *NVMeCLI) Connect(ctx context.Context, t Target) (string, error) {
 		if r := t.Reconnect; r.DelaySeconds != 0 {
 			args = append(args, "--reconnect-delay", strconv.Itoa(r.DelaySeconds))
 		}
-		if r := t.Reconnect; r.FastIOFailSeconds != 0 {
-			args = append(args, "--fast_io_fail_tmo", strconv.Itoa(r.FastIOFailSeconds))
-		}
 		if r := t.Reconnect; r.KeepAliveSeconds != 0 {
 			args = append(args, "--keep-alive-tmo", strconv.Itoa(r.KeepAliveSeconds))
 		}
 		if _, err := n.exec(ctx, "nvme", args...); err != nil {
 			return "", err
+		}
+		// fast_io_fail_tmo is set on the controller the connect made, not
+		// passed to nvme connect: nvme-cli before 2.4 (Debian 12 ships 2.3)
+		// has no option for it, while the kernel's attribute is writable
+		// since Linux 5.10. Until it is written the kernel's default (off)
+		// holds, a moment after connecting.
+		if r := t.Reconnect; r.FastIOFailSeconds != 0 {
+			if err := n.setFastIOFail(t.NQN, r.FastIOFailSeconds); err != nil {
+				return "", err
+			}
 		}
 	}
 	wait := n.Wait
@@ -135,6 +142,22 @@ func (n *NVMeCLI) Connect(ctx context.Context, t Target) (string, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// setFastIOFail writes fast_io_fail_tmo (-1: off) on every controller of
+// the subsystem.
+func (n *NVMeCLI) setFastIOFail(nqn string, seconds int) error {
+	ctls := n.controllers(nqn)
+	if len(ctls) == 0 {
+		return fmt.Errorf("connected to %s but found no controller to set fast_io_fail_tmo on", nqn)
+	}
+	for _, c := range ctls {
+		f := n.sys("class", "nvme", c, "fast_io_fail_tmo")
+		if err := os.WriteFile(f, []byte(strconv.Itoa(seconds)), 0o644); err != nil {
+			return fmt.Errorf("set fast_io_fail_tmo of %s (%s): %w", c, nqn, err)
+		}
+	}
+	return nil
 }
 
 // Connected reports whether a controller of the subsystem exists.

@@ -16,21 +16,33 @@ func TestConnectArgs(t *testing.T) {
 	var got []string
 	n := &NVMeCLI{SysRoot: sys, Exec: func(_ context.Context, name string, args ...string) (string, error) {
 		got = append([]string{name}, args...)
-		// The namespace appears as the kernel would show it.
-		dir := filepath.Join(sys, "block", "nvme0n1")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		// The controller and namespace appear as the kernel would show them.
+		for _, d := range []string{"block/nvme0n1", "class/nvme-fabrics/ctl/nvme0", "class/nvme/nvme0"} {
+			if err := os.MkdirAll(filepath.Join(sys, d), 0o755); err != nil {
+				return "", err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(sys, "class/nvme-fabrics/ctl/nvme0/subsysnqn"), []byte("nqn.x:vol\n"), 0o644); err != nil {
 			return "", err
 		}
-		return "", os.WriteFile(filepath.Join(dir, "uuid"), []byte("u-1\n"), 0o644)
+		if err := os.WriteFile(filepath.Join(sys, "class/nvme/nvme0/fast_io_fail_tmo"), []byte("off\n"), 0o644); err != nil {
+			return "", err
+		}
+		return "", os.WriteFile(filepath.Join(sys, "block/nvme0n1/uuid"), []byte("u-1\n"), 0o644)
 	}}
 	dev, err := n.Connect(context.Background(), Target{NQN: "nqn.x:vol", Address: "10.0.0.1", Port: "4420", Transport: "tcp", UUID: "u-1",
 		HostNQN: "nqn.host", HostID: "id-1", Reconnect: Reconnect{LossTimeoutSeconds: -1, DelaySeconds: 5, FastIOFailSeconds: 120, KeepAliveSeconds: 5}})
 	if err != nil || dev != "/dev/nvme0n1" {
 		t.Fatalf("Connect = %q, %v", dev, err)
 	}
-	want := "nvme connect -t tcp -a 10.0.0.1 -s 4420 -n nqn.x:vol --hostnqn nqn.host --hostid id-1 --ctrl-loss-tmo -1 --reconnect-delay 5 --fast_io_fail_tmo 120 --keep-alive-tmo 5"
+	// Only options nvme-cli 2.3 (Debian 12) knows; fast_io_fail_tmo is
+	// written to the controller's attribute instead.
+	want := "nvme connect -t tcp -a 10.0.0.1 -s 4420 -n nqn.x:vol --hostnqn nqn.host --hostid id-1 --ctrl-loss-tmo -1 --reconnect-delay 5 --keep-alive-tmo 5"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("ran %q\nwant %q", strings.Join(got, " "), want)
+	}
+	if b, err := os.ReadFile(filepath.Join(sys, "class/nvme/nvme0/fast_io_fail_tmo")); err != nil || string(b) != "120" {
+		t.Fatalf("fast_io_fail_tmo = %q, %v", b, err)
 	}
 }
 
