@@ -345,19 +345,19 @@ func (r *chatRequest) refuseUnmappable() *Error {
 		return unsupported("store", "the gateway stores no completions")
 	case len(r.Metadata) > 0:
 		return unsupported("metadata", "it is for stored completions, which the gateway does not keep")
-	case len(r.Audio) > 0 && string(r.Audio) != "null":
+	case given(r.Audio):
 		return unsupported("audio", "Claude does not produce audio")
-	case len(r.Prediction) > 0 && string(r.Prediction) != "null":
+	case given(r.Prediction):
 		return unsupported("prediction", "Claude has no predicted outputs")
-	case len(r.ReasoningEffort) > 0 && string(r.ReasoningEffort) != "null":
+	case given(r.ReasoningEffort):
 		return unsupported("reasoning_effort", "use the Messages API for extended thinking")
-	case len(r.Verbosity) > 0 && string(r.Verbosity) != "null":
+	case given(r.Verbosity):
 		return unsupported("verbosity", "Claude has no verbosity setting")
-	case len(r.WebSearchOptions) > 0 && string(r.WebSearchOptions) != "null":
+	case given(r.WebSearchOptions):
 		return unsupported("web_search_options", "use the Messages API's web search tool")
-	case len(r.Functions) > 0 && string(r.Functions) != "null":
+	case given(r.Functions):
 		return unsupported("functions", "deprecated; use tools")
-	case len(r.FunctionCall) > 0 && string(r.FunctionCall) != "null":
+	case given(r.FunctionCall):
 		return unsupported("function_call", "deprecated; use tool_choice")
 	case r.StreamOptions != nil && r.StreamOptions.IncludeObfuscation != nil && *r.StreamOptions.IncludeObfuscation:
 		return unsupported("stream_options.include_obfuscation", "the gateway does not pad stream chunks")
@@ -476,6 +476,9 @@ func objectSchema(raw json.RawMessage) json.RawMessage {
 	}
 	return compact(raw)
 }
+
+// given reports whether a field was sent with a value other than null.
+func given(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 func isObject(raw json.RawMessage) bool {
 	var m map[string]json.RawMessage
