@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // Messages answer shapes, as read by the translation.
@@ -219,16 +221,17 @@ var errorKinds = map[string][2]string{
 	"timeout_error":         {"server_error", "timeout"},
 }
 
-// FromAnthropic maps an Anthropic error (type, message) to OpenAI's.
-func FromAnthropic(status int, typ, msg string) *Error {
-	k, ok := errorKinds[typ]
+// FromProxy is the proxy path's error in OpenAI's terms: the status stays,
+// the Anthropic type becomes OpenAI's type and code.
+func FromProxy(e *proxyerr.Error) *Error {
+	k, ok := errorKinds[e.Type]
 	if !ok {
-		k = [2]string{"server_error", typ}
-		if status < 500 {
+		k = [2]string{"server_error", e.Type}
+		if e.Status < 500 {
 			k[0] = "invalid_request_error"
 		}
 	}
-	return &Error{Status: status, Type: k[0], Code: k[1], Message: msg}
+	return &Error{Status: e.Status, Type: k[0], Code: k[1], Message: e.Message}
 }
 
 // ErrorFrom maps an Anthropic error body to OpenAI's error; a body that is
@@ -236,11 +239,11 @@ func FromAnthropic(status int, typ, msg string) *Error {
 func ErrorFrom(status int, body []byte) *Error {
 	var m msgResponse
 	if json.Unmarshal(body, &m) == nil && m.Error != nil {
-		return FromAnthropic(status, m.Error.Type, m.Error.Message)
+		return FromProxy(proxyerr.New(status, m.Error.Type, m.Error.Message))
 	}
-	typ := "api_error"
+	typ := proxyerr.TypeAPI
 	if status < 500 {
-		typ = "invalid_request_error"
+		typ = proxyerr.TypeInvalidRequest
 	}
-	return FromAnthropic(status, typ, "upstream answered with status "+strconv.Itoa(status))
+	return FromProxy(proxyerr.New(status, typ, "upstream answered with status "+strconv.Itoa(status)))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -298,13 +299,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		dontWaitForBody(w)
-		writeError(w, http.StatusNotFound, "not_found_error", "no such endpoint: "+r.URL.Path)
+		h.reply(w, proxyerr.NotFound("no such endpoint: "+r.URL.Path), nil)
 		return
 	}
 	if r.Method != http.MethodPost {
 		dontWaitForBody(w)
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed; use POST")
+		h.reply(w, proxyerr.MethodNotAllowed(r.Method, http.MethodPost), nil)
 		return
 	}
 	// The checks before dispatch and the relay run in functions of their
@@ -349,60 +349,40 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	// Refusals after authentication are recorded as request events, so the
 	// principal's traffic shows them (a 401 has no principal to record).
 	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID}
-	refuse := func(status int, typ, msg string) {
-		writeError(w, status, typ, msg) // finish counts it in the metrics
-		ev := refused
-		ev.Status, ev.ErrorType = status, typ
-		h.finish(ev, start)
-	}
 
 	body, held, err := h.readBody(w, r)
 	q.held = held
 	if err != nil {
-		switch {
-		case errors.Is(err, errTooLarge):
-			dontWaitForBody(w)
-			refuse(http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds 32 MB")
-		case errors.Is(err, errOverloaded):
-			// Past the global cap on held bodies: Anthropic's own answer
-			// to overload, which the SDKs retry with backoff.
-			dontWaitForBody(w)
-			refuse(529, "overloaded_error", "the proxy holds too many request bodies at once; retry shortly")
-		default:
-			// Timed out or broken: do not wait for the rest either.
-			dontWaitForBody(w)
-			refuse(http.StatusBadRequest, "invalid_request_error", "cannot read request body")
-		}
+		// Too large, over the cap, timed out or broken: do not wait for
+		// the rest of the body either.
+		dontWaitForBody(w)
+		h.reply(w, bodyError(err), &refused)
 		return false
 	}
 	if q.chat != nil {
 		if body, err = h.translate(q, body); err != nil {
-			status, typ := http.StatusBadRequest, "invalid_request_error"
-			if errors.Is(err, errOverloaded) {
-				status, typ = 529, "overloaded_error"
-			}
-			refuse(status, typ, err.Error())
+			h.reply(w, translateError(err), &refused)
 			return false
 		}
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
-		refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
+		h.reply(w, proxyerr.InvalidRequest(err.Error()), &refused)
 		return false
 	}
 	if model == "" {
-		refuse(http.StatusBadRequest, "invalid_request_error", "model: field required")
+		h.reply(w, proxyerr.InvalidRequest("model: field required"), &refused)
 		return false
 	}
 	// Security (issue 19.4): a model id is short text, and it is stored
 	// with every request event.
 	if !validModelID(model) {
-		refuse(http.StatusBadRequest, "invalid_request_error", "model: at most 256 bytes of valid UTF-8 without control characters")
+		h.reply(w, proxyerr.InvalidRequest("model: at most 256 bytes of valid UTF-8 without control characters"), &refused)
 		return false
 	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
 	if !p.AllowsModel(model) {
-		refuse(http.StatusForbidden, "permission_error", "model "+strconv.Quote(model)+" is not allowed for this principal")
+		h.reply(w, proxyerr.Permission("model "+strconv.Quote(model)+" is not allowed for this principal"), &refused)
 		return false
 	}
 	// The principal's standing, sent as its anthropic-ratelimit-* headers
@@ -412,17 +392,12 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		standing = new(limits.Status)
 		if lr := h.limiter.AdmitStatus(p.ID, p.Limits, standing); lr != nil {
 			setLimitHeaders(w.Header(), standing)
-			// Anthropic's answer to a rate limit: 429 rate_limit_error
-			// with retry-after, which the SDKs honour.
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((lr.RetryAfter+time.Second-1)/time.Second), 10))
-			// The SDKs retry only on x-should-retry: true, and wait what
-			// Retry-After says up to a minute; past that they would
-			// retry early into another 429, so the client is told not to.
-			w.Header().Set("X-Should-Retry", strconv.FormatBool(lr.RetryAfter <= maxClientRetryWait))
 			if h.metrics != nil {
 				h.metrics.limited(lr.Limit.Kind)
 			}
-			refuse(http.StatusTooManyRequests, "rate_limit_error", lr.Message())
+			// Anthropic's answer to a rate limit: 429 rate_limit_error
+			// with retry-after, which the SDKs honour.
+			h.reply(w, proxyerr.RateLimited(lr.Message(), lr.RetryAfter), &refused)
 			return false
 		}
 	}
@@ -432,16 +407,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		cands, plugRefusal, err = h.route(r, snap, p, model, stream && ep == epMessages)
 		if err != nil {
 			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
-			refuse(http.StatusServiceUnavailable, "api_error", "routing failed: "+err.Error())
+			h.reply(w, proxyerr.API(http.StatusServiceUnavailable, "routing failed: "+err.Error()), &refused)
 			return false
 		}
 		if plugRefusal != nil {
-			refuse(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message)
+			h.reply(w, proxyerr.New(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message), &refused)
 			return false
 		}
 	}
 	if len(cands) == 0 {
-		refuse(http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
+		h.reply(w, errNoUpstream(), &refused)
 		return false
 	}
 	// The built-in router spreads by weight within each priority class; a
@@ -450,13 +425,11 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	if q.attempts.n == 0 {
 		// Every candidate is cooling down: the client learns when the
 		// first comes back rather than a provider's 429 per request.
-		wait := q.attempts.soonest.Sub(start)
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-		w.Header().Set("X-Should-Retry", strconv.FormatBool(wait <= maxClientRetryWait))
 		if h.metrics != nil {
 			h.metrics.allCooling.Inc()
 		}
-		refuse(http.StatusTooManyRequests, "rate_limit_error", "every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339))
+		h.reply(w, proxyerr.RateLimited("every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339),
+			q.attempts.soonest.Sub(start)), &refused)
 		return false
 	}
 	q.key, q.body, q.model, q.stream, q.standing = k, body, model, stream, standing
@@ -490,43 +463,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 // unreachable records and answers a request no candidate answered (up is
 // the last one tried, if any).
 func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error, up *snapshot.Upstream, ev *store.RequestEvent) {
-	ev.Status, ev.ErrorType = http.StatusBadGateway, "api_error"
 	if up != nil {
 		ev.UpstreamID = up.ID
 	}
-	switch {
-	case errors.Is(err, errHeaderTimeout):
-		ev.ErrorType = "upstream_timeout"
-	case errors.Is(err, errOAuthRefused):
-		// The last candidate's OAuth token was refused: a refresh is
-		// under way, so a retry shortly succeeds; the provider's 401
-		// would tell the client its own key is wrong.
-		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_unauthorized"
-	case errors.Is(err, errCredentialRevoked):
-		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_credential_revoked"
-	}
+	e := unreachableError(err)
 	if shuttingDown(r) {
-		h.shutdownCut(w, ev, ev.At)
-		return
+		e = errShutdown()
+	} else if r.Context().Err() == nil {
+		h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
 	}
-	h.finish(*ev, ev.At)
-	if r.Context().Err() != nil {
-		return // the client went away; nobody to answer
-	}
-	h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
-	switch ev.ErrorType {
-	case "upstream_timeout":
-		writeError(w, http.StatusBadGateway, "api_error", "upstream did not answer in time")
-	case "upstream_unauthorized":
-		writeError(w, http.StatusServiceUnavailable, "api_error", "the upstream refused its credential; it is being refreshed, retry shortly")
-	case "upstream_credential_revoked":
-		// Retrying cannot help until an operator acts: the SDKs must not.
-		w.Header().Set("X-Should-Retry", "false")
-		writeError(w, http.StatusServiceUnavailable, "api_error",
-			"no upstream can serve this request: its provider revoked the upstream's OAuth credential (refresh grant refused); an operator must run the OAuth flow again")
-	default:
-		writeError(w, http.StatusBadGateway, "api_error", "upstream unreachable")
-	}
+	h.reply(w, e, ev)
 }
 
 // principalOf authenticates the request's key against the snapshot and
@@ -538,16 +484,19 @@ func (h *Handler) principalOf(w http.ResponseWriter, r *http.Request) (*snapshot
 func (h *Handler) principalIn(snap *snapshot.Snapshot, w http.ResponseWriter, r *http.Request) (*snapshot.Key, bool) {
 	key := clientKey(r)
 	if key == "" {
-		h.fail(w, http.StatusUnauthorized, "authentication_error", "missing API key: send x-api-key or Authorization: Bearer")
+		dontWaitForBody(w)
+		h.reply(w, proxyerr.Authentication("missing API key: send x-api-key or Authorization: Bearer"), nil)
 		return nil, false
 	}
 	k := snap.KeyByHash(sha256.Sum256([]byte(key)))
 	if k == nil {
-		h.fail(w, http.StatusUnauthorized, "authentication_error", "invalid API key")
+		dontWaitForBody(w)
+		h.reply(w, proxyerr.Authentication("invalid API key"), nil)
 		return nil, false
 	}
 	if !k.Principal.Enabled {
-		h.fail(w, http.StatusForbidden, "permission_error", "principal is disabled")
+		dontWaitForBody(w)
+		h.reply(w, proxyerr.Permission("principal is disabled"), nil)
 		return nil, false
 	}
 	return k, true
@@ -558,8 +507,7 @@ func (h *Handler) principalIn(snap *snapshot.Snapshot, w http.ResponseWriter, r 
 // models before choosing one see exactly what they can call.
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed; use GET")
+		h.reply(w, proxyerr.MethodNotAllowed(r.Method, http.MethodGet), nil)
 		return
 	}
 	k, ok := h.principalOf(w, r)
@@ -568,7 +516,8 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	p := k.Principal
 	if id, one := strings.CutPrefix(r.URL.Path, "/v1/models/"); one && !p.AllowsModel(id) {
-		h.fail(w, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" not found")
+		dontWaitForBody(w)
+		h.reply(w, proxyerr.NotFound("model "+strconv.Quote(id)+" not found"), nil)
 		return
 	}
 	var up *snapshot.Upstream
@@ -579,7 +528,8 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if up == nil {
-		h.fail(w, http.StatusServiceUnavailable, "api_error", "no enabled upstream is available for this principal")
+		dontWaitForBody(w)
+		h.reply(w, errNoUpstream(), nil)
 		return
 	}
 	target := up.BaseURL + r.URL.Path
@@ -588,20 +538,23 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
 	if err != nil {
-		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		dontWaitForBody(w)
+		h.reply(w, unreachableError(err), nil)
 		return
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setCredential(out.Header, up)
 	resp, err := h.transport.RoundTrip(out)
 	if err != nil {
-		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
+		dontWaitForBody(w)
+		h.reply(w, unreachableError(err), nil)
 		return
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		h.fail(w, http.StatusBadGateway, "api_error", "upstream response truncated")
+		dontWaitForBody(w)
+		h.reply(w, proxyerr.API(http.StatusBadGateway, "upstream response truncated"), nil)
 		return
 	}
 	if resp.StatusCode == http.StatusOK && r.URL.Path == "/v1/models" {
@@ -857,16 +810,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
 		if rerr != nil && !errors.Is(rerr, io.EOF) && shuttingDown(r) {
-			h.shutdownCut(w, ev, start)
+			h.reply(w, errShutdown(), ev)
 			return
 		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
-			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
-			h.finish(*ev, start)
-			if r.Context().Err() == nil {
-				writeError(w, http.StatusBadGateway, "api_error", "the upstream response was cut short")
-			}
+			h.reply(w, proxyerr.API(http.StatusBadGateway, "the upstream response was cut short").WithCode("response_truncated"), ev)
 			return
 		}
 	}
@@ -932,28 +881,17 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone && shuttingDown(r) {
 		// Cut by the proxy's own shutdown, not by the upstream: the client
 		// is told as for any other cut; the event says why.
-		ev.ErrorType = "proxy_shutdown"
-		if isSSE {
-			writeStreamError(w, "api_error", shutdownMessage)
-			if flusher != nil {
-				flusher.Flush()
-			}
-		}
+		h.cutStream(w, errShutdown(), ev, isSSE)
 		abort = true
 	} else if rerr != nil && !errors.Is(rerr, io.EOF) && !clientGone {
 		h.interrupted(ev, a, up)
 		ev.ErrorType = "stream_interrupted"
 		if r.Context().Err() == nil {
-			if isSSE {
-				msg := "the upstream stream was cut"
-				if errors.Is(a.cause(), errUpstreamIdle) {
-					msg = "the upstream stream went silent past the idle deadline"
-				}
-				writeStreamError(w, "api_error", msg)
-				if flusher != nil {
-					flusher.Flush()
-				}
+			msg := "the upstream stream was cut"
+			if errors.Is(a.cause(), errUpstreamIdle) {
+				msg = "the upstream stream went silent past the idle deadline"
 			}
+			h.cutStream(w, proxyerr.API(http.StatusBadGateway, msg).WithCode("stream_interrupted"), ev, isSSE)
 			abort = true
 		}
 	}
@@ -976,18 +914,6 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 		// ignores the error event still sees a truncated transfer.
 		panic(http.ErrAbortHandler)
 	}
-}
-
-// shutdownMessage tells a client its request was cut by the proxy's
-// shutdown: retried, it reaches another replica.
-const shutdownMessage = "the proxy is shutting down; retry the request"
-
-// shutdownCut records and answers a request cut by the proxy's shutdown
-// before any of its answer went to the client: a retryable 503.
-func (h *Handler) shutdownCut(w http.ResponseWriter, ev *store.RequestEvent, start time.Time) {
-	ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "proxy_shutdown"
-	h.finish(*ev, start)
-	writeError(w, http.StatusServiceUnavailable, "api_error", shutdownMessage)
 }
 
 // readUpTo reads body until EOF, an error or limit bytes, re-arming the
@@ -1044,19 +970,6 @@ func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.U
 	h.log.Warn("upstream response interrupted", "principal_id", ev.PrincipalID, "upstream_id", up.ID, "idle_deadline", idle)
 }
 
-// writeStreamError writes Anthropic's mid-stream error event.
-func writeStreamError(w io.Writer, typ, msg string) {
-	t, _ := json.Marshal(typ)
-	m, _ := json.Marshal(msg)
-	b := make([]byte, 0, 96+len(msg))
-	b = append(b, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"...)
-	b = append(b, t...)
-	b = append(b, `,"message":`...)
-	b = append(b, m...)
-	b = append(b, "}}\n\n"...)
-	_, _ = w.Write(b) // a client that is gone cannot be told
-}
-
 // finish hands the event to the recorder and updates metrics, off the
 // client's critical path: the response bytes are already written.
 func (h *Handler) finish(ev store.RequestEvent, start time.Time) { h.finishWith(ev, start, nil, nil) }
@@ -1075,15 +988,6 @@ func (h *Handler) finishWith(ev store.RequestEvent, start time.Time, body []byte
 		return
 	}
 	h.rec.Record(usage.Pending{Event: ev, Body: body, SSE: sse})
-}
-
-// fail answers a request refused before dispatch.
-func (h *Handler) fail(w http.ResponseWriter, status int, typ, msg string) {
-	dontWaitForBody(w)
-	if h.metrics != nil {
-		h.metrics.observe(status, 0)
-	}
-	writeError(w, status, typ, msg)
 }
 
 var (
@@ -1257,30 +1161,6 @@ func errorType(body []byte) string {
 		}
 	}
 	return string(body[i : i+j])
-}
-
-// maxClientRetryWait is the longest Retry-After the official SDKs wait
-// out before retrying (longer ones they replace with their own backoff).
-const maxClientRetryWait = 60 * time.Second
-
-// writeError writes Anthropic's error shape.
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	b := make([]byte, 0, 96+len(msg))
-	t, _ := json.Marshal(typ)
-	m, _ := json.Marshal(msg)
-	b = append(b, `{"type":"error","error":{"type":`...)
-	b = append(b, t...)
-	b = append(b, `,"message":`...)
-	b = append(b, m...)
-	b = append(b, "}}"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	if h.Get("X-Should-Retry") == "" { // a caller that knows better set it
-		h.Set("X-Should-Retry", strconv.FormatBool(status == 529 || status == http.StatusServiceUnavailable))
-	}
-	w.WriteHeader(status)
-	w.Write(b)
 }
 
 var _ http.Handler = (*Handler)(nil)
