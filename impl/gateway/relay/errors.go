@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 
@@ -100,4 +101,30 @@ func unreachableError(err error) *proxyerr.Error {
 // errNoUpstream: the principal has no upstream that may be asked.
 func errNoUpstream() *proxyerr.Error {
 	return proxyerr.API(http.StatusServiceUnavailable, "no enabled upstream is available for this principal")
+}
+
+// errorType reads the Anthropic error type out of an error body, if any.
+func errorType(body []byte) string {
+	i := bytes.Index(body, []byte(`"error":{"type":"`))
+	if i < 0 {
+		i = bytes.Index(body, []byte(`"error": {"type": "`))
+		if i < 0 {
+			return "upstream_error"
+		}
+		i += len(`"error": {"type": "`)
+	} else {
+		i += len(`"error":{"type":"`)
+	}
+	j := bytes.IndexByte(body[i:], '"')
+	if j < 0 || j > 64 {
+		return "upstream_error"
+	}
+	// The type is stored with the request event: only a word of the
+	// shape Anthropic's types have, never bytes an upstream chose freely.
+	for _, c := range body[i : i+j] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "upstream_error"
+		}
+	}
+	return string(body[i : i+j])
 }
