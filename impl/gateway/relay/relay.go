@@ -117,7 +117,7 @@ type Handler struct {
 
 	// held is the one field every request writes (twice): on a cache line
 	// of its own, so the other fields, read by every request, are not
-	// pulled back from the core that wrote it last (issue 22).
+	// pulled back from the core that wrote it last.
 	_    [64]byte
 	held heldBytes
 	_    [64]byte
@@ -128,13 +128,12 @@ type Handler struct {
 // relay passes bytes through), HTTP/2 when the upstream offers it.
 //
 // An HTTP/1 connection holds its two buffers for as long as it lives, an
-// open stream included, so they are small (issue 22: at 32 KB each they were
-// most of the proxy's heap per open stream). The read buffer stays at 4 KB:
-// every event of a chunked stream passes through it, and a burst larger
-// than it costs more reads. The write buffer takes the request's headers
-// and what of the body fits behind them; the rest is one more write. It
-// stays at 4 KB, not 1 KB: 3 KB less per open stream would cost every
-// request with a body of 0.6 to 3 KB a second write (and TLS record).
+// open stream included, so they are small (docs/decisions.md, "Memory per
+// open stream"). The read buffer stays at 4 KB: every event of a chunked
+// stream passes through it, and a burst larger than it costs more reads.
+// The write buffer takes the request's headers and what of the body fits
+// behind them; the rest is one more write, so it is not made smaller than
+// a typical request.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -247,8 +246,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The checks before dispatch and the relay run in functions of their
 	// own, so the relay's stack does not carry the checks' frames: a
 	// stream's goroutine keeps the deepest stack it ever reached for as
-	// long as it is open, and with this split it stays within 8 KB rather
-	// than doubling to 16 KB (issue 22: 2,000 streams).
+	// long as it is open, and with this split it stays in its first size
+	// class.
 	var q admitted
 	q.start, q.chat = h.now(), chat
 	// Deferred before admit reserves: a panic in its checks (recovered by
@@ -311,8 +310,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		h.reply(w, proxyerr.InvalidRequest("model: field required"), &refused)
 		return false
 	}
-	// Security (issue 19.4): a model id is short text, and it is stored
-	// with every request event.
+	// A model id is short text, and it is stored with every request event.
 	if !validModelID(model) {
 		h.reply(w, proxyerr.InvalidRequest("model: at most 256 bytes of valid UTF-8 without control characters"), &refused)
 		return false

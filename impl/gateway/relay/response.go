@@ -69,7 +69,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	// A stream's headers are not flushed on their own: they go out with
 	// the first event, in one write, as a stock reverse proxy sends them
 	// (the provider sends message_start with its headers; a separate write
-	// cost the client a second wake-up before its first event, issue 24).
+	// costs the client a second wake-up before its first event).
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 

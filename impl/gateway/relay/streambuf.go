@@ -4,10 +4,9 @@ import "sync"
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// Event streams are read through a streamBuf: the 32 KB buffer of other
-// answers was half the proxy's memory per open stream (issue 22: 2,000
-// streams), and a stream spends most of its life waiting for its next
-// event.
+// Event streams are read through a streamBuf, not the 32 KB buffer of
+// other answers: a stream spends most of its life waiting for its next
+// event, and holds its buffer all that time.
 var (
 	sseIdlePool = sync.Pool{New: func() any { b := make([]byte, sseIdleBuf); return &b }}
 	sseBufPool  = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
