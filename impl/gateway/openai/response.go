@@ -209,16 +209,16 @@ func (e *Error) Body() []byte { return e.body() }
 // code; the HTTP status stays the one the gateway or the provider chose,
 // which is what the OpenAI SDKs branch and retry on.
 var errorKinds = map[string][2]string{
-	"invalid_request_error": {"invalid_request_error", ""},
-	"authentication_error":  {"invalid_request_error", "invalid_api_key"},
-	"permission_error":      {"invalid_request_error", "permission_denied"},
-	"not_found_error":       {"invalid_request_error", "not_found"},
-	"request_too_large":     {"invalid_request_error", "request_too_large"},
-	"rate_limit_error":      {"rate_limit_error", "rate_limit_exceeded"},
-	"billing_error":         {"insufficient_quota", "insufficient_quota"},
-	"api_error":             {"server_error", "server_error"},
-	"overloaded_error":      {"server_error", "overloaded"},
-	"timeout_error":         {"server_error", "timeout"},
+	proxyerr.TypeInvalidRequest:  {"invalid_request_error", ""},
+	proxyerr.TypeAuthentication:  {"invalid_request_error", "invalid_api_key"},
+	proxyerr.TypePermission:      {"invalid_request_error", "permission_denied"},
+	proxyerr.TypeNotFound:        {"invalid_request_error", "not_found"},
+	proxyerr.TypeRequestTooLarge: {"invalid_request_error", "request_too_large"},
+	proxyerr.TypeRateLimit:       {"rate_limit_error", "rate_limit_exceeded"},
+	proxyerr.TypeBilling:         {"insufficient_quota", "insufficient_quota"},
+	proxyerr.TypeAPI:             {"server_error", "server_error"},
+	proxyerr.TypeOverloaded:      {"server_error", "overloaded"},
+	proxyerr.TypeTimeout:         {"server_error", "timeout"},
 }
 
 // FromProxy is the proxy path's error in OpenAI's terms: the status stays,
