@@ -271,6 +271,14 @@ type admitted struct {
 	chat     *openai.Writer // set for a Chat Completions request: its body is translated
 }
 
+// dialect names the API the client spoke, for its request event.
+func (q *admitted) dialect() string {
+	if q.chat != nil {
+		return store.DialectOpenAI
+	}
+	return store.DialectMessages
+}
+
 // admit authenticates the request, reads and checks its body, applies the
 // principal's limits and routes it, filling q; false when it answered the
 // refusal itself. q.held is set even then.
@@ -284,7 +292,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	p := k.Principal
 	// Refusals after authentication are recorded as request events, so the
 	// principal's traffic shows them (a 401 has no principal to record).
-	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID}
+	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Dialect: q.dialect()}
 
 	body, held, err := h.readBody(w, r)
 	q.held = held
@@ -375,7 +383,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q *admitted) {
 	k, start := q.key, q.start
 	p := k.Principal
-	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages}
+	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages, Dialect: q.dialect()}
 	headerTimeout := h.headerTimeout
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
