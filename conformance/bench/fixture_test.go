@@ -38,13 +38,20 @@ func (plainOpener) Open(ct, _ []byte) ([]byte, error) { return ct, nil }
 // discardEvents stands in for the database: the recorder still extracts
 // usage and batches events, only the INSERT is skipped.
 type discardEvents struct {
-	mu sync.Mutex
-	n  int
+	mu       sync.Mutex
+	n        int
+	dialects map[string]int // events per dialect
 }
 
 func (d *discardEvents) InsertRequestEvents(_ context.Context, evs []store.RequestEvent) error {
 	d.mu.Lock()
 	d.n += len(evs)
+	if d.dialects == nil {
+		d.dialects = map[string]int{}
+	}
+	for _, e := range evs {
+		d.dialects[e.Dialect]++
+	}
 	d.mu.Unlock()
 	return nil
 }
