@@ -79,8 +79,9 @@ type Options struct {
 	IdleTimeout            time.Duration
 	BodyReadTimeout        time.Duration
 	MaxBodyBytesInFlight   int64
-	// Refresher refreshes an OAuth upstream's token lazily when a request
-	// meets it expired or refused (optional).
+	// Refresher is asked for a lazy refresh of an OAuth upstream's token
+	// when a request meets it expired or refused (optional); it owns the
+	// deduplication and the cooldown.
 	Refresher TokenRefresher
 	// Board is the upstreams' live routing state: cooldowns and requests
 	// in flight (optional: without it nothing cools down).
@@ -108,7 +109,7 @@ type Handler struct {
 	realClock bool // now is time.Now (Options.Now unset)
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
-	refresh                                                             *refresher
+	refresh                                                             TokenRefresher // asked for lazy OAuth refreshes (nil: none)
 	board                                                               *routing.Board
 	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
 	maxAttempts                                                         int
@@ -186,13 +187,7 @@ func New(o Options) *Handler {
 		h.maxAttempts = DefaultMaxAttempts
 	}
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
-	if o.Refresher != nil {
-		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
-			busy: map[string]bool{}, ended: map[string]time.Time{},
-			onErr: func(id string, err error) {
-				h.log.Warn("lazy OAuth token refresh failed", "upstream_id", id, "error", err)
-			}}
-	}
+	h.refresh = o.Refresher
 	return h
 }
 
