@@ -105,11 +105,7 @@ func newResilient(t *testing.T, s *snapshot.Snapshot, o Options) *resilient {
 
 func (r *resilient) waitEvents(t *testing.T, n int) []store.RequestEvent {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.rec.events()) < n && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	evs := r.rec.events()
+	evs := r.rec.wait(t, n)
 	if len(evs) != n {
 		t.Fatalf("recorded %d events, want %d: %+v", len(evs), n, evs)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 type memWriter struct {
@@ -245,13 +246,7 @@ func TestRecorderWakesTheWriterPerBatchNotPerRequest(t *testing.T) {
 	}
 	mu.Unlock()
 	r.Record(Pending{})
-	deadline := time.Now().Add(10 * time.Second)
-	for w.total() != 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a full batch was not written without Flush: %d", w.total())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the full batch written without Flush", func() bool { return w.total() == 10 })
 }
 
 // The flush interval bounds how long an event waits (docs/operations.md,
@@ -262,13 +257,7 @@ func TestRecorderWritesWithinTheFlushInterval(t *testing.T) {
 	r := NewRecorder(w, Options{BatchSize: 1000, FlushInterval: 20 * time.Millisecond})
 	defer r.Close()
 	r.Record(Pending{})
-	deadline := time.Now().Add(10 * time.Second)
-	for w.total() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the event was not written on the flush tick")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the event written on the flush tick", func() bool { return w.total() == 1 })
 }
 
 // Record after Close drops the event (counted) instead of panicking.
