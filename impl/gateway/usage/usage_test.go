@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -366,21 +367,18 @@ func TestRecorderWritesAFullBatchWithoutATick(t *testing.T) {
 
 // waitTaken waits until no shard holds its wake-up share any more.
 func waitTaken(t *testing.T, r *Recorder) {
-	deadline := time.Now().Add(10 * time.Second)
+	t.Helper()
 	for i := range r.shards {
 		sh := &r.shards[i]
-		for {
+		waitfor.Until(t, fmt.Sprintf("the writer to take shard %d", i), func() error {
 			sh.mu.Lock()
 			n := len(sh.queue)
 			sh.mu.Unlock()
-			if n < r.wakeAt {
-				break
+			if n >= r.wakeAt {
+				return fmt.Errorf("%d events queued", n)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the writer never took a shard of %d events", n)
-			}
-			runtime.Gosched()
-		}
+			return nil
+		})
 	}
 }
 
