@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 func keyN(i int) Key { return HeaderKey("pr_1", fmt.Sprintf("session-%d", i)) }
@@ -131,22 +133,22 @@ func TestLandMovesOnceAndStays(t *testing.T) {
 // memStore is the database the replicas share.
 type memStore struct {
 	mu   sync.Mutex
-	rows map[Key]Binding
+	rows map[string]store.SessionMove
 	fail bool
 }
 
-func (m *memStore) SyncAffinity(_ context.Context, moves []Binding, since time.Time) ([]Binding, error) {
+func (m *memStore) SyncAffinity(_ context.Context, moves []store.SessionMove, since time.Time) ([]store.SessionMove, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail {
 		return nil, errors.New("database down")
 	}
 	for _, b := range moves {
-		if cur, ok := m.rows[b.Session]; !ok || !cur.At.After(b.At) {
-			m.rows[b.Session] = b
+		if cur, ok := m.rows[b.SessionKey]; !ok || !cur.At.After(b.At) {
+			m.rows[b.SessionKey] = b
 		}
 	}
-	var out []Binding
+	var out []store.SessionMove
 	for _, b := range m.rows {
 		if !b.At.Before(since) {
 			out = append(out, b)
@@ -158,7 +160,7 @@ func (m *memStore) SyncAffinity(_ context.Context, moves []Binding, since time.T
 // A move made on one replica reaches the other at its next sync, and
 // survives a failed sync on the replica that made it.
 func TestSharerCarriesMovesAcrossReplicas(t *testing.T) {
-	db := &memStore{rows: map[Key]Binding{}}
+	db := &memStore{rows: map[string]store.SessionMove{}}
 	t0 := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return t0.Add(time.Second) }
 	a, b := NewTable(), NewTable()

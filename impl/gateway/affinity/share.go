@@ -4,13 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // Store is where replicas share session moves (store.AffinityStore).
 type Store interface {
 	// SyncAffinity stores moves (a newer record of a session replaces an
 	// older one) and returns every record stored at or after since.
-	SyncAffinity(ctx context.Context, moves []Binding, since time.Time) ([]Binding, error)
+	SyncAffinity(ctx context.Context, moves []store.SessionMove, since time.Time) ([]store.SessionMove, error)
 }
 
 // DefaultShareInterval is how often a Sharer syncs with the database.
@@ -51,14 +53,20 @@ func (s *Sharer) Sync(ctx context.Context) error {
 		since = now.Add(-IdleWindow)
 	}
 	moves := s.table.Drain()
-	got, err := s.st.SyncAffinity(ctx, moves, since)
+	rows := make([]store.SessionMove, len(moves))
+	for i, b := range moves {
+		rows[i] = store.SessionMove{SessionKey: b.Session.String(), UpstreamID: b.Upstream, At: b.At}
+	}
+	got, err := s.st.SyncAffinity(ctx, rows, since)
 	if err != nil {
 		s.table.Requeue(moves)
 		s.log.Warn("sharing session affinity failed; retrying", "error", err)
 		return err
 	}
-	for _, b := range got {
-		s.table.Learn(b)
+	for _, r := range got {
+		if k, ok := ParseKey(r.SessionKey); ok {
+			s.table.Learn(Binding{Session: k, Upstream: r.UpstreamID, At: r.At})
+		}
 	}
 	s.since = now.Add(-readOverlap)
 	s.table.Sweep(now)
