@@ -85,9 +85,9 @@ type Upstream struct {
 	MaxUtilization5h int
 	MaxUtilization7d int
 	SpecRevision     int64
-	Status       UpstreamStatus
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	Status           UpstreamStatus
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // DefaultWeight is an upstream's weight unless set: equal shares.
