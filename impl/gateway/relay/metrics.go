@@ -23,6 +23,8 @@ type Metrics struct {
 	// cooldowns counts upstreams taken out of routing by a 429/529;
 	// allCooling, requests refused because every candidate was.
 	cooldowns, allCooling prometheus.Counter
+	// affinityMoves counts sessions moved off the upstream they were on.
+	affinityMoves prometheus.Counter
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
@@ -97,6 +99,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_all_upstreams_cooling_total",
 		Help: "Requests answered 429 by the proxy itself because every candidate upstream was cooling down.",
 	})
+	m.affinityMoves = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_affinity_moves_total",
+		Help: "Sessions this replica moved off the upstream they were on (it could not take them: cooling down, out of routing or past a usage threshold).",
+	})
 	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_principal_limited_total",
 		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
@@ -139,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
 		}
 	}
-	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, limited, timeouts, m.interrupted, m.lazyRefreshes,
+	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, m.affinityMoves, limited, timeouts, m.interrupted, m.lazyRefreshes,
 		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }

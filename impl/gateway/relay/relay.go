@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
@@ -96,6 +97,9 @@ type Options struct {
 	// MaxAttempts bounds how many upstreams one request is sent to,
 	// failover included (zero: DefaultMaxAttempts; at most 16).
 	MaxAttempts int
+	// Affinity keeps a session's requests on one upstream (optional:
+	// without it sessions are spread like other requests).
+	Affinity *affinity.Table
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -118,6 +122,7 @@ type Handler struct {
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	refresh                                                             *refresher
 	board                                                               *routing.Board
+	affinity                                                            *affinity.Table
 	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
@@ -189,7 +194,7 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
-	h.board, h.randN = o.Board, rand.Uint64N
+	h.board, h.randN, h.affinity = o.Board, rand.Uint64N, o.Affinity
 	h.maxAttempts = o.MaxAttempts
 	if h.maxAttempts <= 0 {
 		h.maxAttempts = DefaultMaxAttempts
@@ -329,8 +334,10 @@ type admitted struct {
 	body     []byte
 	held     int64 // body bytes reserved against the global cap, given back when the handler returns
 	model    string
-	stream   bool           // the request asks for a stream (count_tokens answers none)
-	attempts attemptList    // the upstreams to try, in order
+	stream   bool        // the request asks for a stream (count_tokens answers none)
+	attempts attemptList // the upstreams to try, in order
+	cands    []*snapshot.Upstream
+	session  affinity.Key   // zero: none
 	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
 	chat     *openai.Writer // set for a Chat Completions request: its body is translated
 }
@@ -446,7 +453,11 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	}
 	// The built-in router spreads by weight within each priority class; a
 	// router plugin's order is kept.
-	h.plan(&q.attempts, cands, !p.Dynamic, start)
+	var session affinity.Key
+	if ep == epMessages && !p.Dynamic && h.affinity != nil {
+		session = sessionOf(r, p, body)
+	}
+	h.plan(&q.attempts, cands, !p.Dynamic, session, start)
 	if q.attempts.n == 0 {
 		// Every candidate is cooling down: the client learns when the
 		// first comes back rather than a provider's 429 per request.
@@ -460,6 +471,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		return false
 	}
 	q.key, q.body, q.model, q.stream, q.standing = k, body, model, stream, standing
+	q.cands, q.session = cands, session
 	return true
 }
 
@@ -479,6 +491,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	}
 	defer a.done()
 	defer h.board.Begin(up.ID).End()
+	if served(resp.StatusCode) {
+		h.land(q.session, q.cands, up)
+	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {

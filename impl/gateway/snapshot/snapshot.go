@@ -161,6 +161,9 @@ type Upstream struct {
 	// Weight is the upstream's share of new work within its priority
 	// class (the built-in router's spreading); 0 weighs as 1.
 	Weight int
+	// MaxUtilization5h and MaxUtilization7d are the usage thresholds in
+	// percent (0: none): past either, the upstream weighs as standby.
+	MaxUtilization5h, MaxUtilization7d int
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
@@ -232,6 +235,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
+			MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
 			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {
