@@ -186,3 +186,35 @@ func TestUpstreamUsageThresholds(t *testing.T) {
 		t.Fatalf("a PUT naming one threshold: %d %s", r.status, r.body)
 	}
 }
+
+// A principal's cap on requests in flight: none unless given; set on
+// create, PUT and PATCH; outside 0 to 10000 refused with invalid_request
+// and nothing changed.
+func TestPrincipalMaxInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	p := e.principal("agents")
+	if p["max_in_flight"] != float64(0) {
+		t.Fatalf("default cap %v", p["max_in_flight"])
+	}
+	path := "/admin/v1/principals/" + p["id"].(string)
+	e.unchanged("refused caps", func() {
+		for _, bad := range []any{-1, 10001, 2.5, "4"} {
+			wantErr(t, e.do("PATCH", path, map[string]any{"max_in_flight": bad}, "If-Match", "*"), 400, "invalid_request")
+			wantErr(t, e.do("POST", "/admin/v1/principals", map[string]any{"name": "bad", "kind": "machine", "max_in_flight": bad}), 400, "invalid_request")
+		}
+		wantMessage(t, e.do("PATCH", path, map[string]any{"max_in_flight": 20000}, "If-Match", "*"), "max_in_flight")
+	})
+	r := e.do("POST", "/admin/v1/principals", map[string]any{"name": "capped", "kind": "machine", "max_in_flight": 4})
+	if r.status != 201 || r.json(t)["max_in_flight"] != float64(4) {
+		t.Fatalf("create with a cap: %d %s", r.status, r.body)
+	}
+	r = e.do("PATCH", path, map[string]any{"max_in_flight": 6}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(6) {
+		t.Fatalf("patch: %d %s", r.status, r.body)
+	}
+	r = e.do("PUT", path, map[string]any{"name": "agents", "kind": "machine", "max_in_flight": 2}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(2) {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+}

@@ -75,6 +75,8 @@ type Principal struct {
 	Lead *Lead
 	// Limits are the principal's default_limits (nil: unlimited).
 	Limits []limits.Limit
+	// MaxInFlight caps the principal's requests in flight (0: no cap).
+	MaxInFlight int
 	// keyHashes are the principal's keys in this snapshot: what Apply
 	// removes when the principal changes.
 	keyHashes [][sha256.Size]byte
@@ -281,6 +283,7 @@ func newPrincipal(p *store.Principal) Principal {
 		CacheKeepalive:   p.CacheKeepalive,
 		KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
 		Limits:           principalLimits(p),
+		MaxInFlight:      p.MaxInFlight,
 	}
 }
 

@@ -180,7 +180,10 @@ type Principal struct {
 	AllowedModels  []string
 	DefaultLimits  json.RawMessage // JSON array, validated by the API
 	CacheKeepalive json.RawMessage // JSON object or nil when unset
-	CreatedAt      time.Time
+	// MaxInFlight caps the principal's requests in flight (0: no cap);
+	// past it requests queue (docs/routing.md).
+	MaxInFlight int
+	CreatedAt   time.Time
 	UpdatedAt      time.Time
 }
 
@@ -193,7 +196,11 @@ type PrincipalPatch struct {
 	// SetCacheKeepalive applies CacheKeepalive (nil clears it).
 	SetCacheKeepalive bool
 	CacheKeepalive    json.RawMessage
+	MaxInFlight       *int
 }
+
+// MaxPrincipalInFlight bounds a principal's cap on requests in flight.
+const MaxPrincipalInFlight = 10000
 
 // Key is an issued proxy key. Only its SHA-256 hash is stored.
 type Key struct {

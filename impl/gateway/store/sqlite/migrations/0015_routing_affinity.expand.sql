@@ -16,3 +16,7 @@ CREATE TABLE upstream_affinity_sessions (
   at_ms BIGINT NOT NULL
 );
 CREATE INDEX upstream_affinity_sessions_at ON upstream_affinity_sessions (at_ms);
+
+-- A principal's cap on requests in flight (package admission): past it
+-- requests wait in a bounded queue. 0 is no cap.
+ALTER TABLE principals ADD COLUMN max_in_flight INTEGER NOT NULL DEFAULT 0;
