@@ -184,7 +184,7 @@ type Principal struct {
 	// past it requests queue (docs/routing.md).
 	MaxInFlight int
 	CreatedAt   time.Time
-	UpdatedAt      time.Time
+	UpdatedAt   time.Time
 }
 
 // PrincipalPatch changes individual fields; nil means unchanged.
