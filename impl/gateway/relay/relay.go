@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
@@ -100,6 +101,9 @@ type Options struct {
 	// Affinity keeps a session's requests on one upstream (optional:
 	// without it sessions are spread like other requests).
 	Affinity *affinity.Table
+	// Admission enforces principals' max_in_flight with a queue
+	// (optional: without it no cap is enforced).
+	Admission *admission.Controller
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -123,6 +127,7 @@ type Handler struct {
 	refresh                                                             *refresher
 	board                                                               *routing.Board
 	affinity                                                            *affinity.Table
+	admission                                                           *admission.Controller
 	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
@@ -194,7 +199,7 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
-	h.board, h.randN, h.affinity = o.Board, rand.Uint64N, o.Affinity
+	h.board, h.randN, h.affinity, h.admission = o.Board, rand.Uint64N, o.Affinity, o.Admission
 	h.maxAttempts = o.MaxAttempts
 	if h.maxAttempts <= 0 {
 		h.maxAttempts = DefaultMaxAttempts
@@ -321,7 +326,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.start, q.chat = h.now(), chat
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
-	defer func() { h.held.give(q.held) }()
+	defer func() { h.held.give(q.held); q.slot.Release() }()
 	if h.admit(w, r, ep, &q) {
 		h.forward(w, r, ep, &q)
 	}
@@ -337,9 +342,10 @@ type admitted struct {
 	stream   bool        // the request asks for a stream (count_tokens answers none)
 	attempts attemptList // the upstreams to try, in order
 	cands    []*snapshot.Upstream
-	session  affinity.Key   // zero: none
-	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
-	chat     *openai.Writer // set for a Chat Completions request: its body is translated
+	session  affinity.Key     // zero: none
+	standing *limits.Status   // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
+	slot     admission.Ticket // the principal's slot under its max_in_flight (zero: uncapped)
+	chat     *openai.Writer   // set for a Chat Completions request: its body is translated
 }
 
 // admit authenticates the request, reads and checks its body, applies the
@@ -432,6 +438,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 			refuse(http.StatusTooManyRequests, "rate_limit_error", lr.Message())
 			return false
 		}
+	}
+	if !h.admitSlot(w, r, p, q, refuse) {
+		return false
 	}
 	cands := p.Candidates
 	if p.Dynamic {

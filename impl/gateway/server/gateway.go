@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
@@ -61,6 +62,8 @@ type gateway struct {
 	// moves with the other replicas.
 	sessions      *affinity.Table
 	shareSessions *affinity.Sharer
+	// admission enforces the principals' max_in_flight with a queue.
+	admission *admission.Controller
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -109,6 +112,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
+	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
+	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
 	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
@@ -229,7 +234,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
-		Board: g.board, Affinity: g.sessions,
+		Board: g.board, Affinity: g.sessions, Admission: g.admission,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	// A request meeting an expired or refused OAuth token asks the OAuth
