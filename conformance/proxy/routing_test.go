@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -255,5 +256,63 @@ var _ = Describe("Usage thresholds", func() {
 		}
 		Expect(simA.MessagesWith("thr-")).To(BeEmpty(), "the account past its threshold took new work")
 		Expect(simB.MessagesWith("thr-")).To(HaveLen(12))
+	})
+})
+
+var _ = Describe("Concurrency caps", func() {
+	// burst sends 20 parallel requests of a principal capped at 4 in
+	// flight, through a proxy started with args, to an account that takes
+	// a second over each; it returns the statuses.
+	burst := func(args ...string) (statuses []int, retryAfter []string, sim *h.Sim, px *h.Proxy) {
+		sim = h.StartSim(simKey)
+		px = h.StartProxy(h.ProxyOptions{Args: args})
+		admin := px.Admin()
+		admin.CreateUpstream("account", sim.URL, simKey)
+		id := admin.CreatePrincipal("fan-out", "claude-*")
+		admin.JSON("PATCH", "/admin/v1/principals/"+id, map[string]any{"max_in_flight": 4}, 200, "If-Match", "*")
+		_, key := admin.IssueKey(id)
+		sim.Fault(map[string]any{"path": "/v1/messages", "latency_ms": 1000})
+		statuses, retryAfter = make([]int, 20), make([]string, 20)
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				st, hdr, _ := h.Messages(px.ProxyURL, fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"fan-%d"}]}`, i), "x-api-key", key)
+				statuses[i], retryAfter[i] = st, hdr.Get("Retry-After")
+			}()
+		}
+		wg.Wait()
+		return statuses, retryAfter, sim, px
+	}
+
+	It("serves a burst of 20 parallel requests past a cap of 4 from the queue, without a 429", func() {
+		statuses, _, sim, px := burst()
+		for i, st := range statuses {
+			Expect(st).To(Equal(200), "request %d", i)
+		}
+		Expect(sim.MessagesWith("fan-")).To(HaveLen(20))
+		Expect(plainMetric(px, "svc_proxy_queue_refused_total")).To(Equal(0.0))
+		Expect(plainMetric(px, "svc_proxy_queued_requests")).To(Equal(0.0))
+	})
+
+	It("answers the burst past the cap 429 rate_limit_error with retry-after when no request may wait", func() {
+		statuses, retryAfter, sim, px := burst("--queue-length", "0")
+		served, limited := 0, 0
+		for i, st := range statuses {
+			switch st {
+			case 200:
+				served++
+			case 429:
+				limited++
+				Expect(retryAfter[i]).NotTo(BeEmpty())
+			default:
+				Fail(fmt.Sprintf("request %d: %d", i, st))
+			}
+		}
+		Expect(limited).To(BeNumerically(">", 0))
+		Expect(sim.MessagesWith("fan-")).To(HaveLen(served), "a refused request reached the account")
+		Expect(plainMetric(px, "svc_proxy_queue_refused_total")).To(Equal(float64(limited)))
 	})
 })
