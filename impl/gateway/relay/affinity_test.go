@@ -277,3 +277,38 @@ func ids(ups []*snapshot.Upstream) []string {
 	}
 	return out
 }
+
+// Without Claude Code's header, a principal with cache keep-alive groups
+// the turns of a conversation by the keep-alive session's prompt hash:
+// every turn lands on one account; a principal without keep-alive is
+// spread request by request.
+func TestKeepAliveSessionsStayOnOneUpstream(t *testing.T) {
+	t.Parallel()
+	for _, keepAlive := range []bool{true, false} {
+		accts, ups := newAccounts(t, "up_1", "up_2", "up_3")
+		cfg := fixtureConfig(ups...)
+		if keepAlive {
+			cfg.Principals[0].CacheKeepalive = []byte(`{"enabled":true}`)
+		}
+		h := New(Options{Source: fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))}, Board: routing.NewBoard(nil), Affinity: affinity.NewTable()})
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		msgs := `{"role":"user","content":[{"type":"text","text":"fix the bug","cache_control":{"type":"ephemeral"}}]}`
+		for turn := range 12 {
+			resp, b := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"},
+				`{"model":"claude-test","max_tokens":5,"system":"be brief","messages":[`+msgs+`]}`)
+			if resp.StatusCode != 200 {
+				t.Fatalf("turn %d: %d %s", turn, resp.StatusCode, b)
+			}
+			msgs += `,{"role":"assistant","content":"done ` + strings.Repeat("x", turn) + `"},{"role":"user","content":"next"}`
+		}
+		hits := accts.take()
+		if keepAlive && len(hits) != 1 {
+			t.Fatalf("a keep-alive conversation's turns went to %v, want one upstream", hits)
+		}
+		// 12 requests drawn over three equal upstreams all on one: 6e-6.
+		if !keepAlive && len(hits) == 1 {
+			t.Fatalf("without keep-alive or a session header 12 requests all went to %v: spreading is off", hits)
+		}
+	}
+}
