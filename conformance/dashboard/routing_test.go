@@ -51,7 +51,7 @@ var _ = Describe("Dashboard upstream routing state", func() {
 })
 
 var _ = Describe("Dashboard routing settings", func() {
-	It("lets an admin set an upstream's weight and usage thresholds on its form, and shows them in the routing column", func() {
+	It("lets an admin set an upstream's weight and usage thresholds on its form, shows them in the routing column, and creates a principal with a cap in flight", func() {
 		sim := h.StartSim(simKey)
 		px := h.StartProxy(h.ProxyOptions{})
 		a := px.Admin()
@@ -81,5 +81,20 @@ var _ = Describe("Dashboard routing settings", func() {
 		run(ctx, chromedp.WaitVisible(`tr[data-upstream="paid"] .thresholds`, chromedp.ByQuery))
 		Expect(text(ctx, `tr[data-upstream="paid"] .routing`)).To(And(ContainSubstring("weight 3"), ContainSubstring("0 sessions"),
 			ContainSubstring("5h ≤ 80%"), ContainSubstring("7d ≤ 95%")))
+
+		// A principal capped at 4 requests in flight, created from the form.
+		show(ctx, px.AdminURL, "principals")
+		run(ctx, chromedp.WaitVisible("#pr-cap", chromedp.ByID), chromedp.SendKeys("#pr-name", "fan-out", chromedp.ByID),
+			chromedp.SendKeys("#pr-cap", "4", chromedp.ByID), submit("#principal-create"))
+		waitBanner(ctx, "Principal fan-out created")
+		run(ctx, chromedp.WaitVisible(`tr[data-principal="fan-out"]`, chromedp.ByQuery))
+		Expect(text(ctx, `tr[data-principal="fan-out"]`)).To(ContainSubstring("at most 4 in flight"))
+		var capped any
+		for _, p := range getList(a, "/admin/v1/principals") {
+			if p["name"] == "fan-out" {
+				capped = p["max_in_flight"]
+			}
+		}
+		Expect(capped).To(Equal(float64(4)))
 	})
 })

@@ -342,7 +342,8 @@ async function principalsPage() {
   const { data: ps } = await api("GET", "/admin/v1/principals");
   const rows = ps.map((p) => el("tr", { "data-principal": p.name },
     el("td", {}, p.name), el("td", {}, p.enabled ? "enabled" : "disabled"), el("td", {}, (p.allowed_models || []).join(", ")),
-    el("td", {}, (p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`).join(", ") || "none"),
+    el("td", {}, [...(p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`),
+      ...(p.max_in_flight ? [`at most ${p.max_in_flight} in flight (then queued)`] : [])].join(", ") || "none"),
     el("td", {}, p.cache_keepalive && p.cache_keepalive.enabled ? "on" : "off"),
     el("td", {},
       el("button", { type: "button", "data-read": true, onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
@@ -355,11 +356,14 @@ async function principalsPage() {
     if ($("#pr-ka").checked) body.cache_keepalive = { enabled: true };
     const rpm = $("#pr-rpm").value.trim();
     if (rpm) body.default_limits = [{ kind: "requests", window_secs: 60, max: Number(rpm) }];
+    const cap = $("#pr-cap").value.trim();
+    if (cap) body.max_in_flight = Number(cap);
     try { await api("POST", "/admin/v1/principals", body); banner(`Principal ${body.name} created.`, true); route(); } catch (e) { showError(e); }
   } },
   field("Name", el("input", { id: "pr-name", required: true })),
   field("Allowed models (comma separated; * or prefix*)", el("input", { id: "pr-models", value: "claude-*" })),
   field("Requests per minute (empty: no limit)", el("input", { id: "pr-rpm", type: "number", min: "1" })),
+  field("Max in flight, past it queued (empty: no cap)", el("input", { id: "pr-cap", type: "number", min: "0", max: "10000" })),
   el("label", {}, "Prompt-cache keep-alive", el("input", { id: "pr-ka", type: "checkbox" })),
   el("button", { class: "primary", type: "submit" }, "Create principal"));
   return [
