@@ -120,9 +120,11 @@ func (rep DialectReport) Markdown() string {
 Method. The same simulator and gateway as above. %d rounds; each sends one streaming request to every
 path in turn (direct to the provider, then through the gateway as /v1/chat/completions ("openai"),
 as /v1/messages ("messages") and as /v1/messages again ("messages′")), starting one path later each
-round. The request bodies are the same bytes on every path. Time to first chunk is to the end of the
-first server-sent event: the first chat.completion.chunk on the OpenAI path, message_start on the
-others; every stream is still read to its end and checked ([DONE] or message_stop). Figures are,
+round. The provider gets the same bytes on every path: the OpenAI path sends the bench's stream body
+as a Chat Completions request, and the direct request and both Messages paths send its translation
+(bench.UpstreamStreamBody), which carries the cache breakpoint the translation places. Time to first
+chunk is to the end of the first server-sent event: the first chat.completion.chunk on the OpenAI path,
+message_start on the others; every stream is still read to its end and checked ([DONE] or message_stop). Figures are,
 round by round, the path's time minus the direct request's. "Within noise" means openai ÷ messages is
 no larger than the farther of messages′ ÷ messages and its inverse: the OpenAI path is no further
 above the Messages path than two identical Messages paths are apart on the same run.
