@@ -52,6 +52,9 @@ type Bedrock struct {
 var _ http.RoundTripper = (*Bedrock)(nil)
 
 func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
+	if isModels(req) {
+		return models(req, b.Models), nil
+	}
 	c, err := parseCall(req, b.Models)
 	var re *requestError
 	if errors.As(err, &re) {
@@ -301,6 +304,12 @@ type StaticAWSCredentials struct {
 	AccessKeyID     string `json:"access_key_id"`
 	SecretAccessKey string `json:"secret_access_key"`
 	SessionToken    string `json:"session_token,omitempty"`
+}
+
+// JSON is the keys as sealed.
+func (s StaticAWSCredentials) JSON() []byte {
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // Provider is an SDK credentials provider of the keys.

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,6 +24,7 @@ import (
 const (
 	messagesPath    = "/v1/messages"
 	countTokensPath = "/v1/messages/count_tokens"
+	modelsPath      = "/v1/models"
 )
 
 // call is one Anthropic request as a cloud needs it: the upstream's id for
@@ -75,6 +77,57 @@ func parseCall(r *http.Request, models map[string]string) (*call, error) {
 		}
 	}
 	return c, nil
+}
+
+// models answers GET /v1/models[/{id}] from the model map: the platforms
+// list no models in the Anthropic API's terms, and the names a client may
+// send this upstream are the map's (docs/cloud.md).
+func models(req *http.Request, m map[string]string) *http.Response {
+	type model struct {
+		Type        string `json:"type"`
+		ID          string `json:"id"`
+		DisplayName string `json:"display_name"`
+		CreatedAt   string `json:"created_at"`
+	}
+	const epoch = "1970-01-01T00:00:00Z"
+	if id, one := strings.CutPrefix(req.URL.Path, modelsPath+"/"); one {
+		if _, ok := m[id]; !ok {
+			return anthropicError(req, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" is not in this upstream's model_map", nil)
+		}
+		b, _ := json.Marshal(model{"model", id, id, epoch})
+		return jsonResponse(req, b)
+	}
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	list := struct {
+		Data    []model `json:"data"`
+		HasMore bool    `json:"has_more"`
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+	}{Data: []model{}}
+	for _, id := range ids {
+		list.Data = append(list.Data, model{"model", id, id, epoch})
+	}
+	if len(ids) > 0 {
+		list.FirstID, list.LastID = &ids[0], &ids[len(ids)-1]
+	}
+	b, _ := json.Marshal(list)
+	return jsonResponse(req, b)
+}
+
+func jsonResponse(req *http.Request, b []byte) *http.Response {
+	r := anthropicError(req, http.StatusOK, "", "", nil)
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return r
+}
+
+// isModels reports whether req lists models.
+func isModels(req *http.Request) bool {
+	return req.Method == http.MethodGet && (req.URL.Path == modelsPath || strings.HasPrefix(req.URL.Path, modelsPath+"/"))
 }
 
 // encode is the platform body: the call's with anthropic_version set.

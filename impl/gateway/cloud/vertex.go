@@ -89,6 +89,9 @@ func ServiceAccountTokenURI(key []byte) (string, error) {
 }
 
 func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
+	if isModels(req) {
+		return models(req, v.Models), nil
+	}
 	c, err := parseCall(req, v.Models)
 	var re *requestError
 	if errors.As(err, &re) {

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
@@ -110,6 +111,9 @@ type Handler struct {
 	// and redirects must not be followed anyway: the credential must never
 	// be replayed to another location).
 	transport http.RoundTripper
+	// clouds are the transports of bedrock and vertex upstreams, around
+	// transport.
+	clouds    *cloud.Pool
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -183,6 +187,7 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
 		transport:              o.Transport,
+		clouds:                 cloud.NewPool(o.Transport),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -480,6 +485,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	defer a.done()
 	defer h.board.Begin(up.ID).End()
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
+	ev.UpstreamModel = upstreamModel(up, ev.Model)
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.now()}
@@ -593,7 +599,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setCredential(out.Header, up)
-	resp, err := h.transport.RoundTrip(out)
+	resp, err := h.roundTrip(up, out)
 	if err != nil {
 		h.fail(w, http.StatusBadGateway, "api_error", "upstream unreachable")
 		return
@@ -699,7 +705,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		}
 		copyRequestHeaders(out.Header, r.Header)
 		setCredential(out.Header, up)
-		resp, err := h.transport.RoundTrip(out)
+		resp, err := h.roundTrip(up, out)
 		if err != nil {
 			if r.Context().Err() != nil {
 				a.done()

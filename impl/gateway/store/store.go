@@ -181,6 +181,9 @@ type UpstreamPatch struct {
 	CredentialKind string
 	// Cloud, when not nil, replaces a cloud upstream's configuration.
 	Cloud *CloudConfig
+	// OAuthTokenURL, when not nil, replaces the token endpoint (a vertex
+	// service account's token_uri, given with its credential).
+	OAuthTokenURL *string
 }
 
 // Principal is an identity that holds proxy keys.

@@ -192,6 +192,9 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.Cloud != nil {
 		add("cloud", cloudColumn(*p.Cloud))
 	}
+	if p.OAuthTokenURL != nil {
+		add("oauth_token_url", *p.OAuthTokenURL)
+	}
 	if p.SetWarmupDialect {
 		var v any
 		if p.WarmupDialectPlugin != nil {
@@ -213,7 +216,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.BaseURL != nil && p.Credential == nil {
 		slot := check
 		check = func(tx *txn) error {
-			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, nil); err != nil {
+			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, p.OAuthTokenURL); err != nil {
 				return err
 			}
 			if slot != nil {
