@@ -20,6 +20,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/oauth2"
 
 	// The conformance run passes -bin-dir to every package.
@@ -201,7 +202,10 @@ func TestBedrockThrottlingIsARateLimitWithACooldown(t *testing.T) {
 	}
 	b := `{"model":"` + alias + `","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
 	req, _ := http.NewRequest(http.MethodPost, "http://upstream.invalid/v1/messages", strings.NewReader(b))
-	resp, err := bedrockTransport(srv.URL, provider.DefaultAWSSecretAccessKey).RoundTrip(req)
+	reg := prometheus.NewRegistry()
+	rt := bedrockTransport(srv.URL, provider.DefaultAWSSecretAccessKey)
+	rt.Metrics = cloud.NewMetrics(reg)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +222,30 @@ func TestBedrockThrottlingIsARateLimitWithACooldown(t *testing.T) {
 	if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, now); !ok || !until.After(now) {
 		t.Fatal("a throttled Bedrock upstream is not cooled down")
 	}
+	if n := counted(t, reg, "bedrock", "ThrottlingException"); n != 1 {
+		t.Fatalf("svc_proxy_cloud_requests_total{bedrock,ThrottlingException} = %v", n)
+	}
+}
+
+// counted is svc_proxy_cloud_requests_total{kind,outcome} in reg.
+func counted(t *testing.T, reg *prometheus.Registry, kind, outcome string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if f.GetName() == "svc_proxy_cloud_requests_total" && labels["kind"] == kind && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func TestBedrockStreamExceptionIsAnErrorEvent(t *testing.T) {
@@ -225,13 +253,19 @@ func TestBedrockStreamExceptionIsAnErrorEvent(t *testing.T) {
 	if err := p.AddFault(provider.Fault{ErrorAfterEvents: 3, ErrorType: "rate_limit_error", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
-	_, got, err := rawStream(t, bedrockTransport(srv.URL, provider.DefaultAWSSecretAccessKey), "a b c d")
+	reg := prometheus.NewRegistry()
+	rt := bedrockTransport(srv.URL, provider.DefaultAWSSecretAccessKey)
+	rt.Metrics = cloud.NewMetrics(reg)
+	_, got, err := rawStream(t, rt, "a b c d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	i := strings.Index(got, "event: error\n")
 	if i < 0 || strings.Count(got, "event: ") != 4 || !strings.Contains(got[i:], `"type":"rate_limit_error"`) || !strings.HasSuffix(got, "\n\n") {
 		t.Fatalf("stream %q", got)
+	}
+	if counted(t, reg, "bedrock", "ok") != 1 || counted(t, reg, "bedrock", "stream_throttlingException") != 1 {
+		t.Fatal("the stream's exception was not counted")
 	}
 }
 

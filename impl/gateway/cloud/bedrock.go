@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // BedrockVersion is the anthropic_version Bedrock requires in the body.
@@ -47,6 +49,8 @@ type Bedrock struct {
 	Next http.RoundTripper
 	// Now is the signing clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics counts the outcomes (nil: not counted).
+	Metrics *Metrics
 }
 
 var _ http.RoundTripper = (*Bedrock)(nil)
@@ -85,6 +89,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Set("Content-Type", "application/json")
 	out.Header.Set("Accept", accept)
 	if err := b.sign(req.Context(), out, body); err != nil {
+		b.Metrics.observe(store.KindBedrock, outcomeCredential)
 		return nil, err
 	}
 	resp, err := b.Next.RoundTrip(out)
@@ -93,8 +98,11 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Request = req
 	if resp.StatusCode >= 400 {
+		exc, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
+		b.Metrics.observe(store.KindBedrock, known(exc, bedrockStatus))
 		return bedrockError(req, resp), nil
 	}
+	b.Metrics.observe(store.KindBedrock, outcomeOK)
 	resp.Header = keepHeaders(resp.Header, "X-Amzn-Requestid")
 	switch {
 	case c.count:
@@ -103,7 +111,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Header.Set("Content-Type", "text/event-stream")
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
-		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder()}
+		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder(), metrics: b.Metrics}
 	}
 	return resp, nil
 }
@@ -213,6 +221,7 @@ type eventStream struct {
 	payload []byte
 	pending []byte
 	done    bool
+	metrics *Metrics
 }
 
 func (s *eventStream) Read(p []byte) (int, error) {
@@ -272,9 +281,12 @@ func (s *eventStream) next() error {
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(msg.Payload, &e)
-		typ := streamErrorType[exc]
-		if typ == "" {
+		typ, ok := streamErrorType[exc]
+		if !ok {
 			typ = "api_error"
+			s.metrics.observe(store.KindBedrock, "stream_"+outcomeOther)
+		} else {
+			s.metrics.observe(store.KindBedrock, "stream_"+exc)
 		}
 		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": "Bedrock " + exc + ": " + e.Message}})
 		s.pending, s.done = appendEvent(s.pending[:0], "error", b), true

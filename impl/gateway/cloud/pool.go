@@ -31,7 +31,8 @@ type Upstream struct {
 // expire rather than on every configuration change; it builds a fresh one
 // when the upstream's credential or endpoint changes.
 type Pool struct {
-	next http.RoundTripper
+	next    http.RoundTripper
+	metrics *Metrics
 	// ctx outlives requests: token sources keep it for their refreshes.
 	ctx context.Context
 
@@ -45,9 +46,10 @@ type source struct {
 	tokens oauth2.TokenSource
 }
 
-// NewPool returns a Pool whose transports send through next.
-func NewPool(next http.RoundTripper) *Pool {
-	return &Pool{next: next, ctx: context.Background(), sources: map[string]*source{}}
+// NewPool returns a Pool whose transports send through next, counted in
+// m (nil: not counted).
+func NewPool(next http.RoundTripper, m *Metrics) *Pool {
+	return &Pool{next: next, metrics: m, ctx: context.Background(), sources: map[string]*source{}}
 }
 
 // For is the transport of u: it maps models by u's model map and signs
@@ -55,14 +57,15 @@ func NewPool(next http.RoundTripper) *Pool {
 func (p *Pool) For(u Upstream) (http.RoundTripper, error) {
 	src, err := p.source(u)
 	if err != nil {
+		p.metrics.observe(u.Kind, outcomeCredential)
 		return nil, err
 	}
 	switch u.Kind {
 	case store.KindBedrock:
-		return &Bedrock{Endpoint: u.BaseURL, Region: u.Config.Region, Credentials: src.aws, Models: u.Config.ModelMap, Next: p.next}, nil
+		return &Bedrock{Endpoint: u.BaseURL, Region: u.Config.Region, Credentials: src.aws, Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics}, nil
 	case store.KindVertex:
 		return &Vertex{Endpoint: u.BaseURL, Project: u.Config.Project, Region: u.Config.Region, Tokens: src.tokens,
-			Models: u.Config.ModelMap, Next: p.next}, nil
+			Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics}, nil
 	}
 	return nil, errors.New("cloud: not a cloud upstream kind: " + u.Kind)
 }

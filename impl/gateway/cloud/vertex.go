@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // VertexVersion is the anthropic_version Vertex AI requires in the body.
@@ -47,6 +49,8 @@ type Vertex struct {
 	// (claude-...@date).
 	Models map[string]string
 	Next   http.RoundTripper
+	// Metrics counts the outcomes (nil: not counted).
+	Metrics *Metrics
 }
 
 var _ http.RoundTripper = (*Vertex)(nil)
@@ -119,6 +123,7 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	tok, err := v.Tokens.Token()
 	if err != nil {
+		v.Metrics.observe(store.KindVertex, outcomeCredential)
 		return nil, errors.New("vertex: no access token: " + err.Error())
 	}
 	out.Header.Set("Content-Type", "application/json")
@@ -129,8 +134,11 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Request = req
 	if resp.StatusCode >= 400 {
-		return vertexError(req, resp), nil
+		r, outcome := vertexError(req, resp)
+		v.Metrics.observe(store.KindVertex, outcome)
+		return r, nil
 	}
+	v.Metrics.observe(store.KindVertex, outcomeOK)
 	// Vertex passes Anthropic's answer and its events through unchanged.
 	resp.Header = keepHeaders(resp.Header, "Request-Id", "X-Request-Id")
 	return resp, nil
@@ -154,8 +162,9 @@ var googleStatus = map[string]struct {
 }
 
 // vertexError passes an Anthropic error through and answers Google's
-// error shape in Anthropic's.
-func vertexError(req *http.Request, resp *http.Response) *http.Response {
+// error shape in Anthropic's; outcome names it for the metrics (the
+// Anthropic error type of a passed-through one).
+func vertexError(req *http.Request, resp *http.Response) (r *http.Response, outcome string) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e struct {
@@ -167,7 +176,7 @@ func vertexError(req *http.Request, resp *http.Response) *http.Response {
 		r := anthropicError(req, resp.StatusCode, "", "", h)
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
 		r.Header.Set("Content-Length", strconv.Itoa(len(raw)))
-		return r
+		return r, errorTypeOf(resp.StatusCode)
 	}
 	var g struct {
 		Error struct {
@@ -181,5 +190,5 @@ func vertexError(req *http.Request, resp *http.Response) *http.Response {
 		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
 	}
 	msg := "Vertex AI " + g.Error.Status + ": " + g.Error.Message
-	return anthropicError(req, m.status, m.typ, msg, h)
+	return anthropicError(req, m.status, m.typ, msg, h), known(g.Error.Status, googleStatus)
 }
