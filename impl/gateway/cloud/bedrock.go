@@ -216,7 +216,10 @@ var streamErrorType = map[string]string{
 // An exception ends the stream with Anthropic's error event; a cut or
 // corrupt stream is a read error, which the relay reports as a cut.
 type eventStream struct {
-	src     io.ReadCloser
+	src io.ReadCloser
+	// read counts the bytes taken from src, to tell the end of the stream
+	// from a message cut short.
+	read    int64
 	dec     *eventstream.Decoder
 	payload []byte
 	pending []byte
@@ -240,12 +243,27 @@ func (s *eventStream) Read(p []byte) (int, error) {
 
 func (s *eventStream) Close() error { return s.src.Close() }
 
+// counted is src counting what is read from it.
+type counted struct{ s *eventStream }
+
+func (c counted) Read(p []byte) (int, error) {
+	n, err := c.s.src.Read(p)
+	c.s.read += int64(n)
+	return n, err
+}
+
 // next decodes one message into pending.
 func (s *eventStream) next() error {
-	msg, err := s.dec.Decode(s.src, s.payload[:0])
-	if errors.Is(err, io.EOF) {
+	before := s.read
+	msg, err := s.dec.Decode(counted{s}, s.payload[:0])
+	if errors.Is(err, io.EOF) && s.read == before {
 		s.done = true
 		return nil
+	}
+	if errors.Is(err, io.EOF) {
+		// The decoder reads a short payload without complaint and meets
+		// the end at the checksum: the message was cut.
+		return io.ErrUnexpectedEOF
 	}
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
