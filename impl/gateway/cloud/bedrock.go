@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -62,7 +63,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, err := parseCall(req, b.Models)
 	var re *requestError
 	if errors.As(err, &re) {
-		return anthropicError(req, http.StatusBadRequest, "invalid_request_error", re.msg, nil), nil
+		return anthropicError(req, proxyerr.InvalidRequest(re.msg), nil), nil
 	}
 	if err != nil {
 		return nil, err
@@ -142,10 +143,8 @@ func countAnswer(resp *http.Response) (*http.Response, error) {
 	}
 	if json.Unmarshal(raw, &n) != nil || n.InputTokens == nil {
 		// Never a made-up count: a client would trust it.
-		resp.StatusCode, resp.Status = http.StatusBadGateway, "502 Bad Gateway"
-		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": "Bedrock's CountTokens answer has no inputTokens"}})
-		replaceBody(resp, b)
-		return resp, nil
+		resp.Body.Close()
+		return anthropicError(resp.Request, proxyerr.API(http.StatusBadGateway, "Bedrock's CountTokens answer has no inputTokens"), nil), nil
 	}
 	b, _ := json.Marshal(map[string]int{"input_tokens": *n.InputTokens})
 	resp.Header.Set("Content-Type", "application/json")
@@ -196,18 +195,18 @@ func bedrockError(req *http.Request, resp *http.Response) *http.Response {
 	if exc != "" {
 		msg = "Bedrock " + exc + ": " + msg
 	}
-	return anthropicError(req, m.status, m.typ, msg, keepHeaders(resp.Header, "X-Amzn-Requestid"))
+	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), keepHeaders(resp.Header, "X-Amzn-Requestid"))
 }
 
 // streamErrorType is the Anthropic error type of a Bedrock stream
 // exception (its :exception-type header).
 var streamErrorType = map[string]string{
-	"throttlingException":         "rate_limit_error",
-	"serviceUnavailableException": "overloaded_error",
-	"modelStreamErrorException":   "api_error",
-	"internalServerException":     "api_error",
-	"modelTimeoutException":       "api_error",
-	"validationException":         "invalid_request_error",
+	"throttlingException":         proxyerr.TypeRateLimit,
+	"serviceUnavailableException": proxyerr.TypeOverloaded,
+	"modelStreamErrorException":   proxyerr.TypeAPI,
+	"internalServerException":     proxyerr.TypeAPI,
+	"modelTimeoutException":       proxyerr.TypeTimeout,
+	"validationException":         proxyerr.TypeInvalidRequest,
 }
 
 // eventStream reads Bedrock's event stream and gives the server-sent
@@ -301,12 +300,13 @@ func (s *eventStream) next() error {
 		_ = json.Unmarshal(msg.Payload, &e)
 		typ, ok := streamErrorType[exc]
 		if !ok {
-			typ = "api_error"
+			typ = proxyerr.TypeAPI
 			s.metrics.observe(store.KindBedrock, "stream_"+outcomeOther)
 		} else {
 			s.metrics.observe(store.KindBedrock, "stream_"+exc)
 		}
-		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": "Bedrock " + exc + ": " + e.Message}})
+		// The stream's error event, as the Anthropic API ends a failed stream.
+		b := proxyerr.New(0, typ, "Bedrock "+exc+": "+e.Message).AppendJSON(nil)
 		s.pending, s.done = appendEvent(s.pending[:0], "error", b), true
 	}
 	return nil

@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // Paths of the Anthropic requests a transport accepts.
@@ -92,10 +94,10 @@ func models(req *http.Request, m map[string]string) *http.Response {
 	const epoch = "1970-01-01T00:00:00Z"
 	if id, one := strings.CutPrefix(req.URL.Path, modelsPath+"/"); one {
 		if _, ok := m[id]; !ok {
-			return anthropicError(req, http.StatusNotFound, "not_found_error", "model "+strconv.Quote(id)+" is not in this upstream's model_map", nil)
+			return anthropicError(req, proxyerr.New(http.StatusNotFound, proxyerr.TypeNotFound, "model "+strconv.Quote(id)+" is not in this upstream's model_map"), nil)
 		}
 		b, _ := json.Marshal(model{"model", id, id, epoch})
-		return jsonResponse(req, b)
+		return jsonResponse(req, http.StatusOK, b, nil)
 	}
 	ids := make([]string, 0, len(m))
 	for id := range m {
@@ -115,14 +117,21 @@ func models(req *http.Request, m map[string]string) *http.Response {
 		list.FirstID, list.LastID = &ids[0], &ids[len(ids)-1]
 	}
 	b, _ := json.Marshal(list)
-	return jsonResponse(req, b)
+	return jsonResponse(req, http.StatusOK, b, nil)
 }
 
-func jsonResponse(req *http.Request, b []byte) *http.Response {
-	r := anthropicError(req, http.StatusOK, "", "", nil)
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
-	return r
+// jsonResponse is a JSON answer to req made here, not by the platform.
+func jsonResponse(req *http.Request, status int, b []byte, h http.Header) *http.Response {
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	return &http.Response{
+		Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)), Request: req,
+	}
 }
 
 // isModels reports whether req lists models.
@@ -164,38 +173,39 @@ func (e *requestError) Error() string { return e.msg }
 
 func badRequest(msg string) error { return &requestError{msg: msg} }
 
-// anthropicError is a response in Anthropic's error shape, answering req.
-func anthropicError(req *http.Request, status int, typ, msg string, h http.Header) *http.Response {
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+// anthropicError is the response an Anthropic upstream would have given
+// for e: its status and shape, and x-should-retry as the API sets it (a
+// timeout, conflict, rate limit or server error is worth retrying).
+func anthropicError(req *http.Request, e *proxyerr.Error, h http.Header) *http.Response {
+	s := e.Status
+	e.WithRetry(s == http.StatusRequestTimeout || s == http.StatusConflict || s == http.StatusTooManyRequests || s >= 500)
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	return &http.Response{
-		Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)), Request: req,
-	}
+	h.Set("X-Should-Retry", strconv.FormatBool(e.ShouldRetry()))
+	r := jsonResponse(req, s, e.AppendJSON(nil), h)
+	return r
 }
 
 // errorTypeOf is Anthropic's error type for a status, as the API uses it.
 func errorTypeOf(status int) string {
 	switch status {
-	case 400, 413:
-		return "invalid_request_error"
+	case 400:
+		return proxyerr.TypeInvalidRequest
 	case 401:
-		return "authentication_error"
+		return proxyerr.TypeAuthentication
 	case 403:
-		return "permission_error"
+		return proxyerr.TypePermission
 	case 404:
-		return "not_found_error"
+		return proxyerr.TypeNotFound
+	case 413:
+		return proxyerr.TypeRequestTooLarge
 	case 429:
-		return "rate_limit_error"
-	case 529:
-		return "overloaded_error"
+		return proxyerr.TypeRateLimit
+	case proxyerr.StatusOverloaded:
+		return proxyerr.TypeOverloaded
 	}
-	return "api_error"
+	return proxyerr.TypeAPI
 }
 
 // replaceBody gives resp a new body of b, with its length.

@@ -46,7 +46,7 @@ func TestEventStreamIsByteFaithful(t *testing.T) {
 	}
 	want := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\n" +
 		"event: ping\ndata: {\"type\": \"ping\"}\n\n" +
-		"event: error\ndata: {\"error\":{\"message\":\"Bedrock throttlingException: slow down\",\"type\":\"rate_limit_error\"},\"type\":\"error\"}\n\n"
+		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Bedrock throttlingException: slow down\"}}\n\n"
 	if string(got) != want {
 		t.Fatalf("got\n%q\nwant\n%q", got, want)
 	}

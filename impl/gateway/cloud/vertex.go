@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -99,7 +99,7 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, err := parseCall(req, v.Models)
 	var re *requestError
 	if errors.As(err, &re) {
-		return anthropicError(req, http.StatusBadRequest, "invalid_request_error", re.msg, nil), nil
+		return anthropicError(req, proxyerr.InvalidRequest(re.msg), nil), nil
 	}
 	if err != nil {
 		return nil, err
@@ -173,10 +173,7 @@ func vertexError(req *http.Request, resp *http.Response) (r *http.Response, outc
 	}
 	h := keepHeaders(resp.Header, "Request-Id", "X-Request-Id")
 	if json.Unmarshal(raw, &e) == nil && e.Type == "error" {
-		r := anthropicError(req, resp.StatusCode, "", "", h)
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		r.Header.Set("Content-Length", strconv.Itoa(len(raw)))
-		return r, errorTypeOf(resp.StatusCode)
+		return jsonResponse(req, resp.StatusCode, raw, h), errorTypeOf(resp.StatusCode)
 	}
 	var g struct {
 		Error struct {
@@ -190,5 +187,5 @@ func vertexError(req *http.Request, resp *http.Response) (r *http.Response, outc
 		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
 	}
 	msg := "Vertex AI " + g.Error.Status + ": " + g.Error.Message
-	return anthropicError(req, m.status, m.typ, msg, h), known(g.Error.Status, googleStatus)
+	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), h), known(g.Error.Status, googleStatus)
 }
