@@ -126,6 +126,12 @@ var _ = Describe("Claude through cloud platforms", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(n.InputTokens).To(Equal(int64(4)), "the platform's count, never a made-up one")
 
+			// The model list is the upstream's aliases, as the principal may use them.
+			page, err := c.Models.List(ctx, anthropic.ModelListParams{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(page.Data).To(HaveLen(1))
+			Expect(page.Data[0].ID).To(Equal("claude-sonnet-4-5"))
+
 			// The platform was asked for its own id of the model.
 			calls := w.sim.MessagesWith("hello from the cloud")
 			Expect(calls).To(HaveLen(1))
@@ -182,6 +188,22 @@ var _ = Describe("Claude through cloud platforms", func() {
 			Expect(w.sim.MessagesWith()).To(HaveLen(before))
 		})
 	}
+
+	It("signs with the proxy host's own AWS credentials when an admin asks for them and the server allows it", func() {
+		sim := h.StartSim(simKey)
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--allow-host-cloud-credentials"},
+			Env: map[string]string{"AWS_ACCESS_KEY_ID": provider.DefaultAWSAccessKeyID, "AWS_SECRET_ACCESS_KEY": provider.DefaultAWSSecretAccessKey,
+				"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}})
+		a := px.Admin()
+		up := a.JSON("POST", "/admin/v1/upstreams", map[string]any{"name": "bedrock-host", "kind": "bedrock", "base_url": sim.URL,
+			"region": "us-east-1", "host_credentials": true}, 201)
+		Expect(up["credential_mode"]).To(Equal("host"))
+		_, key := a.IssueKey(a.CreatePrincipal("host-app", "claude-*"))
+		c := anthropic.NewClient(option.WithBaseURL(px.ProxyURL), option.WithAPIKey(key), option.WithMaxRetries(0))
+		msg, err := c.Messages.New(ctx, cloudParams("signed by the host"))
+		Expect(err).NotTo(HaveOccurred(), "the sim checked the signature made with the host's keys")
+		Expect(msg.Content[0].Text).To(Equal("signed by the host"))
+	})
 
 	It("answers a Bedrock throttle as Anthropic's rate_limit_error when no other upstream can serve", func() {
 		w := newCloudWorld("bedrock")

@@ -72,6 +72,19 @@ func TestBedrockUpstreamCreated(t *testing.T) {
 	if strings.Contains(e.logs.String(), awsSecret) {
 		t.Fatal("the secret key was logged")
 	}
+	// The keys stay with their origin: another endpoint needs them again.
+	e.unchanged("move", func() {
+		wantErr(t, e.do("PATCH", "/admin/v1/upstreams/"+u.ID, map[string]any{"base_url": "https://bedrock-runtime.us-west-2.amazonaws.com"}, "If-Match", "*"), 400, "credential_required")
+	})
+	r = e.do("PATCH", "/admin/v1/upstreams/"+u.ID, map[string]any{"base_url": "https://bedrock-runtime.us-west-2.amazonaws.com", "region": "us-west-2",
+		"aws_access_key_id": "AKIAIOSFODNN7EXAMPLE", "aws_secret_access_key": awsSecret}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["region"] != "us-west-2" {
+		t.Fatalf("move with the keys: %d %s", r.status, r.body)
+	}
+	u, _ = e.st.GetUpstream(context.Background(), u.ID)
+	if _, err := e.box.Open(u.Credential, credential.UpstreamAD(u)); err != nil {
+		t.Fatalf("the keys given with the move do not open for the new origin: %v", err)
+	}
 }
 
 // A vertex upstream's service account is sealed for both origins it is
