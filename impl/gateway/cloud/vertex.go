@@ -28,6 +28,11 @@ const VertexScope = "https://www.googleapis.com/auth/cloud-platform"
 // a request never leaves with one that expires on the way.
 const tokenEarly = 5 * time.Minute
 
+// tokenTimeout bounds one token fetch: it is not tied to the request
+// waiting for it, and a silent token endpoint must not hold that request
+// past its own deadlines.
+const tokenTimeout = 30 * time.Second
+
 // VertexEndpoint is Vertex AI's endpoint for region ("global" has no
 // region prefix).
 func VertexEndpoint(region string) string {
@@ -60,7 +65,7 @@ var _ http.RoundTripper = (*Vertex)(nil)
 // are fetched through next, the relay's transport, and replaced
 // tokenEarly before they expire.
 func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper) (oauth2.TokenSource, error) {
-	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Transport: next})
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Transport: next, Timeout: tokenTimeout})
 	var creds *google.Credentials
 	var err error
 	if key == nil {
