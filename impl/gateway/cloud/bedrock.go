@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -121,7 +122,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 func (b *Bedrock) sign(ctx context.Context, out *http.Request, body []byte) error {
 	creds, err := b.Credentials.Retrieve(ctx)
 	if err != nil {
-		return errors.New("bedrock: no AWS credentials: " + err.Error())
+		return fmt.Errorf("bedrock: no AWS credentials: %w", err)
 	}
 	now := time.Now
 	if b.Now != nil {

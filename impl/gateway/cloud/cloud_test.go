@@ -2,6 +2,7 @@ package cloud
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+	"golang.org/x/oauth2"
 )
 
 func chunk(t *testing.T, enc *eventstream.Encoder, w io.Writer, data string) {
@@ -157,5 +159,27 @@ func TestModelsFromTheMap(t *testing.T) {
 	r, _ = http.NewRequest(http.MethodGet, "http://up.invalid/v1/models/claude-opus-4-1", nil)
 	if resp := models(r, m); resp.StatusCode != 404 {
 		t.Fatalf("unknown alias: %d", resp.StatusCode)
+	}
+}
+
+type blockedTokens struct{ release chan struct{} }
+
+func (b blockedTokens) Token() (*oauth2.Token, error) {
+	<-b.release
+	return &oauth2.Token{AccessToken: "late"}, nil
+}
+
+// A request whose deadline passes while its token is being fetched ends
+// with its context's error, not after the fetch.
+func TestVertexTokenWaitEndsWithTheRequest(t *testing.T) {
+	t.Parallel()
+	b := blockedTokens{release: make(chan struct{})}
+	defer close(b.release)
+	v := &Vertex{Endpoint: "http://vertex.invalid", Project: "p", Region: "r", Tokens: b, Next: http.DefaultTransport}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := anthropicRequest(t, "/v1/messages", `{"model":"m","max_tokens":1,"messages":[]}`, "").WithContext(ctx)
+	cancel()
+	if _, err := v.RoundTrip(r); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
 	}
 }

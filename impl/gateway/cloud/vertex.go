@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -126,10 +127,10 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := v.Tokens.Token()
+	tok, err := token(req.Context(), v.Tokens)
 	if err != nil {
 		v.Metrics.observe(store.KindVertex, outcomeCredential)
-		return nil, errors.New("vertex: no access token: " + err.Error())
+		return nil, fmt.Errorf("vertex: no access token: %w", err)
 	}
 	out.Header.Set("Content-Type", "application/json")
 	tok.SetAuthHeader(out)
@@ -147,6 +148,27 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 	// Vertex passes Anthropic's answer and its events through unchanged.
 	resp.Header = keepHeaders(resp.Header, "Request-Id", "X-Request-Id")
 	return resp, nil
+}
+
+// token is ts's token, or ctx's error once ctx ends first: a fetch in
+// flight is left to finish for the requests after this one (the source
+// keeps what it gets).
+func token(ctx context.Context, ts oauth2.TokenSource) (*oauth2.Token, error) {
+	type result struct {
+		t   *oauth2.Token
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		t, err := ts.Token()
+		ch <- result{t, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.t, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // googleStatus is the Anthropic status and type of a Google API error
