@@ -53,6 +53,9 @@ type Bedrock struct {
 	Now func() time.Time
 	// Metrics counts the outcomes (nil: not counted).
 	Metrics *Metrics
+	// Signer signs the requests; share one across requests, as it caches
+	// the day's derived signing key (nil: a new one each request).
+	Signer *v4.Signer
 }
 
 var _ http.RoundTripper = (*Bedrock)(nil)
@@ -129,7 +132,11 @@ func (b *Bedrock) sign(ctx context.Context, out *http.Request, body []byte) erro
 		now = b.Now
 	}
 	sum := sha256.Sum256(body)
-	return v4.NewSigner().SignHTTP(ctx, creds, out, hex.EncodeToString(sum[:]), bedrockSigningName, b.Region, now())
+	signer := b.Signer
+	if signer == nil {
+		signer = v4.NewSigner()
+	}
+	return signer.SignHTTP(ctx, creds, out, hex.EncodeToString(sum[:]), bedrockSigningName, b.Region, now())
 }
 
 // countAnswer turns CountTokens' {"inputTokens":N} into count_tokens'.

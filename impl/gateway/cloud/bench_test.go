@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"golang.org/x/oauth2"
 )
 
@@ -86,7 +87,8 @@ func benchTransport(b *testing.B, rt http.RoundTripper, stream bool) {
 func bedrockBench(b *testing.B) *Bedrock {
 	return &Bedrock{Endpoint: "https://bedrock-runtime.us-east-1.amazonaws.com", Region: "us-east-1",
 		Credentials: aws.NewCredentialsCache(StaticAWSCredentials{AccessKeyID: "AKIDBENCH", SecretAccessKey: "secret"}.Provider()),
-		Models:      map[string]string{"claude-sonnet-4-5": "anthropic.claude-sonnet-4-5-20250929-v1:0"}, Next: newMemPlatform(b)}
+		Models:      map[string]string{"claude-sonnet-4-5": "anthropic.claude-sonnet-4-5-20250929-v1:0"}, Next: newMemPlatform(b),
+		Signer: v4.NewSigner()}
 }
 
 // The floor: the same request and answer with no rewrite at all.

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"golang.org/x/oauth2"
 
@@ -43,6 +44,7 @@ type Pool struct {
 type source struct {
 	key    [32]byte
 	aws    aws.CredentialsProvider
+	signer *v4.Signer
 	tokens oauth2.TokenSource
 }
 
@@ -62,7 +64,7 @@ func (p *Pool) For(u Upstream) (http.RoundTripper, error) {
 	}
 	switch u.Kind {
 	case store.KindBedrock:
-		return &Bedrock{Endpoint: u.BaseURL, Region: u.Config.Region, Credentials: src.aws, Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics}, nil
+		return &Bedrock{Endpoint: u.BaseURL, Region: u.Config.Region, Credentials: src.aws, Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics, Signer: src.signer}, nil
 	case store.KindVertex:
 		return &Vertex{Endpoint: u.BaseURL, Project: u.Config.Project, Region: u.Config.Region, Tokens: src.tokens,
 			Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics}, nil
@@ -77,7 +79,7 @@ func (p *Pool) source(u Upstream) (*source, error) {
 	if s, ok := p.sources[u.ID]; ok && s.key == key {
 		return s, nil
 	}
-	s := &source{key: key}
+	s := &source{key: key, signer: v4.NewSigner()}
 	var err error
 	switch {
 	case u.Kind == store.KindBedrock && u.CredentialKind == credential.AWSKeys:
