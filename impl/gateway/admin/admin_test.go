@@ -68,6 +68,8 @@ type options struct {
 	clock func() time.Time
 	// reg takes the API's metrics.
 	reg prometheus.Registerer
+	// alerts sends and lists webhook deliveries (default none).
+	alerts admin.Alerts
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -148,6 +150,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Destinations: o.destinations,
 		Lane:         o.lane,
 		Routing:      o.routing,
+		Alerts:       o.alerts,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),
