@@ -197,4 +197,3 @@ func TestAlertsList(t *testing.T) {
 		t.Fatalf("alert %v", a)
 	}
 }
-

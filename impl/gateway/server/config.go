@@ -27,6 +27,12 @@ type Config struct {
 	db DatabaseURL
 	// ReconcileInterval is how often the reconciler polls for missed changes.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	// Alerts: how often each replica evaluates the alert conditions and
+	// how long one webhook delivery attempt may take (docs/alerts.md).
+	Alerts struct {
+		EvaluateInterval time.Duration `yaml:"evaluate_interval"`
+		DeliveryTimeout  time.Duration `yaml:"delivery_timeout"`
+	} `yaml:"alerts"`
 	// ReplicaID names this replica in status and logs (default: host name).
 	ReplicaID string `yaml:"replica_id"`
 	LogLevel  string `yaml:"log_level"`
@@ -158,6 +164,7 @@ func defaults() Config {
 	c.AdminListen = "[::1]:9090"
 	c.DatabaseURL = "sqlite://proxy.db"
 	c.ReconcileInterval = 60 * time.Second
+	c.Alerts.EvaluateInterval, c.Alerts.DeliveryTimeout = time.Minute, 10*time.Second
 	c.LogLevel = "info"
 	c.LogFormat = "text"
 	c.Database.MainPool = 10
@@ -192,6 +199,8 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		dbURL      = fs.String("database-url", "", "sqlite://PATH (embedded default: sqlite://proxy.db) or postgres://…; env PROXY_DATABASE_URL")
 		reconcile  = fs.Duration("reconcile-interval", c.ReconcileInterval, "how often the reconciler polls the database for missed changes")
 		replica    = fs.String("replica-id", "", "name of this replica (default: host name)")
+		alertEval  = fs.Duration("alerts-evaluate-interval", c.Alerts.EvaluateInterval, "how often this replica evaluates the alert conditions")
+		alertSend  = fs.Duration("alerts-delivery-timeout", c.Alerts.DeliveryTimeout, "how long one alert webhook delivery attempt may take")
 		logLevel   = fs.String("log-level", c.LogLevel, "debug, info, warn or error")
 		logFormat  = fs.String("log-format", c.LogFormat, "text or json")
 		mainPool   = fs.Int("main-pool", c.Database.MainPool, "PostgreSQL main connection pool size")
@@ -268,6 +277,12 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if set["reconcile-interval"] {
 		c.ReconcileInterval = *reconcile
+	}
+	if set["alerts-evaluate-interval"] {
+		c.Alerts.EvaluateInterval = *alertEval
+	}
+	if set["alerts-delivery-timeout"] {
+		c.Alerts.DeliveryTimeout = *alertSend
 	}
 	if *replica != "" {
 		c.ReplicaID = *replica
@@ -378,6 +393,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("reconcile_interval", "must be at least 1s, got %s", c.ReconcileInterval)
+	}
+	if c.Alerts.EvaluateInterval < 100*time.Millisecond {
+		bad("alerts.evaluate_interval", "must be at least 100ms, got %s", c.Alerts.EvaluateInterval)
+	}
+	if c.Alerts.DeliveryTimeout < 100*time.Millisecond || c.Alerts.DeliveryTimeout > 5*time.Minute {
+		bad("alerts.delivery_timeout", "must be 100ms to 5m, got %s", c.Alerts.DeliveryTimeout)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
