@@ -182,7 +182,10 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 	// Alert deliveries go where operators point, through the destination
 	// policy like every other outbound call.
 	send := &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout), Now: time.Now}
-	types = append(types, alerts.DeliveryType(alerts.Targets{Store: g.stor.st, Box: g.box}, send, cfg.Alerts.DeliveryTimeout, g.alertMetrics))
+	deliver := alerts.DeliveryType(alerts.Targets{Store: g.stor.st, Box: g.box}, send, cfg.Alerts.DeliveryTimeout, g.alertMetrics)
+	// The entity class's curve (30 s doubling to 10 min) from RetryBase.
+	deliver.Class.Base, deliver.Class.Max = cfg.Alerts.RetryBase, 20*cfg.Alerts.RetryBase
+	types = append(types, deliver)
 	return append(types, g.ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
 }
 
