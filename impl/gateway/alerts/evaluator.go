@@ -212,7 +212,8 @@ func (e *Evaluator) Evaluate(ctx context.Context) error {
 				}
 				hooksRead = true
 			}
-			e.notify(ctx, hooks, observation{condition: cond, subject: Subject{Kind: subjectKind(cond), ID: subj},
+			id, window, _ := strings.Cut(subj, ":")
+			e.notify(ctx, hooks, observation{condition: cond, subject: Subject{Kind: subjectKind(cond), ID: id, Window: window},
 				summary: "resolved: its " + subjectKind(cond) + " is no longer watched (deleted, switched off or without the limit)"}, st, now)
 		}
 	}

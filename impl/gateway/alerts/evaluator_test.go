@@ -294,11 +294,29 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 	}
 }
 
-// A subject that goes away resolves its episode.
+// A subject that goes away resolves its episode, named as it fired.
 func TestGoneSubjectResolves(t *testing.T) {
 	b := setup(t)
 	e := b.evaluator("replica-1")
 	ctx := context.Background()
+	resets := b.now.Add(time.Hour)
+	b.set(func(w *world) {
+		w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.now, SevenDay: store.QuotaWindow{Utilization: 95, ResetsAt: &resets}}
+	})
+	if err := e.Evaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.w.take(t); !slices.Equal(got, []string{"wh_all:upstream_quota_high:up_max:seven_day:firing"}) {
+		t.Fatalf("quota: %q", got)
+	}
+	b.set(func(w *world) { delete(w.quotas, "up_max") }) // never polled again (its poll state was removed)
+	if err := e.Evaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, evs := b.w.take(t)
+	if !slices.Equal(got, []string{"wh_all:upstream_quota_high:up_max:seven_day:resolved"}) || evs[0].Subject.Kind != "upstream" || evs[0].Subject.ID != "up_max" {
+		t.Fatalf("gone quota: %q %+v", got, evs)
+	}
 	b.set(func(w *world) { w.budgets["pr_b"] = 1.0 })
 	if err := e.Evaluate(ctx); err != nil {
 		t.Fatal(err)
@@ -308,7 +326,7 @@ func TestGoneSubjectResolves(t *testing.T) {
 	if err := e.Evaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, evs := b.w.take(t)
+	got, evs = b.w.take(t)
 	if !slices.Equal(got, []string{"wh_all:principal_budget_exhausted:pr_b:resolved", "wh_budget:principal_budget_exhausted:pr_b:resolved"}) ||
 		evs[0].Subject.Kind != "principal" || evs[0].Value != nil {
 		t.Fatalf("gone subject: %q %+v", got, evs)
