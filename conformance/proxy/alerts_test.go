@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/impl/gateway/alerts"
@@ -147,4 +150,77 @@ var _ = Describe("Alert webhooks", func() {
 		Expect(recv.slow).To(Equal(3)) // the timed-out attempt, then one per change
 		recv.mu.Unlock()
 	})
+
+	It("sends a principal whose budget is spent, once, to the webhook subscribed to that condition only", func() {
+		secrets := map[string]string{"/budget": "whsec-budget-0123456789", "/other": "whsec-other-0123456789"}
+		recv := newReceiver(secrets)
+		sim := h.StartSim(simKey)
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--alerts-evaluate-interval", "200ms", "--reconcile-interval", "1s", "--price-catalog-url", sim.URL + "/catalog/prices.json",
+			"--job-interval", "price_catalog_fetch=1s"}})
+		a := px.Admin()
+		a.JSON("POST", "/admin/v1/webhooks", map[string]any{"name": "budget", "url": recv.srv.URL + "/budget", "secret": secrets["/budget"],
+			"conditions": []string{alerts.PrincipalBudgetExhausted}}, 201)
+		a.JSON("POST", "/admin/v1/webhooks", map[string]any{"name": "other", "url": recv.srv.URL + "/other", "secret": secrets["/other"],
+			"conditions": []string{alerts.ReplicaConfigBehind}}, 201)
+		a.CreateUpstream("sim", sim.URL, simKey)
+		principal := a.CreatePrincipal("team-a", "claude-*")
+		_, key := a.IssueKey(principal)
+		Eventually(func() any {
+			return a.JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal("v1"))
+		// A budget smaller than one request's price: the first request
+		// spends it all.
+		a.JSON("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
+			map[string]any{"kind": "usd", "window_secs": 86400, "limit": "0.000001"}}}, 200)
+		st, _, b := h.Messages(px.ProxyURL, body, "x-api-key", key)
+		Expect(st).To(Equal(200), string(b))
+		Eventually(func() []string { return recv.got("/budget") }, 20*time.Second, 50*time.Millisecond).Should(Equal([]string{"principal_budget_exhausted:firing"}))
+		recv.mu.Lock()
+		ev := recv.events["/budget"][0]
+		recv.mu.Unlock()
+		Expect(ev.Rule).To(Equal("PillarPrincipalBudgetExhausted"))
+		Expect(ev.Subject).To(Equal(alerts.Subject{Kind: "principal", ID: principal, Name: "team-a"}))
+		Expect(*ev.Value).To(BeNumerically(">=", 1))
+		// Still spent at three later evaluations: nothing more is sent.
+		Expect(gauge(px, "svc_alert_conditions_firing", "condition", alerts.PrincipalBudgetExhausted)).To(BeEquivalentTo(1))
+		evals := scalar(px, "svc_alert_evaluations_total")
+		Eventually(func() float64 { return scalar(px, "svc_alert_evaluations_total") }, 10*time.Second, 50*time.Millisecond).
+			Should(BeNumerically(">=", evals+3))
+		Expect(recv.got("/budget")).To(HaveLen(1))
+		Expect(counter(px, "svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDelivered)).To(BeEquivalentTo(1))
+		Expect(recv.got("/other")).To(BeEmpty())
+		recv.mu.Lock()
+		Expect(recv.bad).To(BeEmpty())
+		recv.mu.Unlock()
+	})
 })
+
+// gauge reads the gauge series of name whose label has value (-1: none).
+func gauge(px *h.Proxy, name, label, value string) float64 {
+	_, _, b := px.Admin().Do("GET", "/metrics", nil)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	Expect(err).NotTo(HaveOccurred())
+	if f := fams[name]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// scalar reads an unlabelled counter (-1: none).
+func scalar(px *h.Proxy, name string) float64 {
+	_, _, b := px.Admin().Do("GET", "/metrics", nil)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	Expect(err).NotTo(HaveOccurred())
+	if f := fams[name]; f != nil && len(f.Metric) == 1 {
+		return f.Metric[0].GetCounter().GetValue()
+	}
+	return -1
+}

@@ -154,6 +154,7 @@ func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
 func (e *Evaluator) Evaluate(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.metrics.evaluations.Inc()
 	now := e.now()
 	s := e.snaps.Current()
 	if s == nil {

@@ -21,6 +21,8 @@ type Metrics struct {
 	firing     *prometheus.GaugeVec
 	changes    *prometheus.CounterVec
 	deliveries *prometheus.CounterVec
+	// evaluations counts the evaluations this replica finished.
+	evaluations prometheus.Counter
 }
 
 // NewMetrics registers the series on reg (nil: unregistered), every
@@ -33,6 +35,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Alert conditions starting to fire or resolving that this replica recorded and notified."}, []string{"condition", "status"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "svc_alert_webhook_deliveries_total",
 			Help: "Attempts to deliver an alert to a webhook, by outcome."}, []string{"outcome"}),
+		evaluations: prometheus.NewCounter(prometheus.CounterOpts{Name: "svc_alert_evaluations_total",
+			Help: "Evaluations of the alert conditions this replica ran."}),
 	}
 	for _, c := range Conditions {
 		m.firing.WithLabelValues(c)
@@ -43,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.deliveries.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.firing, m.changes, m.deliveries)
+		reg.MustRegister(m.firing, m.changes, m.deliveries, m.evaluations)
 	}
 	return m
 }
