@@ -29,6 +29,7 @@ func testWebhooks(t *testing.T, open Opener) {
 	}
 	_, err := b.st.CreateWebhook(b.ctx, store.Webhook{Name: "ops", URL: "https://x.example/", Secret: []byte("ct")})
 	wantErr(t, err, store.ErrConflict)
+	b.clk.Advance(time.Second) // lists order by creation time
 	all := must(b.st.CreateWebhook(b.ctx, store.Webhook{Name: "all", URL: "https://x.example/", Secret: []byte("ct-all")}))
 	if all.Conditions == nil || len(all.Conditions) != 0 || all.Enabled {
 		t.Fatalf("no conditions, disabled: %+v", all)
