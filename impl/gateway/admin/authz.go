@@ -88,6 +88,23 @@ var routePerms = map[string]perm{
 	"GET /admin/v1/plugins/registry/{id}/references":                  permRead,
 	"PATCH /admin/v1/plugins/registry/{id}":                           permWrite,
 	"DELETE /admin/v1/plugins/registry/{id}":                          permWrite,
+	"GET /admin/v1/status":                                            permRead,
+	"GET /admin/v1/export":                                            permRead,
+	"GET /admin/v1/request-events":                                    permUsage,
+	"GET /admin/v1/usage-rollups":                                     permUsage,
+	"GET /admin/v1/request-log":                                       permUsage,
+	"GET /admin/v1/traffic":                                           permRead,
+	"GET /admin/v1/overview":                                          permRead,
+	"GET /admin/v1/usage":                                             permUsage,
+	"GET /admin/v1/price-catalog":                                     permRead,
+	"GET /admin/v1/openapi.json":                                      permAny,
+
+	"GET /admin/v1/me":                   permAny,
+	"GET /admin/v1/audit":                permAudit,
+	"POST /admin/v1/admin-tokens":        permIdentity,
+	"GET /admin/v1/admin-tokens":         permIdentity,
+	"DELETE /admin/v1/admin-tokens/{id}": permIdentity,
+
 	// Webhooks are read as they are written: a receiver's URL often
 	// carries its own token, so viewers do not see them.
 	"POST /admin/v1/webhooks":                permWrite,
@@ -98,22 +115,6 @@ var routePerms = map[string]perm{
 	"POST /admin/v1/webhooks/{id}/test":      permWrite,
 	"GET /admin/v1/webhooks/{id}/deliveries": permWrite,
 	"GET /admin/v1/alerts":                   permRead,
-	"GET /admin/v1/status":                   permRead,
-	"GET /admin/v1/export":                   permRead,
-	"GET /admin/v1/request-events":           permUsage,
-	"GET /admin/v1/usage-rollups":            permUsage,
-	"GET /admin/v1/request-log":              permUsage,
-	"GET /admin/v1/traffic":                  permRead,
-	"GET /admin/v1/overview":                 permRead,
-	"GET /admin/v1/usage":                    permUsage,
-	"GET /admin/v1/price-catalog":            permRead,
-	"GET /admin/v1/openapi.json":             permAny,
-
-	"GET /admin/v1/me":                   permAny,
-	"GET /admin/v1/audit":                permAudit,
-	"POST /admin/v1/admin-tokens":        permIdentity,
-	"GET /admin/v1/admin-tokens":         permIdentity,
-	"DELETE /admin/v1/admin-tokens/{id}": permIdentity,
 }
 
 // extraPerms are the handlers of Deps.Extra by pattern; others (the
