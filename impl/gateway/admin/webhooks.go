@@ -23,6 +23,18 @@ type Alerts interface {
 	Deliveries(ctx context.Context, webhookID string) ([]WebhookDelivery, error)
 }
 
+// ErrAlertsUnavailable: the scheduler that delivers webhooks is not
+// running on this replica (Alerts wraps it); answered as
+// alerts_not_configured.
+var ErrAlertsUnavailable = errors.New("the scheduler that delivers webhooks is not running on this replica")
+
+func alertsErr(err error) error {
+	if errors.Is(err, ErrAlertsUnavailable) {
+		return newErr("alerts_not_configured", "this replica runs without the scheduler that delivers webhooks; retry on another replica or later")
+	}
+	return err
+}
+
 // WebhookDelivery is one delivery job of a webhook.
 type WebhookDelivery struct {
 	JobID int64 `json:"job_id"`
@@ -252,7 +264,7 @@ func (a *api) testWebhook(w http.ResponseWriter, r *http.Request) error {
 	}
 	job, err := a.Alerts.SendTest(r.Context(), id)
 	if err != nil {
-		return err
+		return alertsErr(err)
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"job_id": job})
 	return nil
@@ -269,7 +281,7 @@ func (a *api) webhookDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if a.Alerts != nil {
 		ds, err := a.Alerts.Deliveries(r.Context(), id)
 		if err != nil {
-			return err
+			return alertsErr(err)
 		}
 		out.Deliveries = append(out.Deliveries, ds...)
 	}

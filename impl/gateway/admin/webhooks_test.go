@@ -3,6 +3,7 @@ package admin_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -17,16 +18,25 @@ const whSecret = "whsec-0123456789abcdef"
 type fakeAlerts struct {
 	mu   sync.Mutex
 	sent []string
+	down bool
 }
 
 func (f *fakeAlerts) SendTest(_ context.Context, id string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down {
+		return 0, fmt.Errorf("%w: scheduler down", admin.ErrAlertsUnavailable)
+	}
 	f.sent = append(f.sent, id)
 	return int64(len(f.sent)), nil
 }
 
 func (f *fakeAlerts) Deliveries(_ context.Context, id string) ([]admin.WebhookDelivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, fmt.Errorf("%w: scheduler down", admin.ErrAlertsUnavailable)
+	}
 	return []admin.WebhookDelivery{{JobID: 7, Key: id + ":principal_budget_high:pr_1:1:firing", State: "Failed", Attempt: 5, MaxAttempts: 5, DeadLetter: true}}, nil
 }
 
@@ -172,6 +182,12 @@ func TestWebhookTestAndDeliveries(t *testing.T) {
 	if r.status != 200 || len(ds) != 1 || ds[0].(map[string]any)["dead_letter"] != true {
 		t.Fatalf("deliveries: %d %s", r.status, r.body)
 	}
+	// A replica whose scheduler did not start answers 503, not 500.
+	fa.mu.Lock()
+	fa.down = true
+	fa.mu.Unlock()
+	wantErr(t, e.do("POST", "/admin/v1/webhooks/"+id+"/test", nil), 503, "alerts_not_configured")
+	wantErr(t, e.do("GET", "/admin/v1/webhooks/"+id+"/deliveries", nil), 503, "alerts_not_configured")
 	bare := setup(t)
 	id = bare.do("POST", "/admin/v1/webhooks", map[string]any{"name": "ops", "url": "https://hooks.example/ops", "secret": whSecret}).json(t)["id"].(string)
 	wantErr(t, bare.do("POST", "/admin/v1/webhooks/"+id+"/test", nil), 503, "alerts_not_configured")

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -24,13 +26,21 @@ func (d alertDeliveries) SendTest(ctx context.Context, webhookID string) (int64,
 	p, _ := json.Marshal(webhook.Payload{WebhookID: webhookID, Event: body})
 	_, id, err := d.s.Enqueue(ctx, scheduler.Enqueue{Type: webhook.JobType, Payload: p,
 		IdempotencyKey: webhookID + ":test:" + strconv.FormatInt(now.UnixNano(), 10)})
-	return id, err
+	return id, unavailable(err)
+}
+
+// unavailable marks the scheduler's absence for the admin API.
+func unavailable(err error) error {
+	if errors.Is(err, scheduler.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", admin.ErrAlertsUnavailable, err)
+	}
+	return err
 }
 
 func (d alertDeliveries) Deliveries(ctx context.Context, webhookID string) ([]admin.WebhookDelivery, error) {
 	js, err := d.s.Family(ctx, webhook.JobType, webhookID+":")
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	out := make([]admin.WebhookDelivery, 0, len(js))
 	for _, j := range js {
