@@ -122,6 +122,9 @@ type Deps struct {
 	// snapshot refresh (Runtime.Refresh takes the lane itself, so that
 	// writes and rebuilds together leave processors to the proxy path).
 	Lane Lane
+	// Alerts sends test deliveries and lists webhook deliveries; nil
+	// answers alerts_not_configured to a test.
+	Alerts Alerts
 }
 
 // Routing is the upstreams' live routing state (routing.Board).

@@ -72,6 +72,8 @@ type options struct {
 	reg prometheus.Registerer
 	// hostCloud allows host_credentials (--allow-host-cloud-credentials).
 	hostCloud bool
+	// alerts sends and lists webhook deliveries (default none).
+	alerts admin.Alerts
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -153,6 +155,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		HostCloudCredentials: o.hostCloud,
 		Lane:                 o.lane,
 		Routing:              o.routing,
+		Alerts:               o.alerts,
 		Sessions:             o.sessions,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),

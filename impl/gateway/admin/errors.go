@@ -80,6 +80,12 @@ var codeStatus = map[string]int{
 	"forbidden":             http.StatusForbidden,
 	"invalid_role":          http.StatusBadRequest,
 	"admin_token_not_found": http.StatusNotFound,
+	// Alert webhooks.
+	"webhook_not_found":     http.StatusNotFound,
+	"unknown_condition":     http.StatusBadRequest,
+	"secret_required":       http.StatusBadRequest,
+	"webhook_disabled":      http.StatusConflict,
+	"alerts_not_configured": http.StatusServiceUnavailable,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code
@@ -108,6 +114,7 @@ const (
 	resPrincipal  resource = "principal"
 	resKey        resource = "key"
 	resAdminToken resource = "admin token"
+	resWebhook    resource = "webhook"
 )
 
 func notFound(r resource, id string) *APIError {

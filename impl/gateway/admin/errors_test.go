@@ -46,6 +46,8 @@ func (e *env) requests() []struct {
 		"POST /admin/v1/principals/{principal_id}/plugin-chain/reorder": map[string]any{"order": []any{}},
 		"PUT /admin/v1/plugin-chain-entries/{id}":                       map[string]any{"enabled": false},
 		"POST /admin/v1/admin-tokens":                                   map[string]any{"name": "t", "role": "viewer", "expires_in_secs": 600},
+		"POST /admin/v1/webhooks":                                       map[string]any{"name": "w", "url": "https://hooks.example/", "secret": "0123456789abcdef"},
+		"PUT /admin/v1/webhooks/{id}":                                   map[string]any{"name": "w", "url": "https://hooks.example/", "secret": "0123456789abcdef"},
 	}
 	var out []struct {
 		method, path string
@@ -251,6 +253,11 @@ func TestEveryErrorCode(t *testing.T) {
 	down := setup(t)
 	down.st.Close()
 	viewer := e.roleToken("viewer")
+	hook := map[string]any{"name": "wh", "url": "https://hooks.example/a", "secret": "0123456789abcdef", "enabled": false}
+	wid := e.JSON201("POST", "/admin/v1/webhooks", hook)["id"].(string)
+	noAlerts := setup(t)
+	hook["enabled"] = true
+	live := noAlerts.JSON201("POST", "/admin/v1/webhooks", hook)["id"].(string)
 
 	type trigger struct {
 		code   string
@@ -307,6 +314,11 @@ func TestEveryErrorCode(t *testing.T) {
 		{"forbidden", 403, e, "DELETE", "/admin/v1/upstreams/" + uid, nil, []string{"Authorization", "Bearer " + viewer}},
 		{"invalid_role", 400, e, "POST", "/admin/v1/admin-tokens", map[string]any{"name": "t", "role": "root", "expires_in_secs": 600}, nil},
 		{"admin_token_not_found", 404, e, "DELETE", "/admin/v1/admin-tokens/tok_nope", nil, nil},
+		{"webhook_not_found", 404, e, "GET", "/admin/v1/webhooks/wh_nope", nil, nil},
+		{"unknown_condition", 400, e, "POST", "/admin/v1/webhooks", map[string]any{"name": "w2", "url": "https://hooks.example/", "secret": "0123456789abcdef", "conditions": []string{"disk_full"}}, nil},
+		{"secret_required", 400, e, "PUT", "/admin/v1/webhooks/" + wid, map[string]any{"name": "wh", "url": "https://elsewhere.example/a"}, nil},
+		{"webhook_disabled", 409, e, "POST", "/admin/v1/webhooks/" + wid + "/test", nil, nil},
+		{"alerts_not_configured", 503, noAlerts, "POST", "/admin/v1/webhooks/" + live + "/test", nil, nil},
 		{"references_changed", 409, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`, "X-Reference-Fingerprint", "rf_stale"}},
 	}
 	covered := map[string]bool{}

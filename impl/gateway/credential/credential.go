@@ -57,6 +57,14 @@ func LegacyAD(upstreamID string) []byte {
 	return []byte("upstream-credential:" + upstreamID)
 }
 
+// WebhookAD is the associated data an alert webhook's HMAC key is sealed
+// with: bound to the webhook and to the origin of its URL, so that a key
+// left behind by a change of URL to another origin does not open and is
+// never used to sign for a receiver it was not given for.
+func WebhookAD(webhookID, url string) []byte {
+	return []byte("webhook-secret:" + webhookID + "@" + store.Origin(url))
+}
+
 // Set puts a credential of the given kind on an outbound request's headers:
 // x-api-key, or for OAuth a bearer token with OAuthBeta added to whatever
 // anthropic-beta flags the request already lists. It allocates only the

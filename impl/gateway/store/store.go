@@ -342,6 +342,8 @@ type Store interface {
 	AffinityStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
+	// WebhookStore holds the alert webhooks and alert episodes.
+	WebhookStore
 	// EventReader searches and aggregates request events (dashboard).
 	EventReader
 	// UsageReader sums usage by principal, key, upstream and model.

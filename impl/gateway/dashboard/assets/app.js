@@ -910,11 +910,103 @@ async function adminTokensPage() {
     el("section", { "aria-labelledby": "h-atc" }, el("h2", { id: "h-atc" }, "New token"), form, issued)];
 }
 
+// -------------------------------------------------------------- webhooks
+
+// Alert webhooks (admins and operators: a receiver's URL may carry its own
+// token). The secret is write-only: the form sends it when typed and the
+// page never shows one. Each webhook's last deliveries come with it, dead
+// letters marked; the alerts firing now head the page.
+async function webhooksPage() {
+  const firing = el("div", { id: "alerts-firing" });
+  const list = el("div", { id: "webhook-list" });
+  const deliveries = el("div", { id: "webhook-deliveries" });
+  const { data: fired } = await api("GET", "/admin/v1/alerts");
+  firing.replaceChildren(fired.alerts.length ? table(["Alert", "Rule", "Subject", "Episode", "Since (UTC)"],
+    fired.alerts.map((a) => el("tr", { "data-alert": a.key }, el("td", {}, a.condition), el("td", {}, a.rule), el("td", {}, el("code", {}, a.subject)),
+      el("td", { class: "num" }, a.episode), el("td", {}, time(a.since_unix_secs)))))
+    : el("p", { class: "hint", id: "alerts-none" }, "No alert fires."));
+  let editing = null; // the webhook the form edits, or null for a new one
+  const name = el("input", { id: "wh-name", required: true, autocomplete: "off" });
+  const url = el("input", { id: "wh-url", required: true, type: "url", autocomplete: "off" });
+  const secret = el("input", { id: "wh-secret", type: "password", autocomplete: "new-password", minlength: 16, maxlength: 256 });
+  const enabled = el("input", { id: "wh-enabled", type: "checkbox", checked: true });
+  const conds = el("fieldset", { id: "wh-conditions" }, el("legend", {}, "Conditions (none ticked: all)"));
+  const showDeliveries = async (w) => {
+    const { data } = await api("GET", `/admin/v1/webhooks/${w.id}/deliveries`);
+    deliveries.replaceChildren(el("h3", {}, `Last deliveries to ${w.name}`), data.deliveries.length
+      ? table(["Delivery", "State", "Attempts", "Scheduled (UTC)", ""], data.deliveries.map((d) => el("tr", { "data-delivery": d.key, class: d.dead_letter ? "dead" : "" },
+        el("td", {}, el("code", {}, d.key)), el("td", {}, d.state), el("td", { class: "num" }, `${d.attempt}/${d.max_attempts}`),
+        el("td", {}, time(d.scheduled_at_unix_secs)), el("td", {}, d.dead_letter ? "dead letter (see Scheduler → failures)" : ""))))
+      : el("p", { class: "hint" }, "Nothing delivered yet."));
+  };
+  const edit = (w) => {
+    editing = w;
+    name.value = w ? w.name : "";
+    url.value = w ? w.url : "";
+    secret.value = "";
+    secret.required = !w;
+    enabled.checked = w ? w.enabled : true;
+    for (const c of conds.querySelectorAll("input")) c.checked = !!w && w.conditions.includes(c.value);
+    submit.textContent = w ? `Save ${w.name}` : "Create webhook";
+  };
+  const refresh = async () => {
+    const { data } = await api("GET", "/admin/v1/webhooks");
+    if (!conds.querySelector("input")) {
+      conds.append(...data.conditions.map((c) => el("label", { class: "check" }, el("input", { type: "checkbox", value: c, "data-condition": c }), c)));
+    }
+    list.replaceChildren(data.webhooks.length ? table(["Name", "URL", "Conditions", "Enabled", "Updated (UTC)", ""],
+      data.webhooks.map((w) => el("tr", { "data-webhook": w.name },
+        el("td", {}, w.name), el("td", {}, el("code", {}, w.url)), el("td", {}, w.conditions.length ? w.conditions.join(", ") : "all"),
+        el("td", {}, w.enabled ? "yes" : "no"), el("td", {}, time(w.updated_at_unix_secs)),
+        el("td", {},
+          el("button", { type: "button", "data-read": true, onclick: () => showDeliveries(w).catch(showError) }, "Deliveries"), " ",
+          el("button", { type: "button", onclick: () => edit(w) }, "Edit"), " ",
+          el("button", { type: "button", disabled: !w.enabled, onclick: async () => {
+            try {
+              await api("POST", `/admin/v1/webhooks/${w.id}/test`);
+              banner(`A test event is on its way to ${w.name}.`, true);
+              await showDeliveries(w);
+            } catch (e) { showError(e); }
+          } }, "Send test"), " ",
+          el("button", { type: "button", class: "danger", onclick: async () => {
+            if (!confirm(`Delete webhook ${w.name}? Deliveries not yet made are dropped.`)) return;
+            try {
+              await api("DELETE", `/admin/v1/webhooks/${w.id}`, undefined, { "If-Match": `"${w.revision}"` });
+              banner(`Webhook ${w.name} deleted.`, true);
+              await refresh();
+            } catch (e) { showError(e); }
+          } }, "Delete")))))
+      : el("p", { class: "hint", id: "webhook-empty" }, "No webhook yet."));
+  };
+  const submit = el("button", { class: "primary", type: "submit" }, "Create webhook");
+  const form = el("form", { id: "webhook-form", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const body = { name: name.value.trim(), url: url.value.trim(), enabled: enabled.checked,
+      conditions: [...conds.querySelectorAll("input:checked")].map((c) => c.value) };
+    if (secret.value) body.secret = secret.value;
+    try {
+      if (editing) await api("PUT", `/admin/v1/webhooks/${editing.id}`, body, { "If-Match": `"${editing.revision}"` });
+      else await api("POST", "/admin/v1/webhooks", body);
+      banner(`Webhook ${body.name} saved.`, true);
+      edit(null);
+      await refresh();
+    } catch (e) { showError(e); }
+  } }, field("Name", name), field("URL", url), field("Secret (16–256 characters; leave empty to keep the stored one)", secret),
+    field("Enabled", enabled), conds, submit, " ", el("button", { type: "button", onclick: () => edit(null) }, "New"));
+  await refresh();
+  return [
+    el("section", { "aria-labelledby": "h-alerts" }, el("h2", { id: "h-alerts" }, "Alerts firing"), firing),
+    el("section", { "aria-labelledby": "h-wh" }, el("h2", { id: "h-wh" }, "Alert webhooks"),
+      el("p", { class: "hint" }, "Each condition is sent once when it starts firing and once when it resolves, signed with the webhook's secret (Pillar-Signature) and retried by the scheduler; a delivery out of attempts is a dead letter."),
+      list, deliveries),
+    el("section", { "aria-labelledby": "h-whf" }, el("h2", { id: "h-whf" }, "New or edited webhook"), form)];
+}
+
 // -------------------------------------------------------------- router
 
 const pages = { "#/overview": overviewPage, "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage,
   "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage, "#/audit": auditPage,
-  "#/tokens": adminTokensPage };
+  "#/tokens": adminTokensPage, "#/webhooks": webhooksPage };
 
 async function route() {
   if (!signedIn() || !me) return;

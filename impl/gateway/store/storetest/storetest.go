@@ -94,6 +94,7 @@ func Exercise(t *testing.T, open Opener) {
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
 	exerciseOrigins(t, open)
+	exerciseWebhooks(t, open) // alert webhooks and alert episodes
 	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 
