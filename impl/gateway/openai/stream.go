@@ -29,6 +29,9 @@ type Stream struct {
 	// Done: the answer ended (message_stop) and [DONE] was written.
 	// Failed: an error chunk was written; nothing follows it.
 	Done, Failed bool
+	// reflect encodes chunks with encoding/json, the reference the
+	// appended encoding is fuzzed against.
+	reflect bool
 }
 
 // NewStream returns the translator of one answer.
@@ -202,12 +205,22 @@ func (s *Stream) event(out, data []byte) []byte {
 
 // chunk appends one chunk with the delta.
 func (s *Stream) chunk(out []byte, delta *chatDelta, finish *string) []byte {
+	if !s.reflect {
+		out = append(out, "data: "...)
+		out = s.appendChunk(out, delta, finish)
+		return append(out, "\n\n"...)
+	}
 	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 		Choices: []choice{{Index: 0, Delta: delta, FinishReason: finish}}}
 	return s.emit(out, &c)
 }
 
 func (s *Stream) usageChunk(out []byte) []byte {
+	if !s.reflect {
+		out = append(out, "data: "...)
+		out = s.appendUsageChunk(out)
+		return append(out, "\n\n"...)
+	}
 	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 		Choices: []choice{}, Usage: usageOf(s.usage)}
 	return s.emit(out, &c)
