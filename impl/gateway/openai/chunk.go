@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // The stream's chunks are appended field by field: they are the hot path
@@ -115,7 +116,8 @@ func appendString(out []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(v) // of a string: cannot fail
+			// A copy, so that v does not escape on the fast path.
+			b, _ := json.Marshal(strings.Clone(v)) // of a string: cannot fail
 			return append(out, b...)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
@@ -210,8 +211,14 @@ func (s *Stream) chunk(out []byte, delta *chatDelta, finish *string) []byte {
 		out = s.appendChunk(out, delta, finish)
 		return append(out, "\n\n"...)
 	}
+	d := cloneDelta(delta)
+	var f *string
+	if finish != nil {
+		fr := strings.Clone(*finish)
+		f = &fr
+	}
 	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
-		Choices: []choice{{Index: 0, Delta: delta, FinishReason: finish}}}
+		Choices: []choice{{Index: 0, Delta: &d, FinishReason: f}}}
 	return s.emit(out, &c)
 }
 
@@ -262,4 +269,25 @@ func (s *Stream) End(out []byte) []byte {
 	}
 	out = s.lineDone(out, nil)
 	return s.Fail(out, streamFailure("the upstream stream ended before the answer was complete"))
+}
+
+// cloneDelta deeply copies a delta for the reference encoding, so that
+// nothing it points to escapes the caller's stack on the appended path.
+func cloneDelta(delta *chatDelta) chatDelta {
+	d := chatDelta{Role: strings.Clone(delta.Role)}
+	if delta.Content != nil {
+		c := strings.Clone(*delta.Content)
+		d.Content = &c
+	}
+	for _, tc := range delta.ToolCalls {
+		c := toolCallOut{ID: strings.Clone(tc.ID), Type: strings.Clone(tc.Type)}
+		if tc.Index != nil {
+			i := *tc.Index
+			c.Index = &i
+		}
+		c.Function.Name = strings.Clone(tc.Function.Name)
+		c.Function.Arguments = strings.Clone(tc.Function.Arguments)
+		d.ToolCalls = append(d.ToolCalls, c)
+	}
+	return d
 }
