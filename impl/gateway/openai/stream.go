@@ -33,6 +33,7 @@ type Stream struct {
 	// reflect encodes chunks with encoding/json, the reference the
 	// appended encoding is fuzzed against.
 	reflect bool
+	ev      streamEvent
 }
 
 // NewStream returns the translator of one answer.
@@ -108,8 +109,11 @@ func (s *Stream) event(out, data []byte) []byte {
 	if s.Done || s.Failed {
 		return out
 	}
-	var e streamEvent
-	if err := json.Unmarshal(data, &e); err != nil {
+	// One event value per stream, zeroed for each event: decoding into a
+	// fresh local would cost an allocation per event.
+	s.ev = streamEvent{}
+	e := &s.ev
+	if err := json.Unmarshal(data, e); err != nil {
 		return s.Fail(out, streamFailure("the upstream sent an event that is not JSON"))
 	}
 	switch e.Type {
