@@ -197,7 +197,14 @@ func (s *Stream) event(out, data []byte) []byte {
 	case "error":
 		f := streamFailure("the upstream stream failed")
 		if e.Error != nil {
-			f = proxyerr.New(f.Status, e.Error.Type, e.Error.Message)
+			// Without a message of its own the error keeps the
+			// stream's: the SDKs raise the message, an empty one
+			// tells nothing.
+			msg := e.Error.Message
+			if msg == "" {
+				msg = f.Message
+			}
+			f = proxyerr.New(f.Status, e.Error.Type, msg)
 		}
 		return s.Fail(out, f)
 	case "ping":
