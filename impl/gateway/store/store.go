@@ -88,9 +88,9 @@ type Upstream struct {
 	// and not finished (docs/routing.md); 0 is no cap.
 	MaxInFlight  int
 	SpecRevision int64
-	Status           UpstreamStatus
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	Status       UpstreamStatus
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // DefaultWeight is an upstream's weight unless set: equal shares.
