@@ -66,6 +66,8 @@ type options struct {
 	routing admin.Routing
 	// sessions counts the sessions per upstream status and overview show.
 	sessions admin.Sessions
+	// upstreamQueues and principalQueues report slots in use and queued.
+	upstreamQueues, principalQueues admin.Queues
 	// clock is the API's clock (default now); the store keeps now.
 	clock func() time.Time
 	// reg takes the API's metrics.
@@ -145,12 +147,14 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Dashboard:    o.dashboard,
 		// The test environment's variables are allowed by name, as an
 		// operator's --upstream-key-env-allow would.
-		KeyEnvAllow:  []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
-		ReservedEnv:  []string{"MY_ADMIN_TOKEN"},
-		Destinations: o.destinations,
-		Lane:         o.lane,
-		Routing:      o.routing,
-		Sessions:     o.sessions,
+		KeyEnvAllow:     []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
+		ReservedEnv:     []string{"MY_ADMIN_TOKEN"},
+		Destinations:    o.destinations,
+		Lane:            o.lane,
+		Routing:         o.routing,
+		Sessions:        o.sessions,
+		UpstreamQueues:  o.upstreamQueues,
+		PrincipalQueues: o.principalQueues,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),
