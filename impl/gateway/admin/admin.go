@@ -82,6 +82,9 @@ type Deps struct {
 	// providers). PROXY_* other than the upstream key prefix is always
 	// reserved.
 	ReservedEnv []string
+	// HostCloudCredentials lets bedrock and vertex upstreams use the proxy
+	// host's own cloud credentials (--allow-host-cloud-credentials).
+	HostCloudCredentials bool
 	// Destinations polices the locations the proxy will connect to
 	// (base_url, oauth_token_url); nil checks only their syntax.
 	Destinations Destinations

@@ -21,6 +21,16 @@ const (
 	// OAuth is an OAuth token bundle; its access token is sent as a bearer
 	// token with OAuthBeta.
 	OAuth = "oauth"
+	// AWSKeys are a bedrock upstream's static AWS access keys (JSON,
+	// cloud.StaticAWSCredentials); requests are signed with them (SigV4).
+	AWSKeys = "aws_keys"
+	// ServiceAccount is a vertex upstream's Google service account key
+	// (JSON); tokens are obtained with it from its token_uri.
+	ServiceAccount = "service_account"
+	// Host: the cloud upstream uses the proxy host's own credentials (the
+	// AWS default chain, Google's application default credentials); what
+	// is sealed is only this marker.
+	Host = "host"
 )
 
 // OAuthBeta is the beta flag the provider requires with OAuth bearer tokens.
@@ -52,6 +62,10 @@ func LegacyAD(upstreamID string) []byte {
 // anthropic-beta flags the request already lists. It allocates only the
 // header values it must build (it runs on every proxied request).
 func Set(h http.Header, kind, secret string) {
+	switch kind {
+	case AWSKeys, ServiceAccount, Host:
+		return // the cloud transports authenticate their own requests
+	}
 	if kind != OAuth {
 		h.Set("X-Api-Key", secret)
 		return

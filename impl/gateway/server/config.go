@@ -121,6 +121,10 @@ type Config struct {
 	// PROXY_UPSTREAM_KEY_*.
 	AllowPrivateUpstreams bool     `yaml:"allow_private_upstreams"`
 	UpstreamKeyEnvAllow   []string `yaml:"upstream_key_env_allow"`
+	// AllowHostCloudCredentials lets an admin give bedrock and vertex
+	// upstreams the proxy host's own cloud credentials (the AWS default
+	// chain, Google's application default credentials; docs/cloud.md).
+	AllowHostCloudCredentials bool `yaml:"allow_host_cloud_credentials"`
 
 	// Debug holds diagnostics that are off by default (docs/operations.md,
 	// Profiling).
@@ -631,9 +635,14 @@ func securityFlags(fs *flag.FlagSet) func(*Config) {
 		}
 		return nil
 	})
+	hostCloud := fs.Bool("allow-host-cloud-credentials", false,
+		"let an admin give bedrock and vertex upstreams this host's own cloud credentials (AWS default chain, Google application default credentials)")
 	return func(c *Config) {
 		if *allowPrivate {
 			c.AllowPrivateUpstreams = true
+		}
+		if *hostCloud {
+			c.AllowHostCloudCredentials = true
 		}
 		c.UpstreamKeyEnvAllow = append(c.UpstreamKeyEnvAllow, keyEnv...)
 	}

@@ -253,7 +253,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
-		Extra: g.adminExtra(h.metrics),
+		HostCloudCredentials: cfg.AllowHostCloudCredentials,
+		Extra:                g.adminExtra(h.metrics),
 	})
 	return h
 }

@@ -214,7 +214,7 @@ async function upstreamsPage() {
       } catch (e) { windows = e.code; }
     }
     rows.push(el("tr", { "data-upstream": u.name },
-      el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u.status)),
+      el("td", {}, u.name), el("td", {}, u.kind, cloudSummary(u)), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u.status)),
       el("td", {}, u.credential_mode || "none"),
       el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.status.last_warmup_at_unix_secs))),
       el("td", {}, windows),
@@ -224,13 +224,23 @@ async function upstreamsPage() {
         u.kind === "vendor_oauth" ? el("button", { type: "button", onclick: () => connectOAuth(u) }, "Connect OAuth") : "", " ",
         el("button", { type: "button", class: "danger", onclick: () => deleteUpstream(u) }, "Delete"))));
   }
-  const kind = el("select", { id: "up-kind", name: "kind" },
-    el("option", { value: "vendor_api_key" }, "API key"), el("option", { value: "vendor_oauth" }, "OAuth subscription"));
+  const kind = el("select", { id: "up-kind", name: "kind", onchange: () => showCloudFields($("#up-kind").value) },
+    el("option", { value: "vendor_api_key" }, "API key"), el("option", { value: "vendor_oauth" }, "OAuth subscription"),
+    el("option", { value: "bedrock" }, "AWS Bedrock"), el("option", { value: "vertex" }, "Google Vertex AI"));
   const form = el("form", { class: "inline", id: "upstream-create", onsubmit: createUpstream },
     field("Name", el("input", { id: "up-name", required: true })),
     field("Kind", kind),
-    field("Base URL", el("input", { id: "up-url", type: "url", required: true, placeholder: "https://api.anthropic.com" })),
+    field("Base URL (cloud kinds: optional, the region's endpoint)", el("input", { id: "up-url", type: "url", placeholder: "https://api.anthropic.com" })),
     field("API key (API-key upstreams)", el("input", { id: "up-key", type: "password", autocomplete: "off" })),
+    el("div", { id: "up-cloud", hidden: true },
+      field("Region", el("input", { id: "up-region", placeholder: "us-east-1" })),
+      el("div", { "data-cloud": "vertex" }, field("Project", el("input", { id: "up-project", placeholder: "my-gcp-project" }))),
+      el("div", { "data-cloud": "bedrock" },
+        field("AWS access key id", el("input", { id: "up-aws-id", autocomplete: "off" })),
+        field("AWS secret access key", el("input", { id: "up-aws-secret", type: "password", autocomplete: "off" }))),
+      el("div", { "data-cloud": "vertex" },
+        field("Service account key (JSON)", el("textarea", { id: "up-sa", rows: 3, autocomplete: "off" }))),
+      field("Model map (one alias=upstream id a line)", el("textarea", { id: "up-models", rows: 3, placeholder: "claude-sonnet-4-5=anthropic.claude-sonnet-4-5-20250929-v1:0" }))),
     el("button", { class: "primary", type: "submit" }, "Create upstream"));
   return [
     el("section", { "aria-labelledby": "h-ups" }, el("h2", { id: "h-ups" }, "Upstreams"),
@@ -239,11 +249,54 @@ async function upstreamsPage() {
     el("section", { id: "upstream-detail", hidden: true })];
 }
 
+// cloudSummary shows a cloud upstream's region, project and model map
+// (the client's alias and the upstream's id for it).
+function cloudSummary(u) {
+  if (u.kind !== "bedrock" && u.kind !== "vertex") return "";
+  const where = [u.region, u.project].filter(Boolean).join(" · ");
+  const models = Object.entries(u.model_map || {}).sort(([a], [b]) => a.localeCompare(b))
+    .map(([from, to]) => el("li", { "data-alias": from }, from, " → ", el("code", {}, to)));
+  return el("div", { class: "hint", "data-cloud-summary": u.name }, where, models.length ? el("ul", {}, ...models) : el("div", {}, "no model map"));
+}
+
+function showCloudFields(kind) {
+  const cloud = kind === "bedrock" || kind === "vertex";
+  $("#up-cloud").hidden = !cloud;
+  for (const d of document.querySelectorAll("#up-cloud [data-cloud]")) d.hidden = d.dataset.cloud !== kind;
+}
+
+// modelMap reads "alias=id" lines; blank lines are skipped.
+function modelMap(text) {
+  const m = {};
+  for (const line of text.split("\n")) {
+    const t = line.trim();
+    if (!t) continue;
+    const i = t.indexOf("=");
+    if (i < 1) throw new Error(`model map: "${t}" is not alias=upstream id`);
+    m[t.slice(0, i).trim()] = t.slice(i + 1).trim();
+  }
+  return m;
+}
+
 async function createUpstream(ev) {
   ev.preventDefault();
-  const body = { name: $("#up-name").value, kind: $("#up-kind").value, base_url: $("#up-url").value };
+  const body = { name: $("#up-name").value, kind: $("#up-kind").value };
+  if ($("#up-url").value) body.base_url = $("#up-url").value;
   if (body.kind === "vendor_api_key") body.api_key_value = $("#up-key").value;
-  $("#up-key").value = "";
+  try {
+    if (body.kind === "bedrock" || body.kind === "vertex") {
+      body.region = $("#up-region").value;
+      body.model_map = modelMap($("#up-models").value);
+      if (body.kind === "bedrock") {
+        body.aws_access_key_id = $("#up-aws-id").value;
+        body.aws_secret_access_key = $("#up-aws-secret").value;
+      } else {
+        body.project = $("#up-project").value;
+        body.service_account_json = $("#up-sa").value;
+      }
+    }
+  } catch (e) { showError(e); return; }
+  for (const id of ["#up-key", "#up-aws-secret", "#up-sa"]) $(id).value = "";
   try {
     await api("POST", "/admin/v1/upstreams", body);
     banner(`Upstream ${body.name} created.`, true);
@@ -282,12 +335,20 @@ async function editUpstream(id) {
   const max7d = el("input", { id: "edit-max7d", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_7d });
   // The cap on requests in flight per replica (0: none).
   const cap = el("input", { id: "edit-cap", type: "number", min: 0, max: 100000, step: 1, value: u.max_in_flight || 0 });
+  const cloud = u.kind === "bedrock" || u.kind === "vertex";
+  const models = el("textarea", { id: "edit-models", rows: 3 },
+    Object.entries(u.model_map || {}).map(([a, b]) => `${a}=${b}`).join("\n"));
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
     const body = { name: name.value, base_url: url.value, weight: Number(weight.value),
       max_utilization_5h: Number(max5h.value), max_utilization_7d: Number(max7d.value), max_in_flight: Number(cap.value) };
     if (key.value) body.api_key_value = key.value;
     key.value = "";
+    if (cloud) {
+      body.region = u.region;
+      if (u.project) body.project = u.project;
+      try { body.model_map = modelMap(models.value); } catch (e) { showError(e); return; }
+    }
     try {
       await api("PUT", `/admin/v1/upstreams/${id}`, body, { "If-Match": useEtag });
       banner(`Upstream ${name.value} saved.`, true);
@@ -306,6 +367,7 @@ async function editUpstream(id) {
       ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
       field("Weight (0: standby)", weight), field("Max 5-hour use % (0: none)", max5h), field("Max 7-day use % (0: none)", max7d),
       field("Max in flight per replica (0: none)", cap),
+      ...(cloud ? [field("Model map (one alias=upstream id a line)", models)] : []),
       el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
 }
@@ -734,7 +796,9 @@ async function requestsPage() {
   const rows = page.events.map((e) => el("tr", { "data-event": e.id, class: e.status >= 400 ? "bad-row" : null },
     el("td", {}, time(e.at_unix_secs)), el("td", {}, e.principal_name), el("td", {}, e.upstream_name || "—"), el("td", {}, e.model),
     el("td", {}, String(e.status), e.error_type ? el("div", { class: "hint" }, e.error_type) : null),
-    el("td", {}, e.stream ? "stream" : "—"),
+    // The mode says whether it streamed and, for a client of the OpenAI
+    // dialect, that it spoke Chat Completions.
+    el("td", { "data-dialect": e.dialect || "" }, e.stream ? "stream" : "—", e.dialect === "openai" ? el("div", { class: "hint" }, "OpenAI") : null),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
     el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
