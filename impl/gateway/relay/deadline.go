@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the proxy path's deadlines (docs/resilience.md, "Proxy path").
@@ -122,6 +124,8 @@ type attempt struct {
 	deadline lazyTimer
 	body     bodyReader
 	url      url.URL // the outbound request's
+	// span traces the attempt (trace.go); nil when tracing is off.
+	span trace.Span
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
@@ -157,6 +161,9 @@ func (a *attempt) progress() { a.timer.Reset(a.idle) }
 func (a *attempt) done() {
 	a.timer.Stop()
 	a.cancel(context.Canceled)
+	if a.span != nil {
+		a.span.End()
+	}
 }
 
 // cause is why the attempt's context ended (nil while it has not).

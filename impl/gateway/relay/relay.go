@@ -20,8 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
@@ -96,6 +99,12 @@ type Options struct {
 	// MaxAttempts bounds how many upstreams one request is sent to,
 	// failover included (zero: DefaultMaxAttempts; at most 16).
 	MaxAttempts int
+	// Tracer traces requests and their attempts (optional: nil traces
+	// nothing, at no cost); Propagate sends the attempt's traceparent
+	// upstream, TraceCost prices a traced request's span.
+	Tracer    trace.Tracer
+	Propagate bool
+	TraceCost func(*store.RequestEvent) (money.Nanos, bool)
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -122,6 +131,9 @@ type Handler struct {
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
+	tracer    trace.Tracer // nil: tracing off (trace.go)
+	propagate bool
+	traceCost func(*store.RequestEvent) (money.Nanos, bool)
 
 	// held is the one field every request writes (twice): on a cache line
 	// of its own, so the other fields, read by every request, are not
@@ -195,6 +207,7 @@ func New(o Options) *Handler {
 		h.maxAttempts = DefaultMaxAttempts
 	}
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
+	h.tracer, h.propagate, h.traceCost = o.Tracer, o.Propagate, o.TraceCost
 	if o.Refresher != nil {
 		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
 			busy: map[string]bool{}, ended: map[string]time.Time{},
@@ -314,6 +327,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// than doubling to 16 KB (issue 22: 2,000 streams).
 	var q admitted
 	q.start, q.chat = h.now(), chat
+	if h.tracer != nil {
+		var span trace.Span
+		r, span = h.traceRequest(r, ep)
+		// Not deferred directly: End would record the relay's deliberate
+		// abort (http.ErrAbortHandler) as an exception with its stack.
+		defer func() { span.End() }()
+	}
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
 	defer func() { h.held.give(q.held) }()
@@ -353,7 +373,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		writeError(w, status, typ, msg) // finish counts it in the metrics
 		ev := refused
 		ev.Status, ev.ErrorType = status, typ
-		h.finish(ev, start)
+		h.finish(r.Context(), ev, start)
 	}
 
 	body, held, err := h.readBody(w, r)
@@ -421,6 +441,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 			w.Header().Set("X-Should-Retry", strconv.FormatBool(lr.RetryAfter <= maxClientRetryWait))
 			if h.metrics != nil {
 				h.metrics.limited(lr.Limit.Kind)
+			}
+			if h.tracer != nil {
+				traceLimit(r, lr)
 			}
 			refuse(http.StatusTooManyRequests, "rate_limit_error", lr.Message())
 			return false
@@ -506,10 +529,10 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 		ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "upstream_credential_revoked"
 	}
 	if shuttingDown(r) {
-		h.shutdownCut(w, ev, ev.At)
+		h.shutdownCut(r.Context(), w, ev, ev.At)
 		return
 	}
-	h.finish(*ev, ev.At)
+	h.finish(r.Context(), *ev, ev.At)
 	if r.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
@@ -676,6 +699,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			if lastErr == nil {
 				lastErr, lastUp = errCredentialRevoked, up
 			}
+			if h.tracer != nil {
+				traceSkip(r, up, "credential_revoked")
+			}
 			if !last {
 				h.failover()
 			}
@@ -684,6 +710,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		if up.CredentialKind == credential.OAuth && expired(up, now) {
 			h.refreshToken(up)
 			if !last {
+				if h.tracer != nil {
+					traceSkip(r, up, "oauth_expired")
+				}
 				// The provider would refuse it: do not spend a round trip.
 				h.failover()
 				continue
@@ -691,6 +720,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// The last candidate is tried anyway: the provider decides.
 		}
 		a := h.newAttempt(r.Context(), headerTimeout)
+		if h.tracer != nil {
+			h.traceAttempt(a, ep, up, i+1)
+		}
 		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, a, len(r.Header))
 		if err != nil {
 			a.done()
@@ -698,6 +730,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			continue
 		}
 		copyRequestHeaders(out.Header, r.Header)
+		if h.tracer != nil {
+			h.traceOutbound(out.Header, a)
+		}
 		setCredential(out.Header, up)
 		resp, err := h.transport.RoundTrip(out)
 		if err != nil {
@@ -713,12 +748,14 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 				}
 			}
 			h.metrics.upstreamError(up, class)
+			a.traceFailover(errorClassNames[class])
 			a.done()
 			lastErr, lastUp = err, up
 			h.failover()
 			continue
 		}
 		a.headersIn()
+		a.traceStatus(resp.StatusCode)
 		if resp.StatusCode == http.StatusUnauthorized && up.CredentialKind == credential.OAuth {
 			// An OAuth token the provider refuses (expired early, revoked
 			// or rotated elsewhere): refresh it and move on.
@@ -728,6 +765,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// discarded either way.
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
+			a.traceFailover("oauth_refused")
 			a.done()
 			lastErr, lastUp = errOAuthRefused, up
 			if !last {
@@ -735,14 +773,18 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			continue
 		}
-		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) && h.metrics != nil {
-			h.metrics.cooldowns.Inc()
+		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) {
+			if h.metrics != nil {
+				h.metrics.cooldowns.Inc()
+			}
+			a.traceCooldown(until)
 		}
 		if !last && retryableStatus(resp.StatusCode) {
 			class, _ := statusErrorClass(resp.StatusCode)
 			h.metrics.upstreamError(up, class)
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drained for reuse, as above
 			resp.Body.Close()
+			a.traceFailover(failoverReason(resp.StatusCode))
 			a.done()
 			h.failover()
 			continue
@@ -857,13 +899,13 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
 		if rerr != nil && !errors.Is(rerr, io.EOF) && shuttingDown(r) {
-			h.shutdownCut(w, ev, start)
+			h.shutdownCut(r.Context(), w, ev, start)
 			return
 		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
 			ev.Status, ev.ErrorType = http.StatusBadGateway, "response_truncated"
-			h.finish(*ev, start)
+			h.finish(r.Context(), *ev, start)
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusBadGateway, "api_error", "the upstream response was cut short")
 			}
@@ -966,7 +1008,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
-	h.finishWith(*ev, start, capture, tap.lines)
+	h.finishWith(r.Context(), *ev, start, capture, tap.lines)
 	if x != nil {
 		x.Status, x.Body, x.SSE = resp.StatusCode, capture, tap.lines
 		h.obs.Observe(*x)
@@ -984,9 +1026,9 @@ const shutdownMessage = "the proxy is shutting down; retry the request"
 
 // shutdownCut records and answers a request cut by the proxy's shutdown
 // before any of its answer went to the client: a retryable 503.
-func (h *Handler) shutdownCut(w http.ResponseWriter, ev *store.RequestEvent, start time.Time) {
+func (h *Handler) shutdownCut(ctx context.Context, w http.ResponseWriter, ev *store.RequestEvent, start time.Time) {
 	ev.Status, ev.ErrorType = http.StatusServiceUnavailable, "proxy_shutdown"
-	h.finish(*ev, start)
+	h.finish(ctx, *ev, start)
 	writeError(w, http.StatusServiceUnavailable, "api_error", shutdownMessage)
 }
 
@@ -1032,6 +1074,7 @@ func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
 // interrupted logs and counts a response the upstream cut or let go idle.
 func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.Upstream) {
 	idle := errors.Is(a.cause(), errUpstreamIdle)
+	a.traceCut(idle)
 	if h.metrics != nil {
 		if idle {
 			h.metrics.idleTimeouts.Inc()
@@ -1059,15 +1102,20 @@ func writeStreamError(w io.Writer, typ, msg string) {
 
 // finish hands the event to the recorder and updates metrics, off the
 // client's critical path: the response bytes are already written.
-func (h *Handler) finish(ev store.RequestEvent, start time.Time) { h.finishWith(ev, start, nil, nil) }
+func (h *Handler) finish(ctx context.Context, ev store.RequestEvent, start time.Time) {
+	h.finishWith(ctx, ev, start, nil, nil)
+}
 
 // finishWith is finish with the captured response: the body of a
 // non-streaming answer, the usage lines of a stream.
-func (h *Handler) finishWith(ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
+func (h *Handler) finishWith(ctx context.Context, ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
 	took := h.since(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
 	ev.DurationMillis = ceilMillis(took)
+	if h.tracer != nil {
+		h.traceFinish(ctx, &ev, body, sse)
+	}
 	if h.metrics != nil {
 		h.metrics.observe(ev.Status, took)
 	}
