@@ -169,5 +169,3 @@ func (a *attempt) traceCut(idle bool) {
 
 // failoverReason names why an answer with this status moves the request on.
 func failoverReason(code int) string { return "status_" + strconv.Itoa(code) }
-
-

@@ -43,7 +43,7 @@ type Span struct {
 	Start                     time.Time
 	Attrs                     map[string]string
 	Events                    []Event
-	Error                     bool   // status code error
+	Error                     bool // status code error
 	Resource                  map[string]string
 }
 
