@@ -33,7 +33,7 @@ const (
 	SkipReason          = attribute.Key("pillar.skip.reason")
 	JobKind             = attribute.Key("pillar.job.kind")
 	JobAttempt          = attribute.Key("pillar.job.attempt")
-	JobOutcome          = attribute.Key("pillar.job.outcome")
+	Outcome             = attribute.Key("pillar.outcome")
 )
 
 // Span and event names.

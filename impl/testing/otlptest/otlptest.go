@@ -43,7 +43,8 @@ type Span struct {
 	Start                     time.Time
 	Attrs                     map[string]string
 	Events                    []Event
-	Error                     bool // status code error
+	Error                     bool   // status code error
+	StatusMessage             string // the error status's description
 	Resource                  map[string]string
 }
 
@@ -266,7 +267,7 @@ func fromProto(req *collectortrace.ExportTraceServiceRequest) []Span {
 					ParentID: hex.EncodeToString(s.GetParentSpanId()), Name: s.GetName(),
 					Kind:  strings.ToLower(strings.TrimPrefix(s.GetKind().String(), "SPAN_KIND_")),
 					Start: time.Unix(0, int64(s.GetStartTimeUnixNano())), Attrs: protoAttrs(s.GetAttributes()),
-					Error: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, Resource: res,
+					Error: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, StatusMessage: s.GetStatus().GetMessage(), Resource: res,
 				}
 				for _, e := range s.GetEvents() {
 					sp.Events = append(sp.Events, Event{Name: e.GetName(), Attrs: protoAttrs(e.GetAttributes())})
@@ -313,7 +314,7 @@ func (e sdkExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpa
 		sp := Span{
 			TraceID: s.SpanContext().TraceID().String(), SpanID: s.SpanContext().SpanID().String(),
 			Name: s.Name(), Kind: kindName(s.SpanKind()), Start: s.StartTime(), Attrs: sdkAttrs(s.Attributes()),
-			Error: s.Status().Code == codes.Error, Resource: sdkAttrs(s.Resource().Attributes()),
+			Error: s.Status().Code == codes.Error, StatusMessage: s.Status().Description, Resource: sdkAttrs(s.Resource().Attributes()),
 		}
 		if p := s.Parent(); p.IsValid() {
 			sp.ParentID = p.SpanID().String()
