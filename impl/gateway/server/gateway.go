@@ -29,6 +29,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 )
 
@@ -68,6 +69,8 @@ type gateway struct {
 
 	sched      *scheduler.Scheduler
 	closeSched func()
+	// tracing is the OpenTelemetry pipeline; nil when tracing is off.
+	tracing *tracing.Provider
 }
 
 // buildRuntime loads the configuration snapshot and builds the proxy
@@ -91,6 +94,12 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	}
 	if cfg.db.Driver == SQLite {
 		g.lane = newLane(adminLaneSize())
+	}
+	// Before anything that starts goroutines: its failure leaves only the
+	// plugin runtime to close.
+	if err := g.startTracing(ctx); err != nil {
+		_ = plugs.Close(ctx)
+		return nil, err
 	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
@@ -164,6 +173,7 @@ func (g *gateway) buildServices() {
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
+	g.subs.Service.Tracer = g.tracing.Tracer()
 }
 
 // schedulerTypes are the durable job types of the gateway and its services.
@@ -180,7 +190,7 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 func (g *gateway) startScheduler(ctx context.Context) {
 	cfg, types := g.cfg, g.schedulerTypes()
 	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
-		RescueAfter: cfg.SchedulerRescueAfter}
+		RescueAfter: cfg.SchedulerRescueAfter, Tracer: g.tracing.Tracer()}
 	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
 	if err == nil {
 		g.bindScheduler(sched)
@@ -223,6 +233,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Board: g.board,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
+	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
 	// A request meeting an expired or refused OAuth token asks the OAuth
 	// service for a refresh (issue 18.5) and fails over meanwhile.
 	relayOpts.Refresher = g.subs.Service
@@ -237,6 +248,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		Extra: g.adminExtra(h.metrics),
 	})
+	h.admin = tracing.Handler(g.tracing.Tracer(), "admin", h.admin)
 	return h
 }
 
@@ -281,7 +293,7 @@ func (g *gateway) startBackground() *running {
 	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
 		go l.Run(bg)
 	}
-	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
 		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 
