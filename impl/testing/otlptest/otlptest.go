@@ -122,6 +122,17 @@ func (c *Collector) WaitForTrace(t TB, root string, n int) []Span {
 	return out
 }
 
+// WaitForTraceID returns the spans of trace traceID once there are n.
+func (c *Collector) WaitForTraceID(t TB, traceID string, n int) []Span {
+	t.Helper()
+	var out []Span
+	c.WaitFor(t, func(all []Span) bool {
+		out = Trace(all, traceID)
+		return len(out) >= n
+	})
+	return out
+}
+
 // Trace is the spans of one trace.
 func Trace(spans []Span, traceID string) []Span {
 	var out []Span
