@@ -101,6 +101,11 @@ func traceSkip(r *http.Request, up *snapshot.Upstream, reason string) {
 // traceAttempt starts the attempt's span under the request's; n is the
 // attempt's place in the request's plan, from 1.
 func (h *Handler) traceAttempt(a *attempt, ep endpoint, up *snapshot.Upstream, n int) {
+	if !trace.SpanFromContext(a.ctx).IsRecording() {
+		// An unsampled request's attempts would record nothing either:
+		// the upstream is given the request span's context instead.
+		return
+	}
 	_, a.span = h.tracer.Start(a.ctx, operationName(ep), trace.WithSpanKind(trace.SpanKindClient))
 	if a.span.IsRecording() {
 		host := up.BaseURL
@@ -126,7 +131,11 @@ func (h *Handler) traceOutbound(out http.Header, a *attempt) {
 	out.Del("Traceparent")
 	out.Del("Tracestate")
 	if h.propagate {
-		tracing.Propagator.Inject(trace.ContextWithSpan(context.Background(), a.span), propagation.HeaderCarrier(out))
+		ctx := a.ctx // the request span's, when the attempt has none
+		if a.span != nil {
+			ctx = trace.ContextWithSpan(ctx, a.span)
+		}
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(out))
 	}
 }
 

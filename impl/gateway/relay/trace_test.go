@@ -22,9 +22,13 @@ import (
 // traced is a relay under test whose spans reach an in-memory collector
 // as each ends.
 func traced(t *testing.T, s *snapshot.Snapshot, o Options, propagate bool) (*httptest.Server, *otlptest.Collector) {
+	return tracedAt(t, s, o, propagate, 1)
+}
+
+func tracedAt(t *testing.T, s *snapshot.Snapshot, o Options, propagate bool, ratio float64) (*httptest.Server, *otlptest.Collector) {
 	t.Helper()
 	c := otlptest.NewCollector()
-	p, err := tracing.New(context.Background(), tracing.Config{Enabled: true, SamplerRatio: 1, PropagateTraceparent: propagate},
+	p, err := tracing.New(context.Background(), tracing.Config{Enabled: true, SamplerRatio: ratio, PropagateTraceparent: propagate},
 		tracing.Options{ServiceName: "proxy", ReplicaID: "r1", Exporter: otlptest.Exporter(c), Sync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -182,5 +186,33 @@ func TestTracePropagationOff(t *testing.T) {
 	}
 	if root, _ := otlptest.Find(spans, "POST /v1/messages"); root.TraceID != clientTrace {
 		t.Fatalf("request span in trace %s, want the client's %s", root.TraceID, clientTrace)
+	}
+}
+
+// The sampler decides new traces; a client's sampled traceparent is
+// followed whatever the ratio. An unsampled request exports nothing but
+// still gives the upstream a trace context (not sampled), as W3C asks.
+func TestTraceSamplingFollowsClient(t *testing.T) {
+	t.Parallel()
+	sn := &seen{}
+	up := upstreamServer(t, sn, nil)
+	srv, c := tracedAt(t, fixture(apiKeyUpstream("up_1", up.URL, "sk-upstream")), Options{}, true, 0)
+	msg := `{"model":"claude-test","max_tokens":5}`
+	if resp, b := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, msg); resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, b)
+	}
+	unsampled := sn.headers[0].Get("Traceparent")
+	if len(unsampled) != 55 || !strings.HasSuffix(unsampled, "-00") {
+		t.Fatalf("unsampled request sent traceparent %q upstream", unsampled)
+	}
+	if resp, b := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good", "traceparent": clientTP}, msg); resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, b)
+	}
+	spans := c.WaitForTraceID(t, clientTrace, 2)
+	if len(spans) != 2 || len(c.Spans()) != 2 {
+		t.Fatalf("spans %s; all received:\n%s", otlptest.Tree(spans), otlptest.Tree(c.Spans()))
+	}
+	if tp := sn.headers[1].Get("Traceparent"); !strings.HasPrefix(tp, "00-"+clientTrace+"-") || !strings.HasSuffix(tp, "-01") {
+		t.Fatalf("sampled request sent traceparent %q upstream", tp)
 	}
 }

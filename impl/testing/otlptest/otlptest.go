@@ -60,15 +60,31 @@ type Collector struct {
 	spans   []Span
 	changed chan struct{} // closed and replaced on every add
 	// Requests counts export requests received.
-	requests int
+	requests  int
+	count     int
+	countOnly bool
 }
 
 // NewCollector returns an empty collector.
 func NewCollector() *Collector { return &Collector{changed: make(chan struct{})} }
 
+// NewCounter returns a collector that keeps only the count of what it
+// receives (benchmarks: memory stays flat however many spans arrive).
+func NewCounter() *Collector { return &Collector{changed: make(chan struct{}), countOnly: true} }
+
+// Count is how many spans were received.
+func (c *Collector) Count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count
+}
+
 func (c *Collector) add(spans []Span) {
 	c.mu.Lock()
-	c.spans = append(c.spans, spans...)
+	c.count += len(spans)
+	if !c.countOnly {
+		c.spans = append(c.spans, spans...)
+	}
 	c.requests++
 	close(c.changed)
 	c.changed = make(chan struct{})
