@@ -248,7 +248,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		Extra: g.adminExtra(h.metrics),
 	})
-	h.admin = tracing.Handler(g.tracing.Tracer(), "admin", h.admin)
+	h.admin = traceAdmin(g.tracing, h.admin)
 	return h
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -82,4 +83,20 @@ func stopTracing(p *tracing.Provider) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = p.Shutdown(ctx) // a receiver that is down loses them; counted in svc_tracing_spans_dropped_total
+}
+
+// traceAdmin traces the admin API's calls; the dashboard's files and
+// Prometheus scrapes would only bury them, so they are left out.
+func traceAdmin(p *tracing.Provider, admin http.Handler) http.Handler {
+	if p == nil {
+		return admin
+	}
+	traced := tracing.Handler(p.Tracer(), "admin", admin)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" || r.URL.Path == "/dashboard" || strings.HasPrefix(r.URL.Path, "/dashboard/") {
+			admin.ServeHTTP(w, r)
+			return
+		}
+		traced.ServeHTTP(w, r)
+	})
 }
