@@ -18,7 +18,7 @@ import (
 // tracedProxy starts a proxy exporting its traces over protocol to a real
 // OTLP receiver in this process. The batch delay is shortened through
 // the SDK's own variable so the spans arrive within the spec.
-func tracedProxy(protocol string, args ...string) (*h.Proxy, *otlptest.Collector) {
+func tracedProxy(protocol string, args ...string) (*h.Proxy, *otlptest.Collector, string) {
 	c := otlptest.NewCollector()
 	endpoint := otlptest.StartGRPC(GinkgoT(), c)
 	if protocol == "http" {
@@ -27,7 +27,7 @@ func tracedProxy(protocol string, args ...string) (*h.Proxy, *otlptest.Collector
 	args = append([]string{"--tracing-enabled", "--tracing-protocol", protocol, "--tracing-endpoint", endpoint,
 		"--replica-id", "replica-traced"}, args...)
 	px := h.StartProxy(h.ProxyOptions{Args: args, Env: map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "50"}})
-	return px, c
+	return px, c, endpoint
 }
 
 // newTrace is a fresh client trace context: its trace id and traceparent.
@@ -66,7 +66,7 @@ func spanWith(spans []otlptest.Span, name, k, v string) otlptest.Span {
 
 var _ = Describe("OpenTelemetry traces", func() {
 	It("exports a failover as a request span over one attempt span per upstream tried, over gRPC, and passes the client's trace to the upstream", func() {
-		px, c := tracedProxy("grpc")
+		px, c, endpoint := tracedProxy("grpc")
 		a := px.Admin()
 		sims := []*h.Sim{h.StartSim(simKey), h.StartSim(simKey)}
 		var ids []string
@@ -105,6 +105,8 @@ var _ = Describe("OpenTelemetry traces", func() {
 			Expect(recs[0].Header.Get("Traceparent")).To(Equal("00-" + traceID + "-" + att.SpanID + "-01"))
 		}
 		noSecrets(spans, simKey, key, "hello proxy world")
+		Expect(a.JSON("GET", "/admin/v1/status", nil, 200)["tracing"]).To(Equal(map[string]any{"enabled": true, "protocol": "grpc",
+			"endpoint": endpoint, "sampler_ratio": 1.0, "propagate_traceparent": true}))
 
 		// The admin API is traced too, named for its route.
 		adminTrace, adminTP := newTrace()
@@ -116,7 +118,7 @@ var _ = Describe("OpenTelemetry traces", func() {
 	})
 
 	It("exports a stream the upstream cuts as a failed request over an attempt span with the cut, over HTTP", func() {
-		px, c := tracedProxy("http")
+		px, c, _ := tracedProxy("http")
 		sim := h.StartSim(simKey)
 		a := px.Admin()
 		up := a.CreateUpstream("sim", sim.URL, simKey)
@@ -137,7 +139,7 @@ var _ = Describe("OpenTelemetry traces", func() {
 
 	It("exports a budget refusal as the request span alone, naming the usd limit, with the admitted request's cost", func() {
 		sim := h.StartSim(simKey)
-		px, c := tracedProxy("grpc", "--reconcile-interval", "1s", "--price-catalog-url", sim.URL+"/catalog/prices.json", "--job-interval", "price_catalog_fetch=1s")
+		px, c, _ := tracedProxy("grpc", "--reconcile-interval", "1s", "--price-catalog-url", sim.URL+"/catalog/prices.json", "--job-interval", "price_catalog_fetch=1s")
 		a := px.Admin()
 		a.CreateUpstream("sim", sim.URL, simKey)
 		principal := a.CreatePrincipal("team-a", "claude-*")
@@ -171,7 +173,7 @@ var _ = Describe("OpenTelemetry traces", func() {
 	})
 
 	It("keeps the client's trace context from the upstream when propagation is off", func() {
-		px, c := tracedProxy("http", "--tracing-propagate-traceparent=false")
+		px, c, _ := tracedProxy("http", "--tracing-propagate-traceparent=false")
 		sim := h.StartSim(simKey)
 		a := px.Admin()
 		a.CreateUpstream("sim", sim.URL, simKey)

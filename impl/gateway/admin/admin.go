@@ -89,6 +89,8 @@ type Deps struct {
 	Version      string
 	// ReplicaID names this replica in status.
 	ReplicaID string
+	// Tracing is shown in status (docs/tracing.md).
+	Tracing   TracingStatus
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog

@@ -242,7 +242,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
-		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board,
+		Tracing: tracingStatus(cfg.Tracing),
+		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/pricing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -99,4 +100,14 @@ func traceAdmin(p *tracing.Provider, admin http.Handler) http.Handler {
 		}
 		traced.ServeHTTP(w, r)
 	})
+}
+
+// tracingStatus is what GET /admin/v1/status shows of the tracing
+// configuration: never the export headers.
+func tracingStatus(c tracing.Config) admin.TracingStatus {
+	if !c.Enabled {
+		return admin.TracingStatus{}
+	}
+	ratio, propagate := c.SamplerRatio, c.PropagateTraceparent
+	return admin.TracingStatus{Enabled: true, Protocol: c.Protocol, Endpoint: c.ShownEndpoint(), SamplerRatio: &ratio, PropagateTraceparent: &propagate}
 }

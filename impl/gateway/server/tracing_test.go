@@ -31,3 +31,18 @@ func TestTraceAdminLeavesDashboardAndMetricsOut(t *testing.T) {
 		t.Fatal("tracing off must leave the admin handler as it is")
 	}
 }
+
+// Status shows the export without what may carry a credential: the
+// headers, and the endpoint's user information and query.
+func TestTracingStatusHidesCredentials(t *testing.T) {
+	t.Parallel()
+	if got := tracingStatus(tracing.Defaults()); got.Enabled || got.Protocol != "" || got.SamplerRatio != nil {
+		t.Fatalf("tracing off shows %+v", got)
+	}
+	c := tracing.Config{Enabled: true, Protocol: "http", Endpoint: "https://user:pw@otel.example:4318/v1/traces?token=t#f", SamplerRatio: 0.25,
+		Headers: map[string]string{"Authorization": "Bearer secret"}}
+	got := tracingStatus(c)
+	if got.Endpoint != "https://otel.example:4318/v1/traces" || got.Protocol != "http" || *got.SamplerRatio != 0.25 || *got.PropagateTraceparent {
+		t.Fatalf("%+v endpoint %q", got, got.Endpoint)
+	}
+}

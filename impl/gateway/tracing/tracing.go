@@ -219,3 +219,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// ShownEndpoint is the endpoint as status shows it: no user information,
+// query or fragment (a collector token may hide there).
+func (c Config) ShownEndpoint() string {
+	u, err := url.Parse(c.Endpoint)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
