@@ -108,6 +108,17 @@ var _ = Describe("OpenTelemetry traces", func() {
 		Expect(a.JSON("GET", "/admin/v1/status", nil, 200)["tracing"]).To(Equal(map[string]any{"enabled": true, "protocol": "grpc",
 			"endpoint": endpoint, "sampler_ratio": 1.0, "propagate_traceparent": true}))
 
+		// Durable jobs are traced: the replica runs the current tick of
+		// every periodic job when it starts.
+		jobs := c.WaitFor(GinkgoT(), func(all []otlptest.Span) bool {
+			_, ok := otlptest.Find(all, "job metadata_refresh")
+			return ok
+		})
+		job, _ := otlptest.Find(jobs, "job metadata_refresh")
+		Expect(job.Kind).To(Equal("internal"))
+		Expect(job.Attrs).To(HaveKeyWithValue("pillar.job.kind", "metadata_refresh"))
+		Expect(job.Attrs).To(HaveKey("pillar.outcome"))
+
 		// The admin API is traced too, named for its route.
 		adminTrace, adminTP := newTrace()
 		st, _, b = a.Do("GET", "/admin/v1/upstreams/"+ids[0], nil, "traceparent", adminTP)
