@@ -178,3 +178,11 @@ func (a *attempt) traceCut(idle bool) {
 
 // failoverReason names why an answer with this status moves the request on.
 func failoverReason(code int) string { return "status_" + strconv.Itoa(code) }
+
+// traceRefusal puts a refusal answered before any principal was known (a
+// 401, an unknown route) on the request's span.
+func traceRefusal(ctx context.Context, status int, code string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.HTTPStatus.Int(status), tracing.ErrorType.String(code))
+	}
+}

@@ -216,3 +216,19 @@ func TestTraceSamplingFollowsClient(t *testing.T) {
 		t.Fatalf("sampled request sent traceparent %q upstream", tp)
 	}
 }
+
+// A request refused before any principal is known still shows how it
+// ended, and carries nothing of the key it sent.
+func TestTraceUnauthenticatedSpan(t *testing.T) {
+	t.Parallel()
+	srv, c := traced(t, fixture(), Options{}, true)
+	resp, b := post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-wrong-key", "traceparent": clientTP}, `{"model":"claude-test"}`)
+	wantAnthropicError(t, resp, b, 401, "authentication_error")
+	spans := c.WaitForTraceID(t, clientTrace, 1)
+	wantTree(t, spans, "POST /v1/messages (server) http.response.status_code=401 error.type=authentication_error\n")
+	for k, v := range spans[0].Attrs {
+		if strings.Contains(v, "sk-wrong") {
+			t.Fatalf("attribute %s=%q carries the key", k, v)
+		}
+	}
+}
