@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,5 +116,50 @@ func TestHandlerSpans(t *testing.T) {
 	if got, want := otlptest.Tree(spans, "http.response.status_code", "http.route", "error.type", "url.path"),
 		"GET /admin/v1/things/{id} (server) http.response.status_code=404 http.route=/admin/v1/things/{id} error.type=not_found url.path=/admin/v1/things/th_1\n"; got != want {
 		t.Fatalf("spans:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// headerReceiver answers OTLP/HTTP exports and keeps the last one's
+// headers.
+func headerReceiver(t *testing.T) (*httptest.Server, func() http.Header) {
+	var mu sync.Mutex
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() http.Header { mu.Lock(); defer mu.Unlock(); return got }
+}
+
+func exportOne(t *testing.T, cfg tracing.Config) {
+	t.Helper()
+	p, err := tracing.New(context.Background(), cfg, tracing.Options{ServiceName: "proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s := p.Tracer().Start(context.Background(), "x")
+	s.End()
+	if err := p.Shutdown(context.Background()); err != nil { // exports what is batched
+		t.Fatal(err)
+	}
+}
+
+// The configured export headers reach the receiver (a collector's
+// credentials); without them the SDK's own OTEL_EXPORTER_OTLP_HEADERS
+// does, the way the chart passes a Secret through extraEnv.
+func TestExportHeaders(t *testing.T) {
+	srv, got := headerReceiver(t)
+	exportOne(t, tracing.Config{Enabled: true, Protocol: tracing.HTTP, Endpoint: srv.URL, SamplerRatio: 1,
+		Headers: map[string]string{"X-Collector-Token": "from-config"}})
+	if v := got().Get("X-Collector-Token"); v != "from-config" {
+		t.Fatalf("configured header %q", v)
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "X-Collector-Token=from-env")
+	exportOne(t, tracing.Config{Enabled: true, Protocol: tracing.HTTP, Endpoint: srv.URL, SamplerRatio: 1})
+	if v := got().Get("X-Collector-Token"); v != "from-env" {
+		t.Fatalf("header from the environment %q", v)
 	}
 }
