@@ -183,6 +183,28 @@ var _ = Describe("OpenTelemetry traces", func() {
 		Expect(cost).To(BeNumerically(">", 0))
 	})
 
+	It("exports an OAuth token refresh under the span of the job that ran it", func() {
+		c := otlptest.NewCollector()
+		endpoint := otlptest.StartGRPC(GinkgoT(), c)
+		// Refresh runs at half the 20 s lifetime.
+		w := newOAuthWorld([]string{"--oauth-token-ttl", "20s"}, "--tracing-enabled", "--tracing-endpoint", endpoint)
+		w.admin.ConnectOAuth(w.upstream, "acct-traced")
+		spans := c.WaitFor(GinkgoT(), func(all []otlptest.Span) bool {
+			for _, s := range all {
+				if s.Name == "oauth refresh" && s.Attrs["pillar.upstream.id"] == w.upstream {
+					return true
+				}
+			}
+			return false
+		})
+		refresh := spanWith(spans, "oauth refresh", "pillar.upstream.id", w.upstream)
+		Expect(refresh.Attrs).To(HaveKeyWithValue("pillar.outcome", "refreshed"))
+		Expect(refresh.Error).To(BeFalse())
+		job := c.WaitForTraceID(GinkgoT(), refresh.TraceID, 2)
+		Expect(otlptest.Tree(job, "pillar.outcome")).To(Equal("job oauth_refresh (internal) pillar.outcome=done\n  oauth refresh (internal) pillar.outcome=refreshed\n"))
+		noSecrets(job, simKey, "acct-traced")
+	})
+
 	It("keeps the client's trace context from the upstream when propagation is off", func() {
 		px, c, _ := tracedProxy("http", "--tracing-propagate-traceparent=false")
 		sim := h.StartSim(simKey)
