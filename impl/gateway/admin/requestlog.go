@@ -162,6 +162,10 @@ func requestEventResponse(e store.RequestEvent) RequestEventResponse {
 		ttfb := e.FirstByteMillis
 		r.FirstByteMillis = &ttfb
 	}
+	if e.Dialect != "" {
+		d := e.Dialect
+		r.Dialect = &d
+	}
 	return r
 }
 

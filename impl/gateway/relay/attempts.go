@@ -179,9 +179,10 @@ func (h *Handler) failover() {
 	}
 }
 
-// refreshToken starts a lazy refresh of up's OAuth token (deduplicated).
+// refreshToken asks the OAuth service for a lazy refresh of up's token and
+// counts the refreshes it started.
 func (h *Handler) refreshToken(up *snapshot.Upstream) {
-	if h.refresh.trigger(up.ID) && h.metrics != nil {
+	if h.refresh != nil && h.refresh.RequestRefresh(up.ID) && h.metrics != nil {
 		h.metrics.lazyRefreshes.Inc()
 	}
 }

@@ -85,8 +85,9 @@ type Options struct {
 	IdleTimeout            time.Duration
 	BodyReadTimeout        time.Duration
 	MaxBodyBytesInFlight   int64
-	// Refresher refreshes an OAuth upstream's token lazily when a request
-	// meets it expired or refused (optional).
+	// Refresher is asked for a lazy refresh of an OAuth upstream's token
+	// when a request meets it expired or refused (optional); it owns the
+	// deduplication and the cooldown.
 	Refresher TokenRefresher
 	// Board is the upstreams' live routing state: cooldowns and requests
 	// in flight (optional: without it nothing cools down).
@@ -126,7 +127,7 @@ type Handler struct {
 	realClock bool // now is time.Now (Options.Now unset)
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
-	refresh                                                             *refresher
+	refresh                                                             TokenRefresher // asked for lazy OAuth refreshes (nil: none)
 	board                                                               *routing.Board
 	affinity                                                            *affinity.Table
 	admission                                                           *admission.Controller
@@ -210,13 +211,7 @@ func New(o Options) *Handler {
 	}
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
 	h.tracer, h.propagate, h.traceCost = o.Tracer, o.Propagate, o.TraceCost
-	if o.Refresher != nil {
-		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
-			busy: map[string]bool{}, ended: map[string]time.Time{},
-			onErr: func(id string, err error) {
-				h.log.Warn("lazy OAuth token refresh failed", "upstream_id", id, "error", err)
-			}}
-	}
+	h.refresh = o.Refresher
 	return h
 }
 
@@ -305,6 +300,14 @@ type admitted struct {
 	chat     *openai.Writer   // set for a Chat Completions request: its body is translated
 }
 
+// dialect names the API the client spoke, for its request event.
+func (q *admitted) dialect() string {
+	if q.chat != nil {
+		return store.DialectOpenAI
+	}
+	return store.DialectMessages
+}
+
 // admit authenticates the request, reads and checks its body, applies the
 // principal's limits and routes it, filling q; false when it answered the
 // refusal itself. q.held is set even then.
@@ -318,7 +321,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	p := k.Principal
 	// Refusals after authentication are recorded as request events, so the
 	// principal's traffic shows them (a 401 has no principal to record).
-	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID}
+	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Dialect: q.dialect()}
 
 	body, held, err := h.readBody(w, r)
 	q.held = held
@@ -420,7 +423,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q *admitted) {
 	k, start := q.key, q.start
 	p := k.Principal
-	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages}
+	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages, Dialect: q.dialect()}
 	headerTimeout := h.headerTimeout
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout

@@ -264,7 +264,16 @@ type RequestEvent struct {
 	// byte of the upstream's answer relayed to the client, rounded up to a
 	// whole millisecond; 0 when no upstream answer was relayed.
 	FirstByteMillis int64
+	// Dialect is the API the client spoke (DialectMessages or
+	// DialectOpenAI); empty on events recorded before it was kept.
+	Dialect string
 }
+
+// The dialects a request event names.
+const (
+	DialectMessages = "messages" // Anthropic's Messages API (and count_tokens)
+	DialectOpenAI   = "openai"   // OpenAI's Chat Completions, translated
+)
 
 // Config is a consistent read of everything a snapshot is built from.
 type Config struct {

@@ -738,7 +738,9 @@ async function requestsPage() {
   const rows = page.events.map((e) => el("tr", { "data-event": e.id, class: e.status >= 400 ? "bad-row" : null },
     el("td", {}, time(e.at_unix_secs)), el("td", {}, e.principal_name), el("td", {}, e.upstream_name || "—"), el("td", {}, e.model),
     el("td", {}, String(e.status), e.error_type ? el("div", { class: "hint" }, e.error_type) : null),
-    el("td", {}, e.stream ? "stream" : "—"),
+    // The mode says whether it streamed and, for a client of the OpenAI
+    // dialect, that it spoke Chat Completions.
+    el("td", { "data-dialect": e.dialect || "" }, e.stream ? "stream" : "—", e.dialect === "openai" ? el("div", { class: "hint" }, "OpenAI") : null),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
     el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
