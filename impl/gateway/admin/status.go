@@ -208,6 +208,9 @@ type RequestEventResponse struct {
 	// Dialect is the API the client spoke ("messages" or "openai"); null on
 	// events recorded before it was kept.
 	Dialect *string `json:"dialect"`
+	// UpstreamModel is the id the upstream was asked for when its
+	// model_map renamed Model (the client's name); omitted otherwise.
+	UpstreamModel string `json:"upstream_model,omitempty"`
 }
 
 // requestEvents lists recent proxied requests, newest first (?limit=N, at

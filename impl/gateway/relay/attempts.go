@@ -67,7 +67,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			h.traceOutbound(out.Header, a)
 		}
 		setCredential(out.Header, up)
-		resp, err := h.transport.RoundTrip(out)
+		resp, err := h.roundTrip(up, out)
 		if err != nil {
 			if r.Context().Err() != nil {
 				a.done()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
+	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
@@ -121,6 +122,9 @@ type Handler struct {
 	// and redirects must not be followed anyway: the credential must never
 	// be replayed to another location).
 	transport http.RoundTripper
+	// clouds are the transports of bedrock and vertex upstreams, around
+	// transport.
+	clouds    *cloud.Pool
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -198,6 +202,7 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
 		transport:              o.Transport,
+		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -439,6 +444,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 		h.land(q.session, q.cands, up)
 	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
+	ev.UpstreamModel = upstreamModel(up, ev.Model)
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.now()}
