@@ -99,6 +99,8 @@ func scrape(addr string) map[string]*familyView {
 			switch {
 			case m.GetGauge() != nil:
 				v.values[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				v.values[key] = m.GetCounter().GetValue()
 			case m.GetHistogram() != nil:
 				v.values[key] = float64(m.GetHistogram().GetSampleCount())
 			}

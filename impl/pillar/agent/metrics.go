@@ -18,7 +18,7 @@ type Metrics struct {
 	srv *Server
 	ops *prometheus.HistogramVec
 
-	total, free, used, healthy, exports, up *prometheus.Desc
+	total, free, used, healthy, exports, up, fences, stale *prometheus.Desc
 }
 
 // NewMetrics registers the agent's series on reg.
@@ -36,6 +36,8 @@ func NewMetrics(srv *Server, reg prometheus.Registerer) *Metrics {
 		healthy: prometheus.NewDesc("pillar_agent_pool_healthy", "1 when the pool is discovered with its configured layout and healthy.", []string{"pool", "kind"}, nil),
 		exports: prometheus.NewDesc("pillar_agent_exports", "Volumes exported through the kernel NVMe target.", nil, nil),
 		up:      prometheus.NewDesc("pillar_agent_target_ready", "1 when the kernel NVMe target's configfs tree is present.", nil, nil),
+		fences:  prometheus.NewDesc("pillar_agent_fences_total", "Hosts cut off from an export they could reach (deny: ACL entry removed and live connections dropped).", nil, nil),
+		stale:   prometheus.NewDesc("pillar_agent_stale_requests_total", "Export changes refused because they were decided on an older generation of the export than the agent's, by method.", []string{"method"}, nil),
 	}
 	reg.MustRegister(m.ops, m)
 	return m
@@ -43,7 +45,7 @@ func NewMetrics(srv *Server, reg prometheus.Registerer) *Metrics {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.total, m.free, m.used, m.healthy, m.exports, m.up} {
+	for _, d := range []*prometheus.Desc{m.total, m.free, m.used, m.healthy, m.exports, m.up, m.fences, m.stale} {
 		ch <- d
 	}
 }
@@ -65,6 +67,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.total, prometheus.GaugeValue, float64(p.GetTotalBytes()), p.GetName(), kind)
 		ch <- prometheus.MustNewConstMetric(m.free, prometheus.GaugeValue, float64(p.GetFreeBytes()), p.GetName(), kind)
 		ch <- prometheus.MustNewConstMetric(m.used, prometheus.GaugeValue, float64(p.GetTotalBytes()-p.GetFreeBytes()), p.GetName(), kind)
+	}
+	fences, stale := m.srv.FenceCounts()
+	ch <- prometheus.MustNewConstMetric(m.fences, prometheus.CounterValue, float64(fences))
+	// Every method that checks a generation, so a rate over zero is zero
+	// rather than absent.
+	for _, method := range []string{"ExportVolume", "UnexportVolume", "AllowHost", "DenyHost"} {
+		ch <- prometheus.MustNewConstMetric(m.stale, prometheus.CounterValue, float64(stale[method]), method)
 	}
 	ready := m.srv.targetReady()
 	up := 0.0
