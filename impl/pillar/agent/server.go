@@ -183,6 +183,9 @@ func (s *Server) pools(ctx context.Context) []*agentv1.Pool {
 		if m, ok := b.(defaultModer); ok {
 			ap.DefaultProvisioningMode = m.DefaultProvisioningMode()
 		}
+		if p.Capacity.ThinPool {
+			ap.ThinMetadataUsed = &p.Capacity.ThinMetadataUsed
+		}
 		out = append(out, ap)
 	}
 	return out

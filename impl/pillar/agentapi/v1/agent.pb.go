@@ -156,8 +156,12 @@ type Pool struct {
 	FreeBytes  int64  `protobuf:"varint,8,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
 	// default_provisioning_mode is the LVM mode of requests naming none.
 	DefaultProvisioningMode string `protobuf:"bytes,9,opt,name=default_provisioning_mode,json=defaultProvisioningMode,proto3" json:"default_provisioning_mode,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// thin_metadata_used is an LVM thin pool's metadata usage, 0 to 1; absent
+	// for other pools. A full metadata area fails every thin volume's writes
+	// however much data space is left, so it is watched on its own.
+	ThinMetadataUsed *float64 `protobuf:"fixed64,10,opt,name=thin_metadata_used,json=thinMetadataUsed,proto3,oneof" json:"thin_metadata_used,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -251,6 +255,13 @@ func (x *Pool) GetDefaultProvisioningMode() string {
 		return x.DefaultProvisioningMode
 	}
 	return ""
+}
+
+func (x *Pool) GetThinMetadataUsed() float64 {
+	if x != nil && x.ThinMetadataUsed != nil {
+		return *x.ThinMetadataUsed
+	}
+	return 0
 }
 
 type GetHealthRequest struct {
@@ -2091,7 +2102,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vagent.proto\x12\x0fpillar.agent.v1\"L\n" +
 	"\x06Layout\x12%\n" +
 	"\x0eparent_dataset\x18\x01 \x01(\tR\rparentDataset\x12\x1b\n" +
-	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\"\xcb\x02\n" +
+	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\"\x95\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.pillar.agent.v1.BackendKindR\x04kind\x12/\n" +
@@ -2105,7 +2116,10 @@ const file_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\b \x01(\x03R\tfreeBytes\x12:\n" +
-	"\x19default_provisioning_mode\x18\t \x01(\tR\x17defaultProvisioningMode\"\x12\n" +
+	"\x19default_provisioning_mode\x18\t \x01(\tR\x17defaultProvisioningMode\x121\n" +
+	"\x12thin_metadata_used\x18\n" +
+	" \x01(\x01H\x00R\x10thinMetadataUsed\x88\x01\x01B\x15\n" +
+	"\x13_thin_metadata_used\"\x12\n" +
 	"\x10GetHealthRequest\"\xb1\x01\n" +
 	"\x11GetHealthResponse\x12\x18\n" +
 	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12\x18\n" +
@@ -2373,6 +2387,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
+	file_agent_proto_msgTypes[1].OneofWrappers = []any{}
 	file_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*VolumeSource_Snapshot)(nil),
 		(*VolumeSource_Volume)(nil),
