@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // Messages answer shapes, as read by the translation.
@@ -207,28 +209,29 @@ func (e *Error) Body() []byte { return e.body() }
 // code; the HTTP status stays the one the gateway or the provider chose,
 // which is what the OpenAI SDKs branch and retry on.
 var errorKinds = map[string][2]string{
-	"invalid_request_error": {"invalid_request_error", ""},
-	"authentication_error":  {"invalid_request_error", "invalid_api_key"},
-	"permission_error":      {"invalid_request_error", "permission_denied"},
-	"not_found_error":       {"invalid_request_error", "not_found"},
-	"request_too_large":     {"invalid_request_error", "request_too_large"},
-	"rate_limit_error":      {"rate_limit_error", "rate_limit_exceeded"},
-	"billing_error":         {"insufficient_quota", "insufficient_quota"},
-	"api_error":             {"server_error", "server_error"},
-	"overloaded_error":      {"server_error", "overloaded"},
-	"timeout_error":         {"server_error", "timeout"},
+	proxyerr.TypeInvalidRequest:  {"invalid_request_error", ""},
+	proxyerr.TypeAuthentication:  {"invalid_request_error", "invalid_api_key"},
+	proxyerr.TypePermission:      {"invalid_request_error", "permission_denied"},
+	proxyerr.TypeNotFound:        {"invalid_request_error", "not_found"},
+	proxyerr.TypeRequestTooLarge: {"invalid_request_error", "request_too_large"},
+	proxyerr.TypeRateLimit:       {"rate_limit_error", "rate_limit_exceeded"},
+	proxyerr.TypeBilling:         {"insufficient_quota", "insufficient_quota"},
+	proxyerr.TypeAPI:             {"server_error", "server_error"},
+	proxyerr.TypeOverloaded:      {"server_error", "overloaded"},
+	proxyerr.TypeTimeout:         {"server_error", "timeout"},
 }
 
-// FromAnthropic maps an Anthropic error (type, message) to OpenAI's.
-func FromAnthropic(status int, typ, msg string) *Error {
-	k, ok := errorKinds[typ]
+// FromProxy is the proxy path's error in OpenAI's terms: the status stays,
+// the Anthropic type becomes OpenAI's type and code.
+func FromProxy(e *proxyerr.Error) *Error {
+	k, ok := errorKinds[e.Type]
 	if !ok {
-		k = [2]string{"server_error", typ}
-		if status < 500 {
+		k = [2]string{"server_error", e.Type}
+		if e.Status < 500 {
 			k[0] = "invalid_request_error"
 		}
 	}
-	return &Error{Status: status, Type: k[0], Code: k[1], Message: msg}
+	return &Error{Status: e.Status, Type: k[0], Code: k[1], Message: e.Message}
 }
 
 // ErrorFrom maps an Anthropic error body to OpenAI's error; a body that is
@@ -236,11 +239,11 @@ func FromAnthropic(status int, typ, msg string) *Error {
 func ErrorFrom(status int, body []byte) *Error {
 	var m msgResponse
 	if json.Unmarshal(body, &m) == nil && m.Error != nil {
-		return FromAnthropic(status, m.Error.Type, m.Error.Message)
+		return FromProxy(proxyerr.New(status, m.Error.Type, m.Error.Message))
 	}
-	typ := "api_error"
+	typ := proxyerr.TypeAPI
 	if status < 500 {
-		typ = "invalid_request_error"
+		typ = proxyerr.TypeInvalidRequest
 	}
-	return FromAnthropic(status, typ, "upstream answered with status "+strconv.Itoa(status))
+	return FromProxy(proxyerr.New(status, typ, "upstream answered with status "+strconv.Itoa(status)))
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 func TestCompletionMapsAnswer(t *testing.T) {
@@ -265,5 +267,32 @@ func TestWriterKeepsRetryAdvice(t *testing.T) {
 	if rr.Code != 429 || rr.Header().Get("Retry-After") != "7" || rr.Header().Get("X-Should-Retry") != "true" ||
 		rr.Body.String() != `{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}` {
 		t.Fatalf("%d %v %s", rr.Code, rr.Header(), rr.Body)
+	}
+}
+
+// The proxy's own errors reach an OpenAI client in OpenAI's terms, with
+// the status the proxy chose: the type and code from the Anthropic type,
+// an unknown type kept as the code, classed by its status.
+func TestFromProxy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		e               *proxyerr.Error
+		typ, code, body string
+	}{
+		{proxyerr.Authentication("invalid API key"), "invalid_request_error", "invalid_api_key",
+			`{"error":{"message":"invalid API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`},
+		{proxyerr.RateLimited("slow down", time.Second), "rate_limit_error", "rate_limit_exceeded",
+			`{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`},
+		{proxyerr.Overloaded("busy"), "server_error", "overloaded",
+			`{"error":{"message":"busy","type":"server_error","param":null,"code":"overloaded"}}`},
+		{proxyerr.New(418, "teapot_error", "short"), "invalid_request_error", "teapot_error",
+			`{"error":{"message":"short","type":"invalid_request_error","param":null,"code":"teapot_error"}}`},
+		{proxyerr.New(502, "odd_error", "odd"), "server_error", "odd_error",
+			`{"error":{"message":"odd","type":"server_error","param":null,"code":"odd_error"}}`},
+	} {
+		o := FromProxy(c.e)
+		if o.Status != c.e.Status || o.Type != c.typ || o.Code != c.code || string(o.Body()) != c.body {
+			t.Errorf("%s: %d %s %s %s", c.e.Type, o.Status, o.Type, o.Code, o.Body())
+		}
 	}
 }

@@ -3,6 +3,9 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // Stream translates a Messages event stream into Chat Completions chunks,
@@ -103,7 +106,7 @@ func (s *Stream) event(out, data []byte) []byte {
 	}
 	var e streamEvent
 	if err := json.Unmarshal(data, &e); err != nil {
-		return s.Fail(out, "api_error", "the upstream sent an event that is not JSON")
+		return s.Fail(out, streamFailure("the upstream sent an event that is not JSON"))
 	}
 	switch e.Type {
 	case "message_start":
@@ -184,11 +187,11 @@ func (s *Stream) event(out, data []byte) []byte {
 		s.Done = true
 		return append(out, "data: [DONE]\n\n"...)
 	case "error":
-		typ, msg := "api_error", "the upstream stream failed"
+		f := streamFailure("the upstream stream failed")
 		if e.Error != nil {
-			typ, msg = e.Error.Type, e.Error.Message
+			f = proxyerr.New(f.Status, e.Error.Type, e.Error.Message)
 		}
-		return s.Fail(out, typ, msg)
+		return s.Fail(out, f)
 	case "ping":
 		// Kept as a comment line: the SDKs skip it, idle-cutting
 		// intermediaries see traffic.
@@ -217,14 +220,20 @@ func (s *Stream) emit(out []byte, c *completion) []byte {
 	return append(out, "\n\n"...)
 }
 
+// streamFailure is a stream's failure: it has no status of its own (the
+// 200 went out), so it is classed as a server's.
+func streamFailure(msg string) *proxyerr.Error {
+	return proxyerr.API(http.StatusInternalServerError, msg)
+}
+
 // Fail appends the error chunk that ends a stream the OpenAI SDKs raise on
 // (a data payload with an error member); no [DONE] follows it.
-func (s *Stream) Fail(out []byte, typ, msg string) []byte {
+func (s *Stream) Fail(out []byte, f *proxyerr.Error) []byte {
 	if s.Done || s.Failed {
 		return out
 	}
 	s.Failed = true
-	e := FromAnthropic(500, typ, msg)
+	e := FromProxy(f)
 	out = append(out, "data: "...)
 	out = append(out, e.body()...)
 	return append(out, "\n\n"...)
@@ -239,5 +248,5 @@ func (s *Stream) End(out []byte) []byte {
 		s.line = s.line[:0]
 	}
 	out = s.lineDone(out, nil)
-	return s.Fail(out, "api_error", "the upstream stream ended before the answer was complete")
+	return s.Fail(out, streamFailure("the upstream stream ended before the answer was complete"))
 }

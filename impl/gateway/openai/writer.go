@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // AnthropicVersion is the API version the translation speaks, sent upstream
@@ -178,7 +180,7 @@ func (x *Writer) finish() {
 		}
 		if err != nil {
 			status = http.StatusBadGateway
-			body = FromAnthropic(status, "api_error", "the upstream answer could not be translated").body()
+			body = FromProxy(proxyerr.API(status, "the upstream answer could not be translated")).body()
 		}
 	}
 	h := x.w.Header()

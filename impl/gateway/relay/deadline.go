@@ -25,8 +25,8 @@ const (
 	// this long. The API interleaves ping events in long streams, so a
 	// healthy stream is never silent for minutes.
 	DefaultIdleTimeout = 5 * time.Minute
-	// DefaultBodyReadTimeout bounds reading one request body (32 MB at
-	// ~0.5 MB/s).
+	// DefaultBodyReadTimeout bounds reading one request body: long enough
+	// for the largest body on a slow link.
 	DefaultBodyReadTimeout = 60 * time.Second
 	// DefaultMaxBodyBytesInFlight caps the request body bytes held at once
 	// by all requests together.

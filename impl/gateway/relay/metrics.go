@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -197,13 +198,13 @@ func statusErrorClass(code int) (ErrorClass, bool) {
 // stream with, by its error type, as statusErrorClass classes a status.
 func errorEventClass(typ string) ErrorClass {
 	switch typ {
-	case "rate_limit_error":
+	case proxyerr.TypeRateLimit:
 		return ErrRateLimited
-	case "overloaded_error":
+	case proxyerr.TypeOverloaded:
 		return ErrOverloaded
-	case "authentication_error", "permission_error":
+	case proxyerr.TypeAuthentication, proxyerr.TypePermission:
 		return ErrAuth
-	case "api_error":
+	case proxyerr.TypeAPI:
 		return Err5xx
 	}
 	return ErrProtocol

@@ -738,3 +738,35 @@ func TestBodyBytesGivenBackAfterAPanic(t *testing.T) {
 		t.Fatalf("%d bytes still held after the panics", n)
 	}
 }
+
+// Every error answer of the proxy path goes through one writer, so every
+// one is counted by status, an unknown path and a wrong method included
+// (they once were answered without being counted).
+func TestEveryErrorAnswerCounted(t *testing.T) {
+	t.Parallel()
+	rs := newResilient(t, fixture(apiKeyUpstream("up_1", "http://127.0.0.1:1", "sk-upstream")), Options{})
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, "/v1/nothing", 404},
+		{http.MethodGet, "/v1/messages", 405},
+		{http.MethodPost, "/v1/models", 405},
+		{http.MethodPost, "/v1/messages", 401},
+	} {
+		req, _ := http.NewRequest(c.method, rs.srv.URL+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("X-Should-Retry") != "false" {
+			t.Fatalf("%s %s: %d x-should-retry %q", c.method, c.path, resp.StatusCode, resp.Header.Get("X-Should-Retry"))
+		}
+	}
+	for code, want := range map[string]float64{"404": 1, "405": 2, "401": 1} {
+		if got := rs.counter(t, "svc_proxy_requests_total", "code", code); got != want {
+			t.Errorf("svc_proxy_requests_total{code=%q} = %v, want %v", code, got, want)
+		}
+	}
+}

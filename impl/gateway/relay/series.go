@@ -14,10 +14,8 @@ import (
 // requestSeries are the series every request updates: its count by status
 // code and the two latency histograms. They are kept in shards, one per
 // processor as far as a sync.Pool can tell (it hands each P the shard it
-// used last), and summed when scraped. On one shared set of counters every
-// request's atomic adds pulled the same cache lines from the other core:
-// two histograms of three lines each and a counter, about 5% of the proxy
-// path's CPU from two parallel clients (issue 22).
+// used last), and summed when scraped: on one shared set of counters every
+// request's atomic adds pull the same cache lines from the other cores.
 type requestSeries struct {
 	shards []seriesShard
 	hint   sync.Pool // *seriesShard, the one this P used last
