@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Storage capacity tracking (csiDriver.storageCapacity, on in csiValues):
+// Storage capacity tracking (csiDriver.storageCapacity, on by default):
 // the external-provisioner publishes a CSIStorageCapacity per
 // WaitForFirstConsumer StorageClass and node from the driver's
 // GetCapacity, and the scheduler places a pod only where its claims fit.

@@ -69,9 +69,8 @@ func csiValues(extra map[string]any) map[string]any {
 		// The csi-snapshotter sidecar and the VolumeSnapshotClass
 		// (snapshots_test.go installs the cluster's half first).
 		"snapshots": map[string]any{"enabled": true},
-		// Storage capacity tracking (capacitySpec), refreshed often enough
-		// for a spec to watch it move.
-		"csiDriver":  map[string]any{"storageCapacity": true},
+		// Storage capacity tracking (on by default; capacitySpec), refreshed
+		// often enough for a spec to watch it move.
 		"controller": map[string]any{"sidecars": map[string]any{"provisioner": map[string]any{"capacityPollInterval": "5s"}}},
 	}
 	for k, x := range extra {
