@@ -234,6 +234,10 @@ go run ./conformance/bench/cmd/routercost --plugin bin/plugins/pinrouterwat.wasm
 go run ./conformance/bench/cmd/routercost --plugin bin/plugins/pinrouter.wasm --n "${BENCH_ROUTER_N:-50000}" --out "$tmp/routercost-go.md"
 cut -d' ' -f1-3 /proc/loadavg >"$tmp/plugins-load.txt"
 
+step "routing across accounts: a Claude-Code-shaped workload through the built-in router (routingbench)"
+go run ./conformance/bench/cmd/routingbench --out "$tmp/routing.md"
+cut -d' ' -f1-3 /proc/loadavg >"$tmp/routing-load.txt"
+
 if [ -z "${BENCH_SKIP_POSTGRES:-}" ]; then
   step "scheduler job throughput (SQLite and PostgreSQL)"
   TEST_DATABASE_URL=$pgurl go test -run '^$' -bench JobThroughput -benchtime 3000x -count 1 ./impl/gateway/scheduler/ | tee "$tmp/jobs.txt"
@@ -378,6 +382,26 @@ in a 1 MB prompt, `BenchmarkScanRequestTypical` the same in a 2 KB body with the
 an SDK sends; `BenchmarkSSETap` is the usage tap's work on a 16-event stream read one event
 at a time. `BenchmarkAdmit` (in `impl/gateway/limits`) is the `default_limits` check of a
 principal with a request and a token limit, from GOMAXPROCS goroutines.
+EOF
+  echo
+  echo "## Routing across accounts (issue 33)"
+  echo
+  echo 'A workload shaped like Claude Code through the built-in router (`relay.Handler` with the routing board, the'
+  echo 'session table and admission as bin/proxy wires them, in one process) in front of three simulated accounts'
+  echo 'whose per-minute request limits the simulator enforces (`conformance/bench/cmd/routingbench`). Counts and'
+  echo 'ratios, not latencies: the figures depend on how the concurrent sessions interleave, so they move a little'
+  echo "from run to run. Load average when the step ended: $(cat "$tmp/routing-load.txt")."
+  echo
+  cat "$tmp/routing.md"
+  echo
+  cat <<'EOF'
+*Cache read share*: prompt tokens read from the provider's cache over all prompt tokens of the
+successful answers. *Follow-ups on the same account*: requests of a session served by the account
+that served its previous one. *Sent to a cooling account*: requests the proxy sent to an account its
+board said was cooling down when it sent them (the 429s the accounts answered were all in flight
+when the first of them came back). *Spread vs weights*: the largest deviation of an account's share
+from its weight's share. The strict order keeps follow-ups together too, but only by putting
+everything on one account until it is rate limited: its spread is the whole load on the first.
 EOF
   echo
   echo "## Router plugins"

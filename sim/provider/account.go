@@ -59,3 +59,26 @@ func (p *Provider) chargeRequest(w http.ResponseWriter, id string, tokens int) {
 	h.Set("anthropic-ratelimit-tokens-remaining", strconv.Itoa(max(p.opts.TokensPerMinute-used, 0)))
 	h.Set("anthropic-ratelimit-tokens-reset", at)
 }
+
+// overLimit answers 429 when the account has used its requests of the
+// current window (EnforceRequestsPerMinute); the refused request is not
+// counted, like the API's.
+func (p *Provider) overLimit(w http.ResponseWriter, id string) bool {
+	p.mu.Lock()
+	now := p.clock.now()
+	a := p.accountLocked(id)
+	open := !a.windowStart.IsZero() && !now.Before(a.windowStart) && now.Before(a.windowStart.Add(rateWindow))
+	over := open && a.requests >= p.opts.RequestsPerMinute
+	reset := a.windowStart.Add(rateWindow)
+	p.mu.Unlock()
+	if !over {
+		return false
+	}
+	h := w.Header()
+	h.Set("retry-after", strconv.Itoa(int((reset.Sub(now)+time.Second-1)/time.Second)))
+	h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(p.opts.RequestsPerMinute))
+	h.Set("anthropic-ratelimit-requests-remaining", "0")
+	h.Set("anthropic-ratelimit-requests-reset", reset.UTC().Format(time.RFC3339))
+	apiError(w, http.StatusTooManyRequests, "rate_limit_error", "Number of requests has exceeded your per-minute rate limit.")
+	return true
+}

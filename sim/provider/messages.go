@@ -257,6 +257,9 @@ func (p *Provider) messages(w http.ResponseWriter, r *http.Request, seq int64, b
 	if isOAuth && !p.admitOAuth(w, sub) {
 		return
 	}
+	if p.opts.EnforceRequestsPerMinute && p.overLimit(w, acct) {
+		return
+	}
 	words, stop := req.reply()
 	u := usage{InputTokens: req.inputTokens(), OutputTokens: len(words)}
 	total := u.InputTokens

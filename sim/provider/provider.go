@@ -52,8 +52,14 @@ type Options struct {
 	Delay func(ctx context.Context, d time.Duration) error
 	// RequestsPerMinute and TokensPerMinute are the limits the rate-limit
 	// headers advertise per account (0: 1000 and 1 000 000). They are not
-	// enforced; inject a 429 fault to simulate limiting.
+	// enforced unless EnforceRequestsPerMinute is set; inject a 429 fault
+	// to simulate limiting otherwise.
 	RequestsPerMinute, TokensPerMinute int
+	// EnforceRequestsPerMinute answers an account's requests past
+	// RequestsPerMinute in its window 429 rate_limit_error, with
+	// retry-after and the requests headers at 0 (accounts of different
+	// limits are sims of different options).
+	EnforceRequestsPerMinute bool
 	// OAuthTokenTTL is the lifetime of issued OAuth access tokens (0: 8h).
 	OAuthTokenTTL time.Duration
 	// FiveHourTokenLimit and SevenDayTokenLimit are the tokens that fill an

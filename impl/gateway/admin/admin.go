@@ -110,6 +110,9 @@ type Deps struct {
 	// Routing reports the upstreams' live routing state on this replica
 	// (status); nil shows none cooling down and none in flight.
 	Routing Routing
+	// Sessions counts the sessions bound to each upstream on this replica
+	// (affinity.Table); nil shows none.
+	Sessions Sessions
 	// Lane, when set, bounds how many writes (other than those calling a
 	// provider, see callsOut) run at once: a write holds it
 	// from its start to its answer, except while it waits for the
@@ -121,6 +124,11 @@ type Deps struct {
 // Routing is the upstreams' live routing state (routing.Board).
 type Routing interface {
 	Read(upstreamID string, now time.Time) routing.Snapshot
+}
+
+// Sessions counts sessions per upstream (affinity.Table).
+type Sessions interface {
+	Bound(now time.Time) map[string]int
 }
 
 // Lane is a counting semaphore shared with the runtime's refreshes.

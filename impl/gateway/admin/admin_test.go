@@ -64,6 +64,8 @@ type options struct {
 	lane admin.Lane
 	// routing is the live routing state status and overview show.
 	routing admin.Routing
+	// sessions counts the sessions per upstream status and overview show.
+	sessions admin.Sessions
 	// clock is the API's clock (default now); the store keeps now.
 	clock func() time.Time
 	// reg takes the API's metrics.
@@ -148,6 +150,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Destinations: o.destinations,
 		Lane:         o.lane,
 		Routing:      o.routing,
+		Sessions:     o.sessions,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

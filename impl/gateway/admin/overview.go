@@ -212,12 +212,8 @@ type UpstreamHealth struct {
 	// Limits are the stored usage windows and coupon of a vendor_oauth
 	// upstream (as GET …/limit-resets); null for other kinds.
 	Limits *LimitResetObservation `json:"limits"`
-	// Routing state (docs/routing.md): the weight, when a 429/529
-	// cooldown ends (null: not cooling down) and the requests in flight,
-	// as the replica answering sees them.
-	Weight                int    `json:"weight"`
-	CooldownUntilUnixSecs *int64 `json:"cooldown_until_unix_secs"`
-	InFlight              int64  `json:"in_flight"`
+	// Routing state (docs/routing.md) as the replica answering sees it.
+	RoutingState
 }
 
 // OverviewResponse is the body of GET /admin/v1/overview.
@@ -332,14 +328,14 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fromStore(err, resUpstream, "")
 	}
+	bound := a.sessionsBound(now)
 	for i := range ups {
 		u := &ups[i]
 		ur := upstreamResponse(u)
 		hl := UpstreamHealth{ID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled, CredentialMode: ur.CredentialMode,
 			LastApplyAtUnixSecs: ur.Status.LastApplyAtUnixSecs, LastApplyError: ur.Status.LastApplyError,
-			WarmupEnabled: u.WarmupEnabled, LastWarmupAtUnixSecs: ur.Status.LastWarmupAtUnixSecs, Weight: u.Weight,
-			Routable: ur.Status.Routable, UnroutableReason: ur.Status.UnroutableReason}
-		hl.CooldownUntilUnixSecs, hl.InFlight = a.routingOf(u.ID, now)
+			WarmupEnabled: u.WarmupEnabled, LastWarmupAtUnixSecs: ur.Status.LastWarmupAtUnixSecs,
+			Routable: ur.Status.Routable, UnroutableReason: ur.Status.UnroutableReason, RoutingState: a.routingOf(u, bound, now)}
 		if u.Kind == store.KindVendorOAuth {
 			v := &quota.View{}
 			if a.OAuth != nil {

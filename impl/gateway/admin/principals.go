@@ -22,13 +22,14 @@ type PrincipalResponse struct {
 	AllowedModels     []string        `json:"allowed_models"`
 	DefaultLimits     json.RawMessage `json:"default_limits"`
 	CacheKeepalive    json.RawMessage `json:"cache_keepalive"`
+	MaxInFlight       int             `json:"max_in_flight"`
 	CreatedAtUnixSecs int64           `json:"created_at_unix_secs"`
 	UpdatedAtUnixSecs int64           `json:"updated_at_unix_secs"`
 }
 
 func principalResponse(p *store.Principal) PrincipalResponse {
 	r := PrincipalResponse{ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled, Revision: p.Revision,
-		AllowedModels: p.AllowedModels, DefaultLimits: p.DefaultLimits, CacheKeepalive: p.CacheKeepalive,
+		AllowedModels: p.AllowedModels, DefaultLimits: p.DefaultLimits, CacheKeepalive: p.CacheKeepalive, MaxInFlight: p.MaxInFlight,
 		CreatedAtUnixSecs: unix(p.CreatedAt), UpdatedAtUnixSecs: unix(p.UpdatedAt)}
 	if r.AllowedModels == nil {
 		r.AllowedModels = []string{}
@@ -49,6 +50,9 @@ type CreatePrincipalBody struct {
 	AllowedModels  []string        `json:"allowed_models"`
 	DefaultLimits  json.RawMessage `json:"default_limits"`
 	CacheKeepalive json.RawMessage `json:"cache_keepalive"`
+	// MaxInFlight caps the principal's requests in flight; past it they
+	// queue (docs/routing.md). 0 (default) is no cap.
+	MaxInFlight *int `json:"max_in_flight"`
 }
 
 // PatchPrincipalBody is the body of PATCH /admin/v1/principals/{id}; a
@@ -59,6 +63,7 @@ type PatchPrincipalBody struct {
 	AllowedModels  *[]string       `json:"allowed_models"`
 	DefaultLimits  json.RawMessage `json:"default_limits"`
 	CacheKeepalive json.RawMessage `json:"cache_keepalive"`
+	MaxInFlight    *int            `json:"max_in_flight"`
 }
 
 // AllowedModelsBody is the body of PUT …/allowed_models.
@@ -147,11 +152,26 @@ func (a *api) principalFromBody(b *CreatePrincipalBody) (store.Principal, error)
 	if err != nil {
 		return store.Principal{}, err
 	}
+	if err := validMaxInFlight(b.MaxInFlight); err != nil {
+		return store.Principal{}, err
+	}
 	models := b.AllowedModels
 	if models == nil {
 		models = []string{}
 	}
-	return store.Principal{Name: b.Name, Kind: b.Kind, Enabled: true, AllowedModels: models, DefaultLimits: limits, CacheKeepalive: ka}, nil
+	p := store.Principal{Name: b.Name, Kind: b.Kind, Enabled: true, AllowedModels: models, DefaultLimits: limits, CacheKeepalive: ka}
+	if b.MaxInFlight != nil {
+		p.MaxInFlight = *b.MaxInFlight
+	}
+	return p, nil
+}
+
+// validMaxInFlight checks a cap on requests in flight, when given.
+func validMaxInFlight(n *int) error {
+	if n != nil && (*n < 0 || *n > store.MaxPrincipalInFlight) {
+		return invalid("max_in_flight: must be 0 (no cap) to %d, got %d", store.MaxPrincipalInFlight, *n)
+	}
+	return nil
 }
 
 func (a *api) createPrincipal(w http.ResponseWriter, r *http.Request) error {
@@ -241,10 +261,13 @@ func (a *api) patchPrincipal(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.Name == nil && b.Enabled == nil && b.AllowedModels == nil && b.DefaultLimits == nil && b.CacheKeepalive == nil {
-		return invalid("the body names no field to change (name, enabled, allowed_models, default_limits, cache_keepalive)")
+	if b.Name == nil && b.Enabled == nil && b.AllowedModels == nil && b.DefaultLimits == nil && b.CacheKeepalive == nil && b.MaxInFlight == nil {
+		return invalid("the body names no field to change (name, enabled, allowed_models, default_limits, cache_keepalive, max_in_flight)")
 	}
-	patch := store.PrincipalPatch{Name: b.Name, Enabled: b.Enabled, AllowedModels: b.AllowedModels}
+	if err := validMaxInFlight(b.MaxInFlight); err != nil {
+		return err
+	}
+	patch := store.PrincipalPatch{Name: b.Name, Enabled: b.Enabled, AllowedModels: b.AllowedModels, MaxInFlight: b.MaxInFlight}
 	if b.Name != nil {
 		if err := validName(*b.Name); err != nil {
 			return err

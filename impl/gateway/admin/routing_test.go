@@ -100,3 +100,121 @@ func TestUpstreamWeight(t *testing.T) {
 		t.Fatalf("PUT weight: %d %s", r.status, r.body)
 	}
 }
+
+// boundSessions is a fixed count of sessions per upstream.
+type boundSessions map[string]int
+
+func (b boundSessions) Bound(time.Time) map[string]int { return b }
+
+// Status and the overview show the usage thresholds, the polled
+// utilisation, whether it is past a threshold and the sessions bound.
+func TestStatusShowsThresholdsUtilizationAndSessions(t *testing.T) {
+	t.Parallel()
+	board := routing.NewBoard(nil)
+	e := setup(t, func(o *options) { o.routing = board; o.sessions = boundSessions{"placeholder": 1} })
+	ctx := context.Background()
+	ninety := 90
+	full, err := e.st.CreateUpstream(ctx, store.UpstreamSpec{Name: "full", Kind: store.KindVendorAPIKey, BaseURL: "https://api.example", Enabled: true,
+		MaxUtilization7d: &ninety})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := now.Add(time.Hour)
+	board.SetUsage(full.ID, store.QuotaWindows{FiveHour: store.QuotaWindow{Utilization: 12.5, ResetsAt: &reset}, SevenDay: store.QuotaWindow{Utilization: 93}})
+	type state struct {
+		Name     string  `json:"name"`
+		Max5h    *int    `json:"max_utilization_5h"`
+		Max7d    *int    `json:"max_utilization_7d"`
+		Util5h   float64 `json:"utilization_5h_percent"`
+		Util7d   float64 `json:"utilization_7d_percent"`
+		Past     bool    `json:"past_threshold"`
+		Sessions *int    `json:"sessions_bound"`
+	}
+	check := func(where string, got []state) {
+		t.Helper()
+		if len(got) != 1 {
+			t.Fatalf("%s: %d upstreams", where, len(got))
+		}
+		u := got[0]
+		if u.Max5h == nil || *u.Max5h != 0 || u.Max7d == nil || *u.Max7d != 90 || u.Util5h != 12.5 || u.Util7d != 93 || !u.Past ||
+			u.Sessions == nil {
+			t.Errorf("%s: %+v", where, u)
+		}
+	}
+	st := decodeInto[struct {
+		Routing []state `json:"routing"`
+	}](t, e.do("GET", "/admin/v1/status", nil))
+	check("status", st.Routing)
+	ov := decodeInto[struct {
+		Upstreams []state `json:"upstreams"`
+	}](t, e.do("GET", "/admin/v1/overview", nil))
+	check("overview", ov.Upstreams)
+}
+
+// The usage thresholds: none unless given; set on create, PUT and PATCH
+// (kept by a PUT that omits them); outside 0 to 100 refused with
+// invalid_request and nothing changed.
+func TestUpstreamUsageThresholds(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	u := e.upstream("plain")
+	if u["max_utilization_5h"] != float64(0) || u["max_utilization_7d"] != float64(0) {
+		t.Fatalf("default thresholds %v %v", u["max_utilization_5h"], u["max_utilization_7d"])
+	}
+	p := "/admin/v1/upstreams/" + u["id"].(string)
+	e.unchanged("refused thresholds", func() {
+		for _, field := range []string{"max_utilization_5h", "max_utilization_7d"} {
+			for _, bad := range []any{-1, 101, 50.5, "80"} {
+				wantErr(t, e.do("PATCH", p, map[string]any{field: bad}, "If-Match", "*"), 400, "invalid_request")
+				wantErr(t, e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "bad", "kind": "vendor_api_key", "base_url": "https://api.example",
+					"api_key_value": "sk-ant-x", field: bad}), 400, "invalid_request")
+			}
+			wantMessage(t, e.do("PATCH", p, map[string]any{field: 150}, "If-Match", "*"), field)
+		}
+	})
+	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "guarded", "kind": "vendor_api_key", "base_url": "https://api.example",
+		"api_key_value": "sk-ant-g", "max_utilization_5h": 80, "max_utilization_7d": 95})
+	if r.status != 201 || r.json(t)["max_utilization_5h"] != float64(80) || r.json(t)["max_utilization_7d"] != float64(95) {
+		t.Fatalf("create with thresholds: %d %s", r.status, r.body)
+	}
+	r = e.do("PATCH", p, map[string]any{"max_utilization_7d": 90}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_utilization_7d"] != float64(90) {
+		t.Fatalf("patch: %d %s", r.status, r.body)
+	}
+	r = e.do("PUT", p, map[string]any{"name": "plain", "base_url": "https://api.example", "max_utilization_5h": 70}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_utilization_7d"] != float64(90) || r.json(t)["max_utilization_5h"] != float64(70) {
+		t.Fatalf("a PUT naming one threshold: %d %s", r.status, r.body)
+	}
+}
+
+// A principal's cap on requests in flight: none unless given; set on
+// create, PUT and PATCH; outside 0 to 10000 refused with invalid_request
+// and nothing changed.
+func TestPrincipalMaxInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	p := e.principal("agents")
+	if p["max_in_flight"] != float64(0) {
+		t.Fatalf("default cap %v", p["max_in_flight"])
+	}
+	path := "/admin/v1/principals/" + p["id"].(string)
+	e.unchanged("refused caps", func() {
+		for _, bad := range []any{-1, 10001, 2.5, "4"} {
+			wantErr(t, e.do("PATCH", path, map[string]any{"max_in_flight": bad}, "If-Match", "*"), 400, "invalid_request")
+			wantErr(t, e.do("POST", "/admin/v1/principals", map[string]any{"name": "bad", "kind": "machine", "max_in_flight": bad}), 400, "invalid_request")
+		}
+		wantMessage(t, e.do("PATCH", path, map[string]any{"max_in_flight": 20000}, "If-Match", "*"), "max_in_flight")
+	})
+	r := e.do("POST", "/admin/v1/principals", map[string]any{"name": "capped", "kind": "machine", "max_in_flight": 4})
+	if r.status != 201 || r.json(t)["max_in_flight"] != float64(4) {
+		t.Fatalf("create with a cap: %d %s", r.status, r.body)
+	}
+	r = e.do("PATCH", path, map[string]any{"max_in_flight": 6}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(6) {
+		t.Fatalf("patch: %d %s", r.status, r.body)
+	}
+	r = e.do("PUT", path, map[string]any{"name": "agents", "kind": "machine", "max_in_flight": 2}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(2) {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+}

@@ -29,11 +29,28 @@ type UpstreamRouting struct {
 	Name       string `json:"name"`
 	Kind       string `json:"kind"`
 	Enabled    bool   `json:"enabled"`
-	Weight     int    `json:"weight"`
+	RoutingState
+}
+
+// RoutingState is how the built-in router sees an upstream, as the
+// replica answering knows it (docs/routing.md).
+type RoutingState struct {
+	Weight int `json:"weight"`
 	// CooldownUntilUnixSecs is when a 429/529 cooldown ends; null when
 	// the upstream is not cooling down.
 	CooldownUntilUnixSecs *int64 `json:"cooldown_until_unix_secs"`
 	InFlight              int64  `json:"in_flight"`
+	// The usage thresholds (percent, 0: none), the polled utilisation
+	// (percent; 0 when unknown or reset since the poll) and whether it is
+	// past a threshold (new work goes elsewhere while it can).
+	MaxUtilization5h     int     `json:"max_utilization_5h"`
+	MaxUtilization7d     int     `json:"max_utilization_7d"`
+	Utilization5hPercent float64 `json:"utilization_5h_percent"`
+	Utilization7dPercent float64 `json:"utilization_7d_percent"`
+	PastThreshold        bool    `json:"past_threshold"`
+	// SessionsBound counts the sessions whose requests this replica sent
+	// to the upstream within the last hour.
+	SessionsBound int `json:"sessions_bound"`
 }
 
 // SnapshotStatus describes the snapshot this replica serves from.
@@ -45,18 +62,30 @@ type SnapshotStatus struct {
 	Keys            int   `json:"keys"`
 }
 
-// routingOf is an upstream's cooldown end (nil: none) and requests in
-// flight on this replica.
-func (a *api) routingOf(id string, now time.Time) (*int64, int64) {
+// routingOf is an upstream's routing state on this replica; bound is the
+// sessions per upstream (Sessions.Bound).
+func (a *api) routingOf(u *store.Upstream, bound map[string]int, now time.Time) RoutingState {
+	rs := RoutingState{Weight: u.Weight, MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d, SessionsBound: bound[u.ID]}
 	if a.Routing == nil {
-		return nil, 0
+		return rs
 	}
-	st := a.Routing.Read(id, now)
-	if st.CooldownUntil.IsZero() {
-		return nil, st.InFlight
+	st := a.Routing.Read(u.ID, now)
+	rs.InFlight, rs.Utilization5hPercent, rs.Utilization7dPercent = st.InFlight, st.FiveHour, st.SevenDay
+	rs.PastThreshold = u.MaxUtilization5h > 0 && st.FiveHour >= float64(u.MaxUtilization5h) ||
+		u.MaxUtilization7d > 0 && st.SevenDay >= float64(u.MaxUtilization7d)
+	if !st.CooldownUntil.IsZero() {
+		ts := st.CooldownUntil.Unix()
+		rs.CooldownUntilUnixSecs = &ts
 	}
-	ts := st.CooldownUntil.Unix()
-	return &ts, st.InFlight
+	return rs
+}
+
+// sessionsBound is the sessions per upstream on this replica.
+func (a *api) sessionsBound(now time.Time) map[string]int {
+	if a.Sessions == nil {
+		return nil
+	}
+	return a.Sessions.Bound(now)
 }
 
 // status and export exist to tell an operator whether the database answers,
@@ -81,11 +110,11 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := a.Now()
 	out.Routing = make([]UpstreamRouting, 0, len(ups))
+	bound := a.sessionsBound(now)
 	for i := range ups {
 		u := &ups[i]
-		ur := UpstreamRouting{UpstreamID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled, Weight: u.Weight}
-		ur.CooldownUntilUnixSecs, ur.InFlight = a.routingOf(u.ID, now)
-		out.Routing = append(out.Routing, ur)
+		out.Routing = append(out.Routing, UpstreamRouting{UpstreamID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled,
+			RoutingState: a.routingOf(u, bound, now)})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -30,6 +30,8 @@ type UpstreamResponse struct {
 	OAuthTokenURL       *string        `json:"oauth_token_url,omitempty"`
 	HasCredential       bool           `json:"has_credential"`
 	Weight              int            `json:"weight"`
+	MaxUtilization5h    int            `json:"max_utilization_5h"`
+	MaxUtilization7d    int            `json:"max_utilization_7d"`
 	Status              UpstreamStatus `json:"status"`
 	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
 	UpdatedAtUnixSecs   int64          `json:"updated_at_unix_secs"`
@@ -76,6 +78,7 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 	r := UpstreamResponse{
 		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
 		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0, Weight: u.Weight,
+		MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
 		Status: UpstreamStatus{
 			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
 			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
@@ -111,6 +114,10 @@ type UpstreamCreateBody struct {
 	// Weight is the upstream's share of new work in its priority class
 	// (docs/routing.md); default 1, 0 is standby.
 	Weight *int `json:"weight"`
+	// MaxUtilization5h and MaxUtilization7d are the usage thresholds in
+	// percent of the polled windows (docs/routing.md); 0 (default) is none.
+	MaxUtilization5h *int `json:"max_utilization_5h"`
+	MaxUtilization7d *int `json:"max_utilization_7d"`
 }
 
 // UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
@@ -128,6 +135,9 @@ type UpstreamUpdateBody struct {
 	OAuthTokenURL     *string `json:"oauth_token_url"`
 	// Weight is kept unless given.
 	Weight *int `json:"weight"`
+	// The usage thresholds are kept unless given.
+	MaxUtilization5h *int `json:"max_utilization_5h"`
+	MaxUtilization7d *int `json:"max_utilization_7d"`
 }
 
 // UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
@@ -141,9 +151,25 @@ type UpstreamPatchBody struct {
 	APIKeyEnv   *string `json:"api_key_env"`
 	APIKeyValue *string `json:"api_key_value"`
 	Weight      *int    `json:"weight"`
+	// MaxUtilization5h, MaxUtilization7d: usage thresholds, 0 is none.
+	MaxUtilization5h *int `json:"max_utilization_5h"`
+	MaxUtilization7d *int `json:"max_utilization_7d"`
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
+}
+
+// validThresholds checks the usage thresholds, when given.
+func validThresholds(fiveHour, sevenDay *int) error {
+	for _, t := range []struct {
+		name string
+		v    *int
+	}{{"max_utilization_5h", fiveHour}, {"max_utilization_7d", sevenDay}} {
+		if t.v != nil && (*t.v < 0 || *t.v > store.MaxUtilizationThreshold) {
+			return invalid("%s: must be 0 (no threshold) to %d percent, got %d", t.name, store.MaxUtilizationThreshold, *t.v)
+		}
+	}
+	return nil
 }
 
 // validWeight checks a routing weight, when given.
@@ -277,8 +303,11 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validWeight(b.Weight); err != nil {
 		return err
 	}
+	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
+		return err
+	}
 	spec := store.UpstreamSpec{ID: id, Name: b.Name, Kind: b.Kind, BaseURL: b.BaseURL, Enabled: true,
-		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight}
+		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight, MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -376,7 +405,11 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validWeight(b.Weight); err != nil {
 		return err
 	}
-	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled, Weight: b.Weight}
+	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
+		return err
+	}
+	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled, Weight: b.Weight,
+		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -421,13 +454,17 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
-		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight)")
+		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil && b.MaxUtilization5h == nil && b.MaxUtilization7d == nil {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight, max_utilization_5h, max_utilization_7d)")
 	}
 	if err := validWeight(b.Weight); err != nil {
 		return err
 	}
-	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled, Weight: b.Weight}
+	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
+		return err
+	}
+	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled, Weight: b.Weight,
+		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
 	if b.WarmupDialectPlugin != nil {
 		patch.SetWarmupDialect = true
 		if string(b.WarmupDialectPlugin) != "null" {

@@ -9,11 +9,11 @@ package keepalive
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 )
 
 // Config is a principal's cache_keepalive, as the admin API stores it
@@ -111,14 +111,10 @@ func blockBreakpoint(raw json.RawMessage) (bool, time.Duration) {
 // model, the system prompt, the tools and the first message. Every turn of
 // one conversation repeats those, so turns map to one session; two
 // conversations that share them also share their cached prefix, so
-// keeping one warm keeps both.
+// keeping one warm keeps both. The router groups sessions by the same hash
+// (affinity.PromptHash), so a keep-alive session and its requests are one.
 func SessionHash(principalID, model string, system, tools, first json.RawMessage) string {
-	h := sha256.New()
-	for _, part := range [][]byte{[]byte(principalID), []byte(model), system, tools, first} {
-		h.Write(part)
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return affinity.PromptHash(principalID, model, system, tools, first)
 }
 
 // ParsePrompt reads a Messages request of principalID. It fails when the

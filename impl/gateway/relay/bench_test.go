@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
@@ -51,9 +53,32 @@ func benchHandler(b *testing.B) *Handler {
 		Transport: cannedTransport{[]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":2}}`)},
 		Recorder:  discardRecorder{},
 		// As the server wires it: every request reads the cooldowns and
-		// counts itself in flight.
-		Board: routing.NewBoard(nil),
+		// counts itself in flight, the session table and the principals'
+		// caps are there (this principal has none).
+		Board:     routing.NewBoard(nil),
+		Affinity:  affinity.NewTable(),
+		Admission: admission.New(admission.Options{}),
 	})
+}
+
+// BenchmarkRelaySession is BenchmarkRelay for a request of a Claude Code
+// session: its key, its rendezvous order and its landing recorded.
+func BenchmarkRelaySession(b *testing.B) {
+	benchRequests(b, benchHandler(b), "X-Claude-Code-Session-Id", "5d9b4a3e-8f7c-4f0e-9a55-2b1d6c0e7f11")
+}
+
+// BenchmarkRelayCapped is BenchmarkRelay for a principal with a
+// max_in_flight it never reaches: a slot taken and given back.
+func BenchmarkRelayCapped(b *testing.B) {
+	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://upstream.invalid", "sk-upstream"))
+	cfg.Principals[0].MaxInFlight = 1000
+	benchRequests(b, New(Options{
+		Source:    fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))},
+		Transport: cannedTransport{[]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":2}}`)},
+		Recorder:  discardRecorder{},
+		Board:     routing.NewBoard(nil),
+		Admission: admission.New(admission.Options{}),
+	}))
 }
 
 // BenchmarkRelay is the per-request cost of the proxy path: key lookup,
@@ -79,7 +104,7 @@ func BenchmarkRelayLimitedWithMetrics(b *testing.B) {
 }
 
 // benchRequests sends b.N small Messages requests through h.
-func benchRequests(b *testing.B, h http.Handler) {
+func benchRequests(b *testing.B, h http.Handler, hdr ...string) {
 	reqBody := []byte(`{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -87,6 +112,9 @@ func benchRequests(b *testing.B, h http.Handler) {
 		req := httptest.NewRequest("POST", "/v1/messages", bytes.NewReader(reqBody))
 		req.Header.Set("x-api-key", "sk-good")
 		req.Header.Set("anthropic-version", "2023-06-01")
+		for j := 0; j+1 < len(hdr); j += 2 {
+			req.Header.Set(hdr[j], hdr[j+1])
+		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code != 200 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -24,6 +25,12 @@ type Metrics struct {
 	// cooldowns counts upstreams taken out of routing by a 429/529;
 	// allCooling, requests refused because every candidate was.
 	cooldowns, allCooling prometheus.Counter
+	// affinityMoves counts sessions moved off the upstream they were on.
+	affinityMoves prometheus.Counter
+	// queueRefused counts requests refused past a principal's
+	// max_in_flight (queue full or wait over); queueWait, the waits.
+	queueRefused prometheus.Counter
+	queueWait    prometheus.Histogram
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
@@ -98,6 +105,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_all_upstreams_cooling_total",
 		Help: "Requests answered 429 by the proxy itself because every candidate upstream was cooling down.",
 	})
+	m.affinityMoves = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_affinity_moves_total",
+		Help: "Sessions this replica moved off the upstream they were on (it could not take them: cooling down, out of routing or past a usage threshold).",
+	})
+	m.queueRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_proxy_queue_refused_total",
+		Help: "Requests answered 429 past their principal's max_in_flight: the queue was full or the wait ran out.",
+	})
+	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "svc_proxy_queue_wait_seconds",
+		Help:    "Time requests past their principal's max_in_flight waited in its queue (admitted or not).",
+		Buckets: prometheus.ExponentialBuckets(0.005, 3, 10),
+	})
 	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_principal_limited_total",
 		Help: "Requests refused with 429 by a principal's default_limits, by limit kind.",
@@ -140,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
 		}
 	}
-	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, limited, timeouts, m.interrupted, m.lazyRefreshes,
+	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, m.affinityMoves, m.queueRefused, m.queueWait, limited, timeouts, m.interrupted, m.lazyRefreshes,
 		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }
@@ -291,4 +311,21 @@ func (m *Metrics) ObserveUsage(ev store.RequestEvent, snap *snapshot.Snapshot, k
 			ch.tokens[i].Add(float64(n))
 		}
 	}
+}
+
+// ObserveQueueWait records a wait in a principal's queue
+// (admission.Options.Observe).
+func (m *Metrics) ObserveQueueWait(waited time.Duration, _ bool) {
+	if m != nil {
+		m.queueWait.Observe(waited.Seconds())
+	}
+}
+
+// NewQueueCollector reports the requests waiting in the principals'
+// queues at scrape time.
+func NewQueueCollector(c *admission.Controller) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "svc_proxy_queued_requests",
+		Help: "Requests this replica holds waiting for a slot under their principal's max_in_flight.",
+	}, func() float64 { return float64(c.Queued()) })
 }

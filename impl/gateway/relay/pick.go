@@ -1,8 +1,13 @@
 package relay
 
 import (
+	"bytes"
+	"math"
+	"net/http"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
+	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 )
 
@@ -18,9 +23,13 @@ const MaxAttemptsCap = 16
 // built-in router's list is ordered by priority class (subscriptions,
 // then API keys); with spread set, each class is tried from an upstream
 // drawn by weight, then round the rest of its weighted upstreams in list
-// order, then its standby upstreams (weight 0) in list order, before the
-// next class. Without spread (a router plugin decided the order) the list
-// is taken as it is.
+// order, then its standby upstreams (weight 0, or past a usage threshold)
+// in list order, before the next class. A request of a session tries the
+// class's weighted upstreams in the session's rendezvous order instead,
+// after the upstream the session was moved to, if any: every replica
+// chooses alike, and a failover goes where the session's next request
+// will. Without spread (a router plugin decided the order) the list is
+// taken as it is.
 type picker struct {
 	cands  []*snapshot.Upstream
 	spread bool
@@ -28,6 +37,25 @@ type picker struct {
 	first  int // where in the class the weighted round began (-1: none weighted)
 	k      int // steps taken in the class: the weighted round, then the standby pass
 	randN  func(uint64) uint64
+	board  *routing.Board
+	now    time.Time
+
+	session affinity.Key // zero: none
+	movedTo string       // the upstream the session was moved to ("": none)
+	moved   int          // its position in the class (-1: not in it, or taken)
+	// last is the rendezvous rank of the session's previous pick in the
+	// class: the next pick is the best below it.
+	lastScore float64
+	lastPos   int
+}
+
+// weight is u's weight for new work now: 0 (standby) past a usage
+// threshold.
+func (p *picker) weight(u *snapshot.Upstream) int {
+	if u.Weight <= 0 || p.board.OverThreshold(u.ID, u.MaxUtilization5h, u.MaxUtilization7d, p.now) {
+		return 0
+	}
+	return u.Weight
 }
 
 // next returns the next candidate, nil after the last.
@@ -46,7 +74,7 @@ func (p *picker) next() *snapshot.Upstream {
 					p.g1++
 				}
 			}
-			p.first = weightedPick(p.cands[p.g0:p.g1], p.randN)
+			p.enterClass()
 			continue
 		}
 		k := p.k
@@ -56,23 +84,102 @@ func (p *picker) next() *snapshot.Upstream {
 				p.k = n // nothing weighted: straight to the standby pass
 				continue
 			}
-			if u := p.cands[p.g0+(p.first+k)%n]; u.Weight > 0 {
+			if !p.session.IsZero() {
+				if u := p.sessionNext(); u != nil {
+					return u
+				}
+				p.k = n
+				continue
+			}
+			if u := p.cands[p.g0+(p.first+k)%n]; p.weight(u) > 0 {
 				return u
 			}
 			continue
 		}
-		if u := p.cands[p.g0+k-n]; u.Weight <= 0 {
+		if u := p.cands[p.g0+k-n]; p.weight(u) <= 0 {
 			return u
 		}
 	}
 }
 
+// enterClass prepares the weighted round of cands[g0:g1].
+func (p *picker) enterClass() {
+	ups := p.cands[p.g0:p.g1]
+	if p.session.IsZero() {
+		p.first = weightedPick(ups, p.weight, p.randN)
+		return
+	}
+	p.first, p.moved = -1, -1
+	p.lastScore, p.lastPos = math.Inf(1), -1
+	for i, u := range ups {
+		if p.weight(u) > 0 {
+			p.first = 0
+			if u.ID == p.movedTo {
+				p.moved = i
+			}
+		}
+	}
+}
+
+// sessionNext is the session's next weighted upstream of the class: the
+// one it was moved to, then by rendezvous score, highest first (ties by
+// position); nil when none is left.
+func (p *picker) sessionNext() *snapshot.Upstream {
+	ups := p.cands[p.g0:p.g1]
+	if p.moved >= 0 {
+		u := ups[p.moved]
+		p.moved = -2 // taken: skipped below
+		return u
+	}
+	best, bestScore := -1, math.Inf(-1)
+	for i, u := range ups {
+		if p.movedTo != "" && u.ID == p.movedTo {
+			continue
+		}
+		w := p.weight(u)
+		if w <= 0 {
+			continue
+		}
+		sc := affinity.Score(p.session, u.ID, w)
+		// Below the previous pick in (score, position) order…
+		if sc > p.lastScore || sc == p.lastScore && i <= p.lastPos {
+			continue
+		}
+		// …and the best of those.
+		if best < 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	p.lastScore, p.lastPos = bestScore, best
+	return ups[best]
+}
+
+// natural is where session k goes in the class of landed with no move
+// considered: the rendezvous choice by configured weight, past a usage
+// threshold or not, so a session moved away by a threshold stays where it
+// went when the usage falls. "" when the class has no weighted upstream.
+func natural(k affinity.Key, cands []*snapshot.Upstream, landed *snapshot.Upstream) string {
+	win, top := "", math.Inf(-1)
+	for _, u := range cands {
+		if u.Kind != landed.Kind || u.Weight <= 0 {
+			continue
+		}
+		if sc := affinity.Score(k, u.ID, u.Weight); sc > top {
+			win, top = u.ID, sc
+		}
+	}
+	return win
+}
+
 // weightedPick draws a position of ups with probability proportional to
 // its weight; -1 when none has a weight (all standby).
-func weightedPick(ups []*snapshot.Upstream, randN func(uint64) uint64) int {
+func weightedPick(ups []*snapshot.Upstream, weight func(*snapshot.Upstream) int, randN func(uint64) uint64) int {
 	var total uint64
 	for _, u := range ups {
-		total += uint64(max(u.Weight, 0))
+		total += uint64(weight(u))
 	}
 	if total == 0 {
 		return -1
@@ -82,7 +189,7 @@ func weightedPick(ups []*snapshot.Upstream, randN func(uint64) uint64) int {
 	}
 	r := randN(total)
 	for i, u := range ups {
-		w := uint64(max(u.Weight, 0))
+		w := uint64(weight(u))
 		if r < w {
 			return i
 		}
@@ -105,8 +212,16 @@ func (l *attemptList) ups() []*snapshot.Upstream { return l.buf[:l.n] }
 // plan fills l from the candidates. An upstream out of routing (its
 // credential revoked) takes no place in the budget; it is planned alone
 // only when nothing else is, so the answer says why.
-func (h *Handler) plan(l *attemptList, cands []*snapshot.Upstream, spread bool, now time.Time) {
-	p := picker{cands: cands, spread: spread, randN: h.randN}
+//
+// A request of session (zero: none) starts where the session was moved
+// to, else at its rendezvous choice; the caller records where it landed
+// (h.land).
+func (h *Handler) plan(l *attemptList, cands []*snapshot.Upstream, spread bool, session affinity.Key, now time.Time) {
+	p := picker{cands: cands, spread: spread, randN: h.randN, board: h.board, now: now}
+	if spread && !session.IsZero() {
+		p.session = session
+		p.movedTo, _ = h.affinity.Moved(session)
+	}
 	var unroutable *snapshot.Upstream
 	passed := 0 // unroutable upstreams passed over, counted as failovers
 	for l.n < h.maxAttempts {
@@ -139,4 +254,35 @@ func (h *Handler) plan(l *attemptList, cands []*snapshot.Upstream, spread bool, 
 			h.failover()
 		}
 	}
+}
+
+// land records where a request of a session was served, so its next
+// requests follow (affinity.Table.Land), and counts a move.
+func (h *Handler) land(session affinity.Key, cands []*snapshot.Upstream, up *snapshot.Upstream) {
+	if session.IsZero() || h.affinity == nil {
+		return
+	}
+	if h.affinity.Land(session, up.ID, natural(session, cands, up), h.now()) && h.metrics != nil {
+		h.metrics.affinityMoves.Inc()
+	}
+}
+
+// sessionOf is the session a request belongs to: Claude Code's session
+// header, else, for a principal with cache keep-alive, the keep-alive
+// session's prompt hash (only a prompt with a cache breakpoint has one);
+// zero when neither names one.
+func sessionOf(r *http.Request, p *snapshot.Principal, body []byte) affinity.Key {
+	if id := header(r.Header, affinity.SessionHeader); id != "" {
+		return affinity.HeaderKey(p.ID, id)
+	}
+	if p.KeepAliveEnabled && bytes.Contains(body, []byte(`"cache_control"`)) {
+		return affinity.PromptKey(p.ID, body)
+	}
+	return affinity.Key{}
+}
+
+// served reports whether an answer of status means the upstream took the
+// request: a rate limit or a server error is no place to keep a session.
+func served(status int) bool {
+	return status < 500 && status != http.StatusTooManyRequests
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -240,7 +241,7 @@ func TestPlanSkipsCoolingWithoutAllocating(t *testing.T) {
 	var l attemptList
 	if n := testing.AllocsPerRun(200, func() {
 		l = attemptList{}
-		h.plan(&l, cands, true, now)
+		h.plan(&l, cands, true, affinity.Key{}, now)
 	}); n != 0 {
 		t.Fatalf("%v allocations per plan", n)
 	}

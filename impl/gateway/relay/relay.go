@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
@@ -88,6 +90,12 @@ type Options struct {
 	// MaxAttempts bounds how many upstreams one request is sent to,
 	// failover included (zero: DefaultMaxAttempts; at most 16).
 	MaxAttempts int
+	// Affinity keeps a session's requests on one upstream (optional:
+	// without it sessions are spread like other requests).
+	Affinity *affinity.Table
+	// Admission enforces principals' max_in_flight with a queue
+	// (optional: without it no cap is enforced).
+	Admission *admission.Controller
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -110,6 +118,8 @@ type Handler struct {
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	refresh                                                             *refresher
 	board                                                               *routing.Board
+	affinity                                                            *affinity.Table
+	admission                                                           *admission.Controller
 	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
@@ -180,7 +190,7 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
-	h.board, h.randN = o.Board, rand.Uint64N
+	h.board, h.randN, h.affinity, h.admission = o.Board, rand.Uint64N, o.Affinity, o.Admission
 	h.maxAttempts = o.MaxAttempts
 	if h.maxAttempts <= 0 {
 		h.maxAttempts = DefaultMaxAttempts
@@ -252,7 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.start, q.chat = h.now(), chat
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
-	defer func() { h.held.give(q.held) }()
+	defer func() { h.held.give(q.held); q.slot.Release() }()
 	if h.admit(w, r, ep, &q) {
 		h.forward(w, r, ep, &q)
 	}
@@ -265,10 +275,13 @@ type admitted struct {
 	body     []byte
 	held     int64 // body bytes reserved against the global cap, given back when the handler returns
 	model    string
-	stream   bool           // the request asks for a stream (count_tokens answers none)
-	attempts attemptList    // the upstreams to try, in order
-	standing *limits.Status // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
-	chat     *openai.Writer // set for a Chat Completions request: its body is translated
+	stream   bool        // the request asks for a stream (count_tokens answers none)
+	attempts attemptList // the upstreams to try, in order
+	cands    []*snapshot.Upstream
+	session  affinity.Key     // zero: none
+	standing *limits.Status   // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
+	slot     admission.Ticket // the principal's slot under its max_in_flight (zero: uncapped)
+	chat     *openai.Writer   // set for a Chat Completions request: its body is translated
 }
 
 // admit authenticates the request, reads and checks its body, applies the
@@ -336,6 +349,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 			return false
 		}
 	}
+	if !h.admitSlot(w, r, p, q, &refused) {
+		return false
+	}
 	cands := p.Candidates
 	if p.Dynamic {
 		var plugRefusal *plugins.Refusal
@@ -356,7 +372,11 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	}
 	// The built-in router spreads by weight within each priority class; a
 	// router plugin's order is kept.
-	h.plan(&q.attempts, cands, !p.Dynamic, start)
+	var session affinity.Key
+	if ep == epMessages && !p.Dynamic && h.affinity != nil {
+		session = sessionOf(r, p, body)
+	}
+	h.plan(&q.attempts, cands, !p.Dynamic, session, start)
 	if q.attempts.n == 0 {
 		// Every candidate is cooling down: the client learns when the
 		// first comes back rather than a provider's 429 per request.
@@ -368,6 +388,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		return false
 	}
 	q.key, q.body, q.model, q.stream, q.standing = k, body, model, stream, standing
+	q.cands, q.session = cands, session
 	return true
 }
 
@@ -387,6 +408,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	}
 	defer a.done()
 	defer h.board.Begin(up.ID).End()
+	if served(resp.StatusCode) {
+		h.land(q.session, q.cands, up)
+	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {

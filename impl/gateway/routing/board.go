@@ -27,6 +27,8 @@ type Board struct {
 type State struct {
 	cooldownUntil atomic.Int64 // unix nanoseconds; 0: none
 	inFlight      atomic.Int64
+	// The polled usage windows (usage thresholds, admin status).
+	fiveHour, sevenDay usageWindow
 }
 
 // NewBoard returns an empty board. onCooldown may be nil.
@@ -138,6 +140,9 @@ func (s *State) End() {
 type Snapshot struct {
 	CooldownUntil time.Time // zero: not cooling down at the moment read
 	InFlight      int64
+	// FiveHour and SevenDay are the polled utilisation in percent (0 when
+	// unknown or reset since).
+	FiveHour, SevenDay float64
 }
 
 // Read returns id's live state at now.
@@ -151,5 +156,6 @@ func (b *Board) Read(id string, now time.Time) Snapshot {
 		out.CooldownUntil = time.Unix(0, u)
 	}
 	out.InFlight = s.inFlight.Load()
+	out.FiveHour, out.SevenDay = s.fiveHour.at(now), s.sevenDay.at(now)
 	return out
 }

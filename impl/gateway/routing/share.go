@@ -5,11 +5,15 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// CooldownStore is where replicas share cooldowns (store.CooldownStore).
+// CooldownStore is where replicas share cooldowns (store.CooldownStore)
+// and read the polled usage windows (store.AffinityStore).
 type CooldownStore interface {
 	SyncCooldowns(ctx context.Context, learnt map[string]time.Time, now time.Time) (map[string]time.Time, error)
+	ListQuotaWindows(ctx context.Context) (map[string]store.QuotaWindows, error)
 }
 
 // DefaultShareInterval is how often a Sharer syncs with the database.
@@ -70,6 +74,16 @@ func (s *Sharer) Sync(ctx context.Context) error {
 	}
 	for id, until := range all {
 		s.board.Learn(id, until)
+	}
+	// The usage poll runs on one replica; every replica reads its
+	// windows here for the usage thresholds.
+	wins, err := s.st.ListQuotaWindows(ctx)
+	if err != nil {
+		s.log.Warn("reading the polled usage windows failed; retrying", "error", err)
+		return err
+	}
+	for id, w := range wins {
+		s.board.SetUsage(id, w)
 	}
 	return nil
 }

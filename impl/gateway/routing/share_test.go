@@ -5,12 +5,22 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
 // memCooldowns is a CooldownStore in memory, shared by "replicas".
 type memCooldowns struct {
 	m    map[string]time.Time
+	wins map[string]store.QuotaWindows
 	fail bool
+}
+
+func (m *memCooldowns) ListQuotaWindows(context.Context) (map[string]store.QuotaWindows, error) {
+	if m.fail {
+		return nil, errors.New("database down")
+	}
+	return m.wins, nil
 }
 
 func (m *memCooldowns) SyncCooldowns(_ context.Context, learnt map[string]time.Time, now time.Time) (map[string]time.Time, error) {
@@ -74,5 +84,43 @@ func TestSharerSharesCooldownsBetweenReplicas(t *testing.T) {
 	// Learning a cooldown from the store does not store it again.
 	if n := len(a.pending) + len(b.pending); n != 0 {
 		t.Fatalf("%d cooldowns pending after the syncs", n)
+	}
+}
+
+// The polled usage windows reach every replica's board at its sync; a
+// window past its reset reads 0, and the thresholds compare against it.
+func TestSharerReadsUsageWindows(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	reset := now.Add(time.Hour)
+	db := &memCooldowns{m: map[string]time.Time{}, wins: map[string]store.QuotaWindows{
+		"up_a": {FiveHour: store.QuotaWindow{Utilization: 95, ResetsAt: &reset}, SevenDay: store.QuotaWindow{Utilization: 40}},
+	}}
+	s := NewSharer(db, func() time.Time { return now }, nil)
+	b := s.Board()
+	if b.OverThreshold("up_a", 90, 0, now) {
+		t.Fatal("over threshold before the usage was read")
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if five, seven := b.Utilization("up_a", now); five != 95 || seven != 40 {
+		t.Fatalf("utilisation %v %v", five, seven)
+	}
+	for _, c := range []struct {
+		max5h, max7d int
+		at           time.Time
+		over         bool
+	}{
+		{90, 0, now, true},
+		{0, 50, now, false},
+		{0, 40, now, true},
+		{96, 0, now, false},
+		{0, 0, now, false},
+		{90, 0, reset, false}, // the 5-hour window has reset
+	} {
+		if got := b.OverThreshold("up_a", c.max5h, c.max7d, c.at); got != c.over {
+			t.Errorf("thresholds %d/%d at %v: over %v, want %v", c.max5h, c.max7d, c.at.Sub(now), got, c.over)
+		}
 	}
 }

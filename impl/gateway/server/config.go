@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/cli"
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/sso"
@@ -503,6 +504,11 @@ type RelayConfig struct {
 	// MaxAttempts bounds how many upstreams one request is sent to,
 	// failover included (docs/routing.md).
 	MaxAttempts int `yaml:"max_attempts"`
+	// QueueLength is how many requests of one principal past its
+	// max_in_flight may wait for a slot; QueueMaxWait how long each waits
+	// before a 429 (docs/routing.md).
+	QueueLength  int           `yaml:"queue_length"`
+	QueueMaxWait time.Duration `yaml:"queue_max_wait"`
 }
 
 func defaultRelayConfig() RelayConfig {
@@ -512,6 +518,8 @@ func defaultRelayConfig() RelayConfig {
 		UpstreamIdleTimeout:            relay.DefaultIdleTimeout,
 		MaxBodyBytesInFlight:           relay.DefaultMaxBodyBytesInFlight,
 		MaxAttempts:                    relay.DefaultMaxAttempts,
+		QueueLength:                    admission.DefaultQueueLength,
+		QueueMaxWait:                   admission.DefaultMaxWait,
 	}
 }
 
@@ -524,7 +532,15 @@ func bindRelayFlags(fs *flag.FlagSet) func(set map[string]bool, c *RelayConfig) 
 	idle := fs.Duration("upstream-idle-timeout", d.UpstreamIdleTimeout, "end an upstream response from which nothing arrived for this long")
 	held := fs.Int64("max-body-bytes-in-flight", d.MaxBodyBytesInFlight, "request body bytes held at once; past it requests get 529 overloaded_error")
 	attempts := fs.Int("max-attempts", d.MaxAttempts, "upstreams one request may be sent to, failover included (1 to 16)")
+	queueLen := fs.Int("queue-length", d.QueueLength, "requests of one principal past its max_in_flight that may wait for a slot (0 to 10000; 0: none wait)")
+	queueWait := fs.Duration("queue-max-wait", d.QueueMaxWait, "how long a request past its principal's max_in_flight waits for a slot before a 429")
 	return func(set map[string]bool, c *RelayConfig) {
+		if set["queue-length"] {
+			c.QueueLength = *queueLen
+		}
+		if set["queue-max-wait"] {
+			c.QueueMaxWait = *queueWait
+		}
 		if set["upstream-header-timeout"] {
 			c.UpstreamHeaderTimeout = *hdr
 		}
@@ -558,6 +574,22 @@ func (c RelayConfig) validate(bad func(key, format string, a ...any)) {
 	if c.MaxAttempts < 1 || c.MaxAttempts > relay.MaxAttemptsCap {
 		bad("relay.max_attempts", "must be 1 to %d, got %d", relay.MaxAttemptsCap, c.MaxAttempts)
 	}
+	if c.QueueLength < 0 || c.QueueLength > 10000 {
+		bad("relay.queue_length", "must be 0 to 10000, got %d", c.QueueLength)
+	}
+	if c.QueueMaxWait < 100*time.Millisecond || c.QueueMaxWait > 10*time.Minute {
+		bad("relay.queue_max_wait", "must be 100ms to 10m, got %s", c.QueueMaxWait)
+	}
+}
+
+// admission returns the controller of the principals' caps this
+// configuration governs; observe feeds the queue metrics.
+func (c RelayConfig) admission(observe func(time.Duration, bool)) *admission.Controller {
+	n := c.QueueLength
+	if n == 0 {
+		n = -1 // none wait
+	}
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Observe: observe})
 }
 
 // apply sets the relay.Options fields this configuration governs. The

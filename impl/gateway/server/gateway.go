@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
@@ -56,6 +58,12 @@ type gateway struct {
 	// share syncs its cooldowns with the other replicas.
 	board *routing.Board
 	share *routing.Sharer
+	// sessions keeps sessions on their upstream; shareSessions syncs its
+	// moves with the other replicas.
+	sessions      *affinity.Table
+	shareSessions *affinity.Sharer
+	// admission enforces the principals' max_in_flight with a queue.
+	admission *admission.Controller
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -104,10 +112,16 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
+	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
+	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
 	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
 	_ = g.share.Sync(ctx)
+	g.sessions = affinity.NewTable()
+	g.shareSessions = affinity.NewSharer(g.sessions, st, time.Now, log.With("component", "affinity"))
+	// …and the sessions moved within the prompt cache's lifetime.
+	_ = g.shareSessions.Sync(ctx)
 	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
@@ -220,7 +234,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
-		Board: g.board,
+		Board: g.board, Affinity: g.sessions, Admission: g.admission,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	// A request meeting an expired or refused OAuth token asks the OAuth
@@ -231,7 +245,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
-		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board,
+		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
@@ -273,6 +287,7 @@ func (g *gateway) startBackground() *running {
 	limDone := make(chan struct{})
 	go func() { g.lim.Run(limCtx); close(limDone) }()
 	go g.share.Run(bg, routing.DefaultShareInterval)
+	go g.shareSessions.Run(bg, affinity.DefaultShareInterval)
 	g.ka.Start(bg)
 	// Local price catalog installation runs in-process on every replica.
 	go g.prices.Run(bg, cfg.ReconcileInterval)

@@ -75,6 +75,8 @@ type Principal struct {
 	Lead *Lead
 	// Limits are the principal's default_limits (nil: unlimited).
 	Limits []limits.Limit
+	// MaxInFlight caps the principal's requests in flight (0: no cap).
+	MaxInFlight int
 	// keyHashes are the principal's keys in this snapshot: what Apply
 	// removes when the principal changes.
 	keyHashes [][sha256.Size]byte
@@ -161,6 +163,9 @@ type Upstream struct {
 	// Weight is the upstream's share of new work within its priority
 	// class (the built-in router's spreading); 0 weighs as 1.
 	Weight int
+	// MaxUtilization5h and MaxUtilization7d are the usage thresholds in
+	// percent (0: none): past either, the upstream weighs as standby.
+	MaxUtilization5h, MaxUtilization7d int
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
@@ -232,6 +237,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
+			MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
 			RefreshRefused: u.Status.RefreshRefused,
 		}
 		if len(u.Credential) > 0 && open != nil {
@@ -277,6 +283,7 @@ func newPrincipal(p *store.Principal) Principal {
 		CacheKeepalive:   p.CacheKeepalive,
 		KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
 		Limits:           principalLimits(p),
+		MaxInFlight:      p.MaxInFlight,
 	}
 }
 

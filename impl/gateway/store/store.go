@@ -77,11 +77,17 @@ type Upstream struct {
 	// Weight is the upstream's share of new work within its priority class
 	// (the built-in router's spreading); 0 is standby: tried only after
 	// every weighted upstream of its class.
-	Weight       int
-	SpecRevision int64
-	Status       UpstreamStatus
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	Weight int
+	// MaxUtilization5h and MaxUtilization7d are the router's usage
+	// thresholds in percent of the polled windows (docs/routing.md): past
+	// either, the upstream takes new work only when no other upstream of
+	// its class can. 0 is no threshold.
+	MaxUtilization5h int
+	MaxUtilization7d int
+	SpecRevision     int64
+	Status           UpstreamStatus
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // DefaultWeight is an upstream's weight unless set: equal shares.
@@ -89,6 +95,9 @@ const DefaultWeight = 1
 
 // MaxWeight bounds an upstream's weight.
 const MaxWeight = 1000
+
+// MaxUtilizationThreshold bounds a usage threshold (percent).
+const MaxUtilizationThreshold = 100
 
 // UpstreamStatus is system-managed operational state. Each group of
 // fields has exactly one writer, which writes only its own columns, so a
@@ -136,6 +145,9 @@ type UpstreamSpec struct {
 	OAuthTokenURL     string
 	// Weight: nil keeps it (update) or means DefaultWeight (create).
 	Weight *int
+	// MaxUtilization5h, MaxUtilization7d: nil keeps them (update) or
+	// means none (create).
+	MaxUtilization5h, MaxUtilization7d *int
 }
 
 // UpstreamPatch changes individual user-managed fields; nil means unchanged.
@@ -148,6 +160,8 @@ type UpstreamPatch struct {
 	SetWarmupDialect    bool
 	WarmupDialectPlugin *string
 	Weight              *int
+	MaxUtilization5h    *int
+	MaxUtilization7d    *int
 	// Credential, when not nil, replaces the sealed credential (of kind
 	// CredentialKind) in the same change. A base_url of another origin is
 	// refused with ErrCredentialRequired without one while the upstream
@@ -166,8 +180,11 @@ type Principal struct {
 	AllowedModels  []string
 	DefaultLimits  json.RawMessage // JSON array, validated by the API
 	CacheKeepalive json.RawMessage // JSON object or nil when unset
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// MaxInFlight caps the principal's requests in flight (0: no cap);
+	// past it requests queue (docs/routing.md).
+	MaxInFlight int
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // PrincipalPatch changes individual fields; nil means unchanged.
@@ -179,7 +196,11 @@ type PrincipalPatch struct {
 	// SetCacheKeepalive applies CacheKeepalive (nil clears it).
 	SetCacheKeepalive bool
 	CacheKeepalive    json.RawMessage
+	MaxInFlight       *int
 }
+
+// MaxPrincipalInFlight bounds a principal's cap on requests in flight.
+const MaxPrincipalInFlight = 10000
 
 // Key is an issued proxy key. Only its SHA-256 hash is stored.
 type Key struct {
@@ -275,6 +296,8 @@ type Store interface {
 	LimitStore
 	// CooldownStore shares the upstreams' cooldowns between replicas.
 	CooldownStore
+	// AffinityStore shares the router's session moves between replicas.
+	AffinityStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
 	// EventReader searches and aggregates request events (dashboard).

@@ -275,9 +275,15 @@ async function editUpstream(id) {
   // A stored key goes only to the host it was given for: moving to another
   // host needs it again (credential_required otherwise).
   const key = el("input", { id: "edit-key", type: "password", autocomplete: "off", placeholder: "unchanged" });
+  // Routing (docs/routing.md): the share of new work and the usage
+  // thresholds, percent of the polled windows (0: none).
+  const weight = el("input", { id: "edit-weight", type: "number", min: 0, max: 1000, step: 1, value: u.weight });
+  const max5h = el("input", { id: "edit-max5h", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_5h });
+  const max7d = el("input", { id: "edit-max7d", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_7d });
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
-    const body = { name: name.value, base_url: url.value };
+    const body = { name: name.value, base_url: url.value, weight: Number(weight.value),
+      max_utilization_5h: Number(max5h.value), max_utilization_7d: Number(max7d.value) };
     if (key.value) body.api_key_value = key.value;
     key.value = "";
     try {
@@ -296,6 +302,7 @@ async function editUpstream(id) {
     el("form", { class: "inline", id: "upstream-edit", onsubmit: (ev) => save(ev, etag) },
       field("Name", name), field("Base URL", url),
       ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
+      field("Weight (0: standby)", weight), field("Max 5-hour use % (0: none)", max5h), field("Max 7-day use % (0: none)", max7d),
       el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
 }
@@ -335,7 +342,8 @@ async function principalsPage() {
   const { data: ps } = await api("GET", "/admin/v1/principals");
   const rows = ps.map((p) => el("tr", { "data-principal": p.name },
     el("td", {}, p.name), el("td", {}, p.enabled ? "enabled" : "disabled"), el("td", {}, (p.allowed_models || []).join(", ")),
-    el("td", {}, (p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`).join(", ") || "none"),
+    el("td", {}, [...(p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`),
+      ...(p.max_in_flight ? [`at most ${p.max_in_flight} in flight (then queued)`] : [])].join(", ") || "none"),
     el("td", {}, p.cache_keepalive && p.cache_keepalive.enabled ? "on" : "off"),
     el("td", {},
       el("button", { type: "button", "data-read": true, onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
@@ -348,11 +356,14 @@ async function principalsPage() {
     if ($("#pr-ka").checked) body.cache_keepalive = { enabled: true };
     const rpm = $("#pr-rpm").value.trim();
     if (rpm) body.default_limits = [{ kind: "requests", window_secs: 60, max: Number(rpm) }];
+    const cap = $("#pr-cap").value.trim();
+    if (cap) body.max_in_flight = Number(cap);
     try { await api("POST", "/admin/v1/principals", body); banner(`Principal ${body.name} created.`, true); route(); } catch (e) { showError(e); }
   } },
   field("Name", el("input", { id: "pr-name", required: true })),
   field("Allowed models (comma separated; * or prefix*)", el("input", { id: "pr-models", value: "claude-*" })),
   field("Requests per minute (empty: no limit)", el("input", { id: "pr-rpm", type: "number", min: "1" })),
+  field("Max in flight, past it queued (empty: no cap)", el("input", { id: "pr-cap", type: "number", min: "0", max: "10000" })),
   el("label", {}, "Prompt-cache keep-alive", el("input", { id: "pr-ka", type: "checkbox" })),
   el("button", { class: "primary", type: "submit" }, "Create principal"));
   return [
@@ -542,10 +553,14 @@ function windows(l) {
 }
 
 // routingCell shows an upstream's routing state: its weight (0: standby),
-// requests in flight and a 429/529 cooldown.
+// requests in flight, sessions bound, its usage thresholds (and whether
+// the polled use is past one) and a 429/529 cooldown.
 function routingCell(u) {
+  const limits = [u.max_utilization_5h ? `5h ≤ ${u.max_utilization_5h}%` : null, u.max_utilization_7d ? `7d ≤ ${u.max_utilization_7d}%` : null].filter(Boolean);
   return el("div", { class: "routing" }, el("div", {}, u.weight ? `weight ${u.weight}` : "standby (weight 0)"),
-    el("div", { class: "hint" }, `${num(u.in_flight)} in flight`),
+    el("div", { class: "hint" }, `${num(u.in_flight)} in flight, ${num(u.sessions_bound)} sessions`),
+    limits.length ? el("div", { class: "hint thresholds" }, `thresholds ${limits.join(", ")}`) : null,
+    u.past_threshold ? el("div", { class: "bad past-threshold" }, "past its usage threshold: new work goes elsewhere") : null,
     u.cooldown_until_unix_secs ? el("div", { class: "bad cooldown" }, `cooling down until ${time(u.cooldown_until_unix_secs)}`) : null);
 }
 

@@ -353,7 +353,17 @@ func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int6
 	if err != nil {
 		return 0, s.d.classify(err)
 	}
-	return res.RowsAffected()
+	n, err := res.RowsAffected()
+	if err != nil || table != "upstream_affinity" {
+		return n, err
+	}
+	// The router's session moves are affinity too, kept as long.
+	res, err = s.pool.ExecContext(ctx, s.d.rebind("DELETE FROM upstream_affinity_sessions WHERE at_ms < ?"), before.UnixMilli())
+	if err != nil {
+		return n, s.d.classify(err)
+	}
+	m, err := res.RowsAffected()
+	return n + m, err
 }
 
 // nullString stores "" as NULL.

@@ -268,6 +268,12 @@ func (r *joinedRow) Scan(dest ...any) error {
 				return errJoinedDest
 			}
 			*d = n
+		case *int:
+			n, err := strconv.Atoi(v)
+			if err != nil || null {
+				return errJoinedDest
+			}
+			*d = n
 		case *bool:
 			// As an integer column reads into a bool: 1 or 0.
 			if null || v != "0" && v != "1" {

@@ -13,14 +13,16 @@ import (
 
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
-	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight`
+	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight,
+	max_utilization_5h, max_utilization_7d`
 
 func scanUpstream(r scanner, u *store.Upstream) error {
 	var dialect, applyErr, refreshErr sql.NullString
 	if err := r.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
 		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
-		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight); err != nil {
+		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight,
+		&u.MaxUtilization5h, &u.MaxUtilization7d); err != nil {
 		return err
 	}
 	if refreshErr.Valid {
@@ -76,10 +78,11 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 			weight = *spec.Weight
 		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
-			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
+			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight,
+			max_utilization_5h, max_utilization_7d)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`,
 			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
-			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight)
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight, deref(spec.MaxUtilization5h), deref(spec.MaxUtilization7d))
 		if err != nil {
 			return err
 		}
@@ -119,6 +122,14 @@ func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spe
 	if spec.Weight != nil {
 		set += ", weight = ?"
 		args = append(args, *spec.Weight)
+	}
+	if spec.MaxUtilization5h != nil {
+		set += ", max_utilization_5h = ?"
+		args = append(args, *spec.MaxUtilization5h)
+	}
+	if spec.MaxUtilization7d != nil {
+		set += ", max_utilization_7d = ?"
+		args = append(args, *spec.MaxUtilization7d)
 	}
 	var check func(*txn) error
 	if spec.Credential != nil {
@@ -182,6 +193,12 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	}
 	if p.Weight != nil {
 		add("weight", *p.Weight)
+	}
+	if p.MaxUtilization5h != nil {
+		add("max_utilization_5h", *p.MaxUtilization5h)
+	}
+	if p.MaxUtilization7d != nil {
+		add("max_utilization_7d", *p.MaxUtilization7d)
 	}
 	if p.SetWarmupDialect {
 		var v any
@@ -358,4 +375,12 @@ func (s *Store) DisableWarmupForOAuthUpstreams(ctx context.Context) (int64, erro
 		return err
 	})
 	return n, err
+}
+
+// deref is *p, 0 when p is nil.
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -13,6 +13,7 @@ import (
 func exercisePrincipals(t *testing.T, open Opener) {
 	t.Run("Principals", func(t *testing.T) { run(t, open, testPrincipals) })
 	t.Run("PrincipalConcurrency", func(t *testing.T) { run(t, open, testPrincipalConcurrency) })
+	t.Run("PrincipalMaxInFlight", func(t *testing.T) { run(t, open, testPrincipalMaxInFlight) })
 }
 
 // P-PR-1, P-PR-4, P-PR-5, P-PR-6, P-PR-7.
@@ -149,5 +150,42 @@ func testPrincipalConcurrency(t *testing.T, open Opener) {
 	})
 	if n := len(must(b.st.ListKeys(b.ctx, p.ID))); ok != writers || n != writers {
 		t.Fatalf("%d keys issued, %d listed", ok, n)
+	}
+}
+
+// A principal's cap on requests in flight: none unless given, replaced by
+// an update, changed by a patch (the revision moves), read by the
+// configuration load.
+func testPrincipalMaxInFlight(t *testing.T, open Opener) {
+	b := setup(t, open)
+	p := must(b.st.CreatePrincipal(b.ctx, principal("plain")))
+	if p.MaxInFlight != 0 {
+		t.Fatalf("default cap %d", p.MaxInFlight)
+	}
+	spec := principal("capped")
+	spec.MaxInFlight = 4
+	if c := must(b.st.CreatePrincipal(b.ctx, spec)); c.MaxInFlight != 4 {
+		t.Fatalf("created with cap %d", c.MaxInFlight)
+	}
+	spec = principal("plain")
+	spec.MaxInFlight = 8
+	up := must(b.st.UpdatePrincipal(b.ctx, p.ID, p.Revision, spec))
+	if up.MaxInFlight != 8 {
+		t.Fatalf("updated cap %d", up.MaxInFlight)
+	}
+	two := 2
+	pp := must(b.st.PatchPrincipal(b.ctx, p.ID, up.Revision, store.PrincipalPatch{MaxInFlight: &two}))
+	if pp.MaxInFlight != 2 || pp.Revision != up.Revision+1 {
+		t.Fatalf("patched %+v", pp)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	found := false
+	for _, c := range cfg.Principals {
+		if c.ID == p.ID {
+			found = c.MaxInFlight == 2
+		}
+	}
+	if !found {
+		t.Fatal("the configuration read lost the cap")
 	}
 }

@@ -23,6 +23,9 @@ func exerciseUpstreams(t *testing.T, open Opener) {
 	t.Run("ReferenceMatching", func(t *testing.T) { run(t, open, testReferenceMatching) })
 	t.Run("Weight", func(t *testing.T) { run(t, open, testUpstreamWeight) })
 	t.Run("Cooldowns", func(t *testing.T) { run(t, open, testCooldowns) })
+	t.Run("UtilizationThresholds", func(t *testing.T) { run(t, open, testUtilizationThresholds) })
+	t.Run("SessionAffinity", func(t *testing.T) { run(t, open, testSessionAffinity) })
+	t.Run("QuotaWindows", func(t *testing.T) { run(t, open, testQuotaWindows) })
 }
 
 // Upstream cooldowns shared between replicas: stored, only extended, read
@@ -44,6 +47,90 @@ func testCooldowns(t *testing.T, open Opener) {
 	got = must(b.st.SyncCooldowns(b.ctx, nil, t0.Add(2*time.Minute)))
 	if len(got) != 1 || !got["up_b"].Equal(t0.Add(time.Hour)) {
 		t.Fatalf("two minutes later %v", got)
+	}
+}
+
+// Usage thresholds: none unless given at create, kept by an update that
+// does not name them, changed by update and patch, read by the
+// configuration load.
+func testUtilizationThresholds(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("plain")))
+	if u.MaxUtilization5h != 0 || u.MaxUtilization7d != 0 {
+		t.Fatalf("default thresholds %d %d", u.MaxUtilization5h, u.MaxUtilization7d)
+	}
+	eighty, ninety := 80, 90
+	spec := apiKeySpec("guarded")
+	spec.MaxUtilization5h, spec.MaxUtilization7d = &eighty, &ninety
+	if g := must(b.st.CreateUpstream(b.ctx, spec)); g.MaxUtilization5h != 80 || g.MaxUtilization7d != 90 {
+		t.Fatalf("created with %d %d", g.MaxUtilization5h, g.MaxUtilization7d)
+	}
+	spec = apiKeySpec("plain")
+	spec.Credential = nil
+	spec.MaxUtilization7d = &ninety
+	up := must(b.st.UpdateUpstream(b.ctx, u.ID, u.SpecRevision, spec))
+	if up.MaxUtilization5h != 0 || up.MaxUtilization7d != 90 {
+		t.Fatalf("updated %d %d", up.MaxUtilization5h, up.MaxUtilization7d)
+	}
+	p := must(b.st.PatchUpstream(b.ctx, u.ID, up.SpecRevision, store.UpstreamPatch{MaxUtilization5h: &eighty}))
+	if p.MaxUtilization5h != 80 || p.MaxUtilization7d != 90 || p.SpecRevision != up.SpecRevision+1 {
+		t.Fatalf("patched %+v", p)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	for _, c := range cfg.Upstreams {
+		if c.ID == u.ID && (c.MaxUtilization5h != 80 || c.MaxUtilization7d != 90) {
+			t.Fatalf("configuration read %d %d", c.MaxUtilization5h, c.MaxUtilization7d)
+		}
+	}
+}
+
+// Session moves shared between replicas: stored, a newer record replaces
+// an older one and never the reverse, read back from a time on, pruned
+// with upstream_affinity.
+func testSessionAffinity(t *testing.T, open Opener) {
+	b := setup(t, open)
+	t0 := time.UnixMilli(1_800_000_000_000)
+	got := must(b.st.SyncAffinity(b.ctx, []store.SessionMove{
+		{SessionKey: "k1", UpstreamID: "up_a", At: t0},
+		{SessionKey: "k2", UpstreamID: "up_b", At: t0.Add(time.Minute)},
+	}, t0))
+	if len(got) != 2 || got[0].SessionKey != "k1" || got[0].UpstreamID != "up_a" || !got[0].At.Equal(t0) || got[1].UpstreamID != "up_b" {
+		t.Fatalf("stored %+v", got)
+	}
+	// Another replica's older record of k2 loses; a newer one of k1 wins.
+	got = must(b.st.SyncAffinity(b.ctx, []store.SessionMove{
+		{SessionKey: "k1", UpstreamID: "up_c", At: t0.Add(2 * time.Minute)},
+		{SessionKey: "k2", UpstreamID: "up_a", At: t0.Add(time.Second)},
+	}, t0.Add(time.Minute)))
+	if len(got) != 2 || got[0].UpstreamID != "up_c" || got[1].UpstreamID != "up_b" {
+		t.Fatalf("after a second replica %+v", got)
+	}
+	// Only records from since on are read.
+	if got = must(b.st.SyncAffinity(b.ctx, nil, t0.Add(90*time.Second))); len(got) != 1 || got[0].SessionKey != "k1" {
+		t.Fatalf("since 90 s %+v", got)
+	}
+	if n := must(b.st.Prune(b.ctx, "upstream_affinity", t0.Add(90*time.Second))); n != 1 {
+		t.Fatalf("pruned %d, want the record of k2", n)
+	}
+	if got = must(b.st.SyncAffinity(b.ctx, nil, t0)); len(got) != 1 || got[0].SessionKey != "k1" {
+		t.Fatalf("after pruning %+v", got)
+	}
+}
+
+// The polled usage windows of every observed upstream, for the router.
+func testQuotaWindows(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := oauthUpstream(t, b, "sub")
+	if got := must(b.st.ListQuotaWindows(b.ctx)); len(got) != 0 {
+		t.Fatalf("before any poll %v", got)
+	}
+	t0 := b.clk.Now()
+	must(b.st.PutQuota(b.ctx, observation(u.ID, u.CredentialVersion, t0, ""), 5*time.Minute))
+	got := must(b.st.ListQuotaWindows(b.ctx))
+	w, ok := got[u.ID]
+	if !ok || len(got) != 1 || w.FiveHour.Utilization != 40 || w.FiveHour.ResetsAt == nil || !w.FiveHour.ResetsAt.Equal(t0.Add(3*time.Hour)) ||
+		w.SevenDay.Utilization != 10 || w.SevenDay.ResetsAt != nil {
+		t.Fatalf("windows %+v", got)
 	}
 }
 
