@@ -46,11 +46,11 @@ var storageE2EDefaultFocus = `External Storage \[Driver: pillar-(lvm-thin|zfs)\]
 	`Dynamic PV \(default fs\)\] volumeIO should write files of various sizes`,
 	`Dynamic PV \(block volmode\)\] volumeMode should not mount / map unused volumes`,
 	`Dynamic PV \(xfs\)\] volume-expand should resize volume when PVC is edited while pod is using it`,
-	`Dynamic Snapshot \(delete policy\)\] snapshottable .* check restore correctly works, check deletion \(ephemeral\)`,
+	`Dynamic Snapshot \(delete policy\)\] snapshottable .* check restore correctly works after modifying source data, check deletion \(persistent\)`,
 	`Generic Ephemeral-volume \(default fs\) \(late-binding\)\] ephemeral should create read/write inline ephemeral volume`,
 	`Dynamic PV \(default fs\)\] subPath should support existing directory$`,
 	`Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\)\[LinuxOnly\], pod created with an initial fsgroup, new pod fsgroup applied`,
-	`Dynamic PV \(filesystem volmode\)\] multiVolume should concurrently access the volume and restored snapshot from pods on the same node`,
+	`Dynamic PV \(xfs\)\] multiVolume should concurrently access the volume and restored snapshot from pods on the same node`,
 	`Dynamic PV \(default fs\)\] read-write-once-pod should block a second pod`,
 }, "|") + `)`
 
