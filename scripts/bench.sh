@@ -10,6 +10,7 @@
 #   BENCH_N=5000 BENCH_STREAM_N=5000 BENCH_THROUGHPUT_N=10000 BENCH_PROPAGATION_N=200
 #   BENCH_INTERLEAVED_N=25000 (rounds of one request per path, each kind; p99 is then the 250th slowest)
 #   BENCH_TAIL_N=2000 (rounds of the traced run that breaks the slowest 1% down)
+#   BENCH_DIALECT_N=5000 (streaming rounds of /v1/chat/completions against /v1/messages on the same gateway)
 #   BENCH_SKIP_POSTGRES=1 leaves out the PostgreSQL sections (and so does the doc written).
 #   BENCH_SKIP_KIND=1 leaves out the kind cluster section (about 5 minutes with its images cached).
 # Scale (issue 22, parts 3-5; about four minutes together, see the step "scale"):
@@ -171,7 +172,8 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 "$tmp/loadgen" --bin-dir bin --bareproxy "$tmp/bareproxy" \
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
   --commit "$commit" --out "$tmp/overhead.md" \
-  --interleaved-n "${BENCH_INTERLEAVED_N:-25000}" --interleaved-out "$tmp/interleaved.md"
+  --interleaved-n "${BENCH_INTERLEAVED_N:-25000}" --interleaved-out "$tmp/interleaved.md" \
+  --dialect-n "${BENCH_DIALECT_N:-5000}" --dialect-out "$tmp/dialect.md"
 
 # Issue 24: the tail of the interleaved series explained. The same series
 # against tracedproxy (bin/proxy with a Go execution trace of its run); the
@@ -313,6 +315,8 @@ fi
   cat "$tmp/overhead.md"
   echo
   cat "$tmp/interleaved.md"
+  echo
+  cat "$tmp/dialect.md"
   echo
   cat "$tmp/tail.md"
   echo

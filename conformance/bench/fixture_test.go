@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"flag"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // make test-conformance passes -bin-dir to every conformance package; this
@@ -38,13 +40,20 @@ func (plainOpener) Open(ct, _ []byte) ([]byte, error) { return ct, nil }
 // discardEvents stands in for the database: the recorder still extracts
 // usage and batches events, only the INSERT is skipped.
 type discardEvents struct {
-	mu sync.Mutex
-	n  int
+	mu       sync.Mutex
+	n        int
+	dialects map[string]int // events per dialect
 }
 
 func (d *discardEvents) InsertRequestEvents(_ context.Context, evs []store.RequestEvent) error {
 	d.mu.Lock()
 	d.n += len(evs)
+	if d.dialects == nil {
+		d.dialects = map[string]int{}
+	}
+	for _, e := range evs {
+		d.dialects[e.Dialect]++
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -94,18 +103,21 @@ func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) 
 
 // recorded flushes the usage recorder and returns how many events it
 // wrote, once want are written or after a few seconds. The relay answers
-// the client before it hands the event over (issue 24), so the last
-// request's event may reach the recorder just after its answer.
+// the client before it hands the event over, so the last request's event
+// may reach the recorder just after its answer.
 func (g gateway) recorded(want int) int {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n := 0
+	_ = waitfor.Poll(ctx, 10*time.Millisecond, func() error {
 		g.rec.Flush(context.Background())
 		g.events.mu.Lock()
-		n := g.events.n
+		n = g.events.n
 		g.events.mu.Unlock()
-		if n >= want || time.Now().After(deadline) {
-			return n
+		if n < want {
+			return fmt.Errorf("%d written", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return n
 }

@@ -138,13 +138,7 @@ func RunInterleaved(ctx context.Context, c *Client, direct Target, paths []Targe
 	if rep.Streams, err = c.Interleaved(ctx, all, true, n); err != nil {
 		return rep, err
 	}
-	row := func(metric string, s [][]Sample, q float64) Row {
-		r := Row{Metric: metric, Unit: "µs", Goal: TailGoal, Values: make([]float64, len(paths))}
-		for i := range paths {
-			r.Values[i] = Micros(Percentile(Added(s[i+1], s[0]), q))
-		}
-		return r
-	}
+	row := func(metric string, s [][]Sample, q float64) Row { return addedRow(metric, s, q, TailGoal) }
 	rep.Rows = []Row{
 		row("added latency p50", rep.Messages, .50),
 		row("added latency p99", rep.Messages, .99),
@@ -158,6 +152,16 @@ func RunInterleaved(ctx context.Context, c *Client, direct Target, paths []Targe
 		blockSpread(rep.Rows[3].Metric, rep.Streams, .99, SpreadBlocks),
 	}
 	return rep, nil
+}
+
+// addedRow is the percentile q of what each path of s (the direct path
+// first) adds to the direct request of the same round, in microseconds.
+func addedRow(metric string, s [][]Sample, q float64, goal Goal) Row {
+	r := Row{Metric: metric, Unit: "µs", Goal: goal, Values: make([]float64, len(s)-1)}
+	for i := range r.Values {
+		r.Values[i] = Micros(Percentile(Added(s[i+1], s[0]), q))
+	}
+	return r
 }
 
 func names(ts []Target) string {

@@ -17,7 +17,8 @@ import (
 )
 
 // Request bodies: small, like a short interactive turn, so the figures show
-// per-request overhead rather than copy bandwidth.
+// per-request overhead rather than copy bandwidth. Both are also valid Chat
+// Completions bodies, so the two dialects send the same bytes.
 const (
 	MessageBody = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"measure the added latency of the gateway please"}]}`
 	StreamBody  = `{"model":"claude-sonnet-4-5","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"measure the added latency of the gateway please"}]}`
@@ -28,7 +29,50 @@ type Target struct {
 	Name    string // short label used in tables
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Key     string // sent as x-api-key
+	// OpenAI sends the requests in OpenAI's dialect: Chat Completions,
+	// the key as a bearer token.
+	OpenAI bool
+	// Body, when set, is sent in place of MessageBody or StreamBody.
+	Body string
 }
+
+// request builds the measured request of t.
+func (t Target) request(ctx context.Context, stream bool) (*http.Request, error) {
+	path, body := "/v1/messages", MessageBody
+	if t.OpenAI {
+		path = "/v1/chat/completions"
+	}
+	if stream {
+		body = StreamBody
+	}
+	if t.Body != "" {
+		body = t.Body
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.BaseURL+path, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if t.OpenAI {
+		req.Header.Set("Authorization", "Bearer "+t.Key)
+	} else {
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("X-Api-Key", t.Key)
+	}
+	return req, nil
+}
+
+// complete tells a complete answer of one dialect: a non-streaming body
+// holds body; a stream ends with an event whose line starts with last.
+type complete struct {
+	body, last []byte
+	name       string // of the last event, for errors
+}
+
+var (
+	messageMark = complete{[]byte(`"type":"message"`), []byte("event: message_stop"), "message_stop"}
+	chatMark    = complete{[]byte(`"object":"chat.completion"`), []byte("data: [DONE]"), "[DONE]"}
+)
 
 // Client sends measured requests. Its zero value is not usable; use NewClient.
 type Client struct {
@@ -62,17 +106,14 @@ func (c *Client) Close() { c.http.CloseIdleConnections() }
 // (the moment an SSE client could act on it). The rest of a stream is still
 // read and checked, so every measured request is a complete, successful one.
 func (c *Client) Once(ctx context.Context, t Target, stream bool) (time.Duration, error) {
-	body := MessageBody
-	if stream {
-		body = StreamBody
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.BaseURL+"/v1/messages", bytes.NewReader([]byte(body)))
+	req, err := t.request(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Anthropic-Version", "2023-06-01")
-	req.Header.Set("X-Api-Key", t.Key)
+	mark := messageMark
+	if t.OpenAI {
+		mark = chatMark
+	}
 
 	start := c.now()
 	res, err := c.http.Do(req)
@@ -90,7 +131,7 @@ func (c *Client) Once(ctx context.Context, t Target, stream bool) (time.Duration
 		if err != nil {
 			return 0, fmt.Errorf("%s: read body: %w", t.Name, err)
 		}
-		if !bytes.Contains(b, []byte(`"type":"message"`)) {
+		if !bytes.Contains(b, mark.body) {
 			return 0, fmt.Errorf("%s: not a message: %.200s", t.Name, b)
 		}
 		return d, nil
@@ -108,7 +149,7 @@ func (c *Client) Once(ctx context.Context, t Target, stream bool) (time.Duration
 			switch {
 			case !blank:
 				inEvent = true
-				if !cont && bytes.HasPrefix(line, []byte("event: message_stop")) {
+				if !cont && bytes.HasPrefix(line, mark.last) {
 					stopped = true
 				}
 			case inEvent && !first:
@@ -130,7 +171,7 @@ func (c *Client) Once(ctx context.Context, t Target, stream bool) (time.Duration
 		return 0, fmt.Errorf("%s: stream ended before its first event", t.Name)
 	}
 	if !stopped {
-		return 0, fmt.Errorf("%s: stream ended without message_stop", t.Name)
+		return 0, fmt.Errorf("%s: stream ended without %s", t.Name, mark.name)
 	}
 	return d, nil
 }

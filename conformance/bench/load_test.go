@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/sim/provider"
 )
@@ -373,5 +375,94 @@ func orderedTargets(t *testing.T, names ...string) (targets []bench.Target, orde
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
+	}
+}
+
+// TestRunDialectsAgainstTheSimulator measures the OpenAI-dialect section
+// in-process: the provider directly, the relay's /v1/chat/completions and
+// its /v1/messages twice, every stream complete (a chunk stream ends with
+// [DONE]), the OpenAI path's requests recorded in the OpenAI dialect, the
+// provider given the same bytes on every path (the translation's, with its
+// cache breakpoint), and the table with its noise floor.
+func TestRunDialectsAgainstTheSimulator(t *testing.T) {
+	t.Parallel()
+	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}})
+	simSrv := httptest.NewServer(sim)
+	defer simSrv.Close()
+	gw := newGateway(t, simSrv.URL, nil)
+	gwSrv := httptest.NewServer(gw)
+	defer gwSrv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	direct := bench.Target{Name: "direct", BaseURL: simSrv.URL, Key: upstreamKey}
+	openai := bench.Target{Name: "openai", BaseURL: gwSrv.URL, Key: gatewayKey, OpenAI: true}
+	messages := bench.Target{Name: "messages", BaseURL: gwSrv.URL, Key: gatewayKey}
+	control := bench.Target{Name: "messages′", BaseURL: gwSrv.URL, Key: gatewayKey}
+	rep, err := bench.RunDialects(context.Background(), c, direct, openai, messages, control, 10, 2, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 || len(rep.Streams) != 4 || len(rep.Streams[1]) != 10 || len(rep.Spread.Gateway) != bench.SpreadBlocks {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Rows {
+		if len(r.Values) != 3 || r.Values[bench.Gateway] <= 0 || r.Values[bench.Bare] <= 0 || r.Values[bench.Control] <= 0 {
+			t.Fatalf("row %+v", r)
+		}
+	}
+	const perPath = 10 + 2
+	if n := gw.recorded(3 * perPath); n != 3*perPath {
+		t.Fatalf("gateway recorded %d request events, want %d", n, 3*perPath)
+	}
+	gw.events.mu.Lock()
+	d := maps.Clone(gw.events.dialects)
+	gw.events.mu.Unlock()
+	if d[store.DialectOpenAI] != perPath || d[store.DialectMessages] != 2*perPath {
+		t.Fatalf("events by dialect %v, want %d openai and %d messages", d, perPath, 2*perPath)
+	}
+	want, err := bench.UpstreamStreamBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(want, `"cache_control"`) {
+		t.Fatalf("the translation of the stream body has no cache breakpoint: %s", want)
+	}
+	bodies := map[string]int{}
+	for _, r := range sim.Requests() {
+		bodies[r.Body]++
+	}
+	if len(bodies) != 1 || bodies[want] != 4*perPath {
+		t.Fatalf("the provider got %d distinct bodies %v, want %d of %s", len(bodies), bodies, 4*perPath, want)
+	}
+	md := rep.Markdown()
+	for _, s := range []string{"| metric (path − direct) | openai | messages | openai ÷ messages | target | noise floor: messages′ ÷ messages |",
+		"added time to first chunk p99", "over 5 consecutive blocks of 2 rounds"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("section lacks %q:\n%s", s, md)
+		}
+	}
+	// A Messages target in the OpenAI slot is refused, not measured.
+	if _, err := bench.RunDialects(context.Background(), c, direct, messages, messages, control, 1, 0, t.Logf); err == nil {
+		t.Fatal("RunDialects accepted a Messages path as the OpenAI one")
+	}
+}
+
+// The verdict: within noise when openai ÷ messages is no larger than the
+// farther of the control's ratio and its inverse.
+func TestWithinNoise(t *testing.T) {
+	for _, c := range []struct {
+		values []float64
+		want   bool
+	}{
+		{[]float64{100, 100, 100}, true},
+		{[]float64{104, 100, 95}, true},   // control 0.95: 1/0.95 ≈ 1.053 allows 1.04
+		{[]float64{106, 100, 95}, false},  // 1.06 > 1.053
+		{[]float64{90, 100, 101}, true},   // faster is within
+		{[]float64{102, 100, 101}, false}, // 1.02 > 1.01
+		{[]float64{100, 100}, false},      // no control, no verdict
+	} {
+		if got := bench.WithinNoise(bench.Row{Values: c.values}); got != c.want {
+			t.Errorf("WithinNoise(%v) = %v, want %v", c.values, got, c.want)
+		}
 	}
 }

@@ -141,9 +141,16 @@ func writeMissed(b *strings.Builder, missed []string, allMet string) {
 // tableHead writes the header of a gateway-against-bare table, with the
 // noise-floor column when a control was measured.
 func tableHead(b *strings.Builder, metric string, ctl bool) {
-	b.WriteString("| " + metric + " | gateway | bare | gateway ÷ bare | target |")
+	pathsHead(b, metric, "gateway", "bare", ctl)
+}
+
+// pathsHead writes the header of a table comparing path a against the
+// baseline path base, with the noise-floor column (base′ ÷ base) when a
+// control was measured.
+func pathsHead(b *strings.Builder, metric, a, base string, ctl bool) {
+	b.WriteString("| " + metric + " | " + a + " | " + base + " | " + a + " ÷ " + base + " | target |")
 	if ctl {
-		b.WriteString(" noise floor: bare′ ÷ bare |")
+		b.WriteString(" noise floor: " + base + "′ ÷ " + base + " |")
 	}
 	b.WriteString("\n|---|---:|---:|---|---|")
 	if ctl {

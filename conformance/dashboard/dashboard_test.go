@@ -152,12 +152,21 @@ var _ = Describe("Dashboard", func() {
 		Expect(text(ctx, "#key-list")).To(ContainSubstring("active"))
 		screenshot(ctx, "04-principal")
 
-		// Traffic through the proxy: 27 successes and one upstream error.
+		// Traffic through the proxy: 27 successes, the first of them from an
+		// OpenAI client, and one upstream error.
 		Eventually(func() any {
 			return a.JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
 		}, 30*time.Second, 200*time.Millisecond).Should(Equal("v1"))
 		const ok = 27
-		for i := 0; i < ok; i++ {
+		chat, err := http.NewRequest("POST", px.ProxyURL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hello dashboard"}]}`))
+		Expect(err).NotTo(HaveOccurred())
+		chat.Header.Set("Authorization", "Bearer "+key)
+		chatRes, err := http.DefaultClient.Do(chat)
+		Expect(err).NotTo(HaveOccurred())
+		chatRes.Body.Close()
+		Expect(chatRes.StatusCode).To(Equal(200))
+		for i := 1; i < ok; i++ {
 			st, _, b := h.Messages(px.ProxyURL, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hello dashboard"}]}`, "x-api-key", key)
 			Expect(st).To(Equal(200), string(b))
 		}
@@ -214,6 +223,12 @@ var _ = Describe("Dashboard", func() {
 			run(ctx, chromedp.Evaluate(`document.querySelectorAll("tr[data-event]").length`, &n))
 			return n
 		}
+		// All 28 on the default page: the OpenAI client's request, and only
+		// its row, says which dialect it spoke.
+		Eventually(rows, 10*time.Second).Should(Equal(ok + 1))
+		var dialects []string
+		run(ctx, chromedp.Evaluate(`[...document.querySelectorAll("tr[data-event] td[data-dialect]")].map(c => c.dataset.dialect + ":" + c.textContent).filter(d => d !== "messages:—")`, &dialects))
+		Expect(dialects).To(Equal([]string{"openai:—OpenAI"}))
 		run(ctx, chromedp.SetValue("#log-limit", "25", chromedp.ByID), submit("#log-filter"))
 		Eventually(rows, 10*time.Second).Should(Equal(25))
 		// Each relayed request shows its time to first byte and its cost.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+
+	h "github.com/pillarhq/pillar/conformance/harness"
 )
 
 // OpenAI's official Go SDK as a client of the proxy's Chat Completions
@@ -92,6 +96,7 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(ev["model"]).To(Equal("claude-sonnet-4-5"))
 		Expect(ev["key_id"]).To(Equal(w.keyID))
 		Expect(ev["output_tokens"]).To(BeEquivalentTo(4))
+		Expect(ev["dialect"]).To(Equal("openai"))
 		Expect(counter(w.px, "svc_proxy_requests_total", "code", "200")).To(BeNumerically(">=", 1))
 		// The first series with outcome="ok" is endpoint="chat_completions"
 		// (series are ordered by their label values).
@@ -306,6 +311,53 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(apiErr.Code).To(Equal("rate_limit_exceeded"))
 		Expect(apiErr.Response.Header.Get("Retry-After")).NotTo(BeEmpty())
 		Expect(apiErr.Response.Header.Get("X-Should-Retry")).To(Equal("false"), "an hour's wait is not one to retry into")
+	})
+
+	It("prices the SDK's requests into the principal's spend and refuses past its budget with a 429 the SDK decodes", func() {
+		sim := h.StartSim(simKey)
+		px := h.StartProxy(h.ProxyOptions{Args: []string{"--reconcile-interval", "1s", "--price-catalog-url", sim.URL + "/catalog/prices.json",
+			"--job-interval", "price_catalog_fetch=1s"}})
+		w := &world{sim: sim, px: px, admin: px.Admin()}
+		w.upstream = w.admin.CreateUpstream("sim", sim.URL, simKey)
+		w.principal = w.admin.CreatePrincipal("app", "claude-*")
+		w.keyID, w.key = w.admin.IssueKey(w.principal)
+		Eventually(func() any {
+			return w.admin.JSON("GET", "/admin/v1/price-catalog", nil, 200)["installed_version"]
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal("v1"))
+		c := openaiClient(w)
+		ask := func() error {
+			_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "claude-sonnet-4-5",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("price this answer")}})
+			return err
+		}
+		Expect(ask()).To(Succeed())
+		ev := requestLog(w, 1)[0]
+		Expect(ev["dialect"]).To(Equal("openai"))
+		Expect(ev["cost_usd"]).NotTo(BeNil(), "priced like a Messages request")
+		spent := counter(px, "svc_proxy_spend_usd_total", "principal", "app")
+		Expect(spent).To(BeNumerically(">", 0))
+
+		// A budget of half a request's price: the next request is admitted
+		// (nothing spent since the budget was set), the one after refused.
+		price, err := strconv.ParseFloat(ev["cost_usd"].(string), 64)
+		Expect(err).NotTo(HaveOccurred())
+		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": []any{
+			map[string]any{"kind": "usd", "window_secs": 86400, "limit": usd(int64(math.Round(price*1e9)) / 2)}}}, 200)
+		Expect(ask()).To(Succeed())
+		// Its cost is counted against the budget before the spend metric
+		// moves: once it moved, the next request meets the spent budget.
+		Eventually(func() float64 { return counter(px, "svc_proxy_spend_usd_total", "principal", "app") },
+			5*time.Second, 20*time.Millisecond).Should(BeNumerically(">", spent))
+		var apiErr *openai.Error
+		Expect(errors.As(ask(), &apiErr)).To(BeTrue())
+		Expect(apiErr.StatusCode).To(Equal(429))
+		Expect(apiErr.Code).To(Equal("rate_limit_exceeded"))
+		Expect(apiErr.Message).To(ContainSubstring("budget"))
+		Expect(apiErr.Response.Header.Get("X-Should-Retry")).To(Equal("false"))
+		Expect(counter(px, "svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
+		refused := requestLog(w, 3)[0]
+		Expect(refused["status"]).To(BeEquivalentTo(429))
+		Expect(refused["dialect"]).To(Equal("openai"))
 	})
 
 	It("gets cache reads on every later turn of a conversation, by the sim's cache accounting", func() {

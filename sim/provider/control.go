@@ -29,6 +29,9 @@ func (p *Provider) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.Method + " " + r.URL.Path {
+	case "GET /_sim/vertex/service-account":
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(p.ServiceAccountJSON(vertexBase(r)))
 	case "GET /_sim/accounts":
 		writeJSON(w, p.Accounts())
 	case "POST /_sim/oauth/revoke":

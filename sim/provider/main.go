@@ -35,6 +35,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	maxRecorded := fs.Int("max-recorded", defaultMaxRecorded, "requests kept for GET /_sim/requests; 0 turns recording off")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (the control API has no authentication)")
 	tokenTTL := fs.Duration("oauth-token-ttl", defaultTokTTL, "lifetime of issued OAuth access tokens")
+	awsKeys := map[string]string{}
+	fs.Func("aws-key", "accepted Bedrock access key as ID:SECRET, repeatable (default "+DefaultAWSAccessKeyID+")", func(v string) error {
+		id, secret, ok := strings.Cut(v, ":")
+		if !ok || id == "" || secret == "" {
+			return errors.New("want ID:SECRET")
+		}
+		awsKeys[id] = secret
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -56,7 +65,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	o := Options{APIKeys: keys, MaxRecorded: *maxRecorded, OAuthTokenTTL: *tokenTTL}
+	o := Options{APIKeys: keys, MaxRecorded: *maxRecorded, OAuthTokenTTL: *tokenTTL, AWSKeys: awsKeys}
 	if *maxRecorded == 0 {
 		o.MaxRecorded = -1
 	}

@@ -10,6 +10,7 @@ package provider
 
 import (
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -65,6 +66,12 @@ type Options struct {
 	// FiveHourTokenLimit and SevenDayTokenLimit are the tokens that fill an
 	// OAuth account's windows (0: 100 000 and 1 000 000).
 	FiveHourTokenLimit, SevenDayTokenLimit int
+	// AWSKeys are the Bedrock endpoint's access key ids and their secret
+	// keys; empty means DefaultAWSAccessKeyID with DefaultAWSSecretAccessKey.
+	AWSKeys map[string]string
+	// VertexTokenTTL is the lifetime of the Vertex token endpoint's access
+	// tokens (0: 1h).
+	VertexTokenTTL time.Duration
 }
 
 // Provider is the simulated provider. It is safe for concurrent use.
@@ -91,6 +98,11 @@ type Provider struct {
 	caches map[string]map[[32]byte]cacheEntry
 	// catalogVersion is the served price catalog's version (0 means 1).
 	catalogVersion int
+	// vertexTokens are the Vertex access tokens issued, with their expiry.
+	vertexTokens map[string]time.Time
+	// saKey is the Vertex service account's key, made once by vertexKey.
+	saOnce sync.Once
+	saKey  *rsa.PrivateKey
 }
 
 var _ http.Handler = (*Provider)(nil)
@@ -140,6 +152,7 @@ func (p *Provider) resetLocked() {
 	p.codes, p.tokens, p.refreshes, p.subs = map[string]*authCode{}, map[string]*accessToken{}, map[string]*refreshToken{}, map[string]*subscription{}
 	p.caches = map[string]map[[32]byte]cacheEntry{}
 	p.catalogVersion = 0
+	p.vertexTokens = map[string]time.Time{}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -205,6 +218,19 @@ func (p *Provider) Reset() {
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/_sim/") {
 		p.control(w, r)
+		return
+	}
+	// The cloud endpoints check their own credentials, then come back here
+	// with the Anthropic request they stand for.
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/model/"):
+		p.bedrock(w, r)
+		return
+	case strings.HasPrefix(r.URL.Path, vertexPrefix):
+		p.vertex(w, r)
+		return
+	case r.URL.Path == VertexTokenPath:
+		p.vertexToken(w, r)
 		return
 	}
 	seq := p.seq.Add(1)

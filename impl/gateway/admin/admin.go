@@ -82,6 +82,9 @@ type Deps struct {
 	// providers). PROXY_* other than the upstream key prefix is always
 	// reserved.
 	ReservedEnv []string
+	// HostCloudCredentials lets bedrock and vertex upstreams use the proxy
+	// host's own cloud credentials (--allow-host-cloud-credentials).
+	HostCloudCredentials bool
 	// Destinations polices the locations the proxy will connect to
 	// (base_url, oauth_token_url); nil checks only their syntax.
 	Destinations Destinations
@@ -119,6 +122,9 @@ type Deps struct {
 	// snapshot refresh (Runtime.Refresh takes the lane itself, so that
 	// writes and rebuilds together leave processors to the proxy path).
 	Lane Lane
+	// Alerts sends test deliveries and lists webhook deliveries; nil
+	// answers alerts_not_configured to a test.
+	Alerts Alerts
 }
 
 // Routing is the upstreams' live routing state (routing.Board).

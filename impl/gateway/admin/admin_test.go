@@ -70,6 +70,10 @@ type options struct {
 	clock func() time.Time
 	// reg takes the API's metrics.
 	reg prometheus.Registerer
+	// hostCloud allows host_credentials (--allow-host-cloud-credentials).
+	hostCloud bool
+	// alerts sends and lists webhook deliveries (default none).
+	alerts admin.Alerts
 }
 
 // runtimeAdapter exposes snapshot.Runtime as admin.Runtime, as the server does.
@@ -145,12 +149,14 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Dashboard:    o.dashboard,
 		// The test environment's variables are allowed by name, as an
 		// operator's --upstream-key-env-allow would.
-		KeyEnvAllow:  []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
-		ReservedEnv:  []string{"MY_ADMIN_TOKEN"},
-		Destinations: o.destinations,
-		Lane:         o.lane,
-		Routing:      o.routing,
-		Sessions:     o.sessions,
+		KeyEnvAllow:          []string{"ANTHROPIC_KEY", "OTHER_KEY", "UNSET"},
+		ReservedEnv:          []string{"MY_ADMIN_TOKEN"},
+		Destinations:         o.destinations,
+		HostCloudCredentials: o.hostCloud,
+		Lane:                 o.lane,
+		Routing:              o.routing,
+		Alerts:               o.alerts,
+		Sessions:             o.sessions,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -104,6 +104,17 @@ var routePerms = map[string]perm{
 	"POST /admin/v1/admin-tokens":        permIdentity,
 	"GET /admin/v1/admin-tokens":         permIdentity,
 	"DELETE /admin/v1/admin-tokens/{id}": permIdentity,
+
+	// Webhooks are read as they are written: a receiver's URL often
+	// carries its own token, so viewers do not see them.
+	"POST /admin/v1/webhooks":                permWrite,
+	"GET /admin/v1/webhooks":                 permWrite,
+	"GET /admin/v1/webhooks/{id}":            permWrite,
+	"PUT /admin/v1/webhooks/{id}":            permWrite,
+	"DELETE /admin/v1/webhooks/{id}":         permWrite,
+	"POST /admin/v1/webhooks/{id}/test":      permWrite,
+	"GET /admin/v1/webhooks/{id}/deliveries": permWrite,
+	"GET /admin/v1/alerts":                   permRead,
 }
 
 // extraPerms are the handlers of Deps.Extra by pattern; others (the

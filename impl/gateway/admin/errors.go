@@ -36,6 +36,9 @@ var codeStatus = map[string]int{
 	"api_key_env_not_allowed":               http.StatusBadRequest,
 	"warmup_requires_oauth_credentials":     http.StatusBadRequest,
 	"credential_required":                   http.StatusBadRequest,
+	"conflicting_credential":                http.StatusBadRequest,
+	"host_credentials_not_allowed":          http.StatusBadRequest,
+	"invalid_service_account":               http.StatusBadRequest,
 	"unsupported_cache_keepalive_llm_judge": http.StatusBadRequest,
 	"unauthorized":                          http.StatusUnauthorized,
 	"not_found":                             http.StatusNotFound,
@@ -77,6 +80,12 @@ var codeStatus = map[string]int{
 	"forbidden":             http.StatusForbidden,
 	"invalid_role":          http.StatusBadRequest,
 	"admin_token_not_found": http.StatusNotFound,
+	// Alert webhooks.
+	"webhook_not_found":     http.StatusNotFound,
+	"unknown_condition":     http.StatusBadRequest,
+	"secret_required":       http.StatusBadRequest,
+	"webhook_disabled":      http.StatusConflict,
+	"alerts_not_configured": http.StatusServiceUnavailable,
 }
 
 // newErr builds an APIError; its status comes from codeStatus so a code
@@ -105,6 +114,7 @@ const (
 	resPrincipal  resource = "principal"
 	resKey        resource = "key"
 	resAdminToken resource = "admin token"
+	resWebhook    resource = "webhook"
 )
 
 func notFound(r resource, id string) *APIError {

@@ -46,6 +46,8 @@ func (e *env) requests() []struct {
 		"POST /admin/v1/principals/{principal_id}/plugin-chain/reorder": map[string]any{"order": []any{}},
 		"PUT /admin/v1/plugin-chain-entries/{id}":                       map[string]any{"enabled": false},
 		"POST /admin/v1/admin-tokens":                                   map[string]any{"name": "t", "role": "viewer", "expires_in_secs": 600},
+		"POST /admin/v1/webhooks":                                       map[string]any{"name": "w", "url": "https://hooks.example/", "secret": "0123456789abcdef"},
+		"PUT /admin/v1/webhooks/{id}":                                   map[string]any{"name": "w", "url": "https://hooks.example/", "secret": "0123456789abcdef"},
 	}
 	var out []struct {
 		method, path string
@@ -251,6 +253,11 @@ func TestEveryErrorCode(t *testing.T) {
 	down := setup(t)
 	down.st.Close()
 	viewer := e.roleToken("viewer")
+	hook := map[string]any{"name": "wh", "url": "https://hooks.example/a", "secret": "0123456789abcdef", "enabled": false}
+	wid := e.JSON201("POST", "/admin/v1/webhooks", hook)["id"].(string)
+	noAlerts := setup(t)
+	hook["enabled"] = true
+	live := noAlerts.JSON201("POST", "/admin/v1/webhooks", hook)["id"].(string)
 
 	type trigger struct {
 		code   string
@@ -269,6 +276,9 @@ func TestEveryErrorCode(t *testing.T) {
 		{"invalid_location", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "ftp://x", "api_key_value": "k"}, nil},
 		{"conflicting_api_key", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_value": "k", "api_key_env": "ANTHROPIC_KEY"}, nil},
 		{"api_key_env_not_allowed", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vendor_api_key", "base_url": "https://x", "api_key_env": "PROXY_MASTER_KEY"}, nil},
+		{"conflicting_credential", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "bedrock", "region": "us-east-1", "aws_access_key_id": "AKIAX", "aws_secret_access_key": "s", "host_credentials": true}, nil},
+		{"host_credentials_not_allowed", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "bedrock", "region": "us-east-1", "host_credentials": true}, nil},
+		{"invalid_service_account", 400, e, "POST", "/admin/v1/upstreams", map[string]any{"name": "x", "kind": "vertex", "region": "us-east5", "project": "acme-prod", "service_account_json": `{"type":"authorized_user"}`}, nil},
 		{"credential_required", 400, e, "PATCH", "/admin/v1/upstreams/" + uid, map[string]any{"base_url": "https://elsewhere.example"}, []string{"If-Match", "*"}},
 		{"warmup_requires_oauth_credentials", 400, e, "PATCH", "/admin/v1/upstreams/" + oauth, map[string]any{"warmup_enabled": true}, []string{"If-Match", `"1"`}},
 		{"unsupported_cache_keepalive_llm_judge", 400, e, "POST", "/admin/v1/principals", map[string]any{"name": "x", "kind": "machine", "cache_keepalive": map[string]any{"enabled": true, "classifier": map[string]any{"llm_judge": "on"}}}, nil},
@@ -304,6 +314,11 @@ func TestEveryErrorCode(t *testing.T) {
 		{"forbidden", 403, e, "DELETE", "/admin/v1/upstreams/" + uid, nil, []string{"Authorization", "Bearer " + viewer}},
 		{"invalid_role", 400, e, "POST", "/admin/v1/admin-tokens", map[string]any{"name": "t", "role": "root", "expires_in_secs": 600}, nil},
 		{"admin_token_not_found", 404, e, "DELETE", "/admin/v1/admin-tokens/tok_nope", nil, nil},
+		{"webhook_not_found", 404, e, "GET", "/admin/v1/webhooks/wh_nope", nil, nil},
+		{"unknown_condition", 400, e, "POST", "/admin/v1/webhooks", map[string]any{"name": "w2", "url": "https://hooks.example/", "secret": "0123456789abcdef", "conditions": []string{"disk_full"}}, nil},
+		{"secret_required", 400, e, "PUT", "/admin/v1/webhooks/" + wid, map[string]any{"name": "wh", "url": "https://elsewhere.example/a"}, nil},
+		{"webhook_disabled", 409, e, "POST", "/admin/v1/webhooks/" + wid + "/test", nil, nil},
+		{"alerts_not_configured", 503, noAlerts, "POST", "/admin/v1/webhooks/" + live + "/test", nil, nil},
 		{"references_changed", 409, e, "DELETE", "/admin/v1/plugins/registry/" + reg + "?cascade=references", nil, []string{"If-Match", `"1"`, "X-Reference-Fingerprint", "rf_stale"}},
 	}
 	covered := map[string]bool{}

@@ -195,6 +195,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"UsageResponse": UsageResponse{}, "UsageRow": UsageRow{}, "UsageTotals": UsageTotals{}, "ModelUsage": ModelUsage{}, "PrincipalUsage": PrincipalUsage{},
 		"MeResponse": MeResponse{}, "CreateAdminTokenBody": CreateAdminTokenBody{}, "AdminTokenResponse": AdminTokenResponse{},
 		"AuditResponse": AuditResponse{}, "AuditEntryResponse": AuditEntryResponse{},
+		"WebhookBody": WebhookBody{}, "WebhookResponse": WebhookResponse{}, "WebhookDelivery": WebhookDelivery{},
+		"AlertResponse": AlertResponse{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

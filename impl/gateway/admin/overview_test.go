@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -311,4 +312,42 @@ func TestAdminRootRedirectsToTheDashboard(t *testing.T) {
 	}
 	wantErr(t, send(t, e.srv.URL, "POST", "/", "{}", "Authorization", ""), 401, "unauthorized")
 	wantErr(t, send(t, e.srv.URL, "GET", "/", nil), 404, "not_found")
+}
+
+// Both request listings say which dialect the client spoke: "messages" or
+// "openai", null on an event recorded before the dialect was kept.
+func TestRequestListingsNameTheDialect(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	f := newOperatorFixture(t, e)
+	for id, d := range map[string]string{"ev_openai": store.DialectOpenAI, "ev_messages": store.DialectMessages, "ev_old": ""} {
+		e.events(store.RequestEvent{ID: id, At: now.Add(-time.Minute), PrincipalID: f.alice, KeyID: "k", Model: "claude-a", Status: 200, Dialect: d})
+	}
+	type listing struct {
+		Events []struct {
+			ID      string  `json:"id"`
+			Dialect *string `json:"dialect"`
+		} `json:"events"`
+	}
+	want := map[string]string{"ev_openai": `"openai"`, "ev_messages": `"messages"`, "ev_old": "null"}
+	for _, path := range []string{"/admin/v1/request-log?limit=10", "/admin/v1/request-events?limit=10"} {
+		r := e.do("GET", path, nil)
+		var l listing
+		if err := json.Unmarshal(r.body, &l); err != nil {
+			// /admin/v1/request-events answers a bare array.
+			if err := json.Unmarshal(r.body, &l.Events); err != nil {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+		}
+		got := map[string]string{}
+		for _, ev := range l.Events {
+			got[ev.ID] = "null"
+			if ev.Dialect != nil {
+				got[ev.ID] = strconv.Quote(*ev.Dialect)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: dialects %v, want %v", path, got, want)
+		}
+	}
 }

@@ -153,7 +153,8 @@ func requestEventResponse(e store.RequestEvent) RequestEventResponse {
 	r := RequestEventResponse{ID: e.ID, AtUnixSecs: e.At.Unix(), PrincipalID: e.PrincipalID, KeyID: e.KeyID,
 		UpstreamID: e.UpstreamID, Model: e.Model, Stream: e.Stream, Status: e.Status, ErrorType: e.ErrorType,
 		InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CacheCreationInputTokens: e.CacheCreationInputTokens,
-		CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis, CacheCreation1hInputTokens: e.CacheCreation1hInputTokens}
+		CacheReadInputTokens: e.CacheReadInputTokens, DurationMillis: e.DurationMillis, CacheCreation1hInputTokens: e.CacheCreation1hInputTokens,
+		UpstreamModel: e.UpstreamModel}
 	if e.CostNanos != nil {
 		c, v := formatCost(*e.CostNanos), e.PriceVersion
 		r.CostUSD, r.PriceVersion = &c, &v
@@ -161,6 +162,10 @@ func requestEventResponse(e store.RequestEvent) RequestEventResponse {
 	if e.FirstByteMillis > 0 {
 		ttfb := e.FirstByteMillis
 		r.FirstByteMillis = &ttfb
+	}
+	if e.Dialect != "" {
+		d := e.Dialect
+		r.Dialect = &d
 	}
 	return r
 }

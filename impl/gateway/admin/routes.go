@@ -56,6 +56,15 @@ func (a *api) routes() []route {
 		{"PATCH", "/admin/v1/plugins/registry/{id}", a.patchRegistry},
 		{"DELETE", "/admin/v1/plugins/registry/{id}", a.deleteRegistry},
 
+		{"POST", "/admin/v1/webhooks", a.createWebhook},
+		{"GET", "/admin/v1/webhooks", a.listWebhooks},
+		{"GET", "/admin/v1/webhooks/{id}", a.getWebhook},
+		{"PUT", "/admin/v1/webhooks/{id}", a.putWebhook},
+		{"DELETE", "/admin/v1/webhooks/{id}", a.deleteWebhook},
+		{"POST", "/admin/v1/webhooks/{id}/test", a.testWebhook},
+		{"GET", "/admin/v1/webhooks/{id}/deliveries", a.webhookDeliveries},
+		{"GET", "/admin/v1/alerts", a.listAlerts},
+
 		{"GET", "/admin/v1/status", a.status},
 		{"GET", "/admin/v1/export", a.export},
 		{"GET", "/admin/v1/request-events", a.requestEvents},

@@ -191,6 +191,12 @@ type RequestEventResponse struct {
 	// FirstByteMillis is the time to first byte; null when no upstream
 	// answer was relayed (and on events recorded before it was measured).
 	FirstByteMillis *int64 `json:"ttfb_ms"`
+	// Dialect is the API the client spoke ("messages" or "openai"); null on
+	// events recorded before it was kept.
+	Dialect *string `json:"dialect"`
+	// UpstreamModel is the id the upstream was asked for when its
+	// model_map renamed Model (the client's name); omitted otherwise.
+	UpstreamModel string `json:"upstream_model,omitempty"`
 }
 
 // requestEvents lists recent proxied requests, newest first (?limit=N, at

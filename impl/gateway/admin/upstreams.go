@@ -17,24 +17,28 @@ import (
 // UpstreamResponse is the wire form of an upstream. It never carries the
 // credential.
 type UpstreamResponse struct {
-	ID                  string         `json:"id"`
-	Name                string         `json:"name"`
-	Kind                string         `json:"kind"`
-	BaseURL             string         `json:"base_url"`
-	Enabled             bool           `json:"enabled"`
-	WarmupEnabled       bool           `json:"warmup_enabled"`
-	WarmupDialectPlugin *string        `json:"warmup_dialect_plugin"`
-	SpecRevision        int64          `json:"spec_revision"`
-	CredentialMode      *string        `json:"credential_mode"`
-	OAuthAuthorizeURL   *string        `json:"oauth_authorize_url,omitempty"`
-	OAuthTokenURL       *string        `json:"oauth_token_url,omitempty"`
-	HasCredential       bool           `json:"has_credential"`
-	Weight              int            `json:"weight"`
-	MaxUtilization5h    int            `json:"max_utilization_5h"`
-	MaxUtilization7d    int            `json:"max_utilization_7d"`
-	Status              UpstreamStatus `json:"status"`
-	CreatedAtUnixSecs   int64          `json:"created_at_unix_secs"`
-	UpdatedAtUnixSecs   int64          `json:"updated_at_unix_secs"`
+	ID                  string  `json:"id"`
+	Name                string  `json:"name"`
+	Kind                string  `json:"kind"`
+	BaseURL             string  `json:"base_url"`
+	Enabled             bool    `json:"enabled"`
+	WarmupEnabled       bool    `json:"warmup_enabled"`
+	WarmupDialectPlugin *string `json:"warmup_dialect_plugin"`
+	SpecRevision        int64   `json:"spec_revision"`
+	CredentialMode      *string `json:"credential_mode"`
+	OAuthAuthorizeURL   *string `json:"oauth_authorize_url,omitempty"`
+	OAuthTokenURL       *string `json:"oauth_token_url,omitempty"`
+	HasCredential       bool    `json:"has_credential"`
+	Weight              int     `json:"weight"`
+	MaxUtilization5h    int     `json:"max_utilization_5h"`
+	MaxUtilization7d    int     `json:"max_utilization_7d"`
+	// Region, Project and ModelMap: a bedrock or vertex upstream's.
+	Region            string            `json:"region,omitempty"`
+	Project           string            `json:"project,omitempty"`
+	ModelMap          map[string]string `json:"model_map,omitempty"`
+	Status            UpstreamStatus    `json:"status"`
+	CreatedAtUnixSecs int64             `json:"created_at_unix_secs"`
+	UpdatedAtUnixSecs int64             `json:"updated_at_unix_secs"`
 }
 
 // UpstreamStatus is system-managed state.
@@ -86,6 +90,7 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 			UnroutableReason:     unroutableReason(u),
 		},
 		CreatedAtUnixSecs: unix(u.CreatedAt), UpdatedAtUnixSecs: unix(u.UpdatedAt),
+		Region: u.Cloud.Region, Project: u.Cloud.Project, ModelMap: u.Cloud.ModelMap,
 	}
 	r.Status.Routable = r.Status.UnroutableReason == nil
 	if r.HasCredential && u.CredentialKind != "" {
@@ -118,6 +123,7 @@ type UpstreamCreateBody struct {
 	// percent of the polled windows (docs/routing.md); 0 (default) is none.
 	MaxUtilization5h *int `json:"max_utilization_5h"`
 	MaxUtilization7d *int `json:"max_utilization_7d"`
+	CloudFields
 }
 
 // UpstreamUpdateBody is the body of PUT /admin/v1/upstreams/{id}: the
@@ -138,6 +144,8 @@ type UpstreamUpdateBody struct {
 	// The usage thresholds are kept unless given.
 	MaxUtilization5h *int `json:"max_utilization_5h"`
 	MaxUtilization7d *int `json:"max_utilization_7d"`
+	// Cloud fields: the credential and model_map are kept unless given.
+	CloudFields
 }
 
 // UpstreamPatchBody is the body of PATCH /admin/v1/upstreams/{id}.
@@ -157,6 +165,7 @@ type UpstreamPatchBody struct {
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
+	CloudFields
 }
 
 // validThresholds checks the usage thresholds, when given.
@@ -275,8 +284,8 @@ func (a *api) credential(r *http.Request, id, kind, baseURL string, env, value *
 }
 
 func validKind(kind string) error {
-	if kind != store.KindVendorAPIKey && kind != store.KindVendorOAuth {
-		return invalid("kind: must be vendor_api_key or vendor_oauth, got %q", kind)
+	if kind != store.KindVendorAPIKey && kind != store.KindVendorOAuth && !store.IsCloud(kind) {
+		return invalid("kind: must be vendor_api_key, vendor_oauth, bedrock or vertex, got %q", kind)
 	}
 	return nil
 }
@@ -292,11 +301,25 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validKind(b.Kind); err != nil {
 		return err
 	}
+	cloudCfg, err := cloudConfig(b.Kind, &b.CloudFields, store.CloudConfig{})
+	if err != nil {
+		return err
+	}
+	b.BaseURL = cloudBaseURL(b.Kind, b.BaseURL, cloudCfg.Region)
 	if err := a.location(r.Context(), "base_url", b.BaseURL); err != nil {
 		return err
 	}
+	if err := cloudRefusesAPIKey(b.Kind, b.APIKeyEnv, b.APIKeyValue); err != nil {
+		return err
+	}
 	id := store.NewID("up")
-	cred, err := a.credential(r, id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true)
+	var cred []byte
+	if !store.IsCloud(b.Kind) {
+		if cred, err = a.credential(r, id, b.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, true); err != nil {
+			return err
+		}
+	}
+	sealed, err := a.cloudCredential(r, id, b.Kind, b.BaseURL, &b.CloudFields, true)
 	if err != nil {
 		return err
 	}
@@ -325,6 +348,10 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), b.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL, "", ""); err != nil {
 		return err
+	}
+	spec.Cloud = cloudCfg
+	if sealed != nil {
+		spec.Credential, spec.CredentialKind, spec.OAuthTokenURL = sealed.ciphertext, sealed.kind, sealed.tokenURI
 	}
 	u, err := a.Store.CreateUpstream(r.Context(), spec)
 	if err != nil {
@@ -383,9 +410,6 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validName(b.Name); err != nil {
 		return err
 	}
-	if err := a.location(r.Context(), "base_url", b.BaseURL); err != nil {
-		return err
-	}
 	if b.Kind != nil {
 		if err := validKind(*b.Kind); err != nil {
 			return err
@@ -398,7 +422,26 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if b.Kind != nil && *b.Kind != cur.Kind {
 		return invalid("kind: an upstream's kind cannot change (it is %s); create a new upstream instead", cur.Kind)
 	}
-	cred, err := a.credential(r, id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false)
+	// PUT replaces the configuration: a map not given is no map.
+	base := store.CloudConfig{Region: cur.Cloud.Region, Project: cur.Cloud.Project}
+	cloudCfg, err := cloudConfig(cur.Kind, &b.CloudFields, base)
+	if err != nil {
+		return err
+	}
+	b.BaseURL = cloudBaseURL(cur.Kind, b.BaseURL, cloudCfg.Region)
+	if err := a.location(r.Context(), "base_url", b.BaseURL); err != nil {
+		return err
+	}
+	if err := cloudRefusesAPIKey(cur.Kind, b.APIKeyEnv, b.APIKeyValue); err != nil {
+		return err
+	}
+	var cred []byte
+	if !store.IsCloud(cur.Kind) {
+		if cred, err = a.credential(r, id, cur.Kind, b.BaseURL, b.APIKeyEnv, b.APIKeyValue, false); err != nil {
+			return err
+		}
+	}
+	sealed, err := a.cloudCredential(r, id, cur.Kind, b.BaseURL, &b.CloudFields, false)
 	if err != nil {
 		return err
 	}
@@ -425,6 +468,14 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if spec.OAuthAuthorizeURL, spec.OAuthTokenURL, err = a.oauthEndpoints(r.Context(), cur.Kind, b.OAuthAuthorizeURL, b.OAuthTokenURL,
 		cur.OAuthAuthorizeURL, cur.OAuthTokenURL); err != nil {
 		return err
+	}
+	spec.Cloud = cloudCfg
+	if store.IsCloud(cur.Kind) {
+		// A service account's token endpoint stays with its credential.
+		spec.OAuthTokenURL = cur.OAuthTokenURL
+	}
+	if sealed != nil {
+		spec.Credential, spec.CredentialKind, spec.OAuthTokenURL = sealed.ciphertext, sealed.kind, sealed.tokenURI
 	}
 	u, err := a.Store.UpdateUpstream(r.Context(), id, expect, spec)
 	if err != nil {
@@ -454,8 +505,9 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
-		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil && b.MaxUtilization5h == nil && b.MaxUtilization7d == nil {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight, max_utilization_5h, max_utilization_7d)")
+		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil && b.MaxUtilization5h == nil && b.MaxUtilization7d == nil &&
+		!b.configGiven() && !b.credentialGiven() {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight, max_utilization_5h, max_utilization_7d, region, project, model_map, or a cloud credential)")
 	}
 	if err := validWeight(b.Weight); err != nil {
 		return err
@@ -486,6 +538,11 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	wasWarm := false
+	if b.configGiven() || b.credentialGiven() {
+		if err := a.patchCloud(r, id, &b, &patch); err != nil {
+			return err
+		}
+	}
 	if b.APIKeyEnv != nil || b.APIKeyValue != nil || (b.WarmupEnabled != nil && *b.WarmupEnabled) {
 		cur, err := a.Store.GetUpstream(r.Context(), id)
 		if err != nil {
@@ -496,6 +553,9 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 				return warmupNeedsOAuth()
 			}
 			wasWarm = cur.WarmupEnabled
+		}
+		if err := cloudRefusesAPIKey(cur.Kind, b.APIKeyEnv, b.APIKeyValue); err != nil {
+			return err
 		}
 		if b.APIKeyEnv != nil || b.APIKeyValue != nil {
 			// Sealed for the base_url the patch leaves: the new one when given.
@@ -523,6 +583,33 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	etag(w, u.SpecRevision)
 	writeJSON(w, http.StatusOK, upstreamResponse(u))
+	return nil
+}
+
+// patchCloud applies a patch's cloud fields: the configuration merged
+// into the stored one, a credential sealed for the base_url the patch
+// leaves.
+func (a *api) patchCloud(r *http.Request, id string, b *UpstreamPatchBody, patch *store.UpstreamPatch) error {
+	cur, err := a.Store.GetUpstream(r.Context(), id)
+	if err != nil {
+		return fromStore(err, resUpstream, id)
+	}
+	if b.configGiven() {
+		c, err := cloudConfig(cur.Kind, &b.CloudFields, cur.Cloud)
+		if err != nil {
+			return err
+		}
+		patch.Cloud = &c
+	}
+	base := cur.BaseURL
+	if b.BaseURL != nil {
+		base = *b.BaseURL
+	}
+	sealed, err := a.cloudCredential(r, id, cur.Kind, base, &b.CloudFields, false)
+	if err != nil || sealed == nil {
+		return err
+	}
+	patch.Credential, patch.CredentialKind, patch.OAuthTokenURL = sealed.ciphertext, sealed.kind, &sealed.tokenURI
 	return nil
 }
 

@@ -21,6 +21,16 @@ const (
 	// OAuth is an OAuth token bundle; its access token is sent as a bearer
 	// token with OAuthBeta.
 	OAuth = "oauth"
+	// AWSKeys are a bedrock upstream's static AWS access keys (JSON,
+	// cloud.StaticAWSCredentials); requests are signed with them (SigV4).
+	AWSKeys = "aws_keys"
+	// ServiceAccount is a vertex upstream's Google service account key
+	// (JSON); tokens are obtained with it from its token_uri.
+	ServiceAccount = "service_account"
+	// Host: the cloud upstream uses the proxy host's own credentials (the
+	// AWS default chain, Google's application default credentials); what
+	// is sealed is only this marker.
+	Host = "host"
 )
 
 // OAuthBeta is the beta flag the provider requires with OAuth bearer tokens.
@@ -47,11 +57,23 @@ func LegacyAD(upstreamID string) []byte {
 	return []byte("upstream-credential:" + upstreamID)
 }
 
+// WebhookAD is the associated data an alert webhook's HMAC key is sealed
+// with: bound to the webhook and to the origin of its URL, so that a key
+// left behind by a change of URL to another origin does not open and is
+// never used to sign for a receiver it was not given for.
+func WebhookAD(webhookID, url string) []byte {
+	return []byte("webhook-secret:" + webhookID + "@" + store.Origin(url))
+}
+
 // Set puts a credential of the given kind on an outbound request's headers:
 // x-api-key, or for OAuth a bearer token with OAuthBeta added to whatever
 // anthropic-beta flags the request already lists. It allocates only the
 // header values it must build (it runs on every proxied request).
 func Set(h http.Header, kind, secret string) {
+	switch kind {
+	case AWSKeys, ServiceAccount, Host:
+		return // the cloud transports authenticate their own requests
+	}
 	if kind != OAuth {
 		h.Set("X-Api-Key", secret)
 		return

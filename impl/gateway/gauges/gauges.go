@@ -97,7 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !u.Enabled {
 			continue // switched off on purpose: nothing to alert on
 		}
-		state := credentialState(u, s.Errors[u.ID] != "")
+		state := CredentialState(u, s.Errors[u.ID] != "")
 		for _, st := range states {
 			v := 0.0
 			if st == state {
@@ -147,7 +147,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func credentialState(u *snapshot.Upstream, undecryptable bool) string {
+// CredentialState is the state of an enabled upstream's credential
+// (StateOK, StateRefused, StateMissing); undecryptable: the snapshot could
+// not open it.
+func CredentialState(u *snapshot.Upstream, undecryptable bool) string {
 	switch {
 	case u.RefreshRefused:
 		return StateRefused

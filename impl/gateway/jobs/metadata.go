@@ -39,7 +39,9 @@ func refreshModels(ctx context.Context, d Deps) (scheduler.Outcome, error) {
 			d.metadataStatus("refresh_refused")
 			continue
 		}
-		if !u.Routable() {
+		if !u.Routable() || store.IsCloud(u.Kind) {
+			// A cloud upstream has no model listing of its own: what it
+			// serves is its model map (docs/cloud.md).
 			d.metadataStatus("skipped")
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
 // connected runs the flow against the fake endpoint and returns the
@@ -309,5 +311,60 @@ func TestRefreshTokenRefused(t *testing.T) {
 	}
 	if err := w.s.RefreshToken(ctx, "up_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing upstream: %v", err)
+	}
+}
+
+// RequestRefresh is the relay's way to ask: it starts a lazy refresh and
+// returns at once, starts none while one runs or within the cooldown after
+// one ended, even a failed one (a provider that keeps failing must not get
+// a token request per proxied request), and logs a failure it started.
+func TestRequestRefreshStartsOneAndCoolsDown(t *testing.T) {
+	w := newLazyWorld(t)
+	var logs lockedbuf.Buffer
+	w.s.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	gates := make(chan chan struct{}, 2)
+	w.ts.before = func(rw http.ResponseWriter, r *http.Request) bool {
+		w.requests.Add(1)
+		w.arrived <- struct{}{}
+		<-<-gates
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	joined := make(chan struct{}, 1)
+	w.s.joined = func(string) { joined <- struct{}{} }
+	// end lets the running refresh's provider request answer and returns
+	// the refresh's error, read by joining it.
+	end := func() error {
+		errc := make(chan error, 1)
+		go func() { errc <- w.s.RefreshToken(context.Background(), w.u.ID) }()
+		<-joined
+		gate := make(chan struct{})
+		close(gate)
+		gates <- gate
+		return <-errc
+	}
+	if !w.s.RequestRefresh(w.u.ID) {
+		t.Fatal("the first ask started no refresh")
+	}
+	<-w.arrived
+	if w.s.RequestRefresh(w.u.ID) {
+		t.Fatal("a second refresh started while one runs")
+	}
+	if err := end(); err == nil {
+		t.Fatal("the failing token endpoint's refresh succeeded")
+	}
+	if w.s.RequestRefresh(w.u.ID) || w.requests.Load() != 1 {
+		t.Fatalf("a refresh started within the cooldown after a failure (%d provider requests)", w.requests.Load())
+	}
+	w.advance(DefaultLazyRefreshCooldown)
+	if !w.s.RequestRefresh(w.u.ID) {
+		t.Fatal("no refresh started after the cooldown")
+	}
+	<-w.arrived
+	if err := end(); err == nil || w.requests.Load() != 2 {
+		t.Fatalf("second refresh: %v after %d provider requests", err, w.requests.Load())
+	}
+	if n := strings.Count(logs.String(), "lazy OAuth token refresh failed"); n != 2 || !strings.Contains(logs.String(), w.u.ID) {
+		t.Fatalf("%d failures logged, want the 2 asked for: %s", n, logs.String())
 	}
 }

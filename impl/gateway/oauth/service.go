@@ -100,6 +100,7 @@ type Service struct {
 	lazyMu    sync.Mutex
 	inflight  map[string]*lazyCall
 	refreshed map[string]time.Time // last successful refresh on this replica
+	ended     map[string]time.Time // last lazy refresh that ended, whatever its outcome
 	// joined, when set (tests), is told each time a caller joins a lazy
 	// refresh already in flight.
 	joined func(upstreamID string)
@@ -109,6 +110,9 @@ type Service struct {
 type lazyCall struct {
 	done chan struct{}
 	err  error
+	// asked: started by RequestRefresh, whose caller does not wait for the
+	// error, so the refresh logs it.
+	asked bool
 }
 
 func (s *Service) now() time.Time {
@@ -465,14 +469,9 @@ func (s *Service) recordFailure(ctx context.Context, u *store.Upstream, msg stri
 // it returns, as with the scheduled refresh.
 func (s *Service) RefreshToken(ctx context.Context, upstreamID string) error {
 	s.lazyMu.Lock()
-	if s.inflight == nil {
-		s.inflight = map[string]*lazyCall{}
-	}
 	c := s.inflight[upstreamID]
 	if c == nil {
-		c = &lazyCall{done: make(chan struct{})}
-		s.inflight[upstreamID] = c
-		go s.lazyRefresh(upstreamID, c)
+		c = s.startLazy(upstreamID)
 	} else if s.joined != nil {
 		s.joined(upstreamID)
 	}
@@ -483,6 +482,45 @@ func (s *Service) RefreshToken(ctx context.Context, upstreamID string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// RequestRefresh asks for a lazy refresh of an upstream's token without
+// waiting for it: the relay calls it for a request that met the token
+// expired or refused, and fails over meanwhile. It starts one unless one
+// is running or one ended within LazyRefreshCooldown, whatever its
+// outcome (a token endpoint that keeps failing must not get a request
+// per proxied request), and reports whether it started one. A failure is
+// logged, as no caller waits for it.
+func (s *Service) RequestRefresh(upstreamID string) bool {
+	s.lazyMu.Lock()
+	defer s.lazyMu.Unlock()
+	if s.inflight[upstreamID] != nil {
+		return false
+	}
+	if t, ok := s.ended[upstreamID]; ok && s.now().Sub(t) < s.lazyCooldown() {
+		return false
+	}
+	s.startLazy(upstreamID).asked = true
+	return true
+}
+
+// startLazy starts the shared lazy refresh of an upstream; s.lazyMu is
+// held.
+func (s *Service) startLazy(upstreamID string) *lazyCall {
+	if s.inflight == nil {
+		s.inflight = map[string]*lazyCall{}
+	}
+	c := &lazyCall{done: make(chan struct{})}
+	s.inflight[upstreamID] = c
+	go s.lazyRefresh(upstreamID, c)
+	return c
+}
+
+func (s *Service) lazyCooldown() time.Duration {
+	if s.LazyRefreshCooldown > 0 {
+		return s.LazyRefreshCooldown
+	}
+	return DefaultLazyRefreshCooldown
 }
 
 func (s *Service) lazyRefresh(upstreamID string, c *lazyCall) {
@@ -507,9 +545,16 @@ func (s *Service) lazyRefresh(upstreamID string, c *lazyCall) {
 	stop()
 	cancel()
 	s.lazyMu.Lock()
+	if c.asked && err != nil {
+		s.log().Warn("lazy OAuth token refresh failed", "upstream_id", upstreamID, "error", scheduler.Redact(err.Error()))
+	}
 	delete(s.inflight, upstreamID)
-	s.lazyMu.Unlock()
+	if s.ended == nil {
+		s.ended = map[string]time.Time{}
+	}
+	s.ended[upstreamID] = s.now()
 	c.err = err
+	s.lazyMu.Unlock()
 	close(c.done)
 }
 
@@ -527,14 +572,10 @@ func (s *Service) lazyRefreshOnce(ctx context.Context, upstreamID string, timeou
 	if u.Status.RefreshRefused {
 		return ErrRefreshRefused // already refused: asking again cannot help
 	}
-	cooldown := s.LazyRefreshCooldown
-	if cooldown <= 0 {
-		cooldown = DefaultLazyRefreshCooldown
-	}
 	s.lazyMu.Lock()
 	last, ok := s.refreshed[upstreamID]
 	s.lazyMu.Unlock()
-	if ok && s.now().Sub(last) < cooldown {
+	if ok && s.now().Sub(last) < s.lazyCooldown() {
 		return nil
 	}
 	_, err = s.rotate(ctx, u)

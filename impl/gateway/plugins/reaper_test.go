@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 	"github.com/pillarhq/pillar/impl/testing/wat"
 )
 
@@ -198,12 +199,12 @@ func TestReaperIdlesWithoutMeteredInstances(t *testing.T) {
 	// waitTicks waits for reap to handle n more ticks.
 	waitTicks := func(n uint64) {
 		want := r.reapTicks.Load() + n
-		for deadline := time.Now().Add(20 * time.Second); r.reapTicks.Load() < want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("reap handled %d ticks, want %d", r.reapTicks.Load(), want)
+		waitfor.Until(t, fmt.Sprintf("reap to handle %d ticks", want), func() error {
+			if got := r.reapTicks.Load(); got < want {
+				return fmt.Errorf("%d handled", got)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for round := range 2 { // stopped, then started again
 		a, b := start(), start()

@@ -17,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -303,9 +304,7 @@ func TestConcurrentClaimsAndStalePoll(t *testing.T) {
 		go func() { defer wg.Done(); _, errs[i] = e.svc.Claim(context.Background(), e.up.ID) }()
 	}
 	// While the claim is in flight, a poll starts (and sees the old coupon).
-	for e.prov.claims.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the claim to reach the provider", func() bool { return e.prov.claims.Load() > 0 })
 	pollStarted := make(chan struct{})
 	wg.Add(1)
 	go func() {

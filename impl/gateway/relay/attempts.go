@@ -55,7 +55,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		}
 		copyRequestHeaders(out.Header, r.Header)
 		setCredential(out.Header, up)
-		resp, err := h.transport.RoundTrip(out)
+		resp, err := h.roundTrip(up, out)
 		if err != nil {
 			if r.Context().Err() != nil {
 				a.done()
@@ -160,9 +160,10 @@ func (h *Handler) failover() {
 	}
 }
 
-// refreshToken starts a lazy refresh of up's OAuth token (deduplicated).
+// refreshToken asks the OAuth service for a lazy refresh of up's token and
+// counts the refreshes it started.
 func (h *Handler) refreshToken(up *snapshot.Upstream) {
-	if h.refresh.trigger(up.ID) && h.metrics != nil {
+	if h.refresh != nil && h.refresh.RequestRefresh(up.ID) && h.metrics != nil {
 		h.metrics.lazyRefreshes.Inc()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -361,5 +362,28 @@ func TestOpenAIMetrics(t *testing.T) {
 		if got := testutil.ToFloat64(m.openAI[c.endpoint][c.outcome]); got != c.want {
 			t.Errorf("openai counter [%d][%d] = %v, want %v", c.endpoint, c.outcome, got, c.want)
 		}
+	}
+}
+
+// A request event names the dialect the client spoke, so the request log
+// tells OpenAI clients from Messages clients: an answered chat request, a
+// chat request refused after authentication, and a Messages request.
+func TestRequestEventsNameTheDialect(t *testing.T) {
+	t.Parallel()
+	_, srv, rec := chatSetup(t)
+	auth := map[string]string{"Authorization": "Bearer sk-good"}
+	post(t, srv.URL+"/v1/chat/completions", auth, `{"model":"claude-test","messages":[{"role":"user","content":"x"}]}`)
+	post(t, srv.URL+"/v1/chat/completions", auth, `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}`)
+	post(t, srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good", "anthropic-version": "2023-06-01"},
+		`{"model":"claude-test","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`)
+	byModel := map[string][]string{}
+	for _, e := range rec.wait(t, 3) {
+		byModel[e.Model] = append(byModel[e.Model], e.Dialect)
+	}
+	if d := byModel["gpt-4o"]; len(d) != 1 || d[0] != store.DialectOpenAI {
+		t.Fatalf("refused chat request's dialect %q", d)
+	}
+	if d := byModel["claude-test"]; len(d) != 2 || !slices.Contains(d, store.DialectOpenAI) || !slices.Contains(d, store.DialectMessages) {
+		t.Fatalf("answered requests' dialects %q, want one of each", d)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -20,6 +21,8 @@ import (
 // hand-off (ObserveUsage, on the recorder's goroutine), off the request
 // path; docs/operations.md gives their cardinality.
 type Metrics struct {
+	// cloud counts what Bedrock and Vertex answered.
+	cloud     *cloud.Metrics
 	series    *requestSeries
 	failovers prometheus.Counter
 	// cooldowns counts upstreams taken out of routing by a 429/529;
@@ -86,9 +89,18 @@ const OtherModel = "other"
 // NoUpstream is the upstream label of a request refused before dispatch.
 const NoUpstream = "none"
 
+// cloudMetrics is m's cloud counters; nil without metrics.
+func (m *Metrics) cloudMetrics() *cloud.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.cloud
+}
+
 // NewMetrics registers the proxy metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		cloud: cloud.NewMetrics(reg),
 		series: newRequestSeries("Time from request arrival to the last byte relayed.",
 			"Time from request arrival to the first byte of the upstream's answer relayed to the client (Messages requests that reached an upstream).",
 			prometheus.ExponentialBuckets(0.001, 2.5, histBuckets), prometheus.ExponentialBuckets(0.005, 2, histBuckets)),

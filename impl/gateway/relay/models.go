@@ -59,7 +59,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setCredential(out.Header, up)
-	resp, err := h.transport.RoundTrip(out)
+	resp, err := h.roundTrip(up, out)
 	if err != nil {
 		dontWaitForBody(w)
 		h.reply(w, unreachableError(err), nil)

@@ -3,7 +3,6 @@ package relay
 import (
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // burst sends n requests at once from the fixture's principal, capped at
@@ -55,9 +55,7 @@ func burst(t *testing.T, n, limit int, ctl *admission.Controller, letGo func(h *
 			statuses[i], retry[i] = resp.StatusCode, resp.Header.Get("Retry-After")
 		}()
 	}
-	for !letGo(h, int(held.Load())) {
-		runtime.Gosched()
-	}
+	waitfor.True(t, "the burst to reach the point where it is let go", func() bool { return letGo(h, int(held.Load())) })
 	close(release)
 	wg.Wait()
 	return statuses, retry, most.Load(), m

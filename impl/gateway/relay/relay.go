@@ -17,6 +17,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
+	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
@@ -81,8 +82,9 @@ type Options struct {
 	IdleTimeout            time.Duration
 	BodyReadTimeout        time.Duration
 	MaxBodyBytesInFlight   int64
-	// Refresher refreshes an OAuth upstream's token lazily when a request
-	// meets it expired or refused (optional).
+	// Refresher is asked for a lazy refresh of an OAuth upstream's token
+	// when a request meets it expired or refused (optional); it owns the
+	// deduplication and the cooldown.
 	Refresher TokenRefresher
 	// Board is the upstreams' live routing state: cooldowns and requests
 	// in flight (optional: without it nothing cools down).
@@ -110,13 +112,16 @@ type Handler struct {
 	// and redirects must not be followed anyway: the credential must never
 	// be replayed to another location).
 	transport http.RoundTripper
+	// clouds are the transports of bedrock and vertex upstreams, around
+	// transport.
+	clouds    *cloud.Pool
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
 	realClock bool // now is time.Now (Options.Now unset)
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
-	refresh                                                             *refresher
+	refresh                                                             TokenRefresher // asked for lazy OAuth refreshes (nil: none)
 	board                                                               *routing.Board
 	affinity                                                            *affinity.Table
 	admission                                                           *admission.Controller
@@ -184,6 +189,7 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
 		transport:              o.Transport,
+		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -196,13 +202,7 @@ func New(o Options) *Handler {
 		h.maxAttempts = DefaultMaxAttempts
 	}
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
-	if o.Refresher != nil {
-		h.refresh = &refresher{r: o.Refresher, now: o.Now, run: func(f func()) { go f() },
-			busy: map[string]bool{}, ended: map[string]time.Time{},
-			onErr: func(id string, err error) {
-				h.log.Warn("lazy OAuth token refresh failed", "upstream_id", id, "error", err)
-			}}
-	}
+	h.refresh = o.Refresher
 	return h
 }
 
@@ -284,6 +284,14 @@ type admitted struct {
 	chat     *openai.Writer   // set for a Chat Completions request: its body is translated
 }
 
+// dialect names the API the client spoke, for its request event.
+func (q *admitted) dialect() string {
+	if q.chat != nil {
+		return store.DialectOpenAI
+	}
+	return store.DialectMessages
+}
+
 // admit authenticates the request, reads and checks its body, applies the
 // principal's limits and routes it, filling q; false when it answered the
 // refusal itself. q.held is set even then.
@@ -297,7 +305,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	p := k.Principal
 	// Refusals after authentication are recorded as request events, so the
 	// principal's traffic shows them (a 401 has no principal to record).
-	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID}
+	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Dialect: q.dialect()}
 
 	body, held, err := h.readBody(w, r)
 	q.held = held
@@ -396,7 +404,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q *admitted) {
 	k, start := q.key, q.start
 	p := k.Principal
-	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages}
+	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages, Dialect: q.dialect()}
 	headerTimeout := h.headerTimeout
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
@@ -412,6 +420,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 		h.land(q.session, q.cands, up)
 	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode
+	ev.UpstreamModel = upstreamModel(up, ev.Model)
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
 		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.now()}

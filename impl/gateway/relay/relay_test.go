@@ -18,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 func TestScanRequest(t *testing.T) {
@@ -132,10 +133,12 @@ func (m *memRecorder) Record(p usage.Pending) {
 // answer waits for the event.
 func (m *memRecorder) wait(t *testing.T, n int) []store.RequestEvent {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(m.events()) < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(t, fmt.Sprintf("%d request events", n), func() error {
+		if got := len(m.events()); got < n {
+			return fmt.Errorf("%d recorded", got)
+		}
+		return nil
+	})
 	return m.events()
 }
 
@@ -400,11 +403,7 @@ func TestRelayStreamsEventByEvent(t *testing.T) {
 		}
 	}
 	io.Copy(io.Discard, resp.Body)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rec.events()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	evs := rec.events()
+	evs := rec.wait(t, 1)
 	if len(evs) != 1 || !evs[0].Stream || evs[0].InputTokens != 9 || evs[0].OutputTokens != 3 || evs[0].CacheCreationInputTokens != 2 {
 		t.Fatalf("events %+v", evs)
 	}

@@ -2,9 +2,7 @@ package relay
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -107,11 +105,7 @@ func newResilient(t *testing.T, s *snapshot.Snapshot, o Options) *resilient {
 
 func (r *resilient) waitEvents(t *testing.T, n int) []store.RequestEvent {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.rec.events()) < n && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	evs := r.rec.events()
+	evs := r.rec.wait(t, n)
 	if len(evs) != n {
 		t.Fatalf("recorded %d events, want %d: %+v", len(evs), n, evs)
 	}
@@ -500,22 +494,28 @@ func TestBodyMemoryCapChunked(t *testing.T) {
 	}
 }
 
-// fakeRefresher records refresh calls; each blocks until release.
+// fakeRefresher records what the relay asks for and answers whether a
+// refresh started from started (true when it runs out).
 type fakeRefresher struct {
 	calls   chan string
-	release chan struct{}
-	ended   chan struct{}
+	mu      sync.Mutex
+	started []bool
 }
 
-func newFakeRefresher() *fakeRefresher {
-	return &fakeRefresher{calls: make(chan string, 16), release: make(chan struct{}), ended: make(chan struct{}, 16)}
+func newFakeRefresher(started ...bool) *fakeRefresher {
+	return &fakeRefresher{calls: make(chan string, 16), started: started}
 }
 
-func (f *fakeRefresher) RefreshToken(ctx context.Context, id string) error {
+func (f *fakeRefresher) RequestRefresh(id string) bool {
 	f.calls <- id
-	<-f.release
-	defer func() { f.ended <- struct{}{} }()
-	return errors.New("token endpoint down")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.started) == 0 {
+		return true
+	}
+	ok := f.started[0]
+	f.started = f.started[1:]
+	return ok
 }
 
 func oauthUpstream(id, url, bundle string) store.Upstream {
@@ -535,48 +535,35 @@ func refusingUpstream(t *testing.T, hits *atomic.Int32) *httptest.Server {
 	return up
 }
 
-// Issue 18.5: an OAuth upstream answering 401 before the first byte starts
-// one lazy refresh (not one per request, not while one runs, not within the
-// cooldown) and the request fails over to the next upstream.
+// An OAuth upstream answering 401 before the first byte makes the relay ask
+// the OAuth service for a refresh, every time (the service decides whether
+// one starts: one at a time, a cooldown), counts the refreshes that
+// started, and fails the request over to the next upstream.
 func TestOAuth401RefreshesAndFailsOver(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int32
 	refusing := refusingUpstream(t, &hits)
 	good := upstreamServer(t, &seen{}, nil)
-	var now atomic.Int64
-	now.Store(time.Unix(1000, 0).UnixNano())
-	ref := newFakeRefresher()
+	ref := newFakeRefresher(true, false, false, true)
 	rs := newResilient(t, fixture(apiKeyUpstream("up_k", good.URL, "sk-upstream"), oauthUpstream("up_o", refusing.URL, `{"access_token":"tok"}`)),
-		Options{Refresher: ref, Now: func() time.Time { return time.Unix(0, now.Load()) }})
-	send := func() {
-		t.Helper()
+		Options{Refresher: ref})
+	for range 4 {
 		resp, b := post(t, rs.srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, `{"model":"claude-test","max_tokens":5}`)
 		if resp.StatusCode != 200 || !strings.Contains(b, "msg_1") {
 			t.Fatalf("status %d %s", resp.StatusCode, b)
 		}
+		if id := <-ref.calls; id != "up_o" {
+			t.Fatalf("asked to refresh %q", id)
+		}
 	}
-	send()
-	if id := <-ref.calls; id != "up_o" {
-		t.Fatalf("refreshed %q", id)
-	}
-	send() // the refresh still runs: no second one
-	ref.release <- struct{}{}
-	<-ref.ended
-	send() // ended within the cooldown: none either
 	if len(ref.calls) != 0 {
-		t.Fatalf("%d extra refreshes", len(ref.calls))
+		t.Fatalf("%d extra asks", len(ref.calls))
 	}
-	now.Add(int64(refreshCooldown + time.Second))
-	send()
-	if id := <-ref.calls; id != "up_o" {
-		t.Fatalf("refreshed %q", id)
-	}
-	close(ref.release)
 	if hits.Load() != 4 {
 		t.Fatalf("the OAuth upstream was tried %d times, want every request", hits.Load())
 	}
 	if n := rs.counter(t, "svc_proxy_lazy_refresh_started_total"); n != 2 {
-		t.Fatalf("lazy refreshes counted %v", n)
+		t.Fatalf("lazy refreshes counted %v, want the 2 started", n)
 	}
 	for _, ev := range rs.waitEvents(t, 4) {
 		if ev.UpstreamID != "up_k" || ev.Status != 200 {
@@ -592,7 +579,6 @@ func TestExpiredOAuthTokenSkipped(t *testing.T) {
 	refusing := refusingUpstream(t, &hits)
 	good := upstreamServer(t, &seen{}, nil)
 	ref := newFakeRefresher()
-	close(ref.release)
 	bundle := fmt.Sprintf(`{"access_token":"tok","expires_at":%d}`, time.Unix(5000, 0).Unix())
 	rs := newResilient(t, fixture(apiKeyUpstream("up_k", good.URL, "sk-upstream"), oauthUpstream("up_o", refusing.URL, bundle)),
 		Options{Refresher: ref, Now: func() time.Time { return time.Unix(5000, 0) }})
@@ -615,7 +601,6 @@ func TestOAuth401LastCandidate(t *testing.T) {
 	var hits atomic.Int32
 	refusing := refusingUpstream(t, &hits)
 	ref := newFakeRefresher()
-	close(ref.release)
 	rs := newResilient(t, fixture(oauthUpstream("up_o", refusing.URL, `{"access_token":"tok"}`)), Options{Refresher: ref})
 	resp, b := post(t, rs.srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, `{"model":"claude-test","max_tokens":5}`)
 	wantAnthropicError(t, resp, b, 503, "api_error")

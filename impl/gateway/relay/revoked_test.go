@@ -38,7 +38,6 @@ func TestRevokedUpstreamPassedOver(t *testing.T) {
 	revoked := refusingUpstream(t, &hits)
 	good := upstreamServer(t, &seen{}, nil)
 	ref := newFakeRefresher()
-	close(ref.release)
 	rs := newResilient(t, fixture(revokedUpstream("up_o", revoked.URL), apiKeyUpstream("up_k", good.URL, "sk-upstream")), Options{Refresher: ref})
 	for _, body := range []string{`{"model":"claude-test","max_tokens":5}`, streamBody} {
 		resp, b := post(t, rs.srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, body)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // fast is a retry class for tests: the seed's shape with millisecond delays.
@@ -133,19 +134,22 @@ func (b *bundle) start(t *testing.T) {
 // waitState polls the job until it reaches a terminal River state.
 func waitState(t *testing.T, s *Scheduler, id int64) *rivertype.JobRow {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var job *rivertype.JobRow
+	waitfor.Until(t, fmt.Sprintf("job %d to finish", id), func() error {
 		res, err := s.client.JobList(context.Background(), river.NewJobListParams().IDs(id).States(allStates...))
-		if err == nil && len(res.Jobs) == 1 {
-			switch res.Jobs[0].State {
-			case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
-				return res.Jobs[0]
-			}
+		if err != nil {
+			return err
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("job %d did not finish", id)
-	return nil
+		if len(res.Jobs) != 1 {
+			return fmt.Errorf("%d jobs listed", len(res.Jobs))
+		}
+		switch job = res.Jobs[0]; job.State {
+		case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
+			return nil
+		}
+		return fmt.Errorf("state %s", job.State)
+	})
+	return job
 }
 
 func enqueue(t *testing.T, s *Scheduler, typ, key string) (bool, int64) {

@@ -28,6 +28,15 @@ type Config struct {
 	db DatabaseURL
 	// ReconcileInterval is how often the reconciler polls for missed changes.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	// Alerts: how often each replica evaluates the alert conditions and
+	// how long one webhook delivery attempt may take (docs/alerts.md).
+	Alerts struct {
+		EvaluateInterval time.Duration `yaml:"evaluate_interval"`
+		DeliveryTimeout  time.Duration `yaml:"delivery_timeout"`
+		// RetryBase is the first wait before a failed delivery is tried
+		// again, doubling at each attempt (the entity class's 30 s).
+		RetryBase time.Duration `yaml:"retry_base"`
+	} `yaml:"alerts"`
 	// ReplicaID names this replica in status and logs (default: host name).
 	ReplicaID string `yaml:"replica_id"`
 	LogLevel  string `yaml:"log_level"`
@@ -121,6 +130,10 @@ type Config struct {
 	// PROXY_UPSTREAM_KEY_*.
 	AllowPrivateUpstreams bool     `yaml:"allow_private_upstreams"`
 	UpstreamKeyEnvAllow   []string `yaml:"upstream_key_env_allow"`
+	// AllowHostCloudCredentials lets an admin give bedrock and vertex
+	// upstreams the proxy host's own cloud credentials (the AWS default
+	// chain, Google's application default credentials; docs/cloud.md).
+	AllowHostCloudCredentials bool `yaml:"allow_host_cloud_credentials"`
 
 	// Debug holds diagnostics that are off by default (docs/operations.md,
 	// Profiling).
@@ -159,6 +172,7 @@ func defaults() Config {
 	c.AdminListen = "[::1]:9090"
 	c.DatabaseURL = "sqlite://proxy.db"
 	c.ReconcileInterval = 60 * time.Second
+	c.Alerts.EvaluateInterval, c.Alerts.DeliveryTimeout, c.Alerts.RetryBase = time.Minute, 10*time.Second, 30*time.Second
 	c.LogLevel = "info"
 	c.LogFormat = "text"
 	c.Database.MainPool = 10
@@ -193,6 +207,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		dbURL      = fs.String("database-url", "", "sqlite://PATH (embedded default: sqlite://proxy.db) or postgres://…; env PROXY_DATABASE_URL")
 		reconcile  = fs.Duration("reconcile-interval", c.ReconcileInterval, "how often the reconciler polls the database for missed changes")
 		replica    = fs.String("replica-id", "", "name of this replica (default: host name)")
+		alertEval  = fs.Duration("alerts-evaluate-interval", c.Alerts.EvaluateInterval, "how often this replica evaluates the alert conditions")
+		alertSend  = fs.Duration("alerts-delivery-timeout", c.Alerts.DeliveryTimeout, "how long one alert webhook delivery attempt may take")
+		alertRetry = fs.Duration("alerts-retry-base", c.Alerts.RetryBase, "first wait before a failed alert delivery is tried again (doubling)")
 		logLevel   = fs.String("log-level", c.LogLevel, "debug, info, warn or error")
 		logFormat  = fs.String("log-format", c.LogFormat, "text or json")
 		mainPool   = fs.Int("main-pool", c.Database.MainPool, "PostgreSQL main connection pool size")
@@ -269,6 +286,15 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if set["reconcile-interval"] {
 		c.ReconcileInterval = *reconcile
+	}
+	if set["alerts-evaluate-interval"] {
+		c.Alerts.EvaluateInterval = *alertEval
+	}
+	if set["alerts-delivery-timeout"] {
+		c.Alerts.DeliveryTimeout = *alertSend
+	}
+	if set["alerts-retry-base"] {
+		c.Alerts.RetryBase = *alertRetry
 	}
 	if *replica != "" {
 		c.ReplicaID = *replica
@@ -379,6 +405,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("reconcile_interval", "must be at least 1s, got %s", c.ReconcileInterval)
+	}
+	if c.Alerts.EvaluateInterval < 100*time.Millisecond {
+		bad("alerts.evaluate_interval", "must be at least 100ms, got %s", c.Alerts.EvaluateInterval)
+	}
+	if c.Alerts.DeliveryTimeout < 100*time.Millisecond || c.Alerts.DeliveryTimeout > 5*time.Minute {
+		bad("alerts.delivery_timeout", "must be 100ms to 5m, got %s", c.Alerts.DeliveryTimeout)
+	}
+	if c.Alerts.RetryBase < 10*time.Millisecond || c.Alerts.RetryBase > 10*time.Minute {
+		bad("alerts.retry_base", "must be 10ms to 10m, got %s", c.Alerts.RetryBase)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -621,9 +656,14 @@ func securityFlags(fs *flag.FlagSet) func(*Config) {
 		}
 		return nil
 	})
+	hostCloud := fs.Bool("allow-host-cloud-credentials", false,
+		"let an admin give bedrock and vertex upstreams this host's own cloud credentials (AWS default chain, Google application default credentials)")
 	return func(c *Config) {
 		if *allowPrivate {
 			c.AllowPrivateUpstreams = true
+		}
+		if *hostCloud {
+			c.AllowHostCloudCredentials = true
 		}
 		c.UpstreamKeyEnvAllow = append(c.UpstreamKeyEnvAllow, keyEnv...)
 	}

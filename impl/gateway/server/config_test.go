@@ -346,3 +346,31 @@ func TestOIDCConfigValidated(t *testing.T) {
 		}
 	}
 }
+
+// Alerts: defaults, the file and flags (flags win), and every bad value
+// named by its key.
+func TestConfigAlerts(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Alerts.EvaluateInterval != time.Minute || c.Alerts.DeliveryTimeout != 10*time.Second || c.Alerts.RetryBase != 30*time.Second {
+		t.Fatalf("alert defaults %+v", c.Alerts)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("alerts:\n  evaluate_interval: 30s\n  delivery_timeout: 5s\n"), 0o600)
+	c, err = ParseConfig([]string{"--config", path, "--alerts-delivery-timeout", "2s", "--alerts-retry-base", "1s"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Alerts.EvaluateInterval != 30*time.Second || c.Alerts.DeliveryTimeout != 2*time.Second || c.Alerts.RetryBase != time.Second {
+		t.Fatalf("alerts from file and flags %+v", c.Alerts)
+	}
+	_, err = ParseConfig([]string{"--alerts-evaluate-interval", "1ms", "--alerts-delivery-timeout", "1h", "--alerts-retry-base", "1ms"}, env(nil), io.Discard)
+	for _, want := range []string{"alerts.evaluate_interval", "alerts.delivery_timeout", "alerts.retry_base"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
+	"github.com/pillarhq/pillar/impl/gateway/alerts"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
@@ -32,6 +33,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/gateway/webhook"
 )
 
 // gateway is the runtime start assembles on the opened storage: what the
@@ -76,6 +78,10 @@ type gateway struct {
 
 	sched      *scheduler.Scheduler
 	closeSched func()
+	// alertMetrics are the alerts' series; alerts evaluates the
+	// conditions once the scheduler that delivers them is bound.
+	alertMetrics *alerts.Metrics
+	alerts       *alerts.Evaluator
 }
 
 // buildRuntime loads the configuration snapshot and builds the proxy
@@ -176,6 +182,7 @@ func (g *gateway) buildServices() {
 		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
 		HTTP: g.dest.Client(time.Minute)}
 	g.jobsHTTP = g.dest.Client(time.Minute)
+	g.alertMetrics = alerts.NewMetrics(g.reg)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
 }
@@ -186,6 +193,13 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 	types := jobs.Types(jobs.Deps{Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return g.rt.Current().Upstreams }})
 	types = append(types, g.subs.types(cfg)...)
+	// Alert deliveries go where operators point, through the destination
+	// policy like every other outbound call.
+	send := &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout), Now: time.Now}
+	deliver := alerts.DeliveryType(alerts.Targets{Store: g.stor.st, Box: g.box}, send, cfg.Alerts.DeliveryTimeout, g.alertMetrics)
+	// The entity class's curve (30 s doubling to 10 min) from RetryBase.
+	deliver.Class.Base, deliver.Class.Max = cfg.Alerts.RetryBase, 20*cfg.Alerts.RetryBase
+	types = append(types, deliver)
 	return append(types, g.ka.Types(jobs.Interval(cfg.JobIntervals, keepalive.CleanupJob))...)
 }
 
@@ -219,6 +233,8 @@ func (g *gateway) startScheduler(ctx context.Context) {
 func (g *gateway) bindScheduler(s *scheduler.Scheduler) {
 	g.subs.bind(s)
 	g.ka.Jobs = s
+	g.alerts = alerts.New(alerts.Options{Snapshots: g.rt, Store: g.stor.st, Budgets: g.lim, Queue: s, ReplicaID: g.cfg.ReplicaID,
+		Logger: g.log.With("component", "alerts"), Metrics: g.alertMetrics})
 }
 
 // handlers are what the listeners serve.
@@ -249,7 +265,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
-		Extra: g.adminExtra(h.metrics),
+		HostCloudCredentials: cfg.AllowHostCloudCredentials,
+		Extra:                g.adminExtra(h.metrics), Alerts: alertDeliveries{g.sched},
 	})
 	return h
 }
@@ -289,6 +306,9 @@ func (g *gateway) startBackground() *running {
 	go g.share.Run(bg, routing.DefaultShareInterval)
 	go g.shareSessions.Run(bg, affinity.DefaultShareInterval)
 	g.ka.Start(bg)
+	if g.alerts != nil {
+		go g.alerts.Run(bg, cfg.Alerts.EvaluateInterval)
+	}
 	// Local price catalog installation runs in-process on every replica.
 	go g.prices.Run(bg, cfg.ReconcileInterval)
 	// Other replicas announce committed changes; the reconciler above

@@ -28,6 +28,8 @@ func sealedAD(v store.Sealed) ([]byte, error) {
 		return oauth.FlowAD(v.State), nil
 	case store.SealedKeepAliveSnapshot:
 		return keepalive.AD(v.PrincipalID, v.SessionHash, v.UpstreamID, v.Generation), nil
+	case store.SealedWebhookSecret:
+		return credential.WebhookAD(v.WebhookID, v.BaseURL), nil
 	}
 	return nil, fmt.Errorf("unknown sealed kind %q", v.Kind)
 }
@@ -94,6 +96,8 @@ func sealedOwner(v store.Sealed) string {
 		return "OAuth flow of upstream " + v.UpstreamID
 	case store.SealedKeepAliveSnapshot:
 		return "keep-alive session of principal " + v.PrincipalID
+	case store.SealedWebhookSecret:
+		return "webhook " + v.WebhookID
 	}
 	return "upstream " + v.UpstreamID
 }

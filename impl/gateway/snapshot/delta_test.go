@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // replicas opens two stores on one database: a writes (the replica
@@ -319,16 +321,12 @@ func TestReconcileForcesFullRebuild(t *testing.T) {
 	go func() { r.rt.Reconcile(ctx, time.Millisecond); close(done) }()
 	defer func() { cancel(); <-done }()
 	r.clk.Advance(snapshot.FullRebuildEvery)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, f := r.rt.Rebuilds(); f == 2 {
-			break
+	waitfor.Until(t, "a full rebuild after FullRebuildEvery", func() error {
+		if _, f := r.rt.Rebuilds(); f != 2 {
+			return fmt.Errorf("%d full rebuilds", f)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no full rebuild after FullRebuildEvery")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func sliceOf(h [sha256.Size]byte) []byte { return h[:] }

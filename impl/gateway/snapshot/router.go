@@ -13,7 +13,8 @@ import (
 
 // routeBuiltin orders usable upstreams for the built-in subscription-preference
 // router: enabled subscription (OAuth) upstreams holding a credential first,
-// then enabled API-key upstreams, each group in creation order. pinned, when
+// then enabled API-key and cloud (bedrock, vertex) upstreams, each group in
+// creation order. pinned, when
 // non-empty, restricts the choice to those ids.
 func routeBuiltin(ups []*Upstream, pinned []string) []*Upstream { return RouteBuiltin(ups, pinned) }
 
@@ -39,7 +40,9 @@ func RouteBuiltin(ups []*Upstream, pinned []string) []*Upstream {
 		switch u.Kind {
 		case store.KindVendorOAuth:
 			oauth = append(oauth, u)
-		case store.KindVendorAPIKey:
+		case store.KindVendorAPIKey, store.KindBedrock, store.KindVertex:
+			// Cloud upstreams are paid per token like an API key: one
+			// priority class with them (docs/cloud.md).
 			apikey = append(apikey, u)
 		}
 	}

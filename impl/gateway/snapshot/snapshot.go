@@ -169,6 +169,9 @@ type Upstream struct {
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
+	// Cloud is a bedrock or vertex upstream's region, project and model
+	// map (docs/cloud.md).
+	Cloud store.CloudConfig
 }
 
 // Routable reports whether requests may be sent to the upstream now: it
@@ -238,7 +241,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
 			MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
-			RefreshRefused: u.Status.RefreshRefused,
+			RefreshRefused: u.Status.RefreshRefused, Cloud: u.Cloud,
 		}
 		if len(u.Credential) > 0 && open != nil {
 			pt, err := open.Open(u.Credential, credential.UpstreamAD(u))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 type xorOpener struct{}
@@ -216,9 +217,7 @@ func TestReadersDoNotWaitForRefresh(t *testing.T) {
 	rt := NewRuntime(l, xorOpener{}, nil, nil)
 	done := make(chan error)
 	go func() { done <- rt.Refresh(context.Background()) }()
-	for l.loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the rebuild to read the store", func() bool { return l.loads.Load() > 0 })
 	if rt.Current() == nil { // would deadlock if readers took the writer's lock
 		t.Fatal("nil snapshot")
 	}
@@ -249,9 +248,7 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 	rt := NewRuntime(l, xorOpener{}, nil, nil)
 	first := make(chan error)
 	go func() { first <- rt.Refresh(context.Background()) }()
-	for l.loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the rebuild to read the store", func() bool { return l.loads.Load() > 0 })
 	// A change committed while the first rebuild is reading; its writers
 	// then ask for a refresh.
 	l.set(baseConfig(2))
@@ -262,9 +259,7 @@ func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 		go func() { defer wg.Done(); errs <- rt.Refresh(context.Background()) }()
 	}
 	// Let the five queue on the lock before the first rebuild ends.
-	for rt.waiting.Load() < 5 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "five refreshes queued on the lock", func() bool { return rt.waiting.Load() >= 5 })
 	close(l.block)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -308,14 +303,10 @@ func TestRefreshPastReadsNothingOnceReached(t *testing.T) {
 	l.block = make(chan struct{})
 	first := make(chan error)
 	go func() { first <- rt.Refresh(ctx) }()
-	for l.loads.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the second rebuild to read the store", func() bool { return l.loads.Load() >= 2 })
 	past := make(chan error)
 	go func() { past <- rt.RefreshPast(ctx, 2) }()
-	for rt.waiting.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "a refresh queued on the lock", func() bool { return rt.waiting.Load() >= 1 })
 	close(l.block)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -364,9 +355,7 @@ func TestRefreshInWaitsForTheGateAndShares(t *testing.T) {
 	for range n {
 		go func() { errs <- rt.RefreshIn(ctx, gate) }()
 	}
-	for rt.waiting.Load() < n && l.loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "every caller waiting for the gate (or a rebuild that should not run)", func() bool { return rt.waiting.Load() >= n || l.loads.Load() != 0 })
 	if got := l.loads.Load(); got != 0 {
 		t.Fatalf("%d rebuilds ran while the gate was held", got)
 	}
@@ -395,9 +384,7 @@ func TestRefreshInWaitsForTheGateAndShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { errs <- rt.RefreshIn(ctx, gate) }()
-	for rt.waiting.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "a refresh queued on the lock", func() bool { return rt.waiting.Load() >= 1 })
 	l.set(baseConfig(3))
 	if err := rt.Refresh(ctx); err != nil || l.loads.Load() != 2 || rt.Current().Generation != 3 {
 		t.Fatalf("ungated refresh beside a gated waiter: %v, %d reads, generation %d", err, l.loads.Load(), rt.Current().Generation)

@@ -34,11 +34,13 @@ func Origin(raw string) string {
 
 // CredentialOrigins are the origins an upstream's credential is sent to:
 // its base_url's, and for vendor_oauth upstreams (whose refresh token goes
-// to the token endpoint) the token endpoint's. An empty oauth_token_url
+// to the token endpoint) and vertex upstreams (whose service account signs
+// assertions for its token_uri, kept in oauth_token_url) the token
+// endpoint's. An empty oauth_token_url
 // stands for the built-in endpoint and is kept as the empty origin.
 func CredentialOrigins(kind, baseURL, oauthTokenURL string) []string {
 	o := []string{Origin(baseURL)}
-	if kind == KindVendorOAuth {
+	if kind == KindVendorOAuth || kind == KindVertex {
 		t := ""
 		if oauthTokenURL != "" {
 			t = Origin(oauthTokenURL)

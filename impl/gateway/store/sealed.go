@@ -27,6 +27,8 @@ type Sealed struct {
 	OAuthTokenURL string
 	// State: OAuth flows.
 	State string
+	// WebhookID: webhook secrets (BaseURL is then the webhook's URL).
+	WebhookID string
 	// PrincipalID, SessionHash, Generation: keep-alive snapshots.
 	PrincipalID string
 	SessionHash string

@@ -51,7 +51,27 @@ const AnyRevision int64 = 0
 const (
 	KindVendorAPIKey = "vendor_api_key"
 	KindVendorOAuth  = "vendor_oauth"
+	// KindBedrock is Claude through AWS Bedrock Runtime, KindVertex through
+	// Google Vertex AI (docs/cloud.md).
+	KindBedrock = "bedrock"
+	KindVertex  = "vertex"
 )
+
+// IsCloud reports whether an upstream kind reaches Claude through a cloud
+// platform rather than the Anthropic API.
+func IsCloud(kind string) bool { return kind == KindBedrock || kind == KindVertex }
+
+// CloudConfig is where a cloud upstream sends requests and what it calls
+// each model; the zero value for the Anthropic kinds.
+type CloudConfig struct {
+	Region string `json:"region,omitempty"`
+	// Project is the Google Cloud project of a Vertex upstream.
+	Project string `json:"project,omitempty"`
+	// ModelMap maps the model a client names (an alias such as
+	// claude-sonnet-4-5) to this upstream's id for it; a model it does not
+	// name is sent as named.
+	ModelMap map[string]string `json:"model_map,omitempty"`
+}
 
 // Upstream is a provider endpoint requests are routed to.
 type Upstream struct {
@@ -69,8 +89,11 @@ type Upstream struct {
 	// endpoints for vendor_oauth upstreams; empty means the defaults.
 	OAuthAuthorizeURL string
 	OAuthTokenURL     string
-	// CredentialKind is "api_key", "oauth" or "" (none).
+	// CredentialKind is "api_key", "oauth" or "" (none); for the cloud
+	// kinds "aws_keys", "service_account" or "host" (credential package).
 	CredentialKind string
+	// Cloud is a bedrock or vertex upstream's configuration.
+	Cloud CloudConfig
 	// CredentialVersion increments whenever the credential is replaced. It is
 	// a background counter and never bumps SpecRevision.
 	CredentialVersion int64
@@ -148,6 +171,8 @@ type UpstreamSpec struct {
 	// MaxUtilization5h, MaxUtilization7d: nil keeps them (update) or
 	// means none (create).
 	MaxUtilization5h, MaxUtilization7d *int
+	// Cloud: see Upstream.
+	Cloud CloudConfig
 }
 
 // UpstreamPatch changes individual user-managed fields; nil means unchanged.
@@ -168,6 +193,11 @@ type UpstreamPatch struct {
 	// holds a credential.
 	Credential     []byte
 	CredentialKind string
+	// Cloud, when not nil, replaces a cloud upstream's configuration.
+	Cloud *CloudConfig
+	// OAuthTokenURL, when not nil, replaces the token endpoint (a vertex
+	// service account's token_uri, given with its credential).
+	OAuthTokenURL *string
 }
 
 // Principal is an identity that holds proxy keys.
@@ -264,7 +294,19 @@ type RequestEvent struct {
 	// byte of the upstream's answer relayed to the client, rounded up to a
 	// whole millisecond; 0 when no upstream answer was relayed.
 	FirstByteMillis int64
+	// Dialect is the API the client spoke (DialectMessages or
+	// DialectOpenAI); empty on events recorded before it was kept.
+	Dialect string
+	// UpstreamModel is the id the upstream was asked for when its model
+	// map turned Model (the client's name) into another; empty otherwise.
+	UpstreamModel string
 }
+
+// The dialects a request event names.
+const (
+	DialectMessages = "messages" // Anthropic's Messages API (and count_tokens)
+	DialectOpenAI   = "openai"   // OpenAI's Chat Completions, translated
+)
 
 // Config is a consistent read of everything a snapshot is built from.
 type Config struct {
@@ -300,6 +342,8 @@ type Store interface {
 	AffinityStore
 	// SealedStore re-seals every sealed value (master-key rotation).
 	SealedStore
+	// WebhookStore holds the alert webhooks and alert episodes.
+	WebhookStore
 	// EventReader searches and aggregates request events (dashboard).
 	EventReader
 	// UsageReader sums usage by principal, key, upstream and model.

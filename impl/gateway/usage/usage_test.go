@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 type memWriter struct {
@@ -245,13 +247,7 @@ func TestRecorderWakesTheWriterPerBatchNotPerRequest(t *testing.T) {
 	}
 	mu.Unlock()
 	r.Record(Pending{})
-	deadline := time.Now().Add(10 * time.Second)
-	for w.total() != 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a full batch was not written without Flush: %d", w.total())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the full batch written without Flush", func() bool { return w.total() == 10 })
 }
 
 // The flush interval bounds how long an event waits (docs/operations.md,
@@ -262,13 +258,7 @@ func TestRecorderWritesWithinTheFlushInterval(t *testing.T) {
 	r := NewRecorder(w, Options{BatchSize: 1000, FlushInterval: 20 * time.Millisecond})
 	defer r.Close()
 	r.Record(Pending{})
-	deadline := time.Now().Add(10 * time.Second)
-	for w.total() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the event was not written on the flush tick")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the event written on the flush tick", func() bool { return w.total() == 1 })
 }
 
 // Record after Close drops the event (counted) instead of panicking.
@@ -377,21 +367,18 @@ func TestRecorderWritesAFullBatchWithoutATick(t *testing.T) {
 
 // waitTaken waits until no shard holds its wake-up share any more.
 func waitTaken(t *testing.T, r *Recorder) {
-	deadline := time.Now().Add(10 * time.Second)
+	t.Helper()
 	for i := range r.shards {
 		sh := &r.shards[i]
-		for {
+		waitfor.Until(t, fmt.Sprintf("the writer to take shard %d", i), func() error {
 			sh.mu.Lock()
 			n := len(sh.queue)
 			sh.mu.Unlock()
-			if n < r.wakeAt {
-				break
+			if n >= r.wakeAt {
+				return fmt.Errorf("%d events queued", n)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the writer never took a shard of %d events", n)
-			}
-			runtime.Gosched()
-		}
+			return nil
+		})
 	}
 }
 

@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string) error {
 	direct := fs.String("direct", "", "the provider's base URL, for the interleaved series (key in LOADGEN_DIRECT_KEY)")
 	interN := fs.Int("interleaved-n", 2000, "interleaved c=1 rounds of each kind (one request per path in turn); 0 skips them")
 	interOut := fs.String("interleaved-out", "", "write the interleaved section here")
+	dialectN := fs.Int("dialect-n", 0, "interleaved c=1 streaming rounds through the gateway's /v1/chat/completions and its /v1/messages (twice, the noise floor); 0 skips them")
+	dialectOut := fs.String("dialect-out", "", "write the OpenAI-dialect section here")
 	tailBin := fs.String("tail-proxy", "", "with --bin-dir: only the tail analysis; run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
 	tailOut := fs.String("tail-out", "", "write the tail analysis here")
 	abProxy := fs.String("control-proxy", "", "with --bin-dir: the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
@@ -135,19 +137,41 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if *direct == "" || *interN <= 0 {
+	if *direct == "" {
 		return nil
 	}
-	ir, err := bench.RunInterleaved(ctx, c, bench.Target{Name: "direct", BaseURL: *direct, Key: directKey}, targets, *interN, min(*interN, p.Warmup), logf)
+	directT := bench.Target{Name: "direct", BaseURL: *direct, Key: directKey}
+	if *interN > 0 {
+		ir, err := bench.RunInterleaved(ctx, c, directT, targets, *interN, min(*interN, p.Warmup), logf)
+		if err != nil {
+			return err
+		}
+		fmt.Print(ir.Table())
+		for _, m := range ir.Missed() {
+			fmt.Println("!!!   " + m)
+		}
+		if *interOut != "" {
+			if err := os.WriteFile(*interOut, []byte(ir.Markdown()), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	if *dialectN <= 0 {
+		return nil
+	}
+	gw := targets[0]
+	dr, err := bench.RunDialects(ctx, c, directT, bench.Target{Name: "openai", BaseURL: gw.BaseURL, Key: gw.Key, OpenAI: true},
+		bench.Target{Name: "messages", BaseURL: gw.BaseURL, Key: gw.Key}, bench.Target{Name: "messages′", BaseURL: gw.BaseURL, Key: gw.Key},
+		*dialectN, min(*dialectN, p.Warmup), logf)
 	if err != nil {
 		return err
 	}
-	fmt.Print(ir.Table())
-	for _, m := range ir.Missed() {
+	fmt.Print(dr.Table())
+	for _, m := range dr.Missed() {
 		fmt.Println("!!!   " + m)
 	}
-	if *interOut != "" {
-		return os.WriteFile(*interOut, []byte(ir.Markdown()), 0o644)
+	if *dialectOut != "" {
+		return os.WriteFile(*dialectOut, []byte(dr.Markdown()), 0o644)
 	}
 	return nil
 }

@@ -214,7 +214,7 @@ async function upstreamsPage() {
       } catch (e) { windows = e.code; }
     }
     rows.push(el("tr", { "data-upstream": u.name },
-      el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u.status)),
+      el("td", {}, u.name), el("td", {}, u.kind, cloudSummary(u)), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u.status)),
       el("td", {}, u.credential_mode || "none"),
       el("td", {}, u.warmup_enabled ? "on" : "off", el("br"), el("span", { class: "hint" }, time(u.status.last_warmup_at_unix_secs))),
       el("td", {}, windows),
@@ -224,13 +224,23 @@ async function upstreamsPage() {
         u.kind === "vendor_oauth" ? el("button", { type: "button", onclick: () => connectOAuth(u) }, "Connect OAuth") : "", " ",
         el("button", { type: "button", class: "danger", onclick: () => deleteUpstream(u) }, "Delete"))));
   }
-  const kind = el("select", { id: "up-kind", name: "kind" },
-    el("option", { value: "vendor_api_key" }, "API key"), el("option", { value: "vendor_oauth" }, "OAuth subscription"));
+  const kind = el("select", { id: "up-kind", name: "kind", onchange: () => showCloudFields($("#up-kind").value) },
+    el("option", { value: "vendor_api_key" }, "API key"), el("option", { value: "vendor_oauth" }, "OAuth subscription"),
+    el("option", { value: "bedrock" }, "AWS Bedrock"), el("option", { value: "vertex" }, "Google Vertex AI"));
   const form = el("form", { class: "inline", id: "upstream-create", onsubmit: createUpstream },
     field("Name", el("input", { id: "up-name", required: true })),
     field("Kind", kind),
-    field("Base URL", el("input", { id: "up-url", type: "url", required: true, placeholder: "https://api.anthropic.com" })),
+    field("Base URL (cloud kinds: optional, the region's endpoint)", el("input", { id: "up-url", type: "url", placeholder: "https://api.anthropic.com" })),
     field("API key (API-key upstreams)", el("input", { id: "up-key", type: "password", autocomplete: "off" })),
+    el("div", { id: "up-cloud", hidden: true },
+      field("Region", el("input", { id: "up-region", placeholder: "us-east-1" })),
+      el("div", { "data-cloud": "vertex" }, field("Project", el("input", { id: "up-project", placeholder: "my-gcp-project" }))),
+      el("div", { "data-cloud": "bedrock" },
+        field("AWS access key id", el("input", { id: "up-aws-id", autocomplete: "off" })),
+        field("AWS secret access key", el("input", { id: "up-aws-secret", type: "password", autocomplete: "off" }))),
+      el("div", { "data-cloud": "vertex" },
+        field("Service account key (JSON)", el("textarea", { id: "up-sa", rows: 3, autocomplete: "off" }))),
+      field("Model map (one alias=upstream id a line)", el("textarea", { id: "up-models", rows: 3, placeholder: "claude-sonnet-4-5=anthropic.claude-sonnet-4-5-20250929-v1:0" }))),
     el("button", { class: "primary", type: "submit" }, "Create upstream"));
   return [
     el("section", { "aria-labelledby": "h-ups" }, el("h2", { id: "h-ups" }, "Upstreams"),
@@ -239,11 +249,54 @@ async function upstreamsPage() {
     el("section", { id: "upstream-detail", hidden: true })];
 }
 
+// cloudSummary shows a cloud upstream's region, project and model map
+// (the client's alias and the upstream's id for it).
+function cloudSummary(u) {
+  if (u.kind !== "bedrock" && u.kind !== "vertex") return "";
+  const where = [u.region, u.project].filter(Boolean).join(" · ");
+  const models = Object.entries(u.model_map || {}).sort(([a], [b]) => a.localeCompare(b))
+    .map(([from, to]) => el("li", { "data-alias": from }, from, " → ", el("code", {}, to)));
+  return el("div", { class: "hint", "data-cloud-summary": u.name }, where, models.length ? el("ul", {}, ...models) : el("div", {}, "no model map"));
+}
+
+function showCloudFields(kind) {
+  const cloud = kind === "bedrock" || kind === "vertex";
+  $("#up-cloud").hidden = !cloud;
+  for (const d of document.querySelectorAll("#up-cloud [data-cloud]")) d.hidden = d.dataset.cloud !== kind;
+}
+
+// modelMap reads "alias=id" lines; blank lines are skipped.
+function modelMap(text) {
+  const m = {};
+  for (const line of text.split("\n")) {
+    const t = line.trim();
+    if (!t) continue;
+    const i = t.indexOf("=");
+    if (i < 1) throw new Error(`model map: "${t}" is not alias=upstream id`);
+    m[t.slice(0, i).trim()] = t.slice(i + 1).trim();
+  }
+  return m;
+}
+
 async function createUpstream(ev) {
   ev.preventDefault();
-  const body = { name: $("#up-name").value, kind: $("#up-kind").value, base_url: $("#up-url").value };
+  const body = { name: $("#up-name").value, kind: $("#up-kind").value };
+  if ($("#up-url").value) body.base_url = $("#up-url").value;
   if (body.kind === "vendor_api_key") body.api_key_value = $("#up-key").value;
-  $("#up-key").value = "";
+  try {
+    if (body.kind === "bedrock" || body.kind === "vertex") {
+      body.region = $("#up-region").value;
+      body.model_map = modelMap($("#up-models").value);
+      if (body.kind === "bedrock") {
+        body.aws_access_key_id = $("#up-aws-id").value;
+        body.aws_secret_access_key = $("#up-aws-secret").value;
+      } else {
+        body.project = $("#up-project").value;
+        body.service_account_json = $("#up-sa").value;
+      }
+    }
+  } catch (e) { showError(e); return; }
+  for (const id of ["#up-key", "#up-aws-secret", "#up-sa"]) $(id).value = "";
   try {
     await api("POST", "/admin/v1/upstreams", body);
     banner(`Upstream ${body.name} created.`, true);
@@ -280,12 +333,20 @@ async function editUpstream(id) {
   const weight = el("input", { id: "edit-weight", type: "number", min: 0, max: 1000, step: 1, value: u.weight });
   const max5h = el("input", { id: "edit-max5h", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_5h });
   const max7d = el("input", { id: "edit-max7d", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_7d });
+  const cloud = u.kind === "bedrock" || u.kind === "vertex";
+  const models = el("textarea", { id: "edit-models", rows: 3 },
+    Object.entries(u.model_map || {}).map(([a, b]) => `${a}=${b}`).join("\n"));
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
     const body = { name: name.value, base_url: url.value, weight: Number(weight.value),
       max_utilization_5h: Number(max5h.value), max_utilization_7d: Number(max7d.value) };
     if (key.value) body.api_key_value = key.value;
     key.value = "";
+    if (cloud) {
+      body.region = u.region;
+      if (u.project) body.project = u.project;
+      try { body.model_map = modelMap(models.value); } catch (e) { showError(e); return; }
+    }
     try {
       await api("PUT", `/admin/v1/upstreams/${id}`, body, { "If-Match": useEtag });
       banner(`Upstream ${name.value} saved.`, true);
@@ -303,6 +364,7 @@ async function editUpstream(id) {
       field("Name", name), field("Base URL", url),
       ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
       field("Weight (0: standby)", weight), field("Max 5-hour use % (0: none)", max5h), field("Max 7-day use % (0: none)", max7d),
+      ...(cloud ? [field("Model map (one alias=upstream id a line)", models)] : []),
       el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
 }
@@ -729,7 +791,9 @@ async function requestsPage() {
   const rows = page.events.map((e) => el("tr", { "data-event": e.id, class: e.status >= 400 ? "bad-row" : null },
     el("td", {}, time(e.at_unix_secs)), el("td", {}, e.principal_name), el("td", {}, e.upstream_name || "—"), el("td", {}, e.model),
     el("td", {}, String(e.status), e.error_type ? el("div", { class: "hint" }, e.error_type) : null),
-    el("td", {}, e.stream ? "stream" : "—"),
+    // The mode says whether it streamed and, for a client of the OpenAI
+    // dialect, that it spoke Chat Completions.
+    el("td", { "data-dialect": e.dialect || "" }, e.stream ? "stream" : "—", e.dialect === "openai" ? el("div", { class: "hint" }, "OpenAI") : null),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
     el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
@@ -846,11 +910,103 @@ async function adminTokensPage() {
     el("section", { "aria-labelledby": "h-atc" }, el("h2", { id: "h-atc" }, "New token"), form, issued)];
 }
 
+// -------------------------------------------------------------- webhooks
+
+// Alert webhooks (admins and operators: a receiver's URL may carry its own
+// token). The secret is write-only: the form sends it when typed and the
+// page never shows one. Each webhook's last deliveries come with it, dead
+// letters marked; the alerts firing now head the page.
+async function webhooksPage() {
+  const firing = el("div", { id: "alerts-firing" });
+  const list = el("div", { id: "webhook-list" });
+  const deliveries = el("div", { id: "webhook-deliveries" });
+  const { data: fired } = await api("GET", "/admin/v1/alerts");
+  firing.replaceChildren(fired.alerts.length ? table(["Alert", "Rule", "Subject", "Episode", "Since (UTC)"],
+    fired.alerts.map((a) => el("tr", { "data-alert": a.key }, el("td", {}, a.condition), el("td", {}, a.rule), el("td", {}, el("code", {}, a.subject)),
+      el("td", { class: "num" }, a.episode), el("td", {}, time(a.since_unix_secs)))))
+    : el("p", { class: "hint", id: "alerts-none" }, "No alert fires."));
+  let editing = null; // the webhook the form edits, or null for a new one
+  const name = el("input", { id: "wh-name", required: true, autocomplete: "off" });
+  const url = el("input", { id: "wh-url", required: true, type: "url", autocomplete: "off" });
+  const secret = el("input", { id: "wh-secret", type: "password", autocomplete: "new-password", minlength: 16, maxlength: 256 });
+  const enabled = el("input", { id: "wh-enabled", type: "checkbox", checked: true });
+  const conds = el("fieldset", { id: "wh-conditions" }, el("legend", {}, "Conditions (none ticked: all)"));
+  const showDeliveries = async (w) => {
+    const { data } = await api("GET", `/admin/v1/webhooks/${w.id}/deliveries`);
+    deliveries.replaceChildren(el("h3", {}, `Last deliveries to ${w.name}`), data.deliveries.length
+      ? table(["Delivery", "State", "Attempts", "Scheduled (UTC)", ""], data.deliveries.map((d) => el("tr", { "data-delivery": d.key, class: d.dead_letter ? "dead" : "" },
+        el("td", {}, el("code", {}, d.key)), el("td", {}, d.state), el("td", { class: "num" }, `${d.attempt}/${d.max_attempts}`),
+        el("td", {}, time(d.scheduled_at_unix_secs)), el("td", {}, d.dead_letter ? "dead letter (see Scheduler → failures)" : ""))))
+      : el("p", { class: "hint" }, "Nothing delivered yet."));
+  };
+  const edit = (w) => {
+    editing = w;
+    name.value = w ? w.name : "";
+    url.value = w ? w.url : "";
+    secret.value = "";
+    secret.required = !w;
+    enabled.checked = w ? w.enabled : true;
+    for (const c of conds.querySelectorAll("input")) c.checked = !!w && w.conditions.includes(c.value);
+    submit.textContent = w ? `Save ${w.name}` : "Create webhook";
+  };
+  const refresh = async () => {
+    const { data } = await api("GET", "/admin/v1/webhooks");
+    if (!conds.querySelector("input")) {
+      conds.append(...data.conditions.map((c) => el("label", { class: "check" }, el("input", { type: "checkbox", value: c, "data-condition": c }), c)));
+    }
+    list.replaceChildren(data.webhooks.length ? table(["Name", "URL", "Conditions", "Enabled", "Updated (UTC)", ""],
+      data.webhooks.map((w) => el("tr", { "data-webhook": w.name },
+        el("td", {}, w.name), el("td", {}, el("code", {}, w.url)), el("td", {}, w.conditions.length ? w.conditions.join(", ") : "all"),
+        el("td", {}, w.enabled ? "yes" : "no"), el("td", {}, time(w.updated_at_unix_secs)),
+        el("td", {},
+          el("button", { type: "button", "data-read": true, onclick: () => showDeliveries(w).catch(showError) }, "Deliveries"), " ",
+          el("button", { type: "button", onclick: () => edit(w) }, "Edit"), " ",
+          el("button", { type: "button", disabled: !w.enabled, onclick: async () => {
+            try {
+              await api("POST", `/admin/v1/webhooks/${w.id}/test`);
+              banner(`A test event is on its way to ${w.name}.`, true);
+              await showDeliveries(w);
+            } catch (e) { showError(e); }
+          } }, "Send test"), " ",
+          el("button", { type: "button", class: "danger", onclick: async () => {
+            if (!confirm(`Delete webhook ${w.name}? Deliveries not yet made are dropped.`)) return;
+            try {
+              await api("DELETE", `/admin/v1/webhooks/${w.id}`, undefined, { "If-Match": `"${w.revision}"` });
+              banner(`Webhook ${w.name} deleted.`, true);
+              await refresh();
+            } catch (e) { showError(e); }
+          } }, "Delete")))))
+      : el("p", { class: "hint", id: "webhook-empty" }, "No webhook yet."));
+  };
+  const submit = el("button", { class: "primary", type: "submit" }, "Create webhook");
+  const form = el("form", { id: "webhook-form", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const body = { name: name.value.trim(), url: url.value.trim(), enabled: enabled.checked,
+      conditions: [...conds.querySelectorAll("input:checked")].map((c) => c.value) };
+    if (secret.value) body.secret = secret.value;
+    try {
+      if (editing) await api("PUT", `/admin/v1/webhooks/${editing.id}`, body, { "If-Match": `"${editing.revision}"` });
+      else await api("POST", "/admin/v1/webhooks", body);
+      banner(`Webhook ${body.name} saved.`, true);
+      edit(null);
+      await refresh();
+    } catch (e) { showError(e); }
+  } }, field("Name", name), field("URL", url), field("Secret (16–256 characters; leave empty to keep the stored one)", secret),
+    field("Enabled", enabled), conds, submit, " ", el("button", { type: "button", onclick: () => edit(null) }, "New"));
+  await refresh();
+  return [
+    el("section", { "aria-labelledby": "h-alerts" }, el("h2", { id: "h-alerts" }, "Alerts firing"), firing),
+    el("section", { "aria-labelledby": "h-wh" }, el("h2", { id: "h-wh" }, "Alert webhooks"),
+      el("p", { class: "hint" }, "Each condition is sent once when it starts firing and once when it resolves, signed with the webhook's secret (Pillar-Signature) and retried by the scheduler; a delivery out of attempts is a dead letter."),
+      list, deliveries),
+    el("section", { "aria-labelledby": "h-whf" }, el("h2", { id: "h-whf" }, "New or edited webhook"), form)];
+}
+
 // -------------------------------------------------------------- router
 
 const pages = { "#/overview": overviewPage, "#/upstreams": upstreamsPage, "#/principals": principalsPage, "#/plugins": pluginsPage,
   "#/scheduler": schedulerPage, "#/traffic": trafficPage, "#/requests": requestsPage, "#/audit": auditPage,
-  "#/tokens": adminTokensPage };
+  "#/tokens": adminTokensPage, "#/webhooks": webhooksPage };
 
 async function route() {
   if (!signedIn() || !me) return;

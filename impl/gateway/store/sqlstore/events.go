@@ -206,7 +206,7 @@ const upsertAffinity = `INSERT INTO upstream_affinity (principal_id, upstream_id
 	ON CONFLICT (principal_id, upstream_id) DO UPDATE SET last_used_at = excluded.last_used_at
 	WHERE upstream_affinity.last_used_at < excluded.last_used_at`
 
-// eventsPerInsert bounds the rows of one INSERT: 18 parameters a row stay
+// eventsPerInsert bounds the rows of one INSERT: 19 parameters a row stay
 // far below SQLite's and PostgreSQL's parameter limits. A power of two, so
 // that a batch is written in INSERTs of 1, 2, 4, … rows
 // (insertEventsShapes of them).
@@ -215,7 +215,7 @@ const (
 	eventsPerInsert    = 1 << (insertEventsShapes - 1)
 )
 
-const eventColumns = 18
+const eventColumns = 20
 
 // insertEventsKeys name the prepared INSERTs of 2^k rows.
 var insertEventsKeys = func() (ks [insertEventsShapes]string) {
@@ -227,11 +227,14 @@ var insertEventsKeys = func() (ks [insertEventsShapes]string) {
 
 var insertEventsHead = `INSERT INTO request_events (id, at, principal_id, key_id, upstream_id, model, stream,
 	status, error_type, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
-	cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms) VALUES `
+	cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms, dialect, upstream_model) VALUES `
+
+// eventRow is one row's placeholders, one per column.
+var eventRow = "(" + strings.Repeat("?, ", eventColumns-1) + "?)"
 
 // insertEventsQuery is the INSERT of n rows, in '?' placeholders.
 func insertEventsQuery(n int) string {
-	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	row := eventRow
 	var b strings.Builder
 	b.Grow(len(insertEventsHead) + n*(len(row)+2))
 	b.WriteString(insertEventsHead)
@@ -254,7 +257,8 @@ func insertEventsArgs(events []store.RequestEvent, d *Dialect) []any {
 		}
 		args = append(args, id, d.t(e.At), e.PrincipalID, e.KeyID, e.UpstreamID, storableText(e.Model), e.Stream,
 			e.Status, storableText(e.ErrorType), e.InputTokens, e.OutputTokens, e.CacheCreationInputTokens, e.CacheReadInputTokens,
-			e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis))
+			e.DurationMillis, e.CacheCreation1hInputTokens, e.CostNanos, nullString(e.PriceVersion), nullMillis(e.FirstByteMillis), nullString(e.Dialect),
+			storableText(e.UpstreamModel))
 	}
 	return args
 }
@@ -280,7 +284,7 @@ func scanEvent(r scanner, e *store.RequestEvent) error {
 	var ttfb sql.NullInt64
 	err := r.Scan(&e.ID, reqTime{&e.At}, &e.PrincipalID, &e.KeyID, &e.UpstreamID, &e.Model, &e.Stream, &e.Status,
 		&e.ErrorType, &e.InputTokens, &e.OutputTokens, &e.CacheCreationInputTokens, &e.CacheReadInputTokens,
-		&e.DurationMillis, &e.CacheCreation1hInputTokens, &e.CostNanos, nullableString{&e.PriceVersion}, &ttfb)
+		&e.DurationMillis, &e.CacheCreation1hInputTokens, &e.CostNanos, nullableString{&e.PriceVersion}, &ttfb, nullableString{&e.Dialect}, &e.UpstreamModel)
 	e.FirstByteMillis = ttfb.Int64
 	return err
 }
@@ -293,7 +297,7 @@ func nullMillis(ms int64) sql.NullInt64 { return sql.NullInt64{Int64: ms, Valid:
 func (s *Store) queryRequestEvents(ctx context.Context, cond string, args ...any) ([]store.RequestEvent, error) {
 	es, err := list(ctx, s.d, s.pool, scanEvent, `SELECT id, at, principal_id, key_id, upstream_id, model, stream, status, error_type,
 		input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens, duration_ms,
-		cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms
+		cache_creation_1h_input_tokens, cost_nanos, price_version, ttfb_ms, dialect, upstream_model
 		FROM request_events `+cond+` ORDER BY at DESC, id DESC LIMIT ?`, args...)
 	return es, s.d.classify(err)
 }

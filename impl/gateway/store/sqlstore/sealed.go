@@ -43,6 +43,15 @@ var sealedColumns = []sealedColumn{
 			return []any{id}, err
 		},
 	},
+	{
+		kind:   store.SealedWebhookSecret,
+		query:  "SELECT id, url, secret FROM webhooks ORDER BY id",
+		update: "UPDATE webhooks SET secret = ? WHERE id = ?",
+		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
+			err := rows.Scan(&v.WebhookID, &v.BaseURL, &v.Ciphertext)
+			return []any{v.WebhookID}, err
+		},
+	},
 }
 
 const upstreamCredentials = "SELECT id, kind, base_url, oauth_token_url, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id"

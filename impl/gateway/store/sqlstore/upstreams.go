@@ -14,16 +14,22 @@ import (
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
 	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight,
-	max_utilization_5h, max_utilization_7d`
+	max_utilization_5h, max_utilization_7d, cloud`
 
 func scanUpstream(r scanner, u *store.Upstream) error {
 	var dialect, applyErr, refreshErr sql.NullString
+	var cloud string
 	if err := r.Scan(&u.ID, &u.Name, &u.Kind, &u.BaseURL, &u.Enabled, &u.WarmupEnabled, &dialect, &u.Credential,
 		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
 		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
 		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight,
-		&u.MaxUtilization5h, &u.MaxUtilization7d); err != nil {
+		&u.MaxUtilization5h, &u.MaxUtilization7d, &cloud); err != nil {
 		return err
+	}
+	if cloud != "" {
+		if err := json.Unmarshal([]byte(cloud), &u.Cloud); err != nil {
+			return err
+		}
 	}
 	if refreshErr.Valid {
 		u.Status.RefreshError = &refreshErr.String
@@ -79,10 +85,10 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
 			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight,
-			max_utilization_5h, max_utilization_7d)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`,
+			max_utilization_5h, max_utilization_7d, cloud)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
-			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight, deref(spec.MaxUtilization5h), deref(spec.MaxUtilization7d))
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight, deref(spec.MaxUtilization5h), deref(spec.MaxUtilization7d), cloudColumn(spec.Cloud))
 		if err != nil {
 			return err
 		}
@@ -117,8 +123,8 @@ func (s *Store) updateUpstreamChecked(ctx context.Context, id string, expect int
 }
 
 func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spec store.UpstreamSpec) (*store.Upstream, error) {
-	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?"
-	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL}
+	set := "name = ?, base_url = ?, enabled = ?, warmup_enabled = ?, oauth_authorize_url = ?, oauth_token_url = ?, cloud = ?"
+	args := []any{spec.Name, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, spec.OAuthAuthorizeURL, spec.OAuthTokenURL, cloudColumn(spec.Cloud)}
 	if spec.Weight != nil {
 		set += ", weight = ?"
 		args = append(args, *spec.Weight)
@@ -200,6 +206,12 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.MaxUtilization7d != nil {
 		add("max_utilization_7d", *p.MaxUtilization7d)
 	}
+	if p.Cloud != nil {
+		add("cloud", cloudColumn(*p.Cloud))
+	}
+	if p.OAuthTokenURL != nil {
+		add("oauth_token_url", *p.OAuthTokenURL)
+	}
 	if p.SetWarmupDialect {
 		var v any
 		if p.WarmupDialectPlugin != nil {
@@ -221,7 +233,7 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	if p.BaseURL != nil && p.Credential == nil {
 		slot := check
 		check = func(tx *txn) error {
-			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, nil); err != nil {
+			if err := s.keepsOrigins(ctx, tx, id, expect, p.BaseURL, p.OAuthTokenURL); err != nil {
 				return err
 			}
 			if slot != nil {
@@ -271,6 +283,16 @@ func (s *Store) DeleteUpstream(ctx context.Context, id string, expect int64) err
 		}
 		return nil
 	})
+}
+
+// cloudColumn is the cloud column's value: empty for the zero
+// configuration (the Anthropic kinds).
+func cloudColumn(c store.CloudConfig) string {
+	if c.Region == "" && c.Project == "" && len(c.ModelMap) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(c)
+	return string(b)
 }
 
 func configNamesUpstream(cfg json.RawMessage, id string) bool {

@@ -11,6 +11,7 @@ import (
 
 func exerciseEvents(t *testing.T, open Opener) {
 	t.Run("RequestEvents", func(t *testing.T) { run(t, open, testEvents) })
+	t.Run("EventDialect", func(t *testing.T) { run(t, open, testEventDialect) })
 	t.Run("EventTextAnyDriverStores", func(t *testing.T) { run(t, open, testEventTextAnyDriverStores) })
 	t.Run("RollupAndPrune", func(t *testing.T) { run(t, open, testRollupAndPrune) })
 	t.Run("AuditAndAffinity", func(t *testing.T) { run(t, open, testAuditAndAffinity) })
@@ -46,6 +47,34 @@ func testEvents(t *testing.T, open Opener) {
 	}
 	if len(must(b.st.ListRequestEvents(b.ctx, base, 2))) != 2 {
 		t.Fatal("limit ignored")
+	}
+}
+
+// The dialect the client spoke round-trips; an event without one (recorded
+// before dialects were) reads back empty.
+func testEventDialect(t *testing.T, open Opener) {
+	b := setup(t, open)
+	at := b.clk.Now()
+	evs := []store.RequestEvent{
+		{ID: "ev_openai", At: at, PrincipalID: "pr_1", KeyID: "key_1", Model: "m", Status: 200, Dialect: store.DialectOpenAI},
+		{ID: "ev_messages", At: at, PrincipalID: "pr_1", KeyID: "key_1", Model: "m", Status: 200, Dialect: store.DialectMessages},
+		{ID: "ev_unknown", At: at, PrincipalID: "pr_1", KeyID: "key_1", Model: "m", Status: 200},
+	}
+	if err := b.st.InsertRequestEvents(b.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range must(b.st.ListRequestEvents(b.ctx, at, 10)) {
+		got[e.ID] = e.Dialect
+	}
+	if got["ev_openai"] != "openai" || got["ev_messages"] != "messages" || got["ev_unknown"] != "" || len(got) != 3 {
+		t.Fatalf("dialects read back %q", got)
+	}
+	page := must(b.st.SearchRequestEvents(b.ctx, store.EventQuery{Limit: 10}))
+	for _, e := range page {
+		if e.Dialect != got[e.ID] {
+			t.Fatalf("search read %s's dialect as %q, list as %q", e.ID, e.Dialect, got[e.ID])
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ func sealedFixture(t *testing.T, b *bundle) (up, deleted string, ka string) {
 	placeholder := kaSession("pr_r", "h-unsealed", now)
 	placeholder.Snapshot = []byte{0}
 	must(b.st.UpsertKeepAliveSession(b.ctx, placeholder))
+	must(b.st.CreateWebhook(b.ctx, store.Webhook{ID: "wh_r", Name: "r", URL: "https://hooks.example/a", Secret: []byte("ct-webhook"), Enabled: true}))
 	return u.ID, d.ID, s.ID
 }
 
@@ -54,6 +55,8 @@ func testResealAll(t *testing.T, open Opener) {
 				t.Errorf("keep-alive associated data fields %+v", v)
 			}
 			seen = append(seen, v.Kind+":"+string(v.Ciphertext))
+		case store.SealedWebhookSecret:
+			seen = append(seen, v.Kind+":"+v.WebhookID+":"+v.BaseURL+":"+string(v.Ciphertext))
 		}
 		return append([]byte("new-"), v.Ciphertext...), nil
 	}))
@@ -63,9 +66,10 @@ func testResealAll(t *testing.T, open Opener) {
 		store.SealedOAuthVerifier + ":st-r:" + up + ":ct-verifier",
 		store.SealedUpstreamCredential + ":" + deleted + ":ct-gone",
 		store.SealedUpstreamCredential + ":" + up + ":ct-live",
+		store.SealedWebhookSecret + ":wh_r:https://hooks.example/a:ct-webhook",
 	}
 	sort.Strings(want)
-	if n != 4 || len(seen) != 4 {
+	if n != 5 || len(seen) != 5 {
 		t.Fatalf("resealed %d: %q, want %q", n, seen, want)
 	}
 	for i := range want {
@@ -81,6 +85,9 @@ func testResealAll(t *testing.T, open Opener) {
 	}
 	if f := must(b.st.TakeOAuthFlow(b.ctx, "st-r", b.clk.Now())); string(f.Verifier) != "new-ct-verifier" {
 		t.Fatalf("verifier after reseal %q", f.Verifier)
+	}
+	if w := must(b.st.GetWebhook(b.ctx, "wh_r")); string(w.Secret) != "new-ct-webhook" {
+		t.Fatalf("webhook secret after reseal %q", w.Secret)
 	}
 	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen {
 		t.Fatalf("generation %d after reseal, want %d unchanged", g, gen)
@@ -109,6 +116,9 @@ func testResealAllAborts(t *testing.T, open Opener) {
 	}
 	if got := must(b.st.GetKeepAliveSession(b.ctx, ka)); string(got.Snapshot) != "ct-snapshot" {
 		t.Fatalf("snapshot changed by an aborted reseal: %q", got.Snapshot)
+	}
+	if w := must(b.st.GetWebhook(b.ctx, "wh_r")); string(w.Secret) != "ct-webhook" {
+		t.Fatalf("webhook secret changed by an aborted reseal: %q", w.Secret)
 	}
 }
 

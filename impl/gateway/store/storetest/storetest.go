@@ -83,7 +83,8 @@ func Exercise(t *testing.T, open Opener) {
 	exercisePrincipals(t, open)
 	exerciseKeys(t, open)
 	exerciseConfig(t, open)
-	exerciseDelta(t, open)  // incremental configuration reads against full loads
+	exerciseDelta(t, open) // incremental configuration reads against full loads
+	exerciseCloud(t, open)
 	exerciseEvents(t, open) // the request log, live traffic, rollups, audit and affinity
 	exerciseSpend(t, open)  // costs on events and rollups, usage totals by principal, key, upstream and model
 	exerciseMetadata(t, open)
@@ -93,6 +94,7 @@ func Exercise(t *testing.T, open Opener) {
 	exerciseLimits(t, open)
 	exerciseSealed(t, open)
 	exerciseOrigins(t, open)
+	exerciseWebhooks(t, open) // alert webhooks and alert episodes
 	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 

@@ -1,0 +1,50 @@
+package cloud
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics count what the platforms answered, by the platform's own name
+// for it, so an operator tells Bedrock's throttling from a quota on
+// Vertex from a credential the platform refuses.
+type Metrics struct {
+	requests *prometheus.CounterVec
+}
+
+// Outcomes besides the platform's error names.
+const (
+	outcomeOK = "ok"
+	// outcomeCredential: no credential or token could be had.
+	outcomeCredential = "credential_error"
+	// outcomeOther: an error name the transport does not know.
+	outcomeOther = "other"
+)
+
+// NewMetrics registers the cloud metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_cloud_requests_total",
+		Help: "Requests sent to cloud upstreams by kind (bedrock, vertex) and outcome: ok, the platform's error (Bedrock's exception, Vertex's status; stream_ before an exception that ended a stream), credential_error or other.",
+	}, []string{"kind", "outcome"})}
+	if reg != nil {
+		reg.MustRegister(m.requests)
+	}
+	return m
+}
+
+func (m *Metrics) observe(kind, outcome string) {
+	if m != nil {
+		m.requests.WithLabelValues(kind, outcome).Inc()
+	}
+}
+
+// known bounds the outcome label to the names the transports map.
+func known(outcome string, names map[string]struct {
+	status int
+	typ    string
+}) string {
+	if _, ok := names[outcome]; ok {
+		return outcome
+	}
+	return outcomeOther
+}
