@@ -23,6 +23,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
 // Sealer encrypts credentials at rest.
@@ -91,6 +92,8 @@ type Deps struct {
 	Version      string
 	// ReplicaID names this replica in status.
 	ReplicaID string
+	// Tracing is shown in status (docs/tracing.md).
+	Tracing   TracingStatus
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog
@@ -116,6 +119,10 @@ type Deps struct {
 	// Sessions counts the sessions bound to each upstream on this replica
 	// (affinity.Table); nil shows none.
 	Sessions Sessions
+	// UpstreamQueues and PrincipalQueues report the requests in flight
+	// under a max_in_flight and queued for one, per upstream and per
+	// principal, on this replica (admission.Controller); nil shows none.
+	UpstreamQueues, PrincipalQueues Queues
 	// Lane, when set, bounds how many writes (other than those calling a
 	// provider, see callsOut) run at once: a write holds it
 	// from its start to its answer, except while it waits for the
@@ -135,6 +142,12 @@ type Routing interface {
 // Sessions counts sessions per upstream (affinity.Table).
 type Sessions interface {
 	Bound(now time.Time) map[string]int
+}
+
+// Queues reports one key's slots in use and requests waiting
+// (admission.Controller.State).
+type Queues interface {
+	State(key string) (inFlight, queued int)
 }
 
 // Lane is a counting semaphore shared with the runtime's refreshes.
@@ -188,6 +201,7 @@ func New(d Deps) http.Handler {
 			h = a.audited(h)
 		}
 		a.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			tracing.Route(r.Context(), rt.method, rt.pattern)
 			if id, _ := IdentityFrom(r.Context()); !id.Role.may(need) {
 				render(w, r, a.Logger, forbidden(id, r))
 				return

@@ -7,6 +7,9 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the proxy path's deadlines (docs/resilience.md, "Proxy path").
@@ -122,6 +125,11 @@ type attempt struct {
 	deadline lazyTimer
 	body     bodyReader
 	url      url.URL // the outbound request's
+	// slot is the upstream's slot under its max_in_flight (zero: uncapped),
+	// given back when the attempt is done.
+	slot admission.Ticket
+	// span traces the attempt (trace.go); nil when tracing is off.
+	span trace.Span
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
@@ -157,6 +165,11 @@ func (a *attempt) progress() { a.timer.Reset(a.idle) }
 func (a *attempt) done() {
 	a.timer.Stop()
 	a.cancel(context.Canceled)
+	a.slot.Release()
+	a.slot = admission.Ticket{}
+	if a.span != nil {
+		a.span.End()
+	}
 }
 
 // cause is why the attempt's context ended (nil while it has not).

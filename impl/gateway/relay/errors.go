@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -16,16 +17,19 @@ import (
 // counted. A client that went away is written to all the same: the write
 // fails quietly, and a context cancelled by the proxy's shutdown or by a
 // broken body says nothing of whether the client still listens.
-func (h *Handler) reply(w http.ResponseWriter, e *proxyerr.Error, ev *store.RequestEvent) {
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, e *proxyerr.Error, ev *store.RequestEvent) {
 	if ev == nil {
 		if h.metrics != nil {
 			h.metrics.observe(e.Status, 0)
+		}
+		if h.tracer != nil {
+			traceRefusal(r.Context(), e.Status, e.EventCode())
 		}
 		e.Write(w, false)
 		return
 	}
 	ev.Status, ev.ErrorType = e.Status, e.EventCode()
-	h.finish(*ev, ev.At) // counts it in the metrics
+	h.finish(r.Context(), *ev, ev.At) // counts it in the metrics
 	e.Write(w, false)
 }
 
@@ -82,6 +86,14 @@ func unreachableError(err error) *proxyerr.Error {
 	switch {
 	case errors.Is(err, errHeaderTimeout):
 		return proxyerr.API(http.StatusBadGateway, "upstream did not answer in time").WithCode("upstream_timeout")
+	case errors.As(err, new(*admission.Refusal)):
+		var ref *admission.Refusal
+		errors.As(err, &ref)
+		why := "the queue wait ran out"
+		if ref.Full {
+			why = "its queue is full"
+		}
+		return proxyerr.RateLimited("every upstream that may serve this request is at its max_in_flight and "+why, ref.RetryAfter)
 	case errors.Is(err, errOAuthRefused):
 		// The last candidate's OAuth token was refused: a refresh is
 		// under way, so a retry shortly succeeds; the provider's 401

@@ -32,6 +32,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
 )
@@ -66,6 +67,8 @@ type gateway struct {
 	shareSessions *affinity.Sharer
 	// admission enforces the principals' max_in_flight with a queue.
 	admission *admission.Controller
+	// upstreamCaps enforces the upstreams' max_in_flight with a queue.
+	upstreamCaps *admission.Controller
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -78,6 +81,8 @@ type gateway struct {
 
 	sched      *scheduler.Scheduler
 	closeSched func()
+	// tracing is the OpenTelemetry pipeline; nil when tracing is off.
+	tracing *tracing.Provider
 	// alertMetrics are the alerts' series; alerts evaluates the
 	// conditions once the scheduler that delivers them is bound.
 	alertMetrics *alerts.Metrics
@@ -106,6 +111,12 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	if cfg.db.Driver == SQLite {
 		g.lane = newLane(adminLaneSize())
 	}
+	// Before anything that starts goroutines: its failure leaves only the
+	// plugin runtime to close.
+	if err := g.startTracing(ctx); err != nil {
+		_ = plugs.Close(ctx)
+		return nil, err
+	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
 	// A replica starting (or restarting) enforces the cluster's counts
@@ -120,6 +131,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.relayMetrics = relay.NewMetrics(g.reg)
 	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
+	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
 	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
@@ -185,6 +197,7 @@ func (g *gateway) buildServices() {
 	g.alertMetrics = alerts.NewMetrics(g.reg)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
+	g.subs.Service.Tracer = g.tracing.Tracer()
 }
 
 // schedulerTypes are the durable job types of the gateway and its services.
@@ -208,7 +221,7 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 func (g *gateway) startScheduler(ctx context.Context) {
 	cfg, types := g.cfg, g.schedulerTypes()
 	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
-		RescueAfter: cfg.SchedulerRescueAfter}
+		RescueAfter: cfg.SchedulerRescueAfter, Tracer: g.tracing.Tracer()}
 	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
 	if err == nil {
 		g.bindScheduler(sched)
@@ -250,9 +263,10 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
-		Board: g.board, Affinity: g.sessions, Admission: g.admission,
+		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
+	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
 	// A request meeting an expired or refused OAuth token asks the OAuth
 	// service for a refresh (issue 18.5) and fails over meanwhile.
 	relayOpts.Refresher = g.subs.Service
@@ -261,13 +275,16 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
-		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
+		Tracing: tracingStatus(cfg.Tracing),
+		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
+		UpstreamQueues: g.upstreamCaps, PrincipalQueues: g.admission,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		HostCloudCredentials: cfg.AllowHostCloudCredentials,
 		Extra:                g.adminExtra(h.metrics), Alerts: alertDeliveries{g.sched},
 	})
+	h.admin = traceAdmin(g.tracing, h.admin)
 	return h
 }
 
@@ -316,7 +333,7 @@ func (g *gateway) startBackground() *running {
 	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
 		go l.Run(bg)
 	}
-	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
 		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 
