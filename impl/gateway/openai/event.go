@@ -56,12 +56,30 @@ const (
 // type, a repeated or escaped key, deep nesting) is decoded again by
 // encoding/json, so the result is always encoding/json's.
 type eventDecoder struct {
-	data    []byte
-	pos     int
-	scratch []byte
+	jsonReader
 	// ref is encoding/json's target, kept to reuse its nested values'
 	// memory across fallbacks.
 	ref streamEvent
+}
+
+// jsonReader reads JSON values at pos in data in one pass, checking their
+// syntax as encoding/json does; a string with escapes (or invalid UTF-8)
+// is decoded into scratch.
+type jsonReader struct {
+	data    []byte
+	pos     int
+	scratch []byte
+}
+
+// jsonString decodes raw when it is one JSON string (and nothing else),
+// as encoding/json would into a string.
+func jsonString(raw []byte) (string, bool) {
+	r := jsonReader{data: raw}
+	var v []byte
+	if len(raw) == 0 || raw[0] != '"' || !r.str(&v) || r.pos != len(raw) {
+		return "", false
+	}
+	return string(v), true
 }
 
 // decode fills e from one event's data; false when encoding/json refuses
@@ -324,7 +342,7 @@ func member(names []string, key []byte) int {
 	return -1
 }
 
-func (d *eventDecoder) space() {
+func (d *jsonReader) space() {
 	for d.pos < len(d.data) {
 		switch d.data[d.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -336,12 +354,12 @@ func (d *eventDecoder) space() {
 }
 
 // spaceThen skips white space and reports whether anything follows.
-func (d *eventDecoder) spaceThen() bool {
+func (d *jsonReader) spaceThen() bool {
 	d.space()
 	return d.pos < len(d.data)
 }
 
-func (d *eventDecoder) eat(c byte) bool {
+func (d *jsonReader) eat(c byte) bool {
 	if d.pos < len(d.data) && d.data[d.pos] == c {
 		d.pos++
 		return true
@@ -349,7 +367,7 @@ func (d *eventDecoder) eat(c byte) bool {
 	return false
 }
 
-func (d *eventDecoder) null() bool {
+func (d *jsonReader) null() bool {
 	if len(d.data)-d.pos >= 4 && string(d.data[d.pos:d.pos+4]) == "null" {
 		d.pos += 4
 		return true
@@ -360,7 +378,7 @@ func (d *eventDecoder) null() bool {
 // key reads an object key of printable ASCII without escapes; others
 // (which encoding/json may fold to a field's name by Unicode rules) are
 // left to it.
-func (d *eventDecoder) key() ([]byte, bool) {
+func (d *jsonReader) key() ([]byte, bool) {
 	if !d.eat('"') {
 		return nil, false
 	}
@@ -381,7 +399,7 @@ func (d *eventDecoder) key() ([]byte, bool) {
 
 // str reads a string into dst; null leaves dst as it is (encoding/json's
 // treatment of null for a string).
-func (d *eventDecoder) str(dst *[]byte) bool {
+func (d *jsonReader) str(dst *[]byte) bool {
 	if d.null() {
 		return true
 	}
@@ -425,7 +443,7 @@ func (d *eventDecoder) str(dst *[]byte) bool {
 }
 
 // escape checks the escape sequence at d.pos and moves past it.
-func (d *eventDecoder) escape() bool {
+func (d *jsonReader) escape() bool {
 	if d.pos+1 >= len(d.data) {
 		return false
 	}
@@ -467,7 +485,7 @@ func hex4(b []byte) (rune, bool) {
 // unquote decodes a string's checked body into the scratch buffer: escapes
 // resolved, a surrogate pair joined, a lone surrogate or a byte of invalid
 // UTF-8 replaced by U+FFFD.
-func (d *eventDecoder) unquote(raw []byte) []byte {
+func (d *jsonReader) unquote(raw []byte) []byte {
 	start := len(d.scratch)
 	b := d.scratch
 	for i := 0; i < len(raw); {
@@ -527,7 +545,7 @@ func (d *eventDecoder) unquote(raw []byte) []byte {
 // integer reads a number into an int64 field: null leaves it zero, a
 // fraction, an exponent or an overflow is left to encoding/json (which
 // refuses them).
-func (d *eventDecoder) integer() (int64, bool) {
+func (d *jsonReader) integer() (int64, bool) {
 	if d.null() {
 		return 0, true
 	}
@@ -561,7 +579,7 @@ func (d *eventDecoder) integer() (int64, bool) {
 const maxSkipDepth = 32
 
 // skip moves past one value after checking its syntax.
-func (d *eventDecoder) skip(depth int) bool {
+func (d *jsonReader) skip(depth int) bool {
 	if depth > maxSkipDepth || d.pos >= len(d.data) {
 		return false
 	}
@@ -607,7 +625,7 @@ func (d *eventDecoder) skip(depth int) bool {
 	}
 }
 
-func (d *eventDecoder) skipString() bool {
+func (d *jsonReader) skipString() bool {
 	d.pos++
 	for d.pos < len(d.data) {
 		switch c := d.data[d.pos]; {
@@ -627,7 +645,7 @@ func (d *eventDecoder) skipString() bool {
 	return false
 }
 
-func (d *eventDecoder) literal(l string) bool {
+func (d *jsonReader) literal(l string) bool {
 	if len(d.data)-d.pos >= len(l) && string(d.data[d.pos:d.pos+len(l)]) == l {
 		d.pos += len(l)
 		return true
@@ -636,7 +654,7 @@ func (d *eventDecoder) literal(l string) bool {
 }
 
 // number moves past a number of JSON's grammar.
-func (d *eventDecoder) number() bool {
+func (d *jsonReader) number() bool {
 	d.eat('-')
 	digits := func() int {
 		n := 0

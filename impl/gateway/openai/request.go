@@ -174,7 +174,7 @@ type (
 	}
 	block struct {
 		Type         string          `json:"type"`
-		Text         *string         `json:"text,omitempty"`
+		Text         string          `json:"text,omitempty"` // never empty in a text block
 		Source       *imageSource    `json:"source,omitempty"`
 		ID           string          `json:"id,omitempty"`
 		Name         string          `json:"name,omitempty"`
@@ -576,6 +576,22 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 	return nil
 }
 
+// ephemeral is the cache breakpoint every marked block shares: read only.
+var ephemeral = cacheControl{Type: "ephemeral"}
+
+// contentString decodes a content given as a string, as encoding/json
+// would; the single-pass reader spares the reflection of the common case.
+func contentString(raw json.RawMessage) (string, bool) {
+	if s, ok := jsonString(raw); ok {
+		return s, true
+	}
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
@@ -608,13 +624,12 @@ func appendTurn(out *msgRequest, role string, blocks []block) {
 	prev.Content = append(prev.Content, blocks...)
 }
 
-func textBlock(s string) block { return block{Type: "text", Text: &s} }
+func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
 func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if s, ok := contentString(raw); ok {
 		if s == "" {
 			return nil, nil
 		}
@@ -645,8 +660,7 @@ func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
 
 // userParts reads a user message's content: text and images.
 func userParts(raw json.RawMessage, p string) ([]block, *Error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if s, ok := contentString(raw); ok {
 		if s == "" {
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
@@ -719,7 +733,7 @@ func imageFrom(u, p string) (*imageSource, *Error) {
 // end of the user turn before it (what the previous request wrote, read
 // now). That is the Messages API's maximum of four breakpoints.
 func placeCacheBreakpoints(out *msgRequest) {
-	eph := &cacheControl{Type: "ephemeral"}
+	eph := &ephemeral
 	if n := len(out.Tools); n > 0 {
 		out.Tools[n-1].CacheControl = eph
 	}
