@@ -574,6 +574,42 @@ func (d *jsonReader) integer() (int64, bool) {
 	return int64(v), true
 }
 
+// lastMember reads an object and returns the raw value of its last member
+// named name (compared as written, as a map's keys are); ok is false for
+// anything but an object of plain keys, found when the member is there.
+func (d *jsonReader) lastMember(name string) (val []byte, found, ok bool) {
+	d.space()
+	if !d.eat('{') {
+		return nil, false, false
+	}
+	for first := true; ; first = false {
+		d.space()
+		if d.eat('}') {
+			d.space()
+			return val, found, d.pos == len(d.data)
+		}
+		if !first && (!d.eat(',') || !d.spaceThen()) {
+			return nil, false, false
+		}
+		key, ok := d.key()
+		if !ok {
+			return nil, false, false
+		}
+		d.space()
+		if !d.eat(':') {
+			return nil, false, false
+		}
+		d.space()
+		start := d.pos
+		if !d.skip(1) {
+			return nil, false, false
+		}
+		if string(key) == name {
+			val, found = d.data[start:d.pos], true
+		}
+	}
+}
+
 // maxSkipDepth bounds the nesting the decoder skips; deeper values are
 // left to encoding/json.
 const maxSkipDepth = 32

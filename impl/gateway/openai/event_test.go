@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -137,4 +138,56 @@ func TestDecodeEventStrings(t *testing.T) {
 			t.Errorf("%q: read %q, encoding/json %q, want %q", in, e.Text, ref.Text, want)
 		}
 	}
+}
+
+// refIsObject and refObjectSchema are the map-based checks the one-pass
+// ones replaced: the reference they are fuzzed against.
+func refIsObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
+}
+
+func refObjectSchema(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return nil
+	}
+	typ, ok := m["type"]
+	if !ok {
+		m["type"] = json.RawMessage(`"object"`)
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	if string(compact(typ)) != `"object"` {
+		return nil
+	}
+	return compact(raw)
+}
+
+// The one-pass checks of tool arguments and schemas answer as the
+// map-based ones on every input: the same object or not, the same schema
+// bytes or refusal.
+func FuzzSchemaChecks(f *testing.F) {
+	for _, s := range []string{
+		`{}`, ` {"a":1} `, `null`, `[]`, `"x"`, `{"a":}`, `{"a":1}x`,
+		`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`,
+		`{"type":"string"}`, `{"type" : "object" , "type":"array"}`, `{"type":"array","type":"object"}`,
+		`{"typ\u0065":"object"}`, `{"type":"\u006fbject"}`, `{"type":["object"]}`, `{"properties":{}}`,
+		`{"TYPE":"object"}`, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],"type":"object"}`,
+		"{\"type\":\"object\",\"d\":\"\xff<\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if got, want := isObject(raw), refIsObject(raw); got != want {
+			t.Fatalf("isObject(%q) = %v, map-based %v", raw, got, want)
+		}
+		got, want := objectSchema(raw), refObjectSchema(raw)
+		if (got == nil) != (want == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("objectSchema(%q) = %q, map-based %q", raw, got, want)
+		}
+	})
 }

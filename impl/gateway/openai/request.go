@@ -14,6 +14,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultMaxTokens is the Messages max_tokens of a chat request that names
@@ -212,8 +213,18 @@ type (
 // body. What cannot be expressed in the Messages API is refused with the
 // parameter it concerns, never dropped.
 func Translate(body []byte) ([]byte, Info, *Error) {
-	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
+	t := translations.Get().(*translation)
+	b, info, err := t.translate(body)
+	if t.reset() {
+		translations.Put(t)
+	}
+	return b, info, err
+}
+
+func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
+	req, out := &t.req, &t.out
+	t.rd.Reset(body)
+	dec := json.NewDecoder(&t.rd)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		var field string
@@ -232,7 +243,7 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 	if err := req.refuseUnmappable(); err != nil {
 		return nil, Info{}, err
 	}
-	out := msgRequest{Model: *req.Model, MaxTokens: DefaultMaxTokens}
+	out.Model, out.MaxTokens = *req.Model, DefaultMaxTokens
 	info := Info{Model: *req.Model}
 	switch {
 	case req.MaxCompletionTokens != nil:
@@ -297,18 +308,48 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 			return nil, Info{}, invalid("service_tier", "invalid_value", "service_tier %q has no Claude equivalent (use auto or default)", *st)
 		}
 	}
-	if err := translateTools(&req, &out, &info); err != nil {
+	if err := translateTools(req, out, &info); err != nil {
 		return nil, Info{}, err
 	}
-	if err := translateMessages(req.Messages, &out); err != nil {
+	if err := translateMessages(req.Messages, out); err != nil {
 		return nil, Info{}, err
 	}
-	placeCacheBreakpoints(&out)
-	b, err := json.Marshal(&out)
+	placeCacheBreakpoints(out)
+	b, err := json.Marshal(out)
 	if err != nil {
 		return nil, Info{}, invalid("", "invalid_value", "request cannot be translated: %v", err)
 	}
 	return b, info, nil
+}
+
+// translation is one request's working memory, pooled: the decoded request
+// and the Messages request built from it are marshalled before Translate
+// returns, so the next request can reuse their memory.
+type translation struct {
+	req chatRequest
+	out msgRequest
+	rd  bytes.Reader
+}
+
+var translations = sync.Pool{New: func() any { return new(translation) }}
+
+// maxPooledTurns bounds the turns a pooled translation keeps room for, so
+// one long conversation does not pin its memory.
+const maxPooledTurns = 64
+
+// reset zeroes t, keeping the turns' room; false when t is too large to
+// be pooled.
+func (t *translation) reset() bool {
+	in, out := t.req.Messages[:cap(t.req.Messages)], t.out.Messages[:cap(t.out.Messages)]
+	if len(in) > maxPooledTurns || len(out) > maxPooledTurns {
+		return false
+	}
+	// The slices are cleared whole: encoding/json decodes into the
+	// elements it finds, which must hold nothing of the last request.
+	clear(in)
+	clear(out)
+	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}}
+	return true
 }
 
 // decodeMessage is a decoding error without Go's type names.
@@ -458,6 +499,15 @@ func translateTools(req *chatRequest, out *msgRequest, info *Info) *Error {
 // the Messages API requires to be of type object: a schema that names no
 // type gets it; nil when raw is not a schema of an object.
 func objectSchema(raw json.RawMessage) json.RawMessage {
+	// A schema that names its type is checked in one pass; one that does
+	// not is rewritten through a map (the rarer case).
+	r := jsonReader{data: raw}
+	if typ, found, ok := r.lastMember("type"); ok && found {
+		if string(typ) != `"object"` {
+			return nil
+		}
+		return compact(raw)
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil || m == nil {
 		return nil
@@ -481,6 +531,16 @@ func objectSchema(raw json.RawMessage) json.RawMessage {
 func given(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 func isObject(raw json.RawMessage) bool {
+	r := jsonReader{data: raw}
+	r.space()
+	if r.pos == len(raw) || raw[r.pos] != '{' {
+		return false
+	}
+	if r.skip(0) {
+		r.space()
+		return r.pos == len(raw)
+	}
+	// A syntax error, or nesting deeper than the reader goes.
 	var m map[string]json.RawMessage
 	return json.Unmarshal(raw, &m) == nil && m != nil
 }
