@@ -57,9 +57,9 @@ const (
 // encoding/json, so the result is always encoding/json's.
 type eventDecoder struct {
 	jsonReader
-	// ref is encoding/json's target, kept to reuse its nested values'
-	// memory across fallbacks.
-	ref streamEvent
+	// ref is encoding/json's target, made at the first fallback: most
+	// streams have none, and a Stream is made per answer.
+	ref *streamEvent
 }
 
 // jsonReader reads JSON values at pos in data in one pass, checking their
@@ -93,8 +93,11 @@ func (d *eventDecoder) decode(data []byte, e *upstreamEvent) bool {
 
 // reference decodes data with encoding/json into e.
 func (d *eventDecoder) reference(data []byte, e *upstreamEvent) bool {
-	d.ref = streamEvent{}
-	r := &d.ref
+	if d.ref == nil {
+		d.ref = new(streamEvent)
+	}
+	r := d.ref
+	*r = streamEvent{}
 	*e = upstreamEvent{}
 	if json.Unmarshal(data, r) != nil {
 		return false
