@@ -226,7 +226,7 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	t.rd.Reset(body)
 	dec := json.NewDecoder(&t.rd)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(req); err != nil {
 		var field string
 		if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			field, _ = strconv.Unquote(s)

@@ -260,3 +260,15 @@ func TestTranslationReuseKeepsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A body of JSON null, or of another value than an object, is refused
+// like any request without a model, and decodes into nothing.
+func TestTranslateRefusesNonObjectBodies(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`null`, ` null `, `[]`, `"x"`, `1`} {
+		_, _, err := Translate([]byte(in))
+		if err == nil || err.Status != 400 || err.Code == "" {
+			t.Errorf("%s: %+v", in, err)
+		}
+	}
+}
