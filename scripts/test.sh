@@ -56,6 +56,7 @@ for target in \
   "FuzzStream ./impl/gateway/openai/" \
   "FuzzDecodeEvent ./impl/gateway/openai/" \
   "FuzzSchemaChecks ./impl/gateway/openai/" \
+  "FuzzDecodeRequest ./impl/gateway/openai/" \
   "FuzzDecode ./impl/gateway/admin/" \
   "FuzzParse ./impl/pillar/agentconfig/"; do
   read -r name pkg <<<"$target"

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -190,4 +191,49 @@ func FuzzSchemaChecks(f *testing.F) {
 			t.Fatalf("objectSchema(%q) = %q, map-based %q", raw, got, want)
 		}
 	})
+}
+
+// The single-pass request decoder agrees with encoding/json's strict one:
+// whenever it decodes a body, encoding/json accepts the body and decodes
+// the same request.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(benchChat)
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":[{"type":"text","text":"a"}]}],"stop":["x"],"temperature":0.5,"top_p":1e-1,"max_completion_tokens":7,"user":"u\u00e9"}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object"},"strict":true}}],"tool_choice":"required","parallel_tool_calls":false}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true,"include_obfuscation":null},"messages":[],"tools":[],"max_tokens":null}`,
+		`{"Model":"m","MESSAGES":null}`, `{"model":"m","model":"n"}`, `{"model":"m","n":2}`, `{"model":1}`, `{"max_tokens":1.0}`,
+		`{"temperature":1e400}`, `{"temperature":-0}`, `{"messages":[null]}`, `{"messages":[{"role":"user","content":"x","extra":1}]}`,
+		`{"tools":[{"type":"function","function":null}]}`, `{"messages":[{"tool_calls":[{"function":null}]}]}`, `{} {}`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast, ref chatRequest
+		if !decodeRequest(body, &fast) {
+			return
+		}
+		if err := decodeStrict(bytes.NewReader(body), &ref); err != nil {
+			t.Fatalf("%q: decoded in one pass, refused by encoding/json: %v", body, err)
+		}
+		if !reflect.DeepEqual(fast, ref) {
+			t.Fatalf("%q: one pass read\n%+v\nencoding/json\n%+v", body, fast, ref)
+		}
+	})
+}
+
+// Requests of the common shape (text, tools and tool results, streaming
+// options) take the single pass.
+func TestDecodeRequestTakesTheSinglePass(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		string(benchChat),
+		`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"}]}],"stop":["x"],"temperature":0.5,"top_p":1,"max_completion_tokens":7,"user":"u"}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","parallel_tool_calls":false,"stream":true,"stream_options":{"include_usage":true}}`,
+	} {
+		var req chatRequest
+		if !decodeRequest([]byte(body), &req) {
+			t.Errorf("%s: left to encoding/json", body)
+		}
+	}
 }

@@ -223,19 +223,16 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 
 func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	req, out := &t.req, &t.out
-	t.rd.Reset(body)
-	dec := json.NewDecoder(&t.rd)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(req); err != nil {
-		var field string
-		if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			field, _ = strconv.Unquote(s)
-			return nil, Info{}, invalid(field, "unknown_parameter", "Unrecognized request argument supplied: %s", field)
+	if !decodeRequest(body, req) {
+		// What the single pass read is dropped: encoding/json decodes the
+		// body again, from nothing, and names what it refuses.
+		msgs := req.Messages[:cap(req.Messages)]
+		clear(msgs)
+		*req = chatRequest{Messages: msgs[:0]}
+		t.rd.Reset(body)
+		if err := decodeStrict(&t.rd, req); err != nil {
+			return nil, Info{}, err
 		}
-		return nil, Info{}, invalid("", "invalid_json", "request body must be a JSON object: %s", decodeMessage(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, Info{}, invalid("", "invalid_json", "request body must be one JSON object")
 	}
 	if req.Model == nil || *req.Model == "" {
 		return nil, Info{}, invalid("model", "missing_required_parameter", "you must provide a model parameter")
@@ -350,6 +347,25 @@ func (t *translation) reset() bool {
 	clear(out)
 	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}}
 	return true
+}
+
+// decodeStrict decodes a request with encoding/json, refusing unknown
+// members by name.
+func decodeStrict(r io.Reader, req *chatRequest) *Error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		var field string
+		if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field, _ = strconv.Unquote(s)
+			return invalid(field, "unknown_parameter", "Unrecognized request argument supplied: %s", field)
+		}
+		return invalid("", "invalid_json", "request body must be a JSON object: %s", decodeMessage(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("", "invalid_json", "request body must be one JSON object")
+	}
+	return nil
 }
 
 // decodeMessage is a decoding error without Go's type names.
