@@ -70,7 +70,7 @@ func validateListeners(c *Config, p *problems) {
 
 func databaseSettings(c *Config) []setting {
 	return []setting{
-		opt(&c.DatabaseURL, "sqlite://proxy.db", "database-url", "sqlite://PATH (embedded default: sqlite://proxy.db) or postgres://…; env PROXY_DATABASE_URL").withEnv("PROXY_DATABASE_URL"),
+		opt(&c.DatabaseURL, "sqlite://proxy.db", "database-url", "sqlite://PATH or postgres://… (the embedded SQLite by default); env PROXY_DATABASE_URL").withEnv("PROXY_DATABASE_URL"),
 		opt(&c.Database.MainPool, 10, "main-pool", "PostgreSQL main connection pool size"),
 		opt(&c.Database.SchedulerPool, 5, "scheduler-pool", "PostgreSQL scheduler connection pool size"),
 		opt(&c.Database.Replicas, 1, "replicas", "number of replicas sharing the database (connection budget check)"),
