@@ -17,8 +17,10 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
-// Config is everything the proxy binary is told at start-up. Flags and the
-// optional YAML file bind into it; flags win over the file.
+// Config is everything the proxy binary is told at start-up. Each field's
+// yaml tag is its file key; its default, flag, environment variable and
+// check are declared once, in configareas.go. The file, the environment
+// and the flags bind onto the fields in that order, the last one winning.
 type Config struct {
 	ProxyListen string `yaml:"proxy_listen"`
 	AdminListen string `yaml:"admin_listen"`
