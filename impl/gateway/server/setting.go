@@ -159,16 +159,20 @@ func shownDefault(s setting) string {
 		return s.shown
 	}
 	v := reflect.ValueOf(s.field).Elem()
-	if v.IsZero() && v.Kind() != reflect.Bool && v.Kind() != reflect.Int && v.Kind() != reflect.Float64 {
-		return "–"
-	}
 	switch x := v.Interface().(type) {
 	case time.Duration:
 		return shortDuration(x)
 	case string:
+		if x == "" {
+			return "–"
+		}
 		return "`" + x + "`"
 	case float64:
 		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	switch v.Kind() {
+	case reflect.Map, reflect.Slice, reflect.Pointer:
+		return "–" // nothing unless given
 	}
 	return fmt.Sprint(v.Interface())
 }
