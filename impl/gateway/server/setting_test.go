@@ -316,3 +316,125 @@ func TestConfigReference(t *testing.T) {
 		t.Fatalf("%s is stale: run go test ./impl/gateway/server -run TestConfigReference -args -update", path)
 	}
 }
+
+// Every check reports as it did before the settings were declared in one
+// place: the same keys and the same sentences, all at once.
+func TestValidationMessagesUnchanged(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(path, []byte(`proxy_listen: nope
+admin_listen: nope2
+database_url: mysql://x
+reconcile_interval: 1ms
+alerts:
+  evaluate_interval: 1ms
+  delivery_timeout: 1h
+  retry_base: 1ms
+log_level: loud
+log_format: xml
+database:
+  main_pool: 0
+  scheduler_pool: 0
+  replicas: 0
+retention:
+  request_events: 1m
+  audit_log: 1m
+  upstream_affinity: 1m
+job_intervals:
+  nope: 1m
+  prune: 1ms
+scheduler_workers: 0
+scheduler_rescue_after: 1ms
+relay:
+  upstream_header_timeout: 1ms
+  upstream_nonstream_header_timeout: 1ms
+  upstream_idle_timeout: 1ms
+  max_body_bytes_in_flight: 1
+  max_attempts: 0
+  queue_length: -1
+  queue_max_wait: 1ms
+oauth:
+  lazy_refresh_timeout: 1ms
+  refresh_retry_base: 1ms
+admin:
+  auth:
+    providers:
+      - type: oidc
+    oidc:
+      issuer: x
+listeners:
+  read_header_timeout: 1ms
+  body_read_timeout: 1ms
+  idle_timeout: 1ms
+  max_header_bytes: 1
+drain_timeout: 2h
+upstream_key_env_allow: [PROXY_MASTER_KEY, 1bad]
+tracing:
+  enabled: true
+  protocol: thrift
+  sampler_ratio: 2
+  endpoint: nope
+  headers:
+    "a b": x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseConfig([]string{"--config", path}, env(map[string]string{"PROXY_DEBUG_PPROF": "maybe"}), io.Discard)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	got := strings.Split(err.Error(), "\n")
+	slices.Sort(got)
+	want := []string{
+		`admin.auth.oidc.client_id: required`,
+		`admin.auth.oidc.client_secret_env: required (the variable holding the client secret)`,
+		`admin.auth.oidc.issuer: required, an http(s) URL`,
+		`admin.auth.oidc.redirect_url: required, the admin listener's URL ending in /auth/callback`,
+		`admin.auth.oidc.roles: map at least one groups value to a role`,
+		`admin.auth.providers[0].token_env: required`,
+		`admin.auth.providers[0].type: unknown provider type "oidc" (supported: static_token)`,
+		`admin_listen: "nope2" is not host:port`,
+		`alerts.delivery_timeout: must be 100ms to 5m, got 1h0m0s`,
+		`alerts.evaluate_interval: must be at least 100ms, got 1ms`,
+		`alerts.retry_base: must be 10ms to 10m, got 1ms`,
+		`database.main_pool: must be at least 1`,
+		`database.replicas: must be at least 1`,
+		`database.scheduler_pool: must be at least 1`,
+		`database_url: "mysql://x": want sqlite://PATH or postgres://…`,
+		`debug.pprof: PROXY_DEBUG_PPROF must be true or false, got "maybe"`,
+		`drain_timeout: must be 0-1h, got 2h0m0s`,
+		`job_intervals.nope: unknown job type`,
+		`job_intervals.prune: must be at least 1s`,
+		`listeners.body_read_timeout: must be at least 100ms, got 1ms`,
+		`listeners.idle_timeout: must be at least 100ms, got 1ms`,
+		`listeners.max_header_bytes: must be 4096-1048576, got 1`,
+		`listeners.read_header_timeout: must be at least 100ms, got 1ms`,
+		`log_format: must be text or json, got "xml"`,
+		`log_level: must be debug, info, warn or error, got "loud"`,
+		`oauth.lazy_refresh_timeout: must be at least 100ms`,
+		`oauth.refresh_retry_base: must be at least 10ms`,
+		`proxy_listen: "nope" is not host:port`,
+		`reconcile_interval: must be at least 1s, got 1ms`,
+		`relay.max_attempts: must be 1 to 16, got 0`,
+		`relay.max_body_bytes_in_flight: must be at least 33554432 (one request body of the largest size), got 1`,
+		`relay.queue_length: must be 0 to 10000, got -1`,
+		`relay.queue_max_wait: must be 100ms to 10m, got 1ms`,
+		`relay.upstream_header_timeout: must be at least 100ms, got 1ms`,
+		`relay.upstream_idle_timeout: must be at least 100ms, got 1ms`,
+		`relay.upstream_nonstream_header_timeout: must be at least 100ms, got 1ms`,
+		`retention.audit_log: must be at least 1h, got 1m0s`,
+		`retention.request_events: must be at least 1h, got 1m0s`,
+		`retention.upstream_affinity: must be at least 1h, got 1m0s`,
+		`scheduler_rescue_after: must be at least 1s`,
+		`scheduler_workers: must be at least 1`,
+		`tracing.endpoint: must be an http:// or https:// URL with a host, got "nope"`,
+		`tracing.headers: "a b" is not a header name`,
+		`tracing.protocol: must be grpc or http, got "thrift"`,
+		`tracing.sampler_ratio: must be 0 to 1, got 2`,
+		`upstream_key_env_allow[0]: PROXY_MASTER_KEY is one of the proxy's own variables and cannot be allowed`,
+		`upstream_key_env_allow[1]: not an environment variable name`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("messages changed:\ngot  %q\nwant %q", got, want)
+	}
+}
