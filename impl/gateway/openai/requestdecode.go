@@ -6,8 +6,8 @@ import (
 )
 
 // decodeRequest reads a chat request of the common shape in one pass, into
-// a zero req: the members most requests carry, each of the type encoding/
-// json's target gives it. Anything else (a member it does not read, an
+// a reset req (zero but for the room of its turns): the members most
+// requests carry, each of the type encoding/json's target gives it. Anything else (a member it does not read, an
 // unknown or repeated one, a syntax or type error) returns false, and the
 // request is decoded again by encoding/json, whose refusals name the
 // member; FuzzDecodeRequest holds that whenever this decodes a body,
