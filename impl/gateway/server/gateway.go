@@ -35,6 +35,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // gateway is the runtime start assembles on the opened storage: what the
@@ -190,9 +191,9 @@ func (g *gateway) buildServices() {
 	g.dest = &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
 	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.getenv, g.dest.Client(30*time.Second))
 	g.subs.warmer.Shape = shapeWarmup(st, g.plugs)
-	g.ka = &keepalive.Service{Store: st, Box: g.box, Log: g.log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(g.reg),
+	g.ka = service.Init(service.Options{Logger: g.log.With("component", "keepalive")}, &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
 		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
-		HTTP: g.dest.Client(time.Minute)}
+		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	g.alertMetrics = alerts.NewMetrics(g.reg)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
