@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 )
 
@@ -16,9 +17,9 @@ type Loop func(ctx context.Context)
 type Group struct {
 	Logger *slog.Logger // nil: discards
 
-	mu      sync.Mutex
-	loops   []named
-	running []*run
+	mu    sync.Mutex
+	loops []named // added, not started yet
+	runs  []*run  // started, returned or not
 }
 
 type named struct {
@@ -51,17 +52,17 @@ func (g *Group) Start(ctx context.Context) {
 	for _, l := range g.loops {
 		lctx, cancel := context.WithCancel(base)
 		r := &run{name: l.name, cancel: cancel, done: make(chan struct{})}
-		g.running = append(g.running, r)
+		g.runs = append(g.runs, r)
 		go func(l Loop) { defer close(r.done); l(lctx) }(l.loop)
 	}
 	g.loops = nil
 }
 
-// Stop ends the running loops in reverse order and waits for each.
+// Stop ends the running loops in reverse order and waits for each; a
+// second Stop finds them returned.
 func (g *Group) Stop() {
 	g.mu.Lock()
-	rs := g.running
-	g.running = nil
+	rs := slices.Clone(g.runs)
 	g.mu.Unlock()
 	log := g.Logger
 	if log == nil {
@@ -74,28 +75,17 @@ func (g *Group) Stop() {
 	}
 }
 
-// Running is the number of loops started and not yet returned.
-func (g *Group) Running() int {
+// Running names the loops started and not yet returned, in start order.
+func (g *Group) Running() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := 0
-	for _, r := range g.running {
+	var ns []string
+	for _, r := range g.runs {
 		select {
 		case <-r.done:
 		default:
-			n++
+			ns = append(ns, r.name)
 		}
-	}
-	return n
-}
-
-// Names are the loops started and not yet stopped, in start order.
-func (g *Group) Names() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ns := make([]string, len(g.running))
-	for i, r := range g.running {
-		ns[i] = r.name
 	}
 	return ns
 }

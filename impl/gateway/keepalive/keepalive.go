@@ -120,41 +120,38 @@ type Service struct {
 	// (svc_scheduler_prompt_cache_purge_rows_removed_total).
 	Purged prometheus.Counter
 
-	queue chan relay.Exchange
-	wg    sync.WaitGroup
+	// queue is made on first use by Observe or Run, so turns observed
+	// before the worker runs wait for it instead of being dropped.
+	queueOnce sync.Once
+	queue     chan relay.Exchange
 }
 
-// Start runs the tracking worker until ctx ends.
-func (s *Service) Start(ctx context.Context) {
-	s.queue = make(chan relay.Exchange, 1024)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case x := <-s.queue:
-				if err := s.Track(ctx, x); err != nil {
-					s.Metrics.track("error")
-					s.Logger.Warn("keep-alive tracking", "principal_id", x.PrincipalID, "error", err)
-				}
+func (s *Service) turns() chan relay.Exchange {
+	s.queueOnce.Do(func() { s.queue = make(chan relay.Exchange, 1024) })
+	return s.queue
+}
+
+// Run tracks the observed turns until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	queue := s.turns()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case x := <-queue:
+			if err := s.Track(ctx, x); err != nil {
+				s.Metrics.track("error")
+				s.Logger.Warn("keep-alive tracking", "principal_id", x.PrincipalID, "error", err)
 			}
 		}
-	}()
+	}
 }
-
-// Wait waits for the tracking worker to end.
-func (s *Service) Wait() { s.wg.Wait() }
 
 // Observe implements relay.Observer: it never blocks the request path; when
 // the queue is full the turn is not tracked.
 func (s *Service) Observe(x relay.Exchange) {
-	if s.queue == nil {
-		return
-	}
 	select {
-	case s.queue <- x:
+	case s.turns() <- x:
 	default:
 		s.Metrics.track(OutcomeDropped)
 	}

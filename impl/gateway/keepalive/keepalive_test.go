@@ -366,7 +366,7 @@ func TestNoOpAndTerminalOutcomes(t *testing.T) {
 // The request path only hands the exchange over; a full queue drops it.
 func TestObserveNeverBlocks(t *testing.T) {
 	e := setup(t)
-	e.svc.queue = make(chan relay.Exchange, 1)
+	e.svc.queueOnce.Do(func() { e.svc.queue = make(chan relay.Exchange, 1) })
 	done := make(chan struct{})
 	go func() {
 		for range 100 {
