@@ -398,11 +398,11 @@ func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 	openai := bench.Target{Name: "openai", BaseURL: gwSrv.URL, Key: gatewayKey, OpenAI: true}
 	messages := bench.Target{Name: "messages", BaseURL: gwSrv.URL, Key: gatewayKey}
 	control := bench.Target{Name: "messages′", BaseURL: gwSrv.URL, Key: gatewayKey}
-	rep, err := bench.RunDialects(context.Background(), c, direct, openai, messages, control, 10, 2, t.Logf)
+	rep, err := bench.RunDialects(context.Background(), c, direct, openai, messages, control, 10, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 2 || len(rep.Streams) != 4 || len(rep.Streams[1]) != 10 || len(rep.Spread.Gateway) != bench.SpreadBlocks {
+	if len(rep.Rows) != 2 || len(rep.Streams) != 4 || len(rep.Streams[1]) != 10 || len(rep.Spread) != 1 || len(rep.Spread[0].Gateway) != bench.SpreadBlocks {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Rows {
@@ -442,7 +442,7 @@ func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 		}
 	}
 	// A Messages target in the OpenAI slot is refused, not measured.
-	if _, err := bench.RunDialects(context.Background(), c, direct, messages, messages, control, 1, 0, t.Logf); err == nil {
+	if _, err := bench.RunDialects(context.Background(), c, direct, messages, messages, control, 1, 0); err == nil {
 		t.Fatal("RunDialects accepted a Messages path as the OpenAI one")
 	}
 }
