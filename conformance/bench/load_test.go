@@ -466,3 +466,45 @@ func TestWithinNoise(t *testing.T) {
 		}
 	}
 }
+
+// TestBedrockComparisonMeasuresBothKinds runs the Bedrock section's shape
+// on four paths to one in-process simulator: a latency and a time to first
+// event pair of rows, every path's samples of both kinds, a block spread
+// per p99 row, and the table naming bedrock against anthropic with the
+// second anthropic path as the noise floor.
+func TestBedrockComparisonMeasuresBothKinds(t *testing.T) {
+	t.Parallel()
+	simSrv := httptest.NewServer(provider.New(provider.Options{APIKeys: []string{upstreamKey}}))
+	defer simSrv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	at := func(name string) bench.Target { return bench.Target{Name: name, BaseURL: simSrv.URL, Key: upstreamKey} }
+	rep, err := bench.Bedrock.Run(context.Background(), c, at("direct"), at("bedrock"), at("anthropic"), at("anthropic′"), 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics []string
+	for _, r := range rep.Rows {
+		metrics = append(metrics, r.Metric)
+		if len(r.Values) != 3 {
+			t.Errorf("row %+v: want the path, the reference and its copy", r)
+		}
+	}
+	if got := strings.Join(metrics, ", "); got != "added latency p50, added latency p99, added time to first event p50, added time to first event p99" {
+		t.Fatalf("rows %s", got)
+	}
+	if len(rep.Messages) != 4 || len(rep.Streams) != 4 || len(rep.Messages[1]) != 10 || len(rep.Streams[3]) != 10 {
+		t.Fatalf("samples: %d and %d paths", len(rep.Messages), len(rep.Streams))
+	}
+	if len(rep.Spread) != 2 || len(rep.Spread[1].Gateway) != bench.SpreadBlocks || len(rep.Spread[1].Control) != bench.SpreadBlocks {
+		t.Fatalf("block spread %+v", rep.Spread)
+	}
+	md := rep.Markdown()
+	for _, s := range []string{"## Bedrock upstream against an Anthropic upstream",
+		"| metric (path − direct) | bedrock | anthropic | bedrock ÷ anthropic | target | noise floor: anthropic′ ÷ anthropic |",
+		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "Method. The same simulator as above", " 10 rounds"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("section lacks %q:\n%s", s, md)
+		}
+	}
+}
