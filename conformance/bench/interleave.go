@@ -236,15 +236,6 @@ func (rep InterleavedReport) Markdown() string {
 		}
 		b.WriteString(".\n")
 	}
-	fmt.Fprintf(&b, `
-Method. The same processes as above plus the provider itself as a path ("direct"). %d rounds of
-non-streaming requests, then %d of streaming ones; each round sends one request to every path in
-turn (direct, gateway, bare, control), starting one path later each round. Added latency is, round
-by round, the path's latency minus the direct request's of the same round; p50 and p99 are taken
-over those differences. Unlike the blocks above, interleaving puts every path at every phase of
-anything periodic (a batch write, a timer, a GC cycle), so a tail that recurs on a period shows up
-in the p99 instead of falling on one block. The p99 of one path is its %d slowest rounds' edge;
-the per-block ratios above show how much a run of a fifth of the length would have moved it.
-`, rep.N, rep.N, max(1, rep.N/100))
+	fmt.Fprintf(&b, "\n%d rounds of each kind, one request per path a round (method: the section's notes).\n", rep.N)
 	return b.String()
 }

@@ -502,7 +502,7 @@ func TestBedrockComparisonMeasuresBothKinds(t *testing.T) {
 	md := rep.Markdown()
 	for _, s := range []string{"## Bedrock upstream against an Anthropic upstream",
 		"| metric (path − direct) | bedrock | anthropic | bedrock ÷ anthropic | target | noise floor: anthropic′ ÷ anthropic |",
-		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "Method. The same simulator as above", " 10 rounds"} {
+		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "\n10 rounds of each kind"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("section lacks %q:\n%s", s, md)
 		}

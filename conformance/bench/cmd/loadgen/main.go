@@ -44,7 +44,6 @@ func run(ctx context.Context, args []string) error {
 	bedrockOut := fs.String("bedrock-out", "", "write the Bedrock section here")
 	tailBin := fs.String("tail-proxy", "", "only the tail analysis: run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
 	tailOut := fs.String("tail-out", "", "write the tail analysis here")
-	abProxy := fs.String("control-proxy", "", "the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,13 +77,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	targets := s.targets
-	if *abProxy != "" {
-		ab, err := st.StartProxy(bench.ProxyOptions{Label: "control-proxy", Bin: *abProxy, Upstream: s.sim.VendorUpstream()})
-		if err != nil {
-			return err
-		}
-		targets[bench.Control] = bench.Target{Name: "control", BaseURL: ab.URL, Key: ab.Key}
-	}
 	rep, err := bench.Run(ctx, c, targets, p, bench.Logf)
 	if err != nil {
 		return err
