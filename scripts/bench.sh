@@ -342,6 +342,8 @@ fi
   echo
   cat "$tmp/tail.md"
   echo
+  cat scripts/benchdoc/tail.md
+  echo
   cat <<'EOF'
 ### What the tail was, and what removed it (issue 24)
 

@@ -221,11 +221,7 @@ func tail(ctx context.Context, st *bench.Stack, c *bench.Client, bareBin, traced
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Where the slowest 1%% of the gateway's requests waited\n\n")
-	fmt.Fprintf(&b, "A separate interleaved run (%d rounds of each kind) against `tracedproxy`, bin/proxy with a Go execution\n", n)
-	b.WriteString("trace of its whole run. Each request of the gateway path is a wall-clock window (the load generator's\n")
-	b.WriteString("send to its last byte, or to the first event), matched against the trace through its clock snapshots.\n")
-	b.WriteString("A window overlaps an activity when at least 20 µs of the activity fall inside it; \"largest overlap\"\n")
-	b.WriteString("is the activity that covered most of the window. Figures on this traced run (the trace itself costs time):\n\n")
+	fmt.Fprintf(&b, "A separate interleaved run (%d rounds of each kind) against `tracedproxy` (method: the section's notes):\n\n", n)
 	b.WriteString(ir.Table())
 	b.WriteString("\nNon-streaming:\n\n")
 	b.WriteString(bench.TailTable(bd[0], bd[1]))

@@ -173,7 +173,7 @@ func burst(ctx context.Context, c *http.Client, url, key, fault, reqBody string,
 				errs[i] = fmt.Errorf("status %d", res.StatusCode)
 				return
 			}
-			r, err := bench.ReadSSE(res.Body, func() { ttfe[i] = time.Since(t0); opened.Add(1) })
+			r, err := bench.ReadSSE(res.Body, nil, func() { ttfe[i] = time.Since(t0); opened.Add(1) })
 			switch {
 			case err != nil:
 				errs[i] = err
