@@ -84,23 +84,30 @@ type BlockSpread struct {
 // blockSpread computes the percentile q of every block of s (the direct
 // path first, then the proxy paths) for one row.
 func blockSpread(metric string, s [][]Sample, q float64, blocks int) BlockSpread {
-	sp := BlockSpread{Metric: metric}
-	n := len(s[0])
-	if blocks <= 1 || n < blocks {
-		return sp
+	over := func(path int) func(lo, hi int) float64 {
+		return func(lo, hi int) float64 {
+			at := func(path int) float64 { return float64(Percentile(Added(s[path][lo:hi], s[0][lo:hi]), q)) }
+			return at(path) / at(1+Bare)
+		}
 	}
-	for b := 0; b < blocks; b++ {
-		lo, hi := b*n/blocks, (b+1)*n/blocks
-		at := func(path int) float64 {
-			return float64(Percentile(Added(s[path][lo:hi], s[0][lo:hi]), q))
-		}
-		bare := at(1 + Bare)
-		sp.Gateway = append(sp.Gateway, at(1+Gateway)/bare)
-		if len(s) > 1+Control {
-			sp.Control = append(sp.Control, at(1+Control)/bare)
-		}
+	sp := BlockSpread{Metric: metric, Gateway: blockRatios(len(s[0]), blocks, over(1+Gateway))}
+	if len(s) > 1+Control {
+		sp.Control = blockRatios(len(s[0]), blocks, over(1+Control))
 	}
 	return sp
+}
+
+// blockRatios cuts n samples into blocks consecutive blocks and returns
+// ratio of each block; none when there are fewer samples than blocks.
+func blockRatios(n, blocks int, ratio func(lo, hi int) float64) []float64 {
+	if blocks <= 1 || n < blocks {
+		return nil
+	}
+	out := make([]float64, blocks)
+	for b := range out {
+		out[b] = ratio(b*n/blocks, (b+1)*n/blocks)
+	}
+	return out
 }
 
 // spreadRange renders the smallest and largest of xs, and their median.
