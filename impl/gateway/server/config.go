@@ -432,7 +432,8 @@ func (c *Config) Validate() error {
 		bad("database.scheduler_pool", "must be at least 1")
 	}
 	for key, d := range map[string]time.Duration{"retention.request_events": c.Retention.RequestEvents,
-		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity} {
+		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity,
+		"retention.captured_exchanges": c.Retention.CapturedExchanges} {
 		if d < time.Hour {
 			bad(key, "must be at least 1h, got %s", d)
 		}

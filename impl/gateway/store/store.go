@@ -344,6 +344,8 @@ type Store interface {
 	SealedStore
 	// WebhookStore holds the alert webhooks and alert episodes.
 	WebhookStore
+	// CaptureStore holds the captured exchanges of opted-in principals.
+	CaptureStore
 	// EventReader searches and aggregates request events (dashboard).
 	EventReader
 	// UsageReader sums usage by principal, key, upstream and model.
@@ -463,7 +465,7 @@ type PriceCatalog struct {
 }
 
 // PrunableTables are the tables Prune accepts.
-var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity"}
+var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity", "captured_exchanges"}
 
 // UsageRollup is one hour of usage for a principal, upstream and model.
 type UsageRollup struct {
