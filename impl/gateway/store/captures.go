@@ -34,6 +34,11 @@ type CaptureStore interface {
 	// GetCapturedExchange returns the exchange of a request event, or
 	// ErrNotFound.
 	GetCapturedExchange(ctx context.Context, eventID string) (*CapturedExchange, error)
+	// ReadCapturedExchange is GetCapturedExchange for a person reading
+	// the bodies: the same transaction records an audit row ("read",
+	// "captured_exchange", the event id) by ctx's actor. ErrNotFound
+	// records nothing.
+	ReadCapturedExchange(ctx context.Context, eventID string) (*CapturedExchange, error)
 	// CapturedEventIDs reports which of ids have a captured exchange.
 	CapturedEventIDs(ctx context.Context, ids []string) (map[string]bool, error)
 }

@@ -31,11 +31,28 @@ func (s *Store) InsertCapturedExchanges(ctx context.Context, xs []store.Captured
 }
 
 func (s *Store) GetCapturedExchange(ctx context.Context, eventID string) (*store.CapturedExchange, error) {
-	xs, err := list(ctx, s.d, s.pool, func(r scanner, x *store.CapturedExchange) error {
+	x, err := s.getCapture(ctx, s.pool, eventID)
+	return x, s.d.classify(err)
+}
+
+func (s *Store) ReadCapturedExchange(ctx context.Context, eventID string) (*store.CapturedExchange, error) {
+	var out *store.CapturedExchange
+	err := s.tx(ctx, nil, func(tx *txn) (err error) {
+		if out, err = s.getCapture(ctx, tx, eventID); err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, insertAudit, s.auditArgs(ctx, "read", "captured_exchange", eventID, nil)...)
+		return err
+	})
+	return out, s.d.classify(err)
+}
+
+func (s *Store) getCapture(ctx context.Context, q querier, eventID string) (*store.CapturedExchange, error) {
+	xs, err := list(ctx, s.d, q, func(r scanner, x *store.CapturedExchange) error {
 		return r.Scan(&x.EventID, &x.PrincipalID, reqTime{&x.At}, &x.RequestBytes, &x.ResponseBytes, &x.Truncated, &x.Sealed)
 	}, "SELECT "+captureCols+" FROM captured_exchanges WHERE event_id = ?", eventID)
 	if err != nil {
-		return nil, s.d.classify(err)
+		return nil, err
 	}
 	if len(xs) == 0 {
 		return nil, store.ErrNotFound

@@ -10,6 +10,7 @@ import (
 
 func exerciseCaptures(t *testing.T, open Opener) {
 	t.Run("CapturedExchangeRoundTrip", func(t *testing.T) { run(t, open, testCaptureRoundTrip) })
+	t.Run("CapturedExchangeReadIsAudited", func(t *testing.T) { run(t, open, testCaptureReadAudited) })
 	t.Run("CapturedExchangePrune", func(t *testing.T) { run(t, open, testCapturePrune) })
 }
 
@@ -57,4 +58,21 @@ func testCapturePrune(t *testing.T, open Opener) {
 	_, err := b.st.GetCapturedExchange(b.ctx, "ev_old")
 	wantErr(t, err, store.ErrNotFound)
 	must(b.st.GetCapturedExchange(b.ctx, "ev_new"))
+}
+
+// Reading an exchange's bodies leaves an audit row naming the reader and
+// the event; asking for an exchange that was not captured leaves none.
+func testCaptureReadAudited(t *testing.T, open Opener) {
+	b := setup(t, open)
+	must(0, b.st.InsertCapturedExchanges(b.ctx, []store.CapturedExchange{capturedExchange("ev_1", b.clk.Now())}))
+	ctx := store.WithActor(b.ctx, "carol")
+	if x := must(b.st.ReadCapturedExchange(ctx, "ev_1")); !bytes.Equal(x.Sealed, capturedExchange("ev_1", time.Time{}).Sealed) {
+		t.Fatalf("read %+v", x)
+	}
+	_, err := b.st.ReadCapturedExchange(ctx, "ev_none")
+	wantErr(t, err, store.ErrNotFound)
+	es := must(b.st.ListAudit(b.ctx, time.Time{}, 10))
+	if len(es) != 1 || es[0].Actor != "carol" || es[0].Action != "read" || es[0].ResourceKind != "captured_exchange" || es[0].ResourceID != "ev_1" {
+		t.Fatalf("audit %+v", es)
+	}
 }
