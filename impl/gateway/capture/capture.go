@@ -70,9 +70,13 @@ type Bodies struct {
 	Truncated bool   `json:"truncated"`
 }
 
-// Box seals and opens under the master key (secret.Box).
-type Box interface {
+// Sealer seals under the master key (secret.Box).
+type Sealer interface {
 	Seal(plaintext, associatedData []byte) ([]byte, error)
+}
+
+// Opener opens what a Sealer sealed (secret.Box).
+type Opener interface {
 	Open(ciphertext, associatedData []byte) ([]byte, error)
 }
 
@@ -82,7 +86,7 @@ type Writer interface {
 }
 
 // Seal makes the stored row of x.
-func Seal(box Box, x Exchange) (store.CapturedExchange, error) {
+func Seal(box Sealer, x Exchange) (store.CapturedExchange, error) {
 	pt, err := json.Marshal(Bodies{Request: x.Request, Response: x.Response, Truncated: x.Truncated})
 	if err != nil {
 		return store.CapturedExchange{}, err
@@ -100,7 +104,7 @@ func Seal(box Box, x Exchange) (store.CapturedExchange, error) {
 var ErrSealed = errors.New("captured exchange does not open under the master key")
 
 // Open returns the bodies of a stored exchange.
-func Open(box Box, x store.CapturedExchange) (Bodies, error) {
+func Open(box Opener, x store.CapturedExchange) (Bodies, error) {
 	pt, err := box.Open(x.Sealed, AD(x.EventID, x.PrincipalID))
 	if err != nil {
 		return Bodies{}, fmt.Errorf("%w: %v", ErrSealed, err)
@@ -115,14 +119,14 @@ func Open(box Box, x store.CapturedExchange) (Bodies, error) {
 // Sink queues exchanges for its worker (Run).
 type Sink struct {
 	queue   chan Exchange
-	box     Box
+	box     Sealer
 	w       Writer
 	metrics *Metrics
 	log     *slog.Logger
 }
 
 // NewSink returns a sink holding at most queue exchanges not yet written.
-func NewSink(w Writer, box Box, queue int, m *Metrics, log *slog.Logger) *Sink {
+func NewSink(w Writer, box Sealer, queue int, m *Metrics, log *slog.Logger) *Sink {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
