@@ -5,7 +5,24 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/gateway/openai"
 )
+
+// UpstreamStreamBody is the Messages request the gateway relays for
+// StreamBody sent as a Chat Completions request: its translation, which
+// marks the prompt for caching. The Messages paths and the direct request
+// of the dialect series send these bytes, so the provider gets the same
+// request on every path and does the same work for it (a body with a
+// cache breakpoint costs the simulator a cache lookup and write that one
+// without does not), and what remains between the paths is the gateway's.
+func UpstreamStreamBody() (string, error) {
+	out, _, err := openai.Translate([]byte(StreamBody))
+	if err != nil {
+		return "", fmt.Errorf("translate the stream body: %w", err)
+	}
+	return string(out), nil
+}
 
 // DialectReport is the OpenAI-dialect section: what a streaming request
 // through /v1/chat/completions adds to the provider's time to first event,
@@ -20,23 +37,27 @@ type DialectReport struct {
 	Streams [][]Sample
 }
 
-// RunDialects measures time to first chunk through openai (a Target with
+// RunDialects measures time to first chunk through chat (a Target with
 // OpenAI set) against time to first event through messages and control
 // (both plain Messages targets on the same gateway), interleaved one
 // streaming request per path with direct (the provider) each round, after
 // warmup rounds.
-func RunDialects(ctx context.Context, c *Client, direct, openai, messages, control Target, n, warmup int, logf func(string, ...any)) (DialectReport, error) {
+func RunDialects(ctx context.Context, c *Client, direct, chat, messages, control Target, n, warmup int, logf func(string, ...any)) (DialectReport, error) {
 	rep := DialectReport{N: n}
-	if !openai.OpenAI || messages.OpenAI || control.OpenAI {
+	if !chat.OpenAI || messages.OpenAI || control.OpenAI {
 		return rep, fmt.Errorf("dialects: want one OpenAI path and two Messages paths")
 	}
-	all := []Target{direct, openai, messages, control}
+	body, err := UpstreamStreamBody()
+	if err != nil {
+		return rep, err
+	}
+	direct.Body, messages.Body, control.Body = body, body, body
+	all := []Target{direct, chat, messages, control}
 	logf("dialects: warm-up, %d rounds", warmup)
 	if _, err := c.Interleaved(ctx, all, true, warmup); err != nil {
 		return rep, err
 	}
 	logf("dialects c=1: %d rounds of one streaming request per path (%s)", n, names(all))
-	var err error
 	if rep.Streams, err = c.Interleaved(ctx, all, true, n); err != nil {
 		return rep, err
 	}
@@ -99,9 +120,11 @@ func (rep DialectReport) Markdown() string {
 Method. The same simulator and gateway as above. %d rounds; each sends one streaming request to every
 path in turn (direct to the provider, then through the gateway as /v1/chat/completions ("openai"),
 as /v1/messages ("messages") and as /v1/messages again ("messages′")), starting one path later each
-round. The request bodies are the same bytes on every path. Time to first chunk is to the end of the
-first server-sent event: the first chat.completion.chunk on the OpenAI path, message_start on the
-others; every stream is still read to its end and checked ([DONE] or message_stop). Figures are,
+round. The provider gets the same bytes on every path: the OpenAI path sends the bench's stream body
+as a Chat Completions request, and the direct request and both Messages paths send its translation
+(bench.UpstreamStreamBody), which carries the cache breakpoint the translation places. Time to first
+chunk is to the end of the first server-sent event: the first chat.completion.chunk on the OpenAI path,
+message_start on the others; every stream is still read to its end and checked ([DONE] or message_stop). Figures are,
 round by round, the path's time minus the direct request's. "Within noise" means openai ÷ messages is
 no larger than the farther of messages′ ÷ messages and its inverse: the OpenAI path is no further
 above the Messages path than two identical Messages paths are apart on the same run.

@@ -32,6 +32,8 @@ type Target struct {
 	// OpenAI sends the requests in OpenAI's dialect: Chat Completions,
 	// the key as a bearer token.
 	OpenAI bool
+	// Body, when set, is sent in place of MessageBody or StreamBody.
+	Body string
 }
 
 // request builds the measured request of t.
@@ -42,6 +44,9 @@ func (t Target) request(ctx context.Context, stream bool) (*http.Request, error)
 	}
 	if stream {
 		body = StreamBody
+	}
+	if t.Body != "" {
+		body = t.Body
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.BaseURL+path, bytes.NewReader([]byte(body)))
 	if err != nil {

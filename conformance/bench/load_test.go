@@ -381,11 +381,12 @@ func orderedTargets(t *testing.T, names ...string) (targets []bench.Target, orde
 // TestRunDialectsAgainstTheSimulator measures the OpenAI-dialect section
 // in-process: the provider directly, the relay's /v1/chat/completions and
 // its /v1/messages twice, every stream complete (a chunk stream ends with
-// [DONE]), the OpenAI path's requests recorded in the OpenAI dialect, and
-// the table with its noise floor.
+// [DONE]), the OpenAI path's requests recorded in the OpenAI dialect, the
+// provider given the same bytes on every path (the translation's, with its
+// cache breakpoint), and the table with its noise floor.
 func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 	t.Parallel()
-	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
+	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}})
 	simSrv := httptest.NewServer(sim)
 	defer simSrv.Close()
 	gw := newGateway(t, simSrv.URL, nil)
@@ -418,6 +419,20 @@ func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 	gw.events.mu.Unlock()
 	if d[store.DialectOpenAI] != perPath || d[store.DialectMessages] != 2*perPath {
 		t.Fatalf("events by dialect %v, want %d openai and %d messages", d, perPath, 2*perPath)
+	}
+	want, err := bench.UpstreamStreamBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(want, `"cache_control"`) {
+		t.Fatalf("the translation of the stream body has no cache breakpoint: %s", want)
+	}
+	bodies := map[string]int{}
+	for _, r := range sim.Requests() {
+		bodies[r.Body]++
+	}
+	if len(bodies) != 1 || bodies[want] != 4*perPath {
+		t.Fatalf("the provider got %d distinct bodies %v, want %d of %s", len(bodies), bodies, 4*perPath, want)
 	}
 	md := rep.Markdown()
 	for _, s := range []string{"| metric (path − direct) | openai | messages | openai ÷ messages | target | noise floor: messages′ ÷ messages |",

@@ -118,6 +118,10 @@ type Deps struct {
 	// Sessions counts the sessions bound to each upstream on this replica
 	// (affinity.Table); nil shows none.
 	Sessions Sessions
+	// UpstreamQueues and PrincipalQueues report the requests in flight
+	// under a max_in_flight and queued for one, per upstream and per
+	// principal, on this replica (admission.Controller); nil shows none.
+	UpstreamQueues, PrincipalQueues Queues
 	// Lane, when set, bounds how many writes (other than those calling a
 	// provider, see callsOut) run at once: a write holds it
 	// from its start to its answer, except while it waits for the
@@ -137,6 +141,12 @@ type Routing interface {
 // Sessions counts sessions per upstream (affinity.Table).
 type Sessions interface {
 	Bound(now time.Time) map[string]int
+}
+
+// Queues reports one key's slots in use and requests waiting
+// (admission.Controller.State).
+type Queues interface {
+	State(key string) (inFlight, queued int)
 }
 
 // Lane is a counting semaphore shared with the runtime's refreshes.

@@ -66,6 +66,8 @@ type options struct {
 	routing admin.Routing
 	// sessions counts the sessions per upstream status and overview show.
 	sessions admin.Sessions
+	// upstreamQueues and principalQueues report slots in use and queued.
+	upstreamQueues, principalQueues admin.Queues
 	// clock is the API's clock (default now); the store keeps now.
 	clock func() time.Time
 	// reg takes the API's metrics.
@@ -157,6 +159,8 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		Routing:              o.routing,
 		Alerts:               o.alerts,
 		Sessions:             o.sessions,
+		UpstreamQueues:       o.upstreamQueues,
+		PrincipalQueues:      o.principalQueues,
 		Extra: map[string]http.Handler{
 			"/metrics":          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m 1\n") }),
 			"/admin/scheduler/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"recurring_jobs":[]}`) }),

@@ -218,3 +218,101 @@ func TestPrincipalMaxInFlight(t *testing.T) {
 		t.Fatalf("put: %d %s", r.status, r.body)
 	}
 }
+
+// An upstream's cap on requests in flight: none unless given; set on
+// create, PUT and PATCH (kept by a PUT that omits it); outside 0 to
+// 100000 refused with invalid_request and nothing changed.
+func TestUpstreamMaxInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	u := e.upstream("plain")
+	if u["max_in_flight"] != float64(0) {
+		t.Fatalf("default cap %v", u["max_in_flight"])
+	}
+	p := "/admin/v1/upstreams/" + u["id"].(string)
+	e.unchanged("refused caps", func() {
+		for _, bad := range []any{-1, 100001, 2.5, "4"} {
+			wantErr(t, e.do("PATCH", p, map[string]any{"max_in_flight": bad}, "If-Match", "*"), 400, "invalid_request")
+			wantErr(t, e.do("PUT", p, map[string]any{"name": "plain", "base_url": "https://api.example", "max_in_flight": bad}, "If-Match", "*"), 400, "invalid_request")
+			wantErr(t, e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "bad", "kind": "vendor_api_key", "base_url": "https://api.example",
+				"api_key_value": "sk-ant-x", "max_in_flight": bad}), 400, "invalid_request")
+		}
+		wantMessage(t, e.do("PATCH", p, map[string]any{"max_in_flight": -3}, "If-Match", "*"), "max_in_flight")
+	})
+	r := e.do("POST", "/admin/v1/upstreams", map[string]any{"name": "capped", "kind": "vendor_api_key", "base_url": "https://api.example",
+		"api_key_value": "sk-ant-capped", "max_in_flight": 2})
+	if r.status != 201 || r.json(t)["max_in_flight"] != float64(2) {
+		t.Fatalf("create with a cap: %d %s", r.status, r.body)
+	}
+	r = e.do("PATCH", p, map[string]any{"max_in_flight": 8}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(8) {
+		t.Fatalf("patch: %d %s", r.status, r.body)
+	}
+	r = e.do("PUT", p, map[string]any{"name": "plain", "base_url": "https://api.example"}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(8) {
+		t.Fatalf("a PUT without max_in_flight changed it: %d %s", r.status, r.body)
+	}
+	r = e.do("PUT", p, map[string]any{"name": "plain", "base_url": "https://api.example", "max_in_flight": 0}, "If-Match", "*")
+	if r.status != 200 || r.json(t)["max_in_flight"] != float64(0) {
+		t.Fatalf("PUT to no cap: %d %s", r.status, r.body)
+	}
+}
+
+// fixedQueues is a fixed (in flight, queued) per key.
+type fixedQueues map[string][2]int
+
+func (f fixedQueues) State(key string) (int, int) { return f[key][0], f[key][1] }
+
+// Status and the overview show each upstream's cap, its slots in use and
+// its queue; status lists each capped principal's requests in flight and
+// queued, as this replica knows them.
+func TestStatusShowsCapsAndQueues(t *testing.T) {
+	t.Parallel()
+	ups, prs := fixedQueues{}, fixedQueues{}
+	e := setup(t, func(o *options) { o.upstreamQueues, o.principalQueues = ups, prs })
+	ctx := context.Background()
+	two := 2
+	capped, err := e.st.CreateUpstream(ctx, store.UpstreamSpec{Name: "capped", Kind: store.KindVendorAPIKey, BaseURL: "https://api.example", Enabled: true,
+		MaxInFlight: &two})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups[capped.ID] = [2]int{2, 3}
+	r := e.do("POST", "/admin/v1/principals", map[string]any{"name": "agents", "kind": "machine", "max_in_flight": 4})
+	if r.status != 201 {
+		t.Fatalf("principal: %d %s", r.status, r.body)
+	}
+	pid := r.json(t)["id"].(string)
+	prs[pid] = [2]int{4, 5}
+	e.principal("uncapped")
+	type state struct {
+		Name        string `json:"name"`
+		MaxInFlight *int   `json:"max_in_flight"`
+		SlotsInUse  *int   `json:"slots_in_use"`
+		Queued      *int   `json:"queued"`
+	}
+	check := func(where string, got []state) {
+		t.Helper()
+		if len(got) != 1 || got[0].MaxInFlight == nil || *got[0].MaxInFlight != 2 || got[0].SlotsInUse == nil || *got[0].SlotsInUse != 2 ||
+			got[0].Queued == nil || *got[0].Queued != 3 {
+			t.Fatalf("%s: %+v", where, got)
+		}
+	}
+	st := decodeInto[struct {
+		Routing   []state `json:"routing"`
+		Admission []struct {
+			PrincipalID string `json:"principal_id"`
+			MaxInFlight int    `json:"max_in_flight"`
+			InFlight    int    `json:"in_flight"`
+			Queued      int    `json:"queued"`
+		} `json:"admission"`
+	}](t, e.do("GET", "/admin/v1/status", nil))
+	check("status", st.Routing)
+	if len(st.Admission) != 1 || st.Admission[0].PrincipalID != pid || st.Admission[0].MaxInFlight != 4 || st.Admission[0].InFlight != 4 || st.Admission[0].Queued != 5 {
+		t.Fatalf("status admission %+v", st.Admission)
+	}
+	ov := decodeInto[struct {
+		Upstreams []state `json:"upstreams"`
+	}](t, e.do("GET", "/admin/v1/overview", nil))
+	check("overview", ov.Upstreams)
+}

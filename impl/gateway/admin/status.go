@@ -21,6 +21,19 @@ type StatusResponse struct {
 	StartedAtUnixSecs int64          `json:"started_at_unix_secs"`
 	// Routing is each upstream's routing state as this replica sees it.
 	Routing []UpstreamRouting `json:"routing"`
+	// Admission is each principal with a max_in_flight: its requests in
+	// flight and queued on this replica.
+	Admission []PrincipalAdmission `json:"admission"`
+}
+
+// PrincipalAdmission is a capped principal's slots in use and queue on
+// the replica answering (docs/routing.md).
+type PrincipalAdmission struct {
+	PrincipalID string `json:"principal_id"`
+	Name        string `json:"name"`
+	MaxInFlight int    `json:"max_in_flight"`
+	InFlight    int    `json:"in_flight"`
+	Queued      int    `json:"queued"`
 }
 
 // UpstreamRouting is one upstream's routing state (docs/routing.md).
@@ -51,6 +64,14 @@ type RoutingState struct {
 	// SessionsBound counts the sessions whose requests this replica sent
 	// to the upstream within the last hour.
 	SessionsBound int `json:"sessions_bound"`
+	// MaxInFlight is the upstream's cap (0: none); SlotsInUse the requests
+	// this replica has sent it under the cap and not finished (counted
+	// only while capped: from the attempt's send, where in_flight counts
+	// from the response headers); Queued the requests waiting for one of
+	// its slots because every upstream planned for them was at its cap.
+	MaxInFlight int `json:"max_in_flight"`
+	SlotsInUse  int `json:"slots_in_use"`
+	Queued      int `json:"queued"`
 }
 
 // SnapshotStatus describes the snapshot this replica serves from.
@@ -65,7 +86,11 @@ type SnapshotStatus struct {
 // routingOf is an upstream's routing state on this replica; bound is the
 // sessions per upstream (Sessions.Bound).
 func (a *api) routingOf(u *store.Upstream, bound map[string]int, now time.Time) RoutingState {
-	rs := RoutingState{Weight: u.Weight, MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d, SessionsBound: bound[u.ID]}
+	rs := RoutingState{Weight: u.Weight, MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d, SessionsBound: bound[u.ID],
+		MaxInFlight: u.MaxInFlight}
+	if a.UpstreamQueues != nil {
+		rs.SlotsInUse, rs.Queued = a.UpstreamQueues.State(u.ID)
+	}
 	if a.Routing == nil {
 		return rs
 	}
@@ -115,6 +140,22 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 		u := &ups[i]
 		out.Routing = append(out.Routing, UpstreamRouting{UpstreamID: u.ID, Name: u.Name, Kind: u.Kind, Enabled: u.Enabled,
 			RoutingState: a.routingOf(u, bound, now)})
+	}
+	ps, err := a.Store.ListPrincipals(r.Context())
+	if err != nil {
+		return storageUnavailable(err)
+	}
+	out.Admission = []PrincipalAdmission{}
+	for i := range ps {
+		p := &ps[i]
+		if p.MaxInFlight <= 0 {
+			continue
+		}
+		pa := PrincipalAdmission{PrincipalID: p.ID, Name: p.Name, MaxInFlight: p.MaxInFlight}
+		if a.PrincipalQueues != nil {
+			pa.InFlight, pa.Queued = a.PrincipalQueues.State(p.ID)
+		}
+		out.Admission = append(out.Admission, pa)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -32,6 +32,7 @@ type UpstreamResponse struct {
 	Weight              int     `json:"weight"`
 	MaxUtilization5h    int     `json:"max_utilization_5h"`
 	MaxUtilization7d    int     `json:"max_utilization_7d"`
+	MaxInFlight         int     `json:"max_in_flight"`
 	// Region, Project and ModelMap: a bedrock or vertex upstream's.
 	Region            string            `json:"region,omitempty"`
 	Project           string            `json:"project,omitempty"`
@@ -82,7 +83,7 @@ func upstreamResponse(u *store.Upstream) UpstreamResponse {
 	r := UpstreamResponse{
 		ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: u.BaseURL, Enabled: u.Enabled, WarmupEnabled: u.WarmupEnabled,
 		WarmupDialectPlugin: u.WarmupDialectPlugin, SpecRevision: u.SpecRevision, HasCredential: len(u.Credential) > 0, Weight: u.Weight,
-		MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
+		MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d, MaxInFlight: u.MaxInFlight,
 		Status: UpstreamStatus{
 			// The apply error, else the OAuth refresh failure (scheduler/oauth area: each has its own writer).
 			LastApplyError: u.Status.Error(), LastApplyAtUnixSecs: unixp(u.Status.LastApplyAt),
@@ -123,6 +124,9 @@ type UpstreamCreateBody struct {
 	// percent of the polled windows (docs/routing.md); 0 (default) is none.
 	MaxUtilization5h *int `json:"max_utilization_5h"`
 	MaxUtilization7d *int `json:"max_utilization_7d"`
+	// MaxInFlight caps the requests each replica has in flight to the
+	// upstream (docs/routing.md); 0 (default) is no cap.
+	MaxInFlight *int `json:"max_in_flight"`
 	CloudFields
 }
 
@@ -144,6 +148,8 @@ type UpstreamUpdateBody struct {
 	// The usage thresholds are kept unless given.
 	MaxUtilization5h *int `json:"max_utilization_5h"`
 	MaxUtilization7d *int `json:"max_utilization_7d"`
+	// MaxInFlight is kept unless given.
+	MaxInFlight *int `json:"max_in_flight"`
 	// Cloud fields: the credential and model_map are kept unless given.
 	CloudFields
 }
@@ -162,6 +168,8 @@ type UpstreamPatchBody struct {
 	// MaxUtilization5h, MaxUtilization7d: usage thresholds, 0 is none.
 	MaxUtilization5h *int `json:"max_utilization_5h"`
 	MaxUtilization7d *int `json:"max_utilization_7d"`
+	// MaxInFlight: the cap on requests in flight, 0 is none.
+	MaxInFlight *int `json:"max_in_flight"`
 	// WarmupDialectPlugin binds a registry entry supporting the
 	// warmup_dialect slot (null unbinds).
 	WarmupDialectPlugin json.RawMessage `json:"warmup_dialect_plugin"`
@@ -177,6 +185,15 @@ func validThresholds(fiveHour, sevenDay *int) error {
 		if t.v != nil && (*t.v < 0 || *t.v > store.MaxUtilizationThreshold) {
 			return invalid("%s: must be 0 (no threshold) to %d percent, got %d", t.name, store.MaxUtilizationThreshold, *t.v)
 		}
+	}
+	return nil
+}
+
+// validUpstreamMaxInFlight checks an upstream's cap on requests in
+// flight, when given.
+func validUpstreamMaxInFlight(v *int) error {
+	if v != nil && (*v < 0 || *v > store.MaxUpstreamInFlight) {
+		return invalid("max_in_flight: must be 0 (no cap) to %d, got %d", store.MaxUpstreamInFlight, *v)
 	}
 	return nil
 }
@@ -329,8 +346,12 @@ func (a *api) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
 		return err
 	}
+	if err := validUpstreamMaxInFlight(b.MaxInFlight); err != nil {
+		return err
+	}
 	spec := store.UpstreamSpec{ID: id, Name: b.Name, Kind: b.Kind, BaseURL: b.BaseURL, Enabled: true,
-		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight, MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
+		WarmupEnabled: b.Kind == store.KindVendorOAuth, Weight: b.Weight, MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d,
+		MaxInFlight: b.MaxInFlight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -451,8 +472,11 @@ func (a *api) putUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
 		return err
 	}
+	if err := validUpstreamMaxInFlight(b.MaxInFlight); err != nil {
+		return err
+	}
 	spec := store.UpstreamSpec{Name: b.Name, Kind: cur.Kind, BaseURL: b.BaseURL, Enabled: cur.Enabled, WarmupEnabled: cur.WarmupEnabled, Weight: b.Weight,
-		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
+		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d, MaxInFlight: b.MaxInFlight}
 	if b.Enabled != nil {
 		spec.Enabled = *b.Enabled
 	}
@@ -506,8 +530,8 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	if b.WarmupEnabled == nil && b.Enabled == nil && b.Name == nil && b.BaseURL == nil && b.WarmupDialectPlugin == nil &&
 		b.APIKeyEnv == nil && b.APIKeyValue == nil && b.Weight == nil && b.MaxUtilization5h == nil && b.MaxUtilization7d == nil &&
-		!b.configGiven() && !b.credentialGiven() {
-		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight, max_utilization_5h, max_utilization_7d, region, project, model_map, or a cloud credential)")
+		b.MaxInFlight == nil && !b.configGiven() && !b.credentialGiven() {
+		return invalid("the body names no field to change (warmup_enabled, enabled, name, base_url, warmup_dialect_plugin, api_key_env, api_key_value, weight, max_utilization_5h, max_utilization_7d, max_in_flight, region, project, model_map, or a cloud credential)")
 	}
 	if err := validWeight(b.Weight); err != nil {
 		return err
@@ -515,8 +539,11 @@ func (a *api) patchUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := validThresholds(b.MaxUtilization5h, b.MaxUtilization7d); err != nil {
 		return err
 	}
+	if err := validUpstreamMaxInFlight(b.MaxInFlight); err != nil {
+		return err
+	}
 	patch := store.UpstreamPatch{Name: b.Name, BaseURL: b.BaseURL, Enabled: b.Enabled, WarmupEnabled: b.WarmupEnabled, Weight: b.Weight,
-		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d}
+		MaxUtilization5h: b.MaxUtilization5h, MaxUtilization7d: b.MaxUtilization7d, MaxInFlight: b.MaxInFlight}
 	if b.WarmupDialectPlugin != nil {
 		patch.SetWarmupDialect = true
 		if string(b.WarmupDialectPlugin) != "null" {

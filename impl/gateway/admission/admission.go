@@ -1,8 +1,9 @@
-// Package admission caps the requests a principal has in flight. Past its
-// cap a request waits in a bounded first-in-first-out queue for a slot, up
-// to a maximum wait, instead of being refused at once: a client that fans
-// out (Claude Code's parallel subagents) sees its requests served in turn
-// rather than rate limited (docs/routing.md).
+// Package admission caps the requests in flight per key: a principal's
+// (max_in_flight) or an upstream's. Past its cap a request waits in a
+// bounded first-in-first-out queue for a slot, up to a maximum wait,
+// instead of being refused at once: a client that fans out (Claude Code's
+// parallel subagents) sees its requests served in turn rather than rate
+// limited (docs/routing.md).
 package admission
 
 import (
@@ -24,13 +25,14 @@ const (
 type Refusal struct {
 	Full       bool // the queue was full (else the wait ran out)
 	RetryAfter time.Duration
+	subject    string
 }
 
 func (r *Refusal) Error() string {
 	if r.Full {
-		return "too many requests in flight and queued for this principal"
+		return "too many requests in flight and queued for this " + r.subject
 	}
-	return "too many requests in flight for this principal; the queue wait ran out"
+	return "too many requests in flight for this " + r.subject + "; the queue wait ran out"
 }
 
 // ErrCanceled is returned when the request's context ended while it waited.
@@ -59,6 +61,9 @@ type Options struct {
 	NewTimer func(time.Duration) Timer
 	// Observe, when set, is told of every wait that ended (metrics).
 	Observe func(waited time.Duration, admitted bool)
+	// Subject names what a key is in a refusal's message (default
+	// "principal").
+	Subject string
 }
 
 // Controller holds every capped principal's slots and queue.
@@ -68,6 +73,7 @@ type Controller struct {
 	now      func() time.Time
 	newTimer func(time.Duration) Timer
 	observe  func(time.Duration, bool)
+	subject  string
 
 	gates  sync.Map // principal id → *gate
 	queued atomic.Int64
@@ -75,7 +81,10 @@ type Controller struct {
 
 // New returns a Controller.
 func New(o Options) *Controller {
-	c := &Controller{queueLen: o.QueueLength, maxWait: o.MaxWait, now: o.Now, newTimer: o.NewTimer, observe: o.Observe}
+	c := &Controller{queueLen: o.QueueLength, maxWait: o.MaxWait, now: o.Now, newTimer: o.NewTimer, observe: o.Observe, subject: o.Subject}
+	if c.subject == "" {
+		c.subject = "principal"
+	}
 	if c.queueLen == 0 {
 		c.queueLen = DefaultQueueLength
 	}
@@ -133,7 +142,7 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 		return Ticket{g: g, c: c, since: c.now()}, nil
 	}
 	if len(g.queue) >= c.queueLen {
-		r := &Refusal{Full: true, RetryAfter: g.estimate(len(g.queue)+1, limit)}
+		r := &Refusal{Full: true, RetryAfter: g.estimate(len(g.queue)+1, limit), subject: c.subject}
 		g.mu.Unlock()
 		if c.observe != nil {
 			c.observe(0, false)
@@ -142,8 +151,9 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 	}
 	w := &waiter{ready: make(chan struct{})}
 	g.queue = append(g.queue, w)
-	g.mu.Unlock()
+	// Counted under the lock, so Queued agrees with State.
 	c.queued.Add(1)
+	g.mu.Unlock()
 	defer c.queued.Add(-1)
 
 	start := c.now()
@@ -160,7 +170,7 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 		}
 		c.waited(start, false)
 		g.mu.Lock()
-		r := &Refusal{RetryAfter: g.estimate(len(g.queue)+1, limit)}
+		r := &Refusal{RetryAfter: g.estimate(len(g.queue)+1, limit), subject: c.subject}
 		g.mu.Unlock()
 		return Ticket{}, r
 	case <-ctx.Done():
@@ -171,6 +181,23 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 		c.waited(start, false)
 		return Ticket{}, ErrCanceled
 	}
+}
+
+// TryAdmit takes one of key's limit slots only if one is free and nobody
+// waits for one (limit 0 or less: uncapped, always admitted); it never
+// waits. A router tries the next upstream when this fails.
+func (c *Controller) TryAdmit(key string, limit int) (Ticket, bool) {
+	if limit <= 0 || c == nil {
+		return Ticket{}, true
+	}
+	g := c.gate(key)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight < limit && len(g.queue) == 0 {
+		g.inFlight++
+		return Ticket{g: g, c: c, since: c.now()}, true
+	}
+	return Ticket{}, false
 }
 
 func (c *Controller) waited(start time.Time, admitted bool) {

@@ -204,3 +204,67 @@ func BenchmarkAdmitCappedUncontended(b *testing.B) {
 		}
 	})
 }
+
+// TryAdmit (an upstream's cap, where the router spills to the next
+// upstream instead of waiting) takes a free slot, never waits, and counts
+// with Admit's slots: a released slot goes to a waiter before it.
+func TestTryAdmitTakesOnlyAFreeSlot(t *testing.T) {
+	t.Parallel()
+	c := New(Options{QueueLength: 4, Subject: "upstream"})
+	a, ok1 := c.TryAdmit("u", 2)
+	_, ok2 := c.TryAdmit("u", 2)
+	if !ok1 || !ok2 {
+		t.Fatalf("free slots refused: %v %v", ok1, ok2)
+	}
+	if _, ok := c.TryAdmit("u", 2); ok {
+		t.Fatal("a third slot was taken under a cap of 2")
+	}
+	if in, q := c.State("u"); in != 2 || q != 0 {
+		t.Fatalf("in flight %d queued %d", in, q)
+	}
+	got := make(chan Ticket, 1)
+	go func() {
+		tk, err := c.Admit(context.Background(), "u", 2)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- tk
+	}()
+	waitQueued(c, "u", 1)
+	a.Release()
+	w := <-got
+	if _, ok := c.TryAdmit("u", 2); ok {
+		t.Fatal("the slot released to a waiter was taken again")
+	}
+	w.Release()
+	tk, ok := c.TryAdmit("u", 2)
+	if !ok {
+		t.Fatal("a freed slot was refused")
+	}
+	tk.Release()
+	if _, ok := c.TryAdmit("u", 0); !ok {
+		t.Fatal("uncapped refused")
+	}
+	if in, _ := c.State("u"); in != 1 {
+		t.Fatalf("in flight %d after releases, want 1", in)
+	}
+}
+
+// A refusal names what was capped.
+func TestRefusalNamesItsSubject(t *testing.T) {
+	t.Parallel()
+	c := New(Options{QueueLength: -1, Subject: "upstream"})
+	tk, _ := c.Admit(context.Background(), "u", 1)
+	defer tk.Release()
+	_, err := c.Admit(context.Background(), "u", 1)
+	var r *Refusal
+	if !errors.As(err, &r) || !r.Full || r.Error() != "too many requests in flight and queued for this upstream" {
+		t.Fatalf("refusal %v", err)
+	}
+	p := New(Options{QueueLength: -1})
+	pt, _ := p.Admit(context.Background(), "p", 1)
+	defer pt.Release()
+	if _, err := p.Admit(context.Background(), "p", 1); err == nil || err.Error() != "too many requests in flight and queued for this principal" {
+		t.Fatalf("principal refusal %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
@@ -21,11 +22,30 @@ import (
 // client, so the client's request does not fail while another upstream can
 // serve it. An expired or refused OAuth token starts a lazy refresh. An
 // upstream that is not Routable (its credential revoked) gets no request.
-func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte, headerTimeout time.Duration, now time.Time) (*http.Response, *snapshot.Upstream, *attempt, error) {
+//
+// An upstream at its max_in_flight is passed over like a cooling one, to
+// the next candidate (spilled reports that one was, before the answering
+// upstream). When no other candidate answered, the request waits in the
+// first such upstream's queue and is sent there: the one the plan
+// preferred among them, so a session keeps its upstream.
+func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstream, body []byte, headerTimeout time.Duration, now time.Time) (_ *http.Response, _ *snapshot.Upstream, _ *attempt, spilled bool, _ error) {
 	var lastErr error
 	var lastUp *snapshot.Upstream
-	for i, up := range cands {
-		last := i == len(cands)-1
+	capped := -1 // the first candidate passed over at its cap
+	for i := 0; i < len(cands) || capped >= 0; i++ {
+		var up *snapshot.Upstream
+		var slot admission.Ticket
+		waited := i >= len(cands)
+		if waited {
+			up, capped = cands[capped], -1
+			var err error
+			if slot, err = h.waitCap(r.Context(), up); err != nil {
+				return nil, up, nil, false, err
+			}
+		} else {
+			up = cands[i]
+		}
+		last := waited || i == len(cands)-1 && capped < 0
 		if !up.Routable() {
 			// Out of routing (its credential was revoked): never sent.
 			// It explains the failure only when nothing else was tried.
@@ -46,7 +66,18 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			// The last candidate is tried anyway: the provider decides.
 		}
+		if !waited && up.MaxInFlight > 0 {
+			var free bool
+			if slot, free = h.caps.TryAdmit(up.ID, up.MaxInFlight); !free {
+				if capped < 0 {
+					capped = i
+				}
+				h.countCap(capSpilled)
+				continue
+			}
+		}
 		a := h.newAttempt(r.Context(), headerTimeout)
+		a.slot = slot
 		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, a, len(r.Header))
 		if err != nil {
 			a.done()
@@ -59,7 +90,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		if err != nil {
 			if r.Context().Err() != nil {
 				a.done()
-				return nil, nil, nil, err
+				return nil, nil, nil, false, err
 			}
 			class := ErrConnect
 			if errors.Is(a.cause(), errHeaderTimeout) {
@@ -103,9 +134,33 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			h.failover()
 			continue
 		}
-		return resp, up, a, nil
+		return resp, up, a, !waited && capped >= 0, nil
 	}
-	return nil, lastUp, nil, lastErr
+	return nil, lastUp, nil, false, lastErr
+}
+
+// What an upstream's max_in_flight did to a request (Metrics.upstreamCap).
+const (
+	capSpilled = iota
+	capQueued
+	capRefused
+)
+
+func (h *Handler) countCap(what int) {
+	if h.metrics != nil {
+		h.metrics.upstreamCap[what].Inc()
+	}
+}
+
+// waitCap waits in up's queue for a slot under its max_in_flight: every
+// candidate that could take the request is at its cap.
+func (h *Handler) waitCap(ctx context.Context, up *snapshot.Upstream) (admission.Ticket, error) {
+	h.countCap(capQueued)
+	slot, err := h.caps.Admit(ctx, up.ID, up.MaxInFlight)
+	if err != nil && !errors.Is(err, admission.ErrCanceled) {
+		h.countCap(capRefused)
+	}
+	return slot, err
 }
 
 var (

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 )
 
 // Defaults of the proxy path's deadlines (docs/resilience.md, "Proxy path").
@@ -122,6 +124,9 @@ type attempt struct {
 	deadline lazyTimer
 	body     bodyReader
 	url      url.URL // the outbound request's
+	// slot is the upstream's slot under its max_in_flight (zero: uncapped),
+	// given back when the attempt is done.
+	slot admission.Ticket
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
@@ -157,6 +162,8 @@ func (a *attempt) progress() { a.timer.Reset(a.idle) }
 func (a *attempt) done() {
 	a.timer.Stop()
 	a.cancel(context.Canceled)
+	a.slot.Release()
+	a.slot = admission.Ticket{}
 }
 
 // cause is why the attempt's context ended (nil while it has not).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -82,6 +83,14 @@ func unreachableError(err error) *proxyerr.Error {
 	switch {
 	case errors.Is(err, errHeaderTimeout):
 		return proxyerr.API(http.StatusBadGateway, "upstream did not answer in time").WithCode("upstream_timeout")
+	case errors.As(err, new(*admission.Refusal)):
+		var ref *admission.Refusal
+		errors.As(err, &ref)
+		why := "the queue wait ran out"
+		if ref.Full {
+			why = "its queue is full"
+		}
+		return proxyerr.RateLimited("every upstream that may serve this request is at its max_in_flight and "+why, ref.RetryAfter)
 	case errors.Is(err, errOAuthRefused):
 		// The last candidate's OAuth token was refused: a refresh is
 		// under way, so a retry shortly succeeds; the provider's 401

@@ -34,6 +34,10 @@ type Metrics struct {
 	// max_in_flight (queue full or wait over); queueWait, the waits.
 	queueRefused prometheus.Counter
 	queueWait    prometheus.Histogram
+	// upstreamCap counts what an upstream's max_in_flight did to a
+	// request: an attempt spilled past it, a request queued for it, a
+	// request refused after queueing.
+	upstreamCap [3]prometheus.Counter
 	// Resilience of the proxy path (docs/resilience.md).
 	headerTimeouts, idleTimeouts prometheus.Counter
 	interrupted                  prometheus.Counter
@@ -125,6 +129,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "svc_proxy_queue_refused_total",
 		Help: "Requests answered 429 past their principal's max_in_flight: the queue was full or the wait ran out.",
 	})
+	upstreamCap := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_proxy_upstream_cap_total",
+		Help: "Requests an upstream's max_in_flight acted on, by what it did: spilled (sent to the next upstream of the plan), queued (every planned upstream was at its cap), refused (answered 429: the queue was full or the wait ran out).",
+	}, []string{"reason"})
+	for i, r := range [...]string{capSpilled: "spilled", capQueued: "queued", capRefused: "refused"} {
+		m.upstreamCap[i] = upstreamCap.WithLabelValues(r)
+	}
 	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "svc_proxy_queue_wait_seconds",
 		Help:    "Time requests past their principal's max_in_flight waited in its queue (admitted or not).",
@@ -172,7 +183,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.openAI[i][j] = openAI.WithLabelValues(ep, out)
 		}
 	}
-	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, m.affinityMoves, m.queueRefused, m.queueWait, limited, timeouts, m.interrupted, m.lazyRefreshes,
+	reg.MustRegister(m.series, m.failovers, m.cooldowns, m.allCooling, m.affinityMoves, m.queueRefused, m.queueWait, upstreamCap, limited, timeouts, m.interrupted, m.lazyRefreshes,
 		m.upstreamErrors, m.usageRequests, m.usageTokens, openAI)
 	return m
 }

@@ -98,6 +98,9 @@ type Options struct {
 	// Admission enforces principals' max_in_flight with a queue
 	// (optional: without it no cap is enforced).
 	Admission *admission.Controller
+	// UpstreamCaps enforces upstreams' max_in_flight with a queue
+	// (optional: without it no upstream cap is enforced).
+	UpstreamCaps *admission.Controller
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -125,7 +128,8 @@ type Handler struct {
 	board                                                               *routing.Board
 	affinity                                                            *affinity.Table
 	admission                                                           *admission.Controller
-	randN                                                               func(uint64) uint64 // the spreading's draw; tests replace it
+	caps                                                                *admission.Controller // upstreams' max_in_flight
+	randN                                                               func(uint64) uint64   // the spreading's draw; tests replace it
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
@@ -196,7 +200,7 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	h.held.max = o.MaxBodyBytesInFlight
-	h.board, h.randN, h.affinity, h.admission = o.Board, rand.Uint64N, o.Affinity, o.Admission
+	h.board, h.randN, h.affinity, h.admission, h.caps = o.Board, rand.Uint64N, o.Affinity, o.Admission, o.UpstreamCaps
 	h.maxAttempts = o.MaxAttempts
 	if h.maxAttempts <= 0 {
 		h.maxAttempts = DefaultMaxAttempts
@@ -409,14 +413,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout
 	}
-	resp, up, a, err := h.dispatch(r, ep, q.attempts.ups(), q.body, headerTimeout, start)
+	resp, up, a, spilled, err := h.dispatch(r, ep, q.attempts.ups(), q.body, headerTimeout, start)
 	if err != nil {
 		h.unreachable(w, r, err, up, &ev)
 		return
 	}
 	defer a.done()
 	defer h.board.Begin(up.ID).End()
-	if served(resp.StatusCode) {
+	// A session spilled past an upstream at its cap is not moved: the cap
+	// is momentary, and its next request goes back where it was.
+	if served(resp.StatusCode) && !spilled {
 		h.land(q.session, q.cands, up)
 	}
 	ev.UpstreamID, ev.Status = up.ID, resp.StatusCode

@@ -628,6 +628,16 @@ func (c RelayConfig) admission(observe func(time.Duration, bool)) *admission.Con
 	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Observe: observe})
 }
 
+// upstreamCaps returns the controller of the upstreams' max_in_flight:
+// the same queue length and wait as a principal's (docs/routing.md).
+func (c RelayConfig) upstreamCaps() *admission.Controller {
+	n := c.QueueLength
+	if n == 0 {
+		n = -1 // none wait
+	}
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Subject: "upstream"})
+}
+
 // apply sets the relay.Options fields this configuration governs. The
 // relay's own body deadline is the listeners' body bound (one setting for
 // one idea: how long a client may take to send its body).

@@ -66,6 +66,8 @@ type gateway struct {
 	shareSessions *affinity.Sharer
 	// admission enforces the principals' max_in_flight with a queue.
 	admission *admission.Controller
+	// upstreamCaps enforces the upstreams' max_in_flight with a queue.
+	upstreamCaps *admission.Controller
 
 	// Security (issue 19.2): every outbound client to upstreams dials
 	// through the destination policy; the listeners join it.
@@ -120,6 +122,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.relayMetrics = relay.NewMetrics(g.reg)
 	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
+	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
 	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
@@ -250,7 +253,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
-		Board: g.board, Affinity: g.sessions, Admission: g.admission,
+		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	// A request meeting an expired or refused OAuth token asks the OAuth
@@ -262,6 +265,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
+		UpstreamQueues: g.upstreamCaps, PrincipalQueues: g.admission,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),

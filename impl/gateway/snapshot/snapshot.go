@@ -166,6 +166,9 @@ type Upstream struct {
 	// MaxUtilization5h and MaxUtilization7d are the usage thresholds in
 	// percent (0: none): past either, the upstream weighs as standby.
 	MaxUtilization5h, MaxUtilization7d int
+	// MaxInFlight caps the requests this replica has sent to the upstream
+	// and not finished; 0 is no cap (docs/routing.md).
+	MaxInFlight int
 	// UsableIndex is the upstream's position in Snapshot.Usable, -1 when
 	// it is not usable: router plugins name upstreams by it.
 	UsableIndex int
@@ -240,7 +243,7 @@ func (s *Snapshot) buildUpstreams(cfg *store.Config, open Opener) {
 		v := &Upstream{
 			ID: u.ID, Name: u.Name, Kind: u.Kind, BaseURL: strings.TrimRight(u.BaseURL, "/"),
 			Enabled: u.Enabled, CredentialKind: u.CredentialKind, SpecRevision: u.SpecRevision, Weight: u.Weight,
-			MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d,
+			MaxUtilization5h: u.MaxUtilization5h, MaxUtilization7d: u.MaxUtilization7d, MaxInFlight: u.MaxInFlight,
 			RefreshRefused: u.Status.RefreshRefused, Cloud: u.Cloud,
 		}
 		if len(u.Credential) > 0 && open != nil {

@@ -107,10 +107,13 @@ type Upstream struct {
 	// its class can. 0 is no threshold.
 	MaxUtilization5h int
 	MaxUtilization7d int
-	SpecRevision     int64
-	Status           UpstreamStatus
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// MaxInFlight caps the requests this replica has sent to the upstream
+	// and not finished (docs/routing.md); 0 is no cap.
+	MaxInFlight  int
+	SpecRevision int64
+	Status       UpstreamStatus
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // DefaultWeight is an upstream's weight unless set: equal shares.
@@ -121,6 +124,9 @@ const MaxWeight = 1000
 
 // MaxUtilizationThreshold bounds a usage threshold (percent).
 const MaxUtilizationThreshold = 100
+
+// MaxUpstreamInFlight bounds an upstream's max_in_flight.
+const MaxUpstreamInFlight = 100000
 
 // UpstreamStatus is system-managed operational state. Each group of
 // fields has exactly one writer, which writes only its own columns, so a
@@ -171,6 +177,8 @@ type UpstreamSpec struct {
 	// MaxUtilization5h, MaxUtilization7d: nil keeps them (update) or
 	// means none (create).
 	MaxUtilization5h, MaxUtilization7d *int
+	// MaxInFlight: nil keeps it (update) or means no cap (create).
+	MaxInFlight *int
 	// Cloud: see Upstream.
 	Cloud CloudConfig
 }
@@ -187,6 +195,7 @@ type UpstreamPatch struct {
 	Weight              *int
 	MaxUtilization5h    *int
 	MaxUtilization7d    *int
+	MaxInFlight         *int
 	// Credential, when not nil, replaces the sealed credential (of kind
 	// CredentialKind) in the same change. A base_url of another origin is
 	// refused with ErrCredentialRequired without one while the upstream

@@ -333,13 +333,15 @@ async function editUpstream(id) {
   const weight = el("input", { id: "edit-weight", type: "number", min: 0, max: 1000, step: 1, value: u.weight });
   const max5h = el("input", { id: "edit-max5h", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_5h });
   const max7d = el("input", { id: "edit-max7d", type: "number", min: 0, max: 100, step: 1, value: u.max_utilization_7d });
+  // The cap on requests in flight per replica (0: none).
+  const cap = el("input", { id: "edit-cap", type: "number", min: 0, max: 100000, step: 1, value: u.max_in_flight || 0 });
   const cloud = u.kind === "bedrock" || u.kind === "vertex";
   const models = el("textarea", { id: "edit-models", rows: 3 },
     Object.entries(u.model_map || {}).map(([a, b]) => `${a}=${b}`).join("\n"));
   const save = async (ev, useEtag) => {
     if (ev) ev.preventDefault();
     const body = { name: name.value, base_url: url.value, weight: Number(weight.value),
-      max_utilization_5h: Number(max5h.value), max_utilization_7d: Number(max7d.value) };
+      max_utilization_5h: Number(max5h.value), max_utilization_7d: Number(max7d.value), max_in_flight: Number(cap.value) };
     if (key.value) body.api_key_value = key.value;
     key.value = "";
     if (cloud) {
@@ -364,6 +366,7 @@ async function editUpstream(id) {
       field("Name", name), field("Base URL", url),
       ...(u.kind === "vendor_api_key" ? [field("API key (needed to move to another host)", key)] : []),
       field("Weight (0: standby)", weight), field("Max 5-hour use % (0: none)", max5h), field("Max 7-day use % (0: none)", max7d),
+      field("Max in flight per replica (0: none)", cap),
       ...(cloud ? [field("Model map (one alias=upstream id a line)", models)] : []),
       el("button", { class: "primary", type: "submit" }, "Save")));
   name.focus();
@@ -615,12 +618,14 @@ function windows(l) {
 }
 
 // routingCell shows an upstream's routing state: its weight (0: standby),
-// requests in flight, sessions bound, its usage thresholds (and whether
-// the polled use is past one) and a 429/529 cooldown.
+// requests in flight, its cap (slots in use, queued), sessions bound, its
+// usage thresholds (and whether the polled use is past one) and a 429/529
+// cooldown.
 function routingCell(u) {
   const limits = [u.max_utilization_5h ? `5h ≤ ${u.max_utilization_5h}%` : null, u.max_utilization_7d ? `7d ≤ ${u.max_utilization_7d}%` : null].filter(Boolean);
   return el("div", { class: "routing" }, el("div", {}, u.weight ? `weight ${u.weight}` : "standby (weight 0)"),
     el("div", { class: "hint" }, `${num(u.in_flight)} in flight, ${num(u.sessions_bound)} sessions`),
+    u.max_in_flight ? el("div", { class: "hint cap" }, `cap ${u.max_in_flight}: ${num(u.slots_in_use)} in use, ${num(u.queued)} queued`) : null,
     limits.length ? el("div", { class: "hint thresholds" }, `thresholds ${limits.join(", ")}`) : null,
     u.past_threshold ? el("div", { class: "bad past-threshold" }, "past its usage threshold: new work goes elsewhere") : null,
     u.cooldown_until_unix_secs ? el("div", { class: "bad cooldown" }, `cooling down until ${time(u.cooldown_until_unix_secs)}`) : null);

@@ -14,7 +14,7 @@ import (
 const upstreamCols = `id, name, kind, base_url, enabled, warmup_enabled, warmup_dialect_plugin, credential,
 	credential_kind, credential_version, spec_revision, last_apply_error, last_apply_at, last_warmup_at, created_at, updated_at,
 	oauth_authorize_url, oauth_token_url, refresh_error, refresh_error_at, refresh_refused, weight,
-	max_utilization_5h, max_utilization_7d, cloud`
+	max_utilization_5h, max_utilization_7d, cloud, max_in_flight`
 
 func scanUpstream(r scanner, u *store.Upstream) error {
 	var dialect, applyErr, refreshErr sql.NullString
@@ -23,7 +23,7 @@ func scanUpstream(r scanner, u *store.Upstream) error {
 		&u.CredentialKind, &u.CredentialVersion, &u.SpecRevision, &applyErr, timeCol{&u.Status.LastApplyAt},
 		timeCol{&u.Status.LastWarmupAt}, reqTime{&u.CreatedAt}, reqTime{&u.UpdatedAt}, &u.OAuthAuthorizeURL, &u.OAuthTokenURL,
 		&refreshErr, timeCol{&u.Status.RefreshErrorAt}, &u.Status.RefreshRefused, &u.Weight,
-		&u.MaxUtilization5h, &u.MaxUtilization7d, &cloud); err != nil {
+		&u.MaxUtilization5h, &u.MaxUtilization7d, &cloud, &u.MaxInFlight); err != nil {
 		return err
 	}
 	if cloud != "" {
@@ -85,10 +85,10 @@ func (s *Store) CreateUpstream(ctx context.Context, spec store.UpstreamSpec) (*s
 		}
 		_, err := s.exec(ctx, tx, `INSERT INTO upstreams (id, name, kind, base_url, enabled, warmup_enabled, credential,
 			credential_kind, credential_version, spec_revision, created_at, updated_at, oauth_authorize_url, oauth_token_url, weight,
-			max_utilization_5h, max_utilization_7d, cloud)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			max_utilization_5h, max_utilization_7d, cloud, max_in_flight)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id, spec.Name, spec.Kind, spec.BaseURL, spec.Enabled, spec.WarmupEnabled, cred, spec.CredentialKind, version, s.d.t(now), s.d.t(now),
-			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight, deref(spec.MaxUtilization5h), deref(spec.MaxUtilization7d), cloudColumn(spec.Cloud))
+			spec.OAuthAuthorizeURL, spec.OAuthTokenURL, weight, deref(spec.MaxUtilization5h), deref(spec.MaxUtilization7d), cloudColumn(spec.Cloud), deref(spec.MaxInFlight))
 		if err != nil {
 			return err
 		}
@@ -136,6 +136,10 @@ func (s *Store) UpdateUpstream(ctx context.Context, id string, expect int64, spe
 	if spec.MaxUtilization7d != nil {
 		set += ", max_utilization_7d = ?"
 		args = append(args, *spec.MaxUtilization7d)
+	}
+	if spec.MaxInFlight != nil {
+		set += ", max_in_flight = ?"
+		args = append(args, *spec.MaxInFlight)
 	}
 	var check func(*txn) error
 	if spec.Credential != nil {
@@ -205,6 +209,9 @@ func (s *Store) PatchUpstream(ctx context.Context, id string, expect int64, p st
 	}
 	if p.MaxUtilization7d != nil {
 		add("max_utilization_7d", *p.MaxUtilization7d)
+	}
+	if p.MaxInFlight != nil {
+		add("max_in_flight", *p.MaxInFlight)
 	}
 	if p.Cloud != nil {
 		add("cloud", cloudColumn(*p.Cloud))

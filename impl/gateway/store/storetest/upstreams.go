@@ -24,6 +24,7 @@ func exerciseUpstreams(t *testing.T, open Opener) {
 	t.Run("Weight", func(t *testing.T) { run(t, open, testUpstreamWeight) })
 	t.Run("Cooldowns", func(t *testing.T) { run(t, open, testCooldowns) })
 	t.Run("UtilizationThresholds", func(t *testing.T) { run(t, open, testUtilizationThresholds) })
+	t.Run("UpstreamMaxInFlight", func(t *testing.T) { run(t, open, testUpstreamMaxInFlight) })
 	t.Run("SessionAffinity", func(t *testing.T) { run(t, open, testSessionAffinity) })
 	t.Run("QuotaWindows", func(t *testing.T) { run(t, open, testQuotaWindows) })
 }
@@ -80,6 +81,45 @@ func testUtilizationThresholds(t *testing.T, open Opener) {
 	for _, c := range cfg.Upstreams {
 		if c.ID == u.ID && (c.MaxUtilization5h != 80 || c.MaxUtilization7d != 90) {
 			t.Fatalf("configuration read %d %d", c.MaxUtilization5h, c.MaxUtilization7d)
+		}
+	}
+}
+
+// An upstream's cap on requests in flight: none unless given at create,
+// kept by an update that does not name it, changed by update and patch,
+// read by the configuration load.
+func testUpstreamMaxInFlight(t *testing.T, open Opener) {
+	b := setup(t, open)
+	u := must(b.st.CreateUpstream(b.ctx, apiKeySpec("plain")))
+	if u.MaxInFlight != 0 {
+		t.Fatalf("default cap %d", u.MaxInFlight)
+	}
+	two, five := 2, 5
+	spec := apiKeySpec("capped")
+	spec.MaxInFlight = &two
+	if g := must(b.st.CreateUpstream(b.ctx, spec)); g.MaxInFlight != 2 {
+		t.Fatalf("created with %d", g.MaxInFlight)
+	}
+	spec = apiKeySpec("plain")
+	spec.Credential = nil
+	spec.MaxInFlight = &five
+	up := must(b.st.UpdateUpstream(b.ctx, u.ID, u.SpecRevision, spec))
+	if up.MaxInFlight != 5 {
+		t.Fatalf("updated %d", up.MaxInFlight)
+	}
+	spec.MaxInFlight = nil
+	up = must(b.st.UpdateUpstream(b.ctx, u.ID, up.SpecRevision, spec))
+	if up.MaxInFlight != 5 {
+		t.Fatalf("an update not naming it changed it to %d", up.MaxInFlight)
+	}
+	p := must(b.st.PatchUpstream(b.ctx, u.ID, up.SpecRevision, store.UpstreamPatch{MaxInFlight: &two}))
+	if p.MaxInFlight != 2 || p.SpecRevision != up.SpecRevision+1 {
+		t.Fatalf("patched %+v", p)
+	}
+	cfg := must(b.st.LoadConfig(b.ctx))
+	for _, c := range cfg.Upstreams {
+		if c.ID == u.ID && c.MaxInFlight != 2 {
+			t.Fatalf("configuration read %d", c.MaxInFlight)
 		}
 	}
 }
