@@ -19,7 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 )
 
-func newBox(t *testing.T) *secret.Box {
+func newBox(t testing.TB) *secret.Box {
 	t.Helper()
 	key := make([]byte, 32)
 	rand.Read(key)
