@@ -21,7 +21,7 @@ PLUGINS := modelrouter pinrouter hostile dialect
 # Plugins written in WebAssembly text, assembled by wat2wasm (Debian's wabt).
 WAT_PLUGINS := pinrouterwat
 
-.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
+.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind e2e-storage chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -92,6 +92,9 @@ e2e-kernel: ## The agent on a real kernel under qemu: LVM, ZFS, nvmet, nvme conn
 
 e2e-kind: ## Charts on an offline kind cluster: pillar-csi (PVC lifecycle, webhooks, mTLS, failover) and the proxy (rolling restart)
 	bash scripts/e2e-kind.sh
+
+e2e-storage: ## Every spec of Kubernetes' external storage suite against pillar-csi on a kind cluster (make test runs a subset)
+	bash scripts/e2e-kind.sh --storage
 
 bench: build ## Benchmarks: proxy overhead vs a bare reverse proxy; writes docs/benchmarks.md
 	bash scripts/bench.sh

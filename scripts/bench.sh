@@ -203,6 +203,9 @@ go test -run '^$' -bench Admit -benchmem -count 1 ./impl/gateway/limits/ | tee -
 # issue 23 (h/ops): the proxy path with a limited principal (anthropic-ratelimit-* headers) and
 # the metrics on, beside the plain path; allocs/op is the stable figure on a busy machine.
 go test -run '^$' -bench 'BenchmarkRelay(LimitedWithMetrics)?$' -benchmem -benchtime 2000x -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
+# issue 37 (h/traces): the same path with OpenTelemetry tracing on, sampling 1 % and 100 %,
+# exported over OTLP/gRPC to a receiver on loopback.
+go test -run '^$' -bench 'BenchmarkRelayTraced' -benchmem -benchtime 2000x -count 1 ./impl/gateway/relay/ | tee -a "$tmp/micro.txt"
 # issue 24 (h/evwriter): one write of the request-event writer on SQLite, by events per
 # transaction (it writes every 50 ms); cpu-ns/op is the burst beside the requests.
 go test -run '^$' -bench InsertRequestEvents -benchmem -benchtime 500x -count 1 ./impl/gateway/store/sqlite/ | tee -a "$tmp/micro.txt"
@@ -386,6 +389,13 @@ in a 1 MB prompt, `BenchmarkScanRequestTypical` the same in a 2 KB body with the
 an SDK sends; `BenchmarkSSETap` is the usage tap's work on a 16-event stream read one event
 at a time. `BenchmarkAdmit` (in `impl/gateway/limits`) is the `default_limits` check of a
 principal with a request and a token limit, from GOMAXPROCS goroutines.
+
+`BenchmarkProxyPathTracing` is `BenchmarkProxyPath`'s two proxies again, beside the gateway with
+OpenTelemetry tracing on (docs/tracing.md), sampling 1 % and 100 % of requests and exporting over
+OTLP/gRPC, batched as bin/proxy exports, to a receiver on loopback in the same process: its
+cpu-ns/op counts the export and the receiver's decoding, so it bounds tracing's CPU from above.
+`BenchmarkRelayTraced` (in `impl/gateway/relay`) does the same beside `BenchmarkRelay`. Tracing
+off is the plain `gateway` rows: the hooks are nil checks and allocate nothing.
 EOF
   echo
   echo "## Routing across accounts (issue 33)"

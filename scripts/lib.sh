@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shared helpers for the project's scripts. Source it; do not run it.
-step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step is stamped with the UTC time, so a CI log shows what every stage took.
+step() { printf '\033[1m==> %s %s\033[0m\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 note() { printf '    %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

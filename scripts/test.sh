@@ -20,7 +20,9 @@ guest_pid=$!
 kind_log=bin/artifacts/kind/images.log
 mkdir -p bin/artifacts/kind
 bash scripts/docker.sh
-{ bash scripts/kind/sidecar-images.sh && bash scripts/kind/node-image.sh; } >"$kind_log" 2>&1 &
+# Kubernetes' e2e.test (the external storage suite, built from the same
+# module as the node's binaries) follows in the same job.
+{ bash scripts/kind/sidecar-images.sh && bash scripts/kind/node-image.sh && bash scripts/kind/e2e-binary.sh; } >"$kind_log" 2>&1 &
 kind_pid=$!
 trap 'kill $guest_pid $kind_pid 2>/dev/null || true' EXIT
 
@@ -78,6 +80,8 @@ go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
 
 step "kind e2e (make e2e-kind: pillar-csi and proxy charts on an offline kind cluster)"
 if ! wait $kind_pid; then tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; fi
+# What the background build took, piece by piece (nothing when cached).
+grep -E 'built in [0-9]+s|done in [0-9]+s' "$kind_log" >&2 || true
 bash scripts/e2e-kind.sh
 
 step "real kernel under qemu (make e2e-kernel: agent, controller, node, LVM, ZFS, nvmet, nvme connect)"

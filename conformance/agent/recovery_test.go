@@ -99,6 +99,8 @@ func scrape(addr string) map[string]*familyView {
 			switch {
 			case m.GetGauge() != nil:
 				v.values[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				v.values[key] = m.GetCounter().GetValue()
 			case m.GetHistogram() != nil:
 				v.values[key] = float64(m.GetHistogram().GetSampleCount())
 			}
@@ -124,6 +126,8 @@ var _ = Describe("Metrics", func() {
 		Expect(freeBefore).To(BeNumerically(">", 3*gib))
 		Expect(m["pillar_agent_pool_total_bytes"].values).To(HaveKey("kind=lvm,pool=vg0"))
 		Expect(m["pillar_agent_pool_healthy"].values).To(And(HaveKeyWithValue("kind=zfs,pool=tank", 1.0), HaveKeyWithValue("kind=lvm,pool=vg0", 1.0)))
+		// The thin pool's metadata usage, and no such series for ZFS.
+		Expect(m["pillar_agent_thin_pool_metadata_used_ratio"].values).To(Equal(map[string]float64{"pool=vg0,thin_pool=thinpool": 0}))
 
 		_, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "tank", Name: "pvc-m", SizeBytes: 256 * mib})
 		Expect(err).NotTo(HaveOccurred())

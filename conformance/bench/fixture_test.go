@@ -85,11 +85,11 @@ type gateway struct {
 	events *discardEvents
 }
 
-func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) gateway {
+func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper, opts ...func(*relay.Options)) gateway {
 	ev := &discardEvents{}
 	rec := usage.NewRecorder(ev, usage.Options{})
 	tb.Cleanup(rec.Close)
-	h := relay.New(relay.Options{
+	o := relay.Options{
 		Source:    staticSource{gatewaySnapshot(upstreamURL)},
 		Recorder:  rec,
 		Transport: transport,
@@ -97,7 +97,11 @@ func newGateway(tb testing.TB, upstreamURL string, transport http.RoundTripper) 
 		// The routing state, as bin/proxy wires it: every request reads the
 		// cooldowns and counts itself in flight.
 		Board: routing.NewBoard(nil),
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	h := relay.New(o)
 	return gateway{Handler: h, rec: rec, events: ev}
 }
 

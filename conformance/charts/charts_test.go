@@ -226,22 +226,35 @@ var _ = Describe("pillar-csi chart", func() {
 
 	It("refuses every backend rule the seed says fails rendering, naming the key", Label("S-AG-3", "S-AG-4", "S-AG-7"), func() {
 		for want, b := range map[string][]any{
-			"agent.backends[0]: sets neither zfs nor lvm":           {map[string]any{}},
-			"agent.backends[0]: sets both zfs and lvm":              {map[string]any{"zfs": map[string]any{"pool": "a"}, "lvm": map[string]any{"volumeGroup": "b"}}},
-			"agent.backends[0].zfs.properties":                      {map[string]any{"zfs": map[string]any{"pool": "a", "properties": map[string]any{"compression": "lz4"}}}},
-			"agent.backends[0].zfs.pool: required":                  {map[string]any{"zfs": map[string]any{"parentDataset": "x"}}},
-			"agent.backends[0].zfs.volumeType":                      {map[string]any{"zfs": map[string]any{"pool": "a", "volumeType": "filesystem"}}},
-			"agent.backends[0].lvm.volumeGroup: required":           {map[string]any{"lvm": map[string]any{"thinPool": "t"}}},
-			"agent.backends[0].lvm.provisioningMode":                {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "provisioningMode": "fat"}}},
-			"agent.backends[0].lvm.size: unknown key":               {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "size": 1}}},
-			"agent.backends[0].nfs: unknown key":                    {map[string]any{"nfs": map[string]any{}, "lvm": map[string]any{"volumeGroup": "v"}}},
-			`agent.backends[1].zfs.pool: pool "a" appears in more`:  {map[string]any{"zfs": map[string]any{"pool": "a"}}, map[string]any{"zfs": map[string]any{"pool": "a"}}},
-			`agent.backends[1].lvm.volumeGroup: volume group "v" a`: {map[string]any{"lvm": map[string]any{"volumeGroup": "v"}}, map[string]any{"lvm": map[string]any{"volumeGroup": "v"}}},
-			`"same" is both a ZFS pool and an LVM volume group`:     {map[string]any{"zfs": map[string]any{"pool": "same"}}, map[string]any{"lvm": map[string]any{"volumeGroup": "same"}}},
+			"agent.backends[0]: sets neither zfs nor lvm": {map[string]any{}},
+			"agent.backends[0]: sets both zfs and lvm":    {map[string]any{"zfs": map[string]any{"pool": "a"}, "lvm": map[string]any{"volumeGroup": "b"}}},
+			"agent.backends[0].zfs.properties":            {map[string]any{"zfs": map[string]any{"pool": "a", "properties": map[string]any{"compression": "lz4"}}}},
+			"agent.backends[0].zfs.pool: required":        {map[string]any{"zfs": map[string]any{"parentDataset": "x"}}},
+			"agent.backends[0].zfs.volumeType":            {map[string]any{"zfs": map[string]any{"pool": "a", "volumeType": "filesystem"}}},
+			"agent.backends[0].lvm.volumeGroup: required": {map[string]any{"lvm": map[string]any{"thinPool": "t"}}},
+			"agent.backends[0].lvm.provisioningMode":      {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "provisioningMode": "fat"}}},
+			"agent.backends[0].lvm.size: unknown key":     {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "size": 1}}},
+			// Beyond the seed: the thin pool's overprovision budget.
+			"agent.backends[0].lvm.overprovisionRatio: must be a number of at least 1": {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "thinPool": "t", "overprovisionRatio": 0.5}}},
+			"agent.backends[0].lvm.overprovisionRatio: must be a number":               {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "thinPool": "t", "overprovisionRatio": "2"}}},
+			"agent.backends[0].lvm.overprovisionRatio: needs lvm.thinPool":             {map[string]any{"lvm": map[string]any{"volumeGroup": "v", "overprovisionRatio": 2}}},
+			"agent.backends[0].nfs: unknown key":                                       {map[string]any{"nfs": map[string]any{}, "lvm": map[string]any{"volumeGroup": "v"}}},
+			`agent.backends[1].zfs.pool: pool "a" appears in more`:                     {map[string]any{"zfs": map[string]any{"pool": "a"}}, map[string]any{"zfs": map[string]any{"pool": "a"}}},
+			`agent.backends[1].lvm.volumeGroup: volume group "v" a`:                    {map[string]any{"lvm": map[string]any{"volumeGroup": "v"}}, map[string]any{"lvm": map[string]any{"volumeGroup": "v"}}},
+			`"same" is both a ZFS pool and an LVM volume group`:                        {map[string]any{"zfs": map[string]any{"pool": "same"}}, map[string]any{"lvm": map[string]any{"volumeGroup": "same"}}},
 		} {
 			_, err := charts.Render("pillar-csi", map[string]any{"agent": map[string]any{"backends": b}})
 			Expect(err).To(HaveOccurred(), want)
 			Expect(err.Error()).To(ContainSubstring(want))
+		}
+		// A whole or fractional ratio with a thin pool renders into the
+		// agent's configuration as given.
+		for _, ratio := range []any{10, 2.5} {
+			objs, err := charts.Render("pillar-csi", map[string]any{"agent": map[string]any{"backends": []any{
+				map[string]any{"lvm": map[string]any{"volumeGroup": "v", "thinPool": "t", "overprovisionRatio": ratio}}}}})
+			Expect(err).NotTo(HaveOccurred(), "ratio %v", ratio)
+			cm := find(objs, "ConfigMap", "pillar-pillar-csi-agent-config")
+			Expect(fmt.Sprint(cm.Map["data"])).To(ContainSubstring(fmt.Sprintf("overprovisionRatio: %v", ratio)))
 		}
 	})
 

@@ -35,8 +35,20 @@ type promtoolTests struct {
 }
 
 var _ = Describe("proxy chart alerting rules", func() {
-	rulesPath := filepath.Join(charts.Dir("proxy"), "alerts", "proxy.rules.yaml")
-	testPath, _ := filepath.Abs(filepath.Join("testdata", "proxy-rules.test.yaml"))
+	alertingRuleSpecs("proxy", map[string]any{"prometheusRule": map[string]any{"enabled": true, "additionalLabels": map[string]any{"release": "prom"}}}, "pillar-proxy", "storage")
+})
+
+var _ = Describe("pillar-csi chart alerting rules", func() {
+	alertingRuleSpecs("pillar-csi", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true, "additionalLabels": map[string]any{"release": "prom"}}}}, "pillar-pillar-csi", "storage")
+})
+
+// alertingRuleSpecs checks a chart's alerts/<chart>.rules.yaml: rendered
+// unchanged as the PrometheusRule that enabled values create (named name,
+// in namespace), with promtool tests in testdata/<chart>-rules.test.yaml
+// that expect every alert to fire.
+func alertingRuleSpecs(chart string, enabled map[string]any, name, namespace string) {
+	rulesPath := filepath.Join(charts.Dir(chart), "alerts", chart+".rules.yaml")
+	testPath, _ := filepath.Abs(filepath.Join("testdata", chart+"-rules.test.yaml"))
 
 	readRules := func() (ruleFile, string) {
 		raw, err := os.ReadFile(rulesPath)
@@ -47,19 +59,19 @@ var _ = Describe("proxy chart alerting rules", func() {
 	}
 
 	It("renders no PrometheusRule by default and the rule file's groups as its spec when enabled", func() {
-		objs, err := charts.Render("proxy", nil)
+		objs, err := charts.Render(chart, nil)
 		Expect(err).NotTo(HaveOccurred())
 		for _, o := range objs {
 			Expect(o.Kind).NotTo(Equal("PrometheusRule"))
 		}
-		objs, err = charts.Render("proxy", map[string]any{"prometheusRule": map[string]any{"enabled": true, "additionalLabels": map[string]any{"release": "prom"}}})
+		objs, err = charts.Render(chart, enabled)
 		Expect(err).NotTo(HaveOccurred())
-		pr := find(objs, "PrometheusRule", "pillar-proxy")
+		pr := find(objs, "PrometheusRule", name)
 		Expect(pr.Map["apiVersion"]).To(Equal("monitoring.coreos.com/v1"))
 		md := pr.Map["metadata"].(map[string]any)
-		Expect(md["namespace"]).To(Equal("storage"))
+		Expect(md["namespace"]).To(Equal(namespace))
 		Expect(md["labels"]).To(HaveKeyWithValue("release", "prom"))
-		Expect(md["labels"]).To(HaveKeyWithValue("app.kubernetes.io/name", "proxy"))
+		Expect(md["labels"]).To(HaveKeyWithValue("app.kubernetes.io/name", chart))
 		_, raw := readRules()
 		var want map[string]any
 		Expect(charts.UnmarshalYAML(raw, &want)).To(Succeed())
@@ -116,4 +128,4 @@ var _ = Describe("proxy chart alerting rules", func() {
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
 		Expect(string(out)).To(ContainSubstring("SUCCESS"))
 	})
-})
+}

@@ -192,6 +192,7 @@ var _ = Describe("Dashboard", func() {
 		// Spend today: the priced requests' cost, exact, and a Spend column.
 		Expect(text(ctx, "#stat-spend")).To(MatchRegexp(`\$0\.0\d+`))
 		Expect(bodyText(ctx)).To(ContainSubstring("Spend"))
+		Expect(text(ctx, "#tracing-note")).To(Equal("Tracing: off."))
 		screenshot(ctx, "05-overview")
 
 		// The traffic charts: fixed size, full 24-hour axis, names, the live hour.

@@ -50,7 +50,9 @@ func csiValues(extra map[string]any) map[string]any {
 	v := map[string]any{
 		"agent": map[string]any{
 			"backends": []any{
-				map[string]any{"lvm": map[string]any{"volumeGroup": "vg0", "thinPool": "thin", "provisioningMode": "thin"}},
+				// A budget of ten times the thin pool's size, so capacity
+				// tracking sees thin claims (capacitySpec).
+				map[string]any{"lvm": map[string]any{"volumeGroup": "vg0", "thinPool": "thin", "provisioningMode": "thin", "overprovisionRatio": 10}},
 				map[string]any{"zfs": map[string]any{"pool": "tank", "parentDataset": "k8s"}},
 			},
 			"image":             map[string]any{"repository": "pillar/pillar-agent-sim", "tag": "local"},
@@ -67,6 +69,9 @@ func csiValues(extra map[string]any) map[string]any {
 		// The csi-snapshotter sidecar and the VolumeSnapshotClass
 		// (snapshots_test.go installs the cluster's half first).
 		"snapshots": map[string]any{"enabled": true},
+		// Storage capacity tracking (on by default; capacitySpec), refreshed
+		// often enough for a spec to watch it move.
+		"controller": map[string]any{"sidecars": map[string]any{"provisioner": map[string]any{"capacityPollInterval": "5s"}}},
 	}
 	for k, x := range extra {
 		if m, ok := x.(map[string]any); ok {
@@ -441,6 +446,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		// Stores stay Ready under the new leader.
 		Eventually(func() string { s, _ := condition(c, storesGVR, "thin", "Ready"); return s }, time.Minute, 2*time.Second).Should(Equal("True"))
 	})
+
+	capacitySpec()
+	storageE2ESpec()
 })
 
 func withServerName(cfg *tls.Config, name string) *tls.Config {

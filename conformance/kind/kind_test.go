@@ -50,7 +50,8 @@ var (
 // use with default values (tagged so by scripts/images.sh and
 // scripts/kind/sidecar-images.sh; a chart bump that the scripts do not
 // follow fails the load, loudly), the snapshot images, the simulated
-// agent and node that csiValues runs, and the test workloads'.
+// agent and node that csiValues runs, and the test workloads' (ours and
+// Kubernetes' storage e2e's).
 func images() []string {
 	out := []string{"pillar/sim:local", "pillar/postgres:15-local", "docker.io/library/busybox:1.38.0",
 		"pillar/pillar-agent-sim:local", "pillar/pillar-node-sim:local"}
@@ -65,6 +66,8 @@ func images() []string {
 	// and the cluster's snapshot-controller.
 	sidecar, controller := snapshotImages()
 	out = append(out, sidecar, controller)
+	// Kubernetes' storage e2e patterns' images (storage_e2e_test.go).
+	out = append(out, storageE2EImageRefs()...)
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -128,8 +128,8 @@ offending key. Rules for agent.backends follow the agent's own checks.
 {{- $l := $b.lvm -}}
 {{- if not (kindIs "map" $l) -}}{{- fail (printf "agent.backends[%d].lvm: must be an object" $i) -}}{{- end -}}
 {{- range $k, $_ := $l -}}
-{{- if not (has $k (list "volumeGroup" "thinPool" "provisioningMode")) -}}
-{{- fail (printf "agent.backends[%d].lvm.%s: unknown key (allowed: volumeGroup, thinPool, provisioningMode)" $i $k) -}}
+{{- if not (has $k (list "volumeGroup" "thinPool" "provisioningMode" "overprovisionRatio")) -}}
+{{- fail (printf "agent.backends[%d].lvm.%s: unknown key (allowed: volumeGroup, thinPool, provisioningMode, overprovisionRatio)" $i $k) -}}
 {{- end -}}
 {{- end -}}
 {{- if not $l.volumeGroup -}}{{- fail (printf "agent.backends[%d].lvm.volumeGroup: required" $i) -}}{{- end -}}
@@ -138,6 +138,17 @@ offending key. Rules for agent.backends follow the agent's own checks.
 {{- end -}}
 {{- if and (eq (toString $l.provisioningMode) "thin") (not $l.thinPool) -}}
 {{- fail (printf "agent.backends[%d].lvm.provisioningMode: thin needs lvm.thinPool" $i) -}}
+{{- end -}}
+{{- if hasKey $l "overprovisionRatio" -}}
+{{- if not (or (kindIs "float64" $l.overprovisionRatio) (kindIs "int64" $l.overprovisionRatio) (kindIs "int" $l.overprovisionRatio)) -}}
+{{- fail (printf "agent.backends[%d].lvm.overprovisionRatio: must be a number of at least 1" $i) -}}
+{{- end -}}
+{{- if lt (float64 $l.overprovisionRatio) 1.0 -}}
+{{- fail (printf "agent.backends[%d].lvm.overprovisionRatio: must be a number of at least 1" $i) -}}
+{{- end -}}
+{{- if not $l.thinPool -}}
+{{- fail (printf "agent.backends[%d].lvm.overprovisionRatio: needs lvm.thinPool (only thin volumes are overprovisioned)" $i) -}}
+{{- end -}}
 {{- end -}}
 {{- if hasKey $groups (toString $l.volumeGroup) -}}
 {{- fail (printf "agent.backends[%d].lvm.volumeGroup: volume group %q appears in more than one entry" $i (toString $l.volumeGroup)) -}}

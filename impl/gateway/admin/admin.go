@@ -23,6 +23,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
 // Sealer encrypts credentials at rest.
@@ -93,6 +94,8 @@ type Deps struct {
 	Version      string
 	// ReplicaID names this replica in status.
 	ReplicaID string
+	// Tracing is shown in status (docs/tracing.md).
+	Tracing   TracingStatus
 	StartedAt time.Time
 	// PriceCatalog reports this replica's installed price catalog (optional).
 	PriceCatalog PriceCatalog
@@ -200,6 +203,7 @@ func New(d Deps) http.Handler {
 			h = a.audited(h)
 		}
 		a.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			tracing.Route(r.Context(), rt.method, rt.pattern)
 			if id, _ := IdentityFrom(r.Context()); !id.Role.may(need) {
 				render(w, r, a.Logger, forbidden(id, r))
 				return

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
 // APIError is every refusal of the admin API: an HTTP status, one of the
@@ -191,6 +192,7 @@ func render(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error)
 		log.DebugContext(ctx, "admin request refused", "method", r.Method, "path", r.URL.Path,
 			"status", ae.Status, "code", ae.Code, "message", ae.Message)
 	}
+	tracing.ErrorCode(ctx, ae.Code)
 	var body errorBody
 	body.Error.Code, body.Error.Message, body.Error.Details = ae.Code, ae.Message, ae.Details
 	if ae.Status == http.StatusUnauthorized {

@@ -24,6 +24,8 @@ type StatusResponse struct {
 	// Admission is each principal with a max_in_flight: its requests in
 	// flight and queued on this replica.
 	Admission []PrincipalAdmission `json:"admission"`
+	// Tracing is this replica's OpenTelemetry export (docs/tracing.md).
+	Tracing TracingStatus `json:"tracing"`
 }
 
 // PrincipalAdmission is a capped principal's slots in use and queue on
@@ -34,6 +36,18 @@ type PrincipalAdmission struct {
 	MaxInFlight int    `json:"max_in_flight"`
 	InFlight    int    `json:"in_flight"`
 	Queued      int    `json:"queued"`
+}
+
+// TracingStatus is the tracing configuration a replica runs with: the
+// rest only when enabled; the export headers (a collector's credentials)
+// are never shown.
+type TracingStatus struct {
+	Enabled  bool   `json:"enabled"`
+	Protocol string `json:"protocol,omitempty"`
+	// Endpoint is the receiver's URL without user information or query.
+	Endpoint             string   `json:"endpoint,omitempty"`
+	SamplerRatio         *float64 `json:"sampler_ratio,omitempty"`
+	PropagateTraceparent *bool    `json:"propagate_traceparent,omitempty"`
 }
 
 // UpstreamRouting is one upstream's routing state (docs/routing.md).
@@ -124,7 +138,7 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 		return storageUnavailable(err)
 	}
 	out := StatusResponse{Status: "ok", Version: a.Version, Driver: a.Store.Driver(), ReplicaID: a.ReplicaID,
-		ConfigGeneration: gen, StartedAtUnixSecs: unix(a.StartedAt)}
+		ConfigGeneration: gen, StartedAtUnixSecs: unix(a.StartedAt), Tracing: a.Tracing}
 	if a.Runtime != nil {
 		i := a.Runtime.Info()
 		out.Snapshot = SnapshotStatus{Generation: i.Generation, BuiltAtUnixSecs: unix(i.BuiltAt), Upstreams: i.Upstreams, Principals: i.Principals, Keys: i.Keys}

@@ -61,16 +61,9 @@ type Bedrock struct {
 var _ http.RoundTripper = (*Bedrock)(nil)
 
 func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
-	if isModels(req) {
-		return models(req, b.Models), nil
-	}
-	c, err := parseCall(req, b.Models)
-	var re *requestError
-	if errors.As(err, &re) {
-		return anthropicError(req, proxyerr.InvalidRequest(re.msg), nil), nil
-	}
-	if err != nil {
-		return nil, err
+	c, answer, err := accept(req, b.Models)
+	if c == nil {
+		return answer, err
 	}
 	op, accept := "invoke", "application/json"
 	body := c.encode(BedrockVersion, nil)

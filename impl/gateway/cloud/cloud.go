@@ -135,6 +135,24 @@ func jsonResponse(req *http.Request, status int, b []byte, h http.Header) *http.
 }
 
 // isModels reports whether req lists models.
+// accept reads the relay's request for a cloud kind: the call to make, or
+// (nil call) the answer the proxy gives itself — the models list, a 400
+// for a request the platform cannot take — or the error reading it.
+func accept(req *http.Request, m map[string]string) (*call, *http.Response, error) {
+	if isModels(req) {
+		return nil, models(req, m), nil
+	}
+	c, err := parseCall(req, m)
+	var re *requestError
+	if errors.As(err, &re) {
+		return nil, anthropicError(req, proxyerr.InvalidRequest(re.msg), nil), nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, nil, nil
+}
+
 func isModels(req *http.Request) bool {
 	return req.Method == http.MethodGet && (req.URL.Path == modelsPath || strings.HasPrefix(req.URL.Path, modelsPath+"/"))
 }

@@ -99,16 +99,9 @@ func ServiceAccountTokenURI(key []byte) (string, error) {
 }
 
 func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
-	if isModels(req) {
-		return models(req, v.Models), nil
-	}
-	c, err := parseCall(req, v.Models)
-	var re *requestError
-	if errors.As(err, &re) {
-		return anthropicError(req, proxyerr.InvalidRequest(re.msg), nil), nil
-	}
-	if err != nil {
-		return nil, err
+	c, answer, err := accept(req, v.Models)
+	if c == nil {
+		return answer, err
 	}
 	model, method := c.model, "rawPredict"
 	var extra map[string]json.RawMessage

@@ -13,9 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
 // Errors of the flow; the admin API maps each to a stable code.
@@ -96,6 +99,8 @@ type Service struct {
 	// AfterFunc arms the lazy-refresh timeout (time.AfterFunc when nil);
 	// tests fire it themselves.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// Tracer traces each token refresh (optional: nil traces nothing).
+	Tracer trace.Tracer
 
 	lazyMu    sync.Mutex
 	inflight  map[string]*lazyCall
@@ -402,6 +407,8 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 // the other path) rotated the token first, so nothing failed. A refusal of
 // the current credential is recorded and returned as ErrRefreshRefused.
 func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err error) {
+	ctx, span := tracing.Start(ctx, s.Tracer, "oauth refresh", tracing.UpstreamID.String(u.ID))
+	defer func() { endRefresh(span, moot, err) }()
 	old, err := s.Token(u)
 	if err != nil {
 		return false, fmt.Errorf("%v: %w", err, scheduler.ErrPermanent)

@@ -210,16 +210,31 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte(sse(toolStream[:6]...)), uint8(1))
 	f.Add([]byte(sse(`{"type":"error","error":{"type":"overloaded_error","message":"o"}}`)), uint8(3))
 	f.Add([]byte("data: {\"type\":\"message_stop\"}\r\n\r\ndata: x\n\n"), uint8(2))
+	f.Add([]byte(sse(`{"type":"message_start","message":{"id":"m<&>\u2028\u00e9","model":"\u0001\b\f\ud800x\"\\"}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t\u007f","name":"f\t"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":\"<\u2029>\"}"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\u00ff\ufffd\n"}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"input_tokens":-3,"output_tokens":9223372036854775807}}`,
+		`{"type":"message_stop"}`)), uint8(7))
+	f.Add([]byte(sse(`{"type":"message_start","message":{"id":"msg_a<b","model":"m&n"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x>y"}}`,
+		`{"type":"message_stop"}`)), uint8(64))
 	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
 		size := int(split)%64 + 1
 		for _, info := range []Info{{Stream: true}, {Stream: true, IncludeUsage: true, JSONTool: true}} {
-			s := NewStream(info, 1)
-			var out []byte
+			s, ref := NewStream(info, 1), NewStream(info, 1)
+			ref.reflect = true
+			var out, want []byte
 			for i := 0; i < len(in); i += size {
 				out = s.Feed(out, in[i:min(i+size, len(in))])
 			}
 			out = s.End(out)
 			checkChunks(t, in, out, s)
+			// The appended chunks are byte for byte encoding/json's.
+			want = ref.End(ref.Feed(want, in))
+			if !bytes.Equal(out, want) {
+				t.Fatalf("%q → appended chunks differ from encoding/json's:\n%q\n%q", in, out, want)
+			}
 		}
 	})
 }

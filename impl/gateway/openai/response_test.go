@@ -202,6 +202,8 @@ func TestStreamCutEndsWithError(t *testing.T) {
 		"cut":          sse(toolStream[:4]...),
 		"cut mid-line": sse(toolStream[:4]...) + `data: {"type":"content_blo`,
 		"error event":  sse(toolStream[:4]...) + sse(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`),
+		// Without a message the stream's own is kept, not an empty one.
+		"error event without a message": sse(toolStream[:4]...) + sse(`{"type":"error","error":{"type":"overloaded_error"}}`),
 	} {
 		s := NewStream(Info{Stream: true}, 1)
 		out := s.End(s.Feed(nil, []byte(in)))

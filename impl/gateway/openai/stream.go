@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
@@ -29,6 +30,10 @@ type Stream struct {
 	// Done: the answer ended (message_stop) and [DONE] was written.
 	// Failed: an error chunk was written; nothing follows it.
 	Done, Failed bool
+	// reflect encodes chunks with encoding/json, the reference the
+	// appended encoding is fuzzed against.
+	reflect bool
+	ev      streamEvent
 }
 
 // NewStream returns the translator of one answer.
@@ -104,8 +109,11 @@ func (s *Stream) event(out, data []byte) []byte {
 	if s.Done || s.Failed {
 		return out
 	}
-	var e streamEvent
-	if err := json.Unmarshal(data, &e); err != nil {
+	// One event value per stream, zeroed for each event: decoding into a
+	// fresh local would cost an allocation per event.
+	s.ev = streamEvent{}
+	e := &s.ev
+	if err := json.Unmarshal(data, e); err != nil {
 		return s.Fail(out, streamFailure("the upstream sent an event that is not JSON"))
 	}
 	switch e.Type {
@@ -189,7 +197,14 @@ func (s *Stream) event(out, data []byte) []byte {
 	case "error":
 		f := streamFailure("the upstream stream failed")
 		if e.Error != nil {
-			f = proxyerr.New(f.Status, e.Error.Type, e.Error.Message)
+			// Without a message of its own the error keeps the
+			// stream's: the SDKs raise the message, an empty one
+			// tells nothing.
+			msg := e.Error.Message
+			if msg == "" {
+				msg = f.Message
+			}
+			f = proxyerr.New(f.Status, e.Error.Type, msg)
 		}
 		return s.Fail(out, f)
 	case "ping":
@@ -202,12 +217,28 @@ func (s *Stream) event(out, data []byte) []byte {
 
 // chunk appends one chunk with the delta.
 func (s *Stream) chunk(out []byte, delta *chatDelta, finish *string) []byte {
+	if !s.reflect {
+		out = append(out, "data: "...)
+		out = s.appendChunk(out, delta, finish)
+		return append(out, "\n\n"...)
+	}
+	d := cloneDelta(delta)
+	var f *string
+	if finish != nil {
+		fr := strings.Clone(*finish)
+		f = &fr
+	}
 	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
-		Choices: []choice{{Index: 0, Delta: delta, FinishReason: finish}}}
+		Choices: []choice{{Index: 0, Delta: &d, FinishReason: f}}}
 	return s.emit(out, &c)
 }
 
 func (s *Stream) usageChunk(out []byte) []byte {
+	if !s.reflect {
+		out = append(out, "data: "...)
+		out = s.appendUsageChunk(out)
+		return append(out, "\n\n"...)
+	}
 	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 		Choices: []choice{}, Usage: usageOf(s.usage)}
 	return s.emit(out, &c)
@@ -249,4 +280,25 @@ func (s *Stream) End(out []byte) []byte {
 	}
 	out = s.lineDone(out, nil)
 	return s.Fail(out, streamFailure("the upstream stream ended before the answer was complete"))
+}
+
+// cloneDelta deeply copies a delta for the reference encoding, so that
+// nothing it points to escapes the caller's stack on the appended path.
+func cloneDelta(delta *chatDelta) chatDelta {
+	d := chatDelta{Role: strings.Clone(delta.Role)}
+	if delta.Content != nil {
+		c := strings.Clone(*delta.Content)
+		d.Content = &c
+	}
+	for _, tc := range delta.ToolCalls {
+		c := toolCallOut{ID: strings.Clone(tc.ID), Type: strings.Clone(tc.Type)}
+		if tc.Index != nil {
+			i := *tc.Index
+			c.Index = &i
+		}
+		c.Function.Name = strings.Clone(tc.Function.Name)
+		c.Function.Arguments = strings.Clone(tc.Function.Arguments)
+		d.ToolCalls = append(d.ToolCalls, c)
+	}
+	return d
 }

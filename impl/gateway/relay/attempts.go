@@ -52,6 +52,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			if lastErr == nil {
 				lastErr, lastUp = errCredentialRevoked, up
 			}
+			if h.tracer != nil {
+				traceSkip(r, up, "credential_revoked")
+			}
 			if !last {
 				h.failover()
 			}
@@ -60,6 +63,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		if up.CredentialKind == credential.OAuth && expired(up, now) {
 			h.refreshToken(up)
 			if !last {
+				if h.tracer != nil {
+					traceSkip(r, up, "oauth_expired")
+				}
 				// The provider would refuse it: do not spend a round trip.
 				h.failover()
 				continue
@@ -78,6 +84,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 		}
 		a := h.newAttempt(r.Context(), headerTimeout)
 		a.slot = slot
+		if h.tracer != nil {
+			h.traceAttempt(a, ep, up, i+1)
+		}
 		out, err := outbound(a.ctx, up, ep, r.URL.RawQuery, body, a, len(r.Header))
 		if err != nil {
 			a.done()
@@ -85,6 +94,9 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			continue
 		}
 		copyRequestHeaders(out.Header, r.Header)
+		if h.tracer != nil {
+			h.traceOutbound(out.Header, a)
+		}
 		setCredential(out.Header, up)
 		resp, err := h.roundTrip(up, out)
 		if err != nil {
@@ -100,12 +112,14 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 				}
 			}
 			h.metrics.upstreamError(up, class)
+			a.traceFailover(errorClassNames[class])
 			a.done()
 			lastErr, lastUp = err, up
 			h.failover()
 			continue
 		}
 		a.headersIn()
+		a.traceStatus(resp.StatusCode)
 		if resp.StatusCode == http.StatusUnauthorized && up.CredentialKind == credential.OAuth {
 			// An OAuth token the provider refuses (expired early, revoked
 			// or rotated elsewhere): refresh it and move on.
@@ -115,6 +129,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			// discarded either way.
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
+			a.traceFailover("oauth_refused")
 			a.done()
 			lastErr, lastUp = errOAuthRefused, up
 			if !last {
@@ -122,14 +137,18 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			continue
 		}
-		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) && h.metrics != nil {
-			h.metrics.cooldowns.Inc()
+		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) {
+			if h.metrics != nil {
+				h.metrics.cooldowns.Inc()
+			}
+			a.traceCooldown(until)
 		}
 		if !last && retryableStatus(resp.StatusCode) {
 			class, _ := statusErrorClass(resp.StatusCode)
 			h.metrics.upstreamError(up, class)
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drained for reuse, as above
 			resp.Body.Close()
+			a.traceFailover(failoverReason(resp.StatusCode))
 			a.done()
 			h.failover()
 			continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/admission"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the proxy path's deadlines (docs/resilience.md, "Proxy path").
@@ -127,6 +128,8 @@ type attempt struct {
 	// slot is the upstream's slot under its max_in_flight (zero: uncapped),
 	// given back when the attempt is done.
 	slot admission.Ticket
+	// span traces the attempt (trace.go); nil when tracing is off.
+	span trace.Span
 }
 
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
@@ -164,6 +167,9 @@ func (a *attempt) done() {
 	a.cancel(context.Canceled)
 	a.slot.Release()
 	a.slot = admission.Ticket{}
+	if a.span != nil {
+		a.span.End()
+	}
 }
 
 // cause is why the attempt's context ended (nil while it has not).

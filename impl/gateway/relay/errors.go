@@ -17,16 +17,19 @@ import (
 // counted. A client that went away is written to all the same: the write
 // fails quietly, and a context cancelled by the proxy's shutdown or by a
 // broken body says nothing of whether the client still listens.
-func (h *Handler) reply(w http.ResponseWriter, e *proxyerr.Error, ev *store.RequestEvent) {
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, e *proxyerr.Error, ev *store.RequestEvent) {
 	if ev == nil {
 		if h.metrics != nil {
 			h.metrics.observe(e.Status, 0)
+		}
+		if h.tracer != nil {
+			traceRefusal(r.Context(), e.Status, e.EventCode())
 		}
 		e.Write(w, false)
 		return
 	}
 	ev.Status, ev.ErrorType = e.Status, e.EventCode()
-	h.finish(*ev, ev.At) // counts it in the metrics
+	h.finish(r.Context(), *ev, ev.At) // counts it in the metrics
 	e.Write(w, false)
 }
 

@@ -22,7 +22,7 @@ func (h *Handler) principalOf(w http.ResponseWriter, r *http.Request) (*snapshot
 // models before choosing one see exactly what they can call.
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		h.reply(w, proxyerr.MethodNotAllowed(r.Method, http.MethodGet), nil)
+		h.reply(w, r, proxyerr.MethodNotAllowed(r.Method, http.MethodGet), nil)
 		return
 	}
 	k, ok := h.principalOf(w, r)
@@ -32,7 +32,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	p := k.Principal
 	if id, one := strings.CutPrefix(r.URL.Path, "/v1/models/"); one && !p.AllowsModel(id) {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.NotFound("model "+strconv.Quote(id)+" not found"), nil)
+		h.reply(w, r, proxyerr.NotFound("model "+strconv.Quote(id)+" not found"), nil)
 		return
 	}
 	var up *snapshot.Upstream
@@ -44,7 +44,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	}
 	if up == nil {
 		dontWaitForBody(w)
-		h.reply(w, errNoUpstream(), nil)
+		h.reply(w, r, errNoUpstream(), nil)
 		return
 	}
 	target := up.BaseURL + r.URL.Path
@@ -54,7 +54,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	out, err := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
 	if err != nil {
 		dontWaitForBody(w)
-		h.reply(w, unreachableError(err), nil)
+		h.reply(w, r, unreachableError(err), nil)
 		return
 	}
 	copyRequestHeaders(out.Header, r.Header)
@@ -62,14 +62,14 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	resp, err := h.roundTrip(up, out)
 	if err != nil {
 		dontWaitForBody(w)
-		h.reply(w, unreachableError(err), nil)
+		h.reply(w, r, unreachableError(err), nil)
 		return
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.API(http.StatusBadGateway, "upstream response truncated"), nil)
+		h.reply(w, r, proxyerr.API(http.StatusBadGateway, "upstream response truncated"), nil)
 		return
 	}
 	if resp.StatusCode == http.StatusOK && r.URL.Path == "/v1/models" {

@@ -26,7 +26,7 @@ func (h *Handler) admitSlot(w http.ResponseWriter, r *http.Request, p *snapshot.
 	var ref *admission.Refusal
 	if !errors.As(err, &ref) {
 		// The client left while queued: nobody reads the answer.
-		h.reply(w, proxyerr.API(http.StatusServiceUnavailable, "the request was canceled while queued"), refused)
+		h.reply(w, r, proxyerr.API(http.StatusServiceUnavailable, "the request was canceled while queued"), refused)
 		return false
 	}
 	if h.metrics != nil {
@@ -34,6 +34,6 @@ func (h *Handler) admitSlot(w http.ResponseWriter, r *http.Request, p *snapshot.
 	}
 	// Anthropic's answer to a rate limit, with an honest estimate of when
 	// a slot frees.
-	h.reply(w, proxyerr.RateLimited(ref.Error()+" (max_in_flight "+strconv.Itoa(p.MaxInFlight)+")", ref.RetryAfter), refused)
+	h.reply(w, r, proxyerr.RateLimited(ref.Error()+" (max_in_flight "+strconv.Itoa(p.MaxInFlight)+")", ref.RetryAfter), refused)
 	return false
 }

@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"io"
@@ -15,10 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
+	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/openai"
 	"github.com/pillarhq/pillar/impl/gateway/plugins"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
@@ -101,6 +105,12 @@ type Options struct {
 	// UpstreamCaps enforces upstreams' max_in_flight with a queue
 	// (optional: without it no upstream cap is enforced).
 	UpstreamCaps *admission.Controller
+	// Tracer traces requests and their attempts (optional: nil traces
+	// nothing, at no cost); Propagate sends the attempt's traceparent
+	// upstream, TraceCost prices a traced request's span.
+	Tracer    trace.Tracer
+	Propagate bool
+	TraceCost func(*store.RequestEvent) (money.Nanos, bool)
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -133,6 +143,9 @@ type Handler struct {
 	maxAttempts                                                         int
 	// afterFunc, set by tests, replaces the attempts' deadline timers.
 	afterFunc func(time.Duration, func()) timer
+	tracer    trace.Tracer // nil: tracing off (trace.go)
+	propagate bool
+	traceCost func(*store.RequestEvent) (money.Nanos, bool)
 
 	// held is the one field every request writes (twice): on a cache line
 	// of its own, so the other fields, read by every request, are not
@@ -206,6 +219,7 @@ func New(o Options) *Handler {
 		h.maxAttempts = DefaultMaxAttempts
 	}
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
+	h.tracer, h.propagate, h.traceCost = o.Tracer, o.Propagate, o.TraceCost
 	h.refresh = o.Refresher
 	return h
 }
@@ -249,12 +263,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.NotFound("no such endpoint: "+r.URL.Path), nil)
+		h.reply(w, r, proxyerr.NotFound("no such endpoint: "+r.URL.Path), nil)
 		return
 	}
 	if r.Method != http.MethodPost {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.MethodNotAllowed(r.Method, http.MethodPost), nil)
+		h.reply(w, r, proxyerr.MethodNotAllowed(r.Method, http.MethodPost), nil)
 		return
 	}
 	// The checks before dispatch and the relay run in functions of their
@@ -264,6 +278,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// class.
 	var q admitted
 	q.start, q.chat = h.now(), chat
+	if h.tracer != nil {
+		var span trace.Span
+		r, span = h.traceRequest(r, ep)
+		// Not deferred directly: End would record the relay's deliberate
+		// abort (http.ErrAbortHandler) as an exception with its stack.
+		defer func() { span.End() }()
+	}
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
 	defer func() { h.held.give(q.held); q.slot.Release() }()
@@ -317,32 +338,32 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		// Too large, over the cap, timed out or broken: do not wait for
 		// the rest of the body either.
 		dontWaitForBody(w)
-		h.reply(w, bodyError(err), &refused)
+		h.reply(w, r, bodyError(err), &refused)
 		return false
 	}
 	if q.chat != nil {
 		if body, err = h.translate(q, body); err != nil {
-			h.reply(w, translateError(err), &refused)
+			h.reply(w, r, translateError(err), &refused)
 			return false
 		}
 	}
 	model, stream, err := scanRequest(body)
 	if err != nil {
-		h.reply(w, proxyerr.InvalidRequest(err.Error()), &refused)
+		h.reply(w, r, proxyerr.InvalidRequest(err.Error()), &refused)
 		return false
 	}
 	if model == "" {
-		h.reply(w, proxyerr.InvalidRequest("model: field required"), &refused)
+		h.reply(w, r, proxyerr.InvalidRequest("model: field required"), &refused)
 		return false
 	}
 	// A model id is short text, and it is stored with every request event.
 	if !validModelID(model) {
-		h.reply(w, proxyerr.InvalidRequest("model: at most 256 bytes of valid UTF-8 without control characters"), &refused)
+		h.reply(w, r, proxyerr.InvalidRequest("model: at most 256 bytes of valid UTF-8 without control characters"), &refused)
 		return false
 	}
 	refused.Model, refused.Stream = model, stream && ep == epMessages
 	if !p.AllowsModel(model) {
-		h.reply(w, proxyerr.Permission("model "+strconv.Quote(model)+" is not allowed for this principal"), &refused)
+		h.reply(w, r, proxyerr.Permission("model "+strconv.Quote(model)+" is not allowed for this principal"), &refused)
 		return false
 	}
 	// The principal's standing, sent as its anthropic-ratelimit-* headers
@@ -355,9 +376,12 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 			if h.metrics != nil {
 				h.metrics.limited(lr.Limit.Kind)
 			}
+			if h.tracer != nil {
+				traceLimit(r, lr)
+			}
 			// Anthropic's answer to a rate limit: 429 rate_limit_error
 			// with retry-after, which the SDKs honour.
-			h.reply(w, proxyerr.RateLimited(lr.Message(), lr.RetryAfter), &refused)
+			h.reply(w, r, proxyerr.RateLimited(lr.Message(), lr.RetryAfter), &refused)
 			return false
 		}
 	}
@@ -370,16 +394,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		cands, plugRefusal, err = h.route(r, snap, p, model, stream && ep == epMessages)
 		if err != nil {
 			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
-			h.reply(w, proxyerr.API(http.StatusServiceUnavailable, "routing failed: "+err.Error()), &refused)
+			h.reply(w, r, proxyerr.API(http.StatusServiceUnavailable, "routing failed: "+err.Error()), &refused)
 			return false
 		}
 		if plugRefusal != nil {
-			h.reply(w, proxyerr.New(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message), &refused)
+			h.reply(w, r, proxyerr.New(plugRefusal.Status, plugRefusal.Type, plugRefusal.Message), &refused)
 			return false
 		}
 	}
 	if len(cands) == 0 {
-		h.reply(w, errNoUpstream(), &refused)
+		h.reply(w, r, errNoUpstream(), &refused)
 		return false
 	}
 	// The built-in router spreads by weight within each priority class; a
@@ -395,7 +419,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		if h.metrics != nil {
 			h.metrics.allCooling.Inc()
 		}
-		h.reply(w, proxyerr.RateLimited("every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339),
+		h.reply(w, r, proxyerr.RateLimited("every upstream of this principal is rate limited; retry after "+q.attempts.soonest.UTC().Format(time.RFC3339),
 			q.attempts.soonest.Sub(start)), &refused)
 		return false
 	}
@@ -446,25 +470,25 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 	} else if r.Context().Err() == nil {
 		h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
 	}
-	h.reply(w, e, ev)
+	h.reply(w, r, e, ev)
 }
 
 func (h *Handler) principalIn(snap *snapshot.Snapshot, w http.ResponseWriter, r *http.Request) (*snapshot.Key, bool) {
 	key := clientKey(r)
 	if key == "" {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.Authentication("missing API key: send x-api-key or Authorization: Bearer"), nil)
+		h.reply(w, r, proxyerr.Authentication("missing API key: send x-api-key or Authorization: Bearer"), nil)
 		return nil, false
 	}
 	k := snap.KeyByHash(sha256.Sum256([]byte(key)))
 	if k == nil {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.Authentication("invalid API key"), nil)
+		h.reply(w, r, proxyerr.Authentication("invalid API key"), nil)
 		return nil, false
 	}
 	if !k.Principal.Enabled {
 		dontWaitForBody(w)
-		h.reply(w, proxyerr.Permission("principal is disabled"), nil)
+		h.reply(w, r, proxyerr.Permission("principal is disabled"), nil)
 		return nil, false
 	}
 	return k, true
@@ -485,15 +509,20 @@ func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1)
 
 // finish hands the event to the recorder and updates metrics, off the
 // client's critical path: the response bytes are already written.
-func (h *Handler) finish(ev store.RequestEvent, start time.Time) { h.finishWith(ev, start, nil, nil) }
+func (h *Handler) finish(ctx context.Context, ev store.RequestEvent, start time.Time) {
+	h.finishWith(ctx, ev, start, nil, nil)
+}
 
 // finishWith is finish with the captured response: the body of a
 // non-streaming answer, the usage lines of a stream.
-func (h *Handler) finishWith(ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
+func (h *Handler) finishWith(ctx context.Context, ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
 	took := h.since(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
 	ev.DurationMillis = ceilMillis(took)
+	if h.tracer != nil {
+		h.traceFinish(ctx, &ev, body, sse)
+	}
 	if h.metrics != nil {
 		h.metrics.observe(ev.Status, took)
 	}

@@ -48,12 +48,12 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if !isSSE {
 		capture, rerr = readUpTo(resp.Body, buf, a, bufferLimit)
 		if rerr != nil && !errors.Is(rerr, io.EOF) && shuttingDown(r) {
-			h.reply(w, errShutdown(), ev)
+			h.reply(w, r, errShutdown(), ev)
 			return
 		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			h.interrupted(ev, a, up)
-			h.reply(w, proxyerr.API(http.StatusBadGateway, "the upstream response was cut short").WithCode("response_truncated"), ev)
+			h.reply(w, r, proxyerr.API(http.StatusBadGateway, "the upstream response was cut short").WithCode("response_truncated"), ev)
 			return
 		}
 	}
@@ -142,7 +142,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 	if resp.StatusCode >= 400 {
 		ev.ErrorType = errorType(capture)
 	}
-	h.finishWith(*ev, start, capture, tap.lines)
+	h.finishWith(r.Context(), *ev, start, capture, tap.lines)
 	if x != nil {
 		x.Status, x.Body, x.SSE = resp.StatusCode, capture, tap.lines
 		h.obs.Observe(*x)
@@ -183,6 +183,7 @@ func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
 // interrupted logs and counts a response the upstream cut or let go idle.
 func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.Upstream) {
 	idle := errors.Is(a.cause(), errUpstreamIdle)
+	a.traceCut(idle)
 	if h.metrics != nil {
 		if idle {
 			h.metrics.idleTimeouts.Inc()

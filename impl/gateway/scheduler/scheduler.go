@@ -20,6 +20,7 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Kind is the River kind every gateway job is stored under; the job type
@@ -150,6 +151,7 @@ type Scheduler struct {
 	client  client
 	// rescueAfter is how long a running job may go before it is rescued.
 	rescueAfter time.Duration
+	tracer      trace.Tracer // nil: job runs are not traced
 	// alarm wakes the producer at due times on SQLite (nil on PostgreSQL,
 	// where River's LISTEN/NOTIFY does).
 	alarm *alarm
@@ -180,6 +182,8 @@ type Options struct {
 	// RescueAfter is how long a job may stay running before it is taken for
 	// dead (its worker crashed) and retried by any replica, within its class.
 	RescueAfter time.Duration
+	// Tracer traces each job run (optional: nil traces nothing).
+	Tracer trace.Tracer
 }
 
 func (o *Options) defaults() {
@@ -241,7 +245,7 @@ func availableWhenDue(_ context.Context, p *rivertype.JobInsertParams) error {
 
 func newScheduler(types []Type, o Options) (*Scheduler, error) {
 	o.defaults()
-	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}, rescueAfter: o.RescueAfter}
+	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}, rescueAfter: o.RescueAfter, tracer: o.Tracer}
 	var names []string
 	for i := range types {
 		t := types[i]
@@ -490,7 +494,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		}
 		s.metrics.duration(name, s.now().Sub(start))
 	}()
-	out, herr := t.Handler(ctx, Job{
+	out, herr := s.handle(ctx, t, Job{
 		ID: job.ID, Type: name, IdempotencyKey: job.Args.IdempotencyKey, Payload: job.Args.Payload,
 		Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, ScheduledAt: job.ScheduledAt,
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/sso"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
 // Config is everything the proxy binary is told at start-up. Flags and the
@@ -135,6 +136,9 @@ type Config struct {
 	// chain, Google's application default credentials; docs/cloud.md).
 	AllowHostCloudCredentials bool `yaml:"allow_host_cloud_credentials"`
 
+	// Tracing exports OpenTelemetry traces (off by default; docs/tracing.md).
+	Tracing tracing.Config `yaml:"tracing"`
+
 	// Debug holds diagnostics that are off by default (docs/operations.md,
 	// Profiling).
 	Debug struct {
@@ -184,6 +188,7 @@ func defaults() Config {
 	c.Warmup.FreshFor = 10 * time.Minute
 	c.UsageStaleAfter = 15 * time.Minute
 	c.Relay = defaultRelayConfig() // relay area
+	c.Tracing = tracing.Defaults()
 	// listeners and shutdown (server area)
 	c.Listeners = ListenerLimits{ReadHeaderTimeout: 10 * time.Second, BodyReadTimeout: 60 * time.Second,
 		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
@@ -224,6 +229,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		plugTime   = fs.Duration("plugin-call-timeout", 0, "time limit of one WASM plugin call (default 50ms)")
 		intervals  = map[string]time.Duration{}
 		applyRelay = bindRelayFlags(fs) // relay area
+		applyTrace = bindTracingFlags(fs)
 		// listeners and shutdown (server area)
 		hdrTimeout  = fs.Duration("read-header-timeout", c.Listeners.ReadHeaderTimeout, "close a connection whose request headers take longer (every listener)")
 		bodyTimeout = fs.Duration("body-read-timeout", c.Listeners.BodyReadTimeout, "close a connection whose request body takes longer to arrive (every listener; the response stream is not bounded by it)")
@@ -336,6 +342,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		c.Plugins.CallTimeout = *plugTime
 	}
 	applyRelay(set, &c.Relay) // relay area: flags win over the file
+	applyTrace(set, &c.Tracing)
 	applySecurity(&c)
 	if set["oauth-lazy-refresh-timeout"] { // scheduler/oauth area
 		c.OAuth.LazyRefreshTimeout = *lazyTimeout
@@ -454,7 +461,8 @@ func (c *Config) Validate() error {
 	if c.Database.Replicas < 1 {
 		bad("database.replicas", "must be at least 1")
 	}
-	c.Relay.validate(bad)                                  // relay area
+	c.Relay.validate(bad) // relay area
+	c.Tracing.Validate("tracing", bad)
 	if c.OAuth.LazyRefreshTimeout < 100*time.Millisecond { // scheduler/oauth area
 		bad("oauth.lazy_refresh_timeout", "must be at least 100ms")
 	}

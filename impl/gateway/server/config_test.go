@@ -374,3 +374,33 @@ func TestConfigAlerts(t *testing.T) {
 		}
 	}
 }
+
+// Tracing is off by default; the file's section binds, flags win over it,
+// and each bad value is reported with its key.
+func TestTracingConfig(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tracing.Enabled || c.Tracing.Protocol != "grpc" || c.Tracing.SamplerRatio != 1 || !c.Tracing.PropagateTraceparent {
+		t.Fatalf("defaults %+v", c.Tracing)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("tracing:\n  enabled: true\n  endpoint: https://otel.example:4318\n  protocol: http\n  sampler_ratio: 0.25\n  propagate_traceparent: false\n  headers:\n    Authorization: Bearer file\n"), 0o600)
+	c, err = ParseConfig([]string{"--config", path, "--tracing-sampler-ratio", "0.01", "--tracing-header", "X-Team=a=b"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.Tracing
+	if !tc.Enabled || tc.Endpoint != "https://otel.example:4318" || tc.Protocol != "http" || tc.SamplerRatio != 0.01 ||
+		tc.PropagateTraceparent || tc.Headers["Authorization"] != "Bearer file" || tc.Headers["X-Team"] != "a=b" {
+		t.Fatalf("%+v", tc)
+	}
+	_, err = ParseConfig([]string{"--tracing-enabled", "--tracing-protocol", "thrift", "--tracing-sampler-ratio", "2", "--tracing-endpoint", "collector:4317"}, env(nil), io.Discard)
+	for _, want := range []string{"tracing.protocol", "tracing.sampler_ratio", "tracing.endpoint"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+}

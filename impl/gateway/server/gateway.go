@@ -32,6 +32,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
 )
@@ -80,6 +81,8 @@ type gateway struct {
 
 	sched      *scheduler.Scheduler
 	closeSched func()
+	// tracing is the OpenTelemetry pipeline; nil when tracing is off.
+	tracing *tracing.Provider
 	// alertMetrics are the alerts' series; alerts evaluates the
 	// conditions once the scheduler that delivers them is bound.
 	alertMetrics *alerts.Metrics
@@ -107,6 +110,12 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	}
 	if cfg.db.Driver == SQLite {
 		g.lane = newLane(adminLaneSize())
+	}
+	// Before anything that starts goroutines: its failure leaves only the
+	// plugin runtime to close.
+	if err := g.startTracing(ctx); err != nil {
+		_ = plugs.Close(ctx)
+		return nil, err
 	}
 	// default_limits: counted in memory, shared through the database.
 	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
@@ -188,6 +197,7 @@ func (g *gateway) buildServices() {
 	g.alertMetrics = alerts.NewMetrics(g.reg)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
+	g.subs.Service.Tracer = g.tracing.Tracer()
 }
 
 // schedulerTypes are the durable job types of the gateway and its services.
@@ -211,7 +221,7 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 func (g *gateway) startScheduler(ctx context.Context) {
 	cfg, types := g.cfg, g.schedulerTypes()
 	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
-		RescueAfter: cfg.SchedulerRescueAfter}
+		RescueAfter: cfg.SchedulerRescueAfter, Tracer: g.tracing.Tracer()}
 	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
 	if err == nil {
 		g.bindScheduler(sched)
@@ -256,6 +266,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
+	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
 	// A request meeting an expired or refused OAuth token asks the OAuth
 	// service for a refresh (issue 18.5) and fails over meanwhile.
 	relayOpts.Refresher = g.subs.Service
@@ -264,7 +275,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Store: g.stor.st, Sealer: g.box, Opener: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
-		OAuth: g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
+		Tracing: tracingStatus(cfg.Tracing),
+		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
 		UpstreamQueues: g.upstreamCaps, PrincipalQueues: g.admission,
 		// Security (issue 19.1, 19.2): what api_key_env may read and where
 		// upstreams may point.
@@ -272,6 +284,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		HostCloudCredentials: cfg.AllowHostCloudCredentials,
 		Extra:                g.adminExtra(h.metrics), Alerts: alertDeliveries{g.sched},
 	})
+	h.admin = traceAdmin(g.tracing, h.admin)
 	return h
 }
 
@@ -320,7 +333,7 @@ func (g *gateway) startBackground() *running {
 	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
 		go l.Run(bg)
 	}
-	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
 		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/relay"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 )
 
@@ -66,6 +67,8 @@ type running struct {
 	// plugs is the plugin runtime: its metered-call watcher and compiled
 	// modules go with the process's other services.
 	plugs *plugins.Runtime
+	// tracing exports the spans still buffered at close (nil: off).
+	tracing *tracing.Provider
 	// proxySrv drains first (its listener closes at once); adminSrv keeps
 	// answering /readyz (503) and /metrics until the drain ends.
 	proxySrv, adminSrv *http.Server
@@ -206,6 +209,7 @@ func (r *running) close() {
 	if r.plugs != nil {
 		_ = r.plugs.Close(context.Background()) // releases memory only; nothing to report at exit
 	}
+	stopTracing(r.tracing)
 	r.st.Close()
 }
 

@@ -16,7 +16,7 @@ func Backends(cfg *agentconfig.Config, run backend.Runner, deviceRoot string) (b
 		case b.ZFS != nil:
 			bs = append(bs, zfs.New(zfs.Config{Pool: b.ZFS.Pool, ParentDataset: b.ZFS.ParentDataset, DeviceRoot: deviceRoot}, run))
 		case b.LVM != nil:
-			bs = append(bs, lvm.New(lvm.Config{VolumeGroup: b.LVM.VolumeGroup, ThinPool: b.LVM.ThinPool, ProvisioningMode: b.LVM.ProvisioningMode, DeviceRoot: deviceRoot}, run))
+			bs = append(bs, lvm.New(lvm.Config{VolumeGroup: b.LVM.VolumeGroup, ThinPool: b.LVM.ThinPool, ProvisioningMode: b.LVM.ProvisioningMode, DeviceRoot: deviceRoot, OverprovisionRatio: b.LVM.OverprovisionRatio}, run))
 		}
 	}
 	return backend.NewSet(bs...)

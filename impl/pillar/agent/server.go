@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,16 @@ type Server struct {
 	// locks serialises the calls on one volume, so a retried create racing
 	// the original, or an export racing a delete, see each other's result.
 	locks keylock.Set
+
+	// gens are the exports' generations by subsystem NQN (see
+	// checkGeneration); read and changed under the volume's lock.
+	gensMu sync.Mutex
+	gens   map[string]uint64
+	// fences counts hosts cut off from an export they could reach;
+	// stale counts requests refused for an old generation, by method.
+	fences atomic.Uint64
+	staleM sync.Mutex
+	stale  map[string]uint64
 }
 
 // Options configure a Server.
@@ -172,6 +183,9 @@ func (s *Server) pools(ctx context.Context) []*agentv1.Pool {
 		if m, ok := b.(defaultModer); ok {
 			ap.DefaultProvisioningMode = m.DefaultProvisioningMode()
 		}
+		if p.Capacity.ThinPool {
+			ap.ThinMetadataUsed = &p.Capacity.ThinMetadataUsed
+		}
 		out = append(out, ap)
 	}
 	return out
@@ -223,8 +237,58 @@ func (s *Server) export(t *nvmet.Target) *agentv1.Export {
 	return &agentv1.Export{
 		Nqn: t.NQN, Uuid: t.UUID, Nguid: t.NGUID, Transport: "tcp",
 		Address: t.Address, Port: int32(t.Service), AddressFamily: s.exporter.Port.Family,
-		AllowedHosts: t.Hosts,
+		AllowedHosts: t.Hosts, Generation: s.generation(t.NQN),
 	}
+}
+
+func (s *Server) generation(nqn string) uint64 {
+	s.gensMu.Lock()
+	defer s.gensMu.Unlock()
+	return s.gens[nqn]
+}
+
+// checkGeneration refuses a request decided on an older generation of the
+// volume's export than the agent holds: it was overtaken by a later
+// publication (a deposed leader's call, a retry arriving late) and would
+// undo it. Called under the volume's lock, before anything changes.
+func (s *Server) checkGeneration(id, method string, gen uint64) error {
+	cur := s.generation(nvmet.NQN(id))
+	if gen == 0 || gen >= cur {
+		return nil
+	}
+	s.staleM.Lock()
+	if s.stale == nil {
+		s.stale = map[string]uint64{}
+	}
+	s.stale[method]++
+	s.staleM.Unlock()
+	s.log.Warn("stale_request_refused", "method", method, "export", id, "generation", gen, "current", cur)
+	return status.Errorf(codes.Aborted, "stale request: volume %s's export is at generation %d, the request was decided at %d (read the export again and decide anew)", id, cur, gen)
+}
+
+// advance records a change of the export: one past the larger of the
+// agent's generation and the caller's (a restarted agent starts at 0 and
+// takes up the callers' count).
+func (s *Server) advance(id string, gen uint64) {
+	nqn := nvmet.NQN(id)
+	s.gensMu.Lock()
+	defer s.gensMu.Unlock()
+	if s.gens == nil {
+		s.gens = map[string]uint64{}
+	}
+	s.gens[nqn] = max(s.gens[nqn], gen) + 1
+}
+
+// FenceCounts are the counters of the fence metric: hosts cut off, and
+// stale requests refused by method.
+func (s *Server) FenceCounts() (fences uint64, stale map[string]uint64) {
+	s.staleM.Lock()
+	defer s.staleM.Unlock()
+	out := make(map[string]uint64, len(s.stale))
+	for k, v := range s.stale {
+		out[k] = v
+	}
+	return s.fences.Load(), out
 }
 
 // exported is a volume's target, nil when it is not exported.
@@ -369,6 +433,9 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 		return nil, err
 	}
 	id := nvmet.ExportID(req.GetPool(), req.GetName())
+	if err := s.checkGeneration(id, "ExportVolume", req.GetGeneration()); err != nil {
+		return nil, err
+	}
 	if req.GetSingleHost() {
 		if err := s.onlyHosts(id, req.GetAllowedHosts()); err != nil {
 			return nil, err
@@ -382,6 +449,7 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 			return nil, s.statusOf(err)
 		}
 	}
+	s.advance(id, req.GetGeneration())
 	t, err := s.exporter.Get(id)
 	if err != nil {
 		return nil, s.statusOf(err)
@@ -433,9 +501,14 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 		return nil, err
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
-	if err := s.exporter.Unexport(nvmet.ExportID(req.GetPool(), req.GetName())); err != nil {
+	id := nvmet.ExportID(req.GetPool(), req.GetName())
+	if err := s.checkGeneration(id, "UnexportVolume", req.GetGeneration()); err != nil {
+		return nil, err
+	}
+	if err := s.exporter.Unexport(id); err != nil {
 		return nil, s.statusOf(err)
 	}
+	s.advance(id, req.GetGeneration())
 	s.log.Info("volume_unexported", "pool", req.GetPool(), "volume", req.GetName())
 	return &agentv1.UnexportVolumeResponse{}, nil
 }
@@ -450,11 +523,15 @@ func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
 	id := nvmet.ExportID(req.GetPool(), req.GetName())
+	if err := s.checkGeneration(id, "AllowHost", req.GetGeneration()); err != nil {
+		return nil, err
+	}
 	if err := s.exporter.AllowHost(id, req.GetHostNqn()); errors.Is(err, fs.ErrNotExist) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s/%s is not exported", req.GetPool(), req.GetName())
 	} else if err != nil {
 		return nil, s.statusOf(err)
 	}
+	s.advance(id, req.GetGeneration())
 	t, err := s.exporter.Get(id)
 	if err != nil {
 		return nil, s.statusOf(err)
@@ -474,8 +551,19 @@ func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*a
 	}
 	defer s.lock(req.GetPool(), req.GetName())()
 	id := nvmet.ExportID(req.GetPool(), req.GetName())
+	if err := s.checkGeneration(id, "DenyHost", req.GetGeneration()); err != nil {
+		return nil, err
+	}
+	before, err := s.exported(req.GetPool(), req.GetName())
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
 	if err := s.exporter.DenyHost(id, req.GetHostNqn()); err != nil {
 		return nil, s.statusOf(err)
+	}
+	if before != nil && slices.Contains(before.Hosts, req.GetHostNqn()) {
+		s.fences.Add(1)
+		s.advance(id, req.GetGeneration())
 	}
 	resp := &agentv1.DenyHostResponse{}
 	t, err := s.exporter.Get(id)

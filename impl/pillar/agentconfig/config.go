@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -59,6 +61,11 @@ type LVM struct {
 	// ProvisioningMode is ProvisioningLinear or ProvisioningThin: the mode used
 	// when a request names none.
 	ProvisioningMode string
+	// OverprovisionRatio, when set (at least 1; needs ThinPool), makes the
+	// thin pool's capacity a budget of virtual sizes: pool size times the
+	// ratio, less the sizes of the thin volumes in it. Zero: the pool's
+	// free data space, however much has been promised.
+	OverprovisionRatio float64
 }
 
 // Name is the routing key of the backend: the pool or volume group name.
@@ -288,7 +295,7 @@ var (
 	// spec.backend (S-AG-6); unknown-key errors list them in this order.
 	entryKeys = []string{"zfs", "lvm"}
 	zfsKeys   = []string{"pool", "volumeType", "parentDataset"}
-	lvmKeys   = []string{"volumeGroup", "thinPool", "provisioningMode"}
+	lvmKeys   = []string{"volumeGroup", "thinPool", "provisioningMode", "overprovisionRatio"}
 )
 
 func (p *parser) config(doc *yaml.Node) *Config {
@@ -480,6 +487,18 @@ func (p *parser) lvm(path string, f field) (*LVM, *yaml.Node) {
 		default:
 			// S-AG-5
 			p.fail(path+".provisioningMode", v, "%q is not a provisioning mode; use %q or %q", mode, ProvisioningLinear, ProvisioningThin)
+		}
+	}
+	if f, present := fields["overprovisionRatio"]; present {
+		v := deref(f.value)
+		ratio, err := strconv.ParseFloat(v.Value, 64)
+		switch {
+		case v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || err != nil || math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 1:
+			p.fail(path+".overprovisionRatio", f.value, "must be a number of at least 1 (e.g. 1, 2.5), got %q", v.Value)
+		case !tpSet:
+			p.fail(path+".overprovisionRatio", v, "needs thinPool: only thin volumes are overprovisioned")
+		default:
+			l.OverprovisionRatio = ratio
 		}
 	}
 	return l, vgNode

@@ -112,7 +112,8 @@ func TestParse_S_AG_4_ZFSKeys(t *testing.T) {
 	})
 }
 
-// S-AG-5: lvm keys volumeGroup (required), thinPool, provisioningMode.
+// S-AG-5: lvm keys volumeGroup (required), thinPool, provisioningMode (and
+// overprovisionRatio, beyond the seed: docs/pillar-csi.md).
 func TestParse_S_AG_5_LVMKeys(t *testing.T) {
 	t.Parallel()
 	runCases(t, []parseCase{
@@ -123,6 +124,10 @@ func TestParse_S_AG_5_LVMKeys(t *testing.T) {
 		{"thinPool bad", "backends:\n- lvm: {volumeGroup: vg0, thinPool: \"a/b\"}\n", []wantErr{{"backends[0].lvm.thinPool", "not a valid LVM name"}}},
 		{"mode unknown", "backends:\n- lvm: {volumeGroup: vg0, provisioningMode: thick}\n", []wantErr{{"backends[0].lvm.provisioningMode", `"thick" is not a provisioning mode; use "linear" or "thin"`}}},
 		{"thin without pool", "backends:\n- lvm: {volumeGroup: vg0, provisioningMode: thin}\n", []wantErr{{"backends[0].lvm.provisioningMode", `"thin" requires thinPool`}}},
+		{"ratio below 1", "backends:\n- lvm: {volumeGroup: vg0, thinPool: tp, overprovisionRatio: 0.5}\n", []wantErr{{"backends[0].lvm.overprovisionRatio", `must be a number of at least 1 (e.g. 1, 2.5), got "0.5"`}}},
+		{"ratio not a number", "backends:\n- lvm: {volumeGroup: vg0, thinPool: tp, overprovisionRatio: \"2\"}\n", []wantErr{{"backends[0].lvm.overprovisionRatio", `must be a number of at least 1`}}},
+		{"ratio infinite", "backends:\n- lvm: {volumeGroup: vg0, thinPool: tp, overprovisionRatio: .inf}\n", []wantErr{{"backends[0].lvm.overprovisionRatio", `must be a number of at least 1`}}},
+		{"ratio without thin pool", "backends:\n- lvm: {volumeGroup: vg0, overprovisionRatio: 2}\n", []wantErr{{"backends[0].lvm.overprovisionRatio", `needs thinPool`}}},
 	})
 }
 
@@ -148,7 +153,7 @@ func TestParse_S_AG_8_UnknownKeys(t *testing.T) {
 		{"top level", "backends:\n- zfs: {pool: tank}\nlisten: \":9500\"\n", []wantErr{{"listen", "unknown key (allowed: backends)"}}},
 		{"entry level", "backends:\n- zfs: {pool: tank}\n  name: fast\n", []wantErr{{"backends[0].name", "unknown key (allowed: zfs, lvm)"}}},
 		{"zfs level", "backends:\n- lvm: {volumeGroup: vg0}\n- zfs: {pool: tank, parent_dataset: k8s}\n", []wantErr{{"backends[1].zfs.parent_dataset", "unknown key (allowed: pool, volumeType, parentDataset)"}}},
-		{"lvm level", "backends:\n- lvm: {volumeGroup: vg0, thinpool: tp}\n", []wantErr{{"backends[0].lvm.thinpool", "unknown key (allowed: volumeGroup, thinPool, provisioningMode)"}}},
+		{"lvm level", "backends:\n- lvm: {volumeGroup: vg0, thinpool: tp}\n", []wantErr{{"backends[0].lvm.thinpool", "unknown key (allowed: volumeGroup, thinPool, provisioningMode, overprovisionRatio)"}}},
 		{"duplicate key", "backends:\n- zfs:\n    pool: tank\n    pool: tank2\n", []wantErr{{"backends[0].zfs.pool", "duplicate key (first set on line 3)"}}},
 		{"merge key", "base: &b {pool: tank}\nbackends:\n- zfs:\n    <<: *b\n", []wantErr{
 			{"base", "unknown key"},
@@ -179,7 +184,7 @@ unknown: true
 	got := FieldErrors(err)
 	want := []string{
 		"backends[0].zfs.properties: ZFS properties are per-volume settings of the store resource, storage-class overrides or the PVC backend document; the agent configuration only places volumes (line 4)",
-		"backends[1].lvm.extra: unknown key (allowed: volumeGroup, thinPool, provisioningMode) (line 9)",
+		"backends[1].lvm.extra: unknown key (allowed: volumeGroup, thinPool, provisioningMode, overprovisionRatio) (line 9)",
 		`backends[1].lvm.provisioningMode: "thin" requires thinPool, the thin pool volumes are created in (line 8)`,
 		`backends[2].zfs.pool: ZFS pool "vg0" has the same name as the LVM volume group of backends[1]; pool and volume group names must differ because volumes are routed by name (line 11)`,
 		"backends[3]: sets neither zfs nor lvm; exactly one is required (line 12)",
@@ -223,6 +228,7 @@ backends:
   - lvm:
       volumeGroup: vg2
       thinPool: thin0
+      overprovisionRatio: 2.5
 `
 	cfg, err := Parse([]byte(doc))
 	if err != nil {
@@ -234,7 +240,7 @@ backends:
 		// S-AG-5: linear is the default mode.
 		{LVM: &LVM{VolumeGroup: "vg0", ProvisioningMode: "linear"}},
 		{LVM: &LVM{VolumeGroup: "vg1", ThinPool: "thin0", ProvisioningMode: "thin"}},
-		{LVM: &LVM{VolumeGroup: "vg2", ThinPool: "thin0", ProvisioningMode: "linear"}},
+		{LVM: &LVM{VolumeGroup: "vg2", ThinPool: "thin0", ProvisioningMode: "linear", OverprovisionRatio: 2.5}},
 	}}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got %+v\nwant %+v", cfg, want)

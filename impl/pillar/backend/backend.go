@@ -104,6 +104,11 @@ type Volume struct {
 type Capacity struct {
 	TotalBytes int64
 	FreeBytes  int64
+	// ThinPool is set for an LVM thin pool, whose metadata area fills on
+	// its own: when it is full every thin volume's writes fail, however
+	// much data space is left. ThinMetadataUsed is its usage, 0 to 1.
+	ThinPool         bool
+	ThinMetadataUsed float64
 }
 
 // Pool is what Discover found.

@@ -416,11 +416,16 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	// CSI spec asks, instead of adding a second host to its ACL. The agent
 	// checks and exports in one step under the volume's lock (single_host),
 	// so two publishes racing, from this replica or another, cannot both
-	// succeed.
-	if _, err := find(ctx, c, v); err != nil {
+	// succeed. The export's generation as read here goes with the call:
+	// if another publication changes the export in between (another
+	// replica, or this call delayed past a later unpublish), the agent
+	// refuses it as stale (ABORTED) and the attacher retries on fresh state.
+	x, err := find(ctx, c, v)
+	if err != nil {
 		return nil, err
 	}
-	ex, err := c.ExportVolume(ctx, &agentv1.ExportVolumeRequest{Pool: v.Pool, Name: v.Name, AllowedHosts: []string{node.HostNQN}, SingleHost: true})
+	ex, err := c.ExportVolume(ctx, &agentv1.ExportVolumeRequest{Pool: v.Pool, Name: v.Name, AllowedHosts: []string{node.HostNQN}, SingleHost: true,
+		Generation: x.GetExport().GetGeneration()})
 	if err != nil {
 		return nil, agentError("export volume", err)
 	}
@@ -481,19 +486,27 @@ func (s *Server) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 			return &csi.ControllerUnpublishVolumeResponse{}, nil // never published there
 		}
 		hosts = []string{node.HostNQN}
-	} else {
-		x, err := find(ctx, c, v)
-		if status.Code(err) == codes.NotFound {
-			return &csi.ControllerUnpublishVolumeResponse{}, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	// The export as it is now: its hosts when no node is named, and its
+	// generation, which the agent checks (see ControllerPublishVolume).
+	x, err := find(ctx, c, v)
+	if status.Code(err) == codes.NotFound {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req.GetNodeId() == "" {
 		hosts = x.GetExport().GetAllowedHosts()
 	}
+	gen := x.GetExport().GetGeneration()
 	for _, h := range hosts {
-		if _, err := c.DenyHost(ctx, &agentv1.DenyHostRequest{Pool: v.Pool, Name: v.Name, HostNqn: h}); err != nil && status.Code(err) != codes.NotFound {
+		resp, err := c.DenyHost(ctx, &agentv1.DenyHostRequest{Pool: v.Pool, Name: v.Name, HostNqn: h, Generation: gen})
+		if err != nil && status.Code(err) != codes.NotFound {
 			return nil, agentError("deny host", err)
+		}
+		if g := resp.GetExport().GetGeneration(); g > gen {
+			gen = g
 		}
 	}
 	s.log().Info("volume_unpublished", "volume_id", v.String(), "hosts", len(hosts))

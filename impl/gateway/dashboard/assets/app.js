@@ -631,8 +631,16 @@ function routingCell(u) {
     u.cooldown_until_unix_secs ? el("div", { class: "bad cooldown" }, `cooling down until ${time(u.cooldown_until_unix_secs)}`) : null);
 }
 
+// tracingNote says whether this replica exports traces (docs/tracing.md).
+function tracingNote(t) {
+  if (!t) return "";
+  if (!t.enabled) return "Tracing: off.";
+  return `Tracing: on, OTLP/${t.protocol} to ${t.endpoint}, ${+(t.sampler_ratio * 100).toFixed(2)}% of new traces sampled, traceparent ${t.propagate_traceparent ? "passed" : "not passed"} upstream.`;
+}
+
 async function overviewPage() {
-  const { data: o } = await api("GET", "/admin/v1/overview");
+  // Status only adds the tracing note: the page does without it.
+  const [{ data: o }, st] = await Promise.all([api("GET", "/admin/v1/overview"), api("GET", "/admin/v1/status").catch(() => null)]);
   const lh = o.last_hour;
   const ups = o.upstreams.map((u) => el("tr", { "data-upstream": u.name },
     el("td", {}, u.name), el("td", {}, u.kind), el("td", {}, u.enabled ? "enabled" : "disabled", routing(u)), el("td", {}, u.credential_mode || "none"),
@@ -662,7 +670,8 @@ async function overviewPage() {
       o.today_by_principal.length ? table(usageHeaders("Principal"), usageRows(o.today_by_principal, (u) => u.principal_name)) : el("p", { class: "hint" }, "No requests today.")),
     el("section", { "aria-labelledby": "h-uh" }, el("h2", { id: "h-uh" }, "Upstream health"),
       table(["Name", "Kind", "State", "Credential", "Last apply", "Warm-up / last", "Usage windows", "Routing"], ups),
-      el("p", { class: "hint" }, snap))];
+      el("p", { class: "hint" }, snap),
+      el("p", { class: "hint", id: "tracing-note" }, tracingNote(st && st.data && st.data.tracing)))];
 }
 
 // ------------------------------------------------------------- traffic

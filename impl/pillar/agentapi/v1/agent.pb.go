@@ -156,8 +156,12 @@ type Pool struct {
 	FreeBytes  int64  `protobuf:"varint,8,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
 	// default_provisioning_mode is the LVM mode of requests naming none.
 	DefaultProvisioningMode string `protobuf:"bytes,9,opt,name=default_provisioning_mode,json=defaultProvisioningMode,proto3" json:"default_provisioning_mode,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// thin_metadata_used is an LVM thin pool's metadata usage, 0 to 1; absent
+	// for other pools. A full metadata area fails every thin volume's writes
+	// however much data space is left, so it is watched on its own.
+	ThinMetadataUsed *float64 `protobuf:"fixed64,10,opt,name=thin_metadata_used,json=thinMetadataUsed,proto3,oneof" json:"thin_metadata_used,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -251,6 +255,13 @@ func (x *Pool) GetDefaultProvisioningMode() string {
 		return x.DefaultProvisioningMode
 	}
 	return ""
+}
+
+func (x *Pool) GetThinMetadataUsed() float64 {
+	if x != nil && x.ThinMetadataUsed != nil {
+		return *x.ThinMetadataUsed
+	}
+	return 0
 }
 
 type GetHealthRequest struct {
@@ -568,6 +579,10 @@ type Export struct {
 	Port          int32    `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
 	AddressFamily string   `protobuf:"bytes,7,opt,name=address_family,json=addressFamily,proto3" json:"address_family,omitempty"`
 	AllowedHosts  []string `protobuf:"bytes,8,rep,name=allowed_hosts,json=allowedHosts,proto3" json:"allowed_hosts,omitempty"`
+	// generation counts the changes of this export's hosts on this agent
+	// since it started (each export, allow, deny, unexport adds one; a
+	// restarted agent takes up the first generation a caller sends).
+	Generation    uint64 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -656,6 +671,13 @@ func (x *Export) GetAllowedHosts() []string {
 		return x.AllowedHosts
 	}
 	return nil
+}
+
+func (x *Export) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type Volume struct {
@@ -1252,7 +1274,12 @@ type ExportVolumeRequest struct {
 	// FAILED_PRECONDITION and changes nothing. The check and the export are
 	// one step under the volume's lock on the agent, so two publishes racing
 	// from any number of controllers cannot both succeed.
-	SingleHost    bool `protobuf:"varint,4,opt,name=single_host,json=singleHost,proto3" json:"single_host,omitempty"`
+	SingleHost bool `protobuf:"varint,4,opt,name=single_host,json=singleHost,proto3" json:"single_host,omitempty"`
+	// generation: the export's generation the caller decided on (Export.generation,
+	// from ListVolumes or an earlier answer). An older one than the agent's
+	// is ABORTED and changes nothing: a request delayed past a later
+	// publication (an old leader's, a retry) cannot undo it. 0 skips the check.
+	Generation    uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1315,6 +1342,13 @@ func (x *ExportVolumeRequest) GetSingleHost() bool {
 	return false
 }
 
+func (x *ExportVolumeRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type ExportVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Export        *Export                `protobuf:"bytes,1,opt,name=export,proto3" json:"export,omitempty"`
@@ -1360,9 +1394,14 @@ func (x *ExportVolumeResponse) GetExport() *Export {
 }
 
 type UnexportVolumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// generation: the export's generation the caller decided on (Export.generation,
+	// from ListVolumes or an earlier answer). An older one than the agent's
+	// is ABORTED and changes nothing: a request delayed past a later
+	// publication (an old leader's, a retry) cannot undo it. 0 skips the check.
+	Generation    uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1411,6 +1450,13 @@ func (x *UnexportVolumeRequest) GetName() string {
 	return ""
 }
 
+func (x *UnexportVolumeRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type UnexportVolumeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1448,10 +1494,15 @@ func (*UnexportVolumeResponse) Descriptor() ([]byte, []int) {
 }
 
 type AllowHostRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	HostNqn       string                 `protobuf:"bytes,3,opt,name=host_nqn,json=hostNqn,proto3" json:"host_nqn,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pool    string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	HostNqn string                 `protobuf:"bytes,3,opt,name=host_nqn,json=hostNqn,proto3" json:"host_nqn,omitempty"`
+	// generation: the export's generation the caller decided on (Export.generation,
+	// from ListVolumes or an earlier answer). An older one than the agent's
+	// is ABORTED and changes nothing: a request delayed past a later
+	// publication (an old leader's, a retry) cannot undo it. 0 skips the check.
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1507,6 +1558,13 @@ func (x *AllowHostRequest) GetHostNqn() string {
 	return ""
 }
 
+func (x *AllowHostRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type AllowHostResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Export        *Export                `protobuf:"bytes,1,opt,name=export,proto3" json:"export,omitempty"`
@@ -1552,10 +1610,15 @@ func (x *AllowHostResponse) GetExport() *Export {
 }
 
 type DenyHostRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	HostNqn       string                 `protobuf:"bytes,3,opt,name=host_nqn,json=hostNqn,proto3" json:"host_nqn,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pool    string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	HostNqn string                 `protobuf:"bytes,3,opt,name=host_nqn,json=hostNqn,proto3" json:"host_nqn,omitempty"`
+	// generation: the export's generation the caller decided on (Export.generation,
+	// from ListVolumes or an earlier answer). An older one than the agent's
+	// is ABORTED and changes nothing: a request delayed past a later
+	// publication (an old leader's, a retry) cannot undo it. 0 skips the check.
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1609,6 +1672,13 @@ func (x *DenyHostRequest) GetHostNqn() string {
 		return x.HostNqn
 	}
 	return ""
+}
+
+func (x *DenyHostRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type DenyHostResponse struct {
@@ -2032,7 +2102,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vagent.proto\x12\x0fpillar.agent.v1\"L\n" +
 	"\x06Layout\x12%\n" +
 	"\x0eparent_dataset\x18\x01 \x01(\tR\rparentDataset\x12\x1b\n" +
-	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\"\xcb\x02\n" +
+	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\"\x95\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.pillar.agent.v1.BackendKindR\x04kind\x12/\n" +
@@ -2046,7 +2116,10 @@ const file_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\b \x01(\x03R\tfreeBytes\x12:\n" +
-	"\x19default_provisioning_mode\x18\t \x01(\tR\x17defaultProvisioningMode\"\x12\n" +
+	"\x19default_provisioning_mode\x18\t \x01(\tR\x17defaultProvisioningMode\x121\n" +
+	"\x12thin_metadata_used\x18\n" +
+	" \x01(\x01H\x00R\x10thinMetadataUsed\x88\x01\x01B\x15\n" +
+	"\x13_thin_metadata_used\"\x12\n" +
 	"\x10GetHealthRequest\"\xb1\x01\n" +
 	"\x11GetHealthResponse\x12\x18\n" +
 	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12\x18\n" +
@@ -2069,7 +2142,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x01 \x01(\x03R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"free_bytes\x18\x02 \x01(\x03R\tfreeBytes\"\xdc\x01\n" +
+	"free_bytes\x18\x02 \x01(\x03R\tfreeBytes\"\xfc\x01\n" +
 	"\x06Export\x12\x10\n" +
 	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
@@ -2078,7 +2151,10 @@ const file_agent_proto_rawDesc = "" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\x05R\x04port\x12%\n" +
 	"\x0eaddress_family\x18\a \x01(\tR\raddressFamily\x12#\n" +
-	"\rallowed_hosts\x18\b \x03(\tR\fallowedHosts\"\xe6\x01\n" +
+	"\rallowed_hosts\x18\b \x03(\tR\fallowedHosts\x12\x1e\n" +
+	"\n" +
+	"generation\x18\t \x01(\x04R\n" +
+	"generation\"\xe6\x01\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -2121,29 +2197,41 @@ const file_agent_proto_rawDesc = "" +
 	"\x12ListVolumesRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"H\n" +
 	"\x13ListVolumesResponse\x121\n" +
-	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\"\x83\x01\n" +
+	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\"\xa3\x01\n" +
 	"\x13ExportVolumeRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
 	"\rallowed_hosts\x18\x03 \x03(\tR\fallowedHosts\x12\x1f\n" +
 	"\vsingle_host\x18\x04 \x01(\bR\n" +
-	"singleHost\"G\n" +
+	"singleHost\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x04R\n" +
+	"generation\"G\n" +
 	"\x14ExportVolumeResponse\x12/\n" +
-	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"?\n" +
+	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"_\n" +
 	"\x15UnexportVolumeRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x18\n" +
-	"\x16UnexportVolumeResponse\"U\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\"\x18\n" +
+	"\x16UnexportVolumeResponse\"u\n" +
 	"\x10AllowHostRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
-	"\bhost_nqn\x18\x03 \x01(\tR\ahostNqn\"D\n" +
+	"\bhost_nqn\x18\x03 \x01(\tR\ahostNqn\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\"D\n" +
 	"\x11AllowHostResponse\x12/\n" +
-	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"T\n" +
+	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"t\n" +
 	"\x0fDenyHostRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
-	"\bhost_nqn\x18\x03 \x01(\tR\ahostNqn\"C\n" +
+	"\bhost_nqn\x18\x03 \x01(\tR\ahostNqn\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\"C\n" +
 	"\x10DenyHostResponse\x12/\n" +
 	"\x06export\x18\x01 \x01(\v2\x17.pillar.agent.v1.ExportR\x06export\"\xb3\x01\n" +
 	"\bSnapshot\x12\x12\n" +
@@ -2299,6 +2387,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
+	file_agent_proto_msgTypes[1].OneofWrappers = []any{}
 	file_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*VolumeSource_Snapshot)(nil),
 		(*VolumeSource_Volume)(nil),

@@ -71,6 +71,9 @@ type Config struct {
 	// DeviceRoot stands for /dev when computing device paths ("/dev" when
 	// empty).
 	DeviceRoot string
+	// OverprovisionRatio, when above zero, makes the thin pool's capacity
+	// a budget of virtual sizes (agentconfig.LVM.OverprovisionRatio).
+	OverprovisionRatio float64
 }
 
 // Backend is the LVM implementation of backend.Backend.
@@ -636,7 +639,7 @@ func (b *Backend) Capacity(ctx context.Context, params map[string]string) (backe
 // thinPool reads the configured thin pool's size and data usage.
 func (b *Backend) thinPool(ctx context.Context) (backend.Capacity, error) {
 	tp := b.cfg.VolumeGroup + "/" + b.cfg.ThinPool
-	args := append(append([]string{}, reportArgs...), "-o", "lv_name,lv_size,lv_attr,data_percent", tp)
+	args := append(append([]string{}, reportArgs...), "-o", "lv_name,lv_size,lv_attr,data_percent,metadata_percent", tp)
 	out, err := b.run.Run(ctx, "lvs", args...)
 	if err != nil {
 		err = classify(err)
@@ -665,8 +668,49 @@ func (b *Backend) thinPool(ctx context.Context) (backend.Capacity, error) {
 			return backend.Capacity{}, fmt.Errorf("lvm: data_percent %q of %s: %w", v, tp, err)
 		}
 	}
+	meta := 0.0
+	if v := rows[0]["metadata_percent"]; v != "" {
+		if meta, err = strconv.ParseFloat(v, 64); err != nil {
+			return backend.Capacity{}, fmt.Errorf("lvm: metadata_percent %q of %s: %w", v, tp, err)
+		}
+	}
 	used := int64(float64(size) * pct / 100)
-	return backend.Capacity{TotalBytes: size, FreeBytes: max(0, size-used)}, nil
+	c := backend.Capacity{TotalBytes: size, FreeBytes: max(0, size-used), ThinPool: true, ThinMetadataUsed: meta / 100}
+	if b.cfg.OverprovisionRatio > 0 {
+		return b.thinBudget(ctx, c)
+	}
+	return c, nil
+}
+
+// thinBudget is a thin pool's capacity as a budget of virtual sizes: the
+// pool's size times the overprovision ratio, less the sizes of the thin
+// volumes (and snapshots) in it. Free data space alone says nothing about
+// what was promised: a thin volume takes none until written, so without
+// the budget a scheduler tracking capacity would admit claims without end.
+func (b *Backend) thinBudget(ctx context.Context, c backend.Capacity) (backend.Capacity, error) {
+	args := append(append([]string{}, reportArgs...), "-o", "lv_name,lv_size,pool_lv", b.cfg.VolumeGroup)
+	out, err := b.run.Run(ctx, "lvs", args...)
+	if err != nil {
+		return backend.Capacity{}, fmt.Errorf("lvm: %w", classify(err))
+	}
+	rows, err := parseReport(out, "lv")
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	var promised int64
+	for _, r := range rows {
+		if r["pool_lv"] != b.cfg.ThinPool {
+			continue
+		}
+		n, err := parseBytes("lv_size", r["lv_size"])
+		if err != nil {
+			return backend.Capacity{}, err
+		}
+		promised += n
+	}
+	c.TotalBytes = int64(float64(c.TotalBytes) * b.cfg.OverprovisionRatio)
+	c.FreeBytes = max(0, c.TotalBytes-promised)
+	return c, nil
 }
 
 // Discover checks the volume group and, when configured, the thin pool,
@@ -692,7 +736,7 @@ func (b *Backend) Discover(ctx context.Context) backend.Pool {
 		p.Reason = b.reason(err)
 		return p
 	}
-	c := backend.Capacity{TotalBytes: vg.size, FreeBytes: vg.free}
+	c := backend.Capacity{TotalBytes: vg.size, FreeBytes: vg.free, ThinPool: pool.ThinPool, ThinMetadataUsed: pool.ThinMetadataUsed}
 	if mode == backend.ModeThin {
 		c = pool
 	}

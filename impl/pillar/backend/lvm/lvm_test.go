@@ -15,7 +15,7 @@ type call = backendtest.Call
 const (
 	vgsCmd  = "vgs --reportformat json --units b --nosuffix -o vg_name,vg_size,vg_free,vg_extent_size vg0"
 	lvsPVC  = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,pool_lv,lv_tags vg0/pvc-1"
-	lvsPool = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,data_percent vg0/thin0"
+	lvsPool = "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,lv_attr,data_percent,metadata_percent vg0/thin0"
 	// A vgs report as LVM prints it; sizes carry the B suffix here to check
 	// the parser does not depend on --nosuffix.
 	vgsOut = `  {
@@ -170,14 +170,37 @@ func TestForeignLVIsLeftAlone(t *testing.T) {
 	}
 }
 
+// A thin pool's free data space, and its metadata usage (watched on its
+// own: a full metadata area stops writes with data space left).
 func TestThinCapacity(t *testing.T) {
 	t.Parallel()
 	b := newScripted(t, Config{ThinPool: "thin0", ProvisioningMode: "thin"},
-		call{Cmd: lvsPool, Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "lv_attr":"twi-aotz--", "data_percent":"25.00"}`)},
+		call{Cmd: lvsPool, Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "lv_attr":"twi-aotz--", "data_percent":"25.00", "metadata_percent":"87.50"}`)},
 	)
 	c, err := b.Capacity(context.Background(), nil)
-	if err != nil || c != (backend.Capacity{TotalBytes: 1 << 30, FreeBytes: 3 << 28}) {
+	if err != nil || c != (backend.Capacity{TotalBytes: 1 << 30, FreeBytes: 3 << 28, ThinPool: true, ThinMetadataUsed: 0.875}) {
 		t.Fatalf("Capacity = %+v, %v", c, err)
+	}
+}
+
+// With an overprovision ratio, a thin pool's capacity is a budget of
+// virtual sizes: 1 GiB × 2.5 less the 1.5 GiB promised to the pool's two
+// thin volumes (a linear LV and another pool's volume do not count), even
+// though only a quarter of the data space is written.
+func TestThinCapacityOverprovisioned(t *testing.T) {
+	t.Parallel()
+	b := newScripted(t, Config{ThinPool: "thin0", ProvisioningMode: "thin", OverprovisionRatio: 2.5},
+		call{Cmd: lvsPool, Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "lv_attr":"twi-aotz--", "data_percent":"25.00", "metadata_percent":"10.00"}`)},
+		call{Cmd: "lvs --reportformat json --units b --nosuffix -o lv_name,lv_size,pool_lv vg0", Stdout: lvsOut(`                  {"lv_name":"thin0", "lv_size":"1073741824", "pool_lv":""},
+                  {"lv_name":"pvc-a", "lv_size":"1073741824", "pool_lv":"thin0"},
+                  {"lv_name":"pvc-b", "lv_size":"536870912", "pool_lv":"thin0"},
+                  {"lv_name":"linear", "lv_size":"4294967296", "pool_lv":""},
+                  {"lv_name":"other", "lv_size":"4294967296", "pool_lv":"thin1"}`)},
+	)
+	c, err := b.Capacity(context.Background(), nil)
+	want := backend.Capacity{TotalBytes: 5 << 29, FreeBytes: 5<<29 - 3<<29, ThinPool: true, ThinMetadataUsed: 0.1}
+	if err != nil || c != want {
+		t.Fatalf("Capacity = %+v, %v; want %+v", c, err, want)
 	}
 }
 

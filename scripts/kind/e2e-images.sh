@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The images Kubernetes' storage e2e patterns run (busybox, agnhost, the
+# glibc image and nginx, which those patterns use only as a shell), made
+# offline and tagged under the references e2e.test asks for by default
+# (registry.k8s.io/e2e-test-images/…, versions read from the module's
+# test/utils/image/manifest.go), so the kind suite loads them into the node
+# and no pull happens:
+#   busybox, glibc-dns-testing, nginx  the project's busybox and Debian base
+#   agnhost                            busybox plus agnhost built from the same
+#                                      Kubernetes module (scripts/kind/e2e-binary.sh)
+# Needs scripts/images.sh to have run. Prints the references, one a line.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/lib.sh
+e2e=$(bash scripts/kind/e2e-binary.sh)
+dir=$(dirname "$e2e")
+manifest=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/test/utils/image/manifest.go
+[ -f "$manifest" ] || die "no $manifest"
+# ref ID NAME: registry.k8s.io/e2e-test-images/NAME:<the version the
+# manifest gives image ID (Agnhost, not AgnhostPrev)>
+ref() {
+  local v
+  v=$(sed -n "s/^[[:space:]]*configs\[$1\] = Config{list.PromoterE2eRegistry, \"$2\", \"\([^\"]*\)\"}$/\1/p" "$manifest")
+  [ "$(echo "$v" | wc -w)" = 1 ] || die "no single version of $1 in $manifest"
+  echo "registry.k8s.io/e2e-test-images/$2:$v"
+}
+exists() { docker image inspect "$1" >/dev/null 2>&1; }
+for img in pillar/busybox:local pillar/debian-base:local; do exists "$img" || die "$img missing (scripts/images.sh)"; done
+busybox=$(ref BusyBox busybox) glibc=$(ref GlibcDnsTesting glibc-dns-testing) nginx=$(ref Nginx nginx) agnhost=$(ref Agnhost agnhost)
+docker tag pillar/busybox:local "$busybox"
+docker tag pillar/debian-base:local "$glibc"
+docker tag pillar/debian-base:local "$nginx"
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$dir/agnhost" "$ctx/agnhost"
+# agnhost's own image is Alpine with tools; the storage patterns run it as
+# a pod that pauses or as a host exec pod (nsenter, sh), which busybox has.
+printf 'FROM pillar/busybox:local\nCOPY agnhost /agnhost\nENTRYPOINT ["/agnhost"]\nCMD ["pause"]\n' >"$ctx/Dockerfile"
+h=$( { cat "$ctx/agnhost" "$ctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
+if ! exists "pillar/agnhost:$h"; then
+  step "docker build pillar/agnhost:$h"
+  DOCKER_BUILDKIT=0 docker build -q -t "pillar/agnhost:$h" "$ctx" >/dev/null 2>"$ctx/log" || { cat "$ctx/log" >&2; die "docker build pillar/agnhost failed"; }
+fi
+docker tag "pillar/agnhost:$h" "$agnhost"
+printf '%s\n' "$busybox" "$glibc" "$nginx" "$agnhost"
