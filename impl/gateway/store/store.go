@@ -222,8 +222,11 @@ type Principal struct {
 	// MaxInFlight caps the principal's requests in flight (0: no cap);
 	// past it requests queue (docs/routing.md).
 	MaxInFlight int
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// CaptureExchanges: the relay captures this principal's request and
+	// response bodies (package capture). Off by default.
+	CaptureExchanges bool
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // PrincipalPatch changes individual fields; nil means unchanged.
@@ -236,6 +239,7 @@ type PrincipalPatch struct {
 	SetCacheKeepalive bool
 	CacheKeepalive    json.RawMessage
 	MaxInFlight       *int
+	CaptureExchanges  *bool
 }
 
 // MaxPrincipalInFlight bounds a principal's cap on requests in flight.

@@ -13,3 +13,7 @@ CREATE TABLE captured_exchanges (
 );
 
 CREATE INDEX captured_exchanges_at ON captured_exchanges (at);
+
+-- A principal's opt-in to capture (off by default): the relay captures
+-- its exchanges only when set.
+ALTER TABLE principals ADD COLUMN capture_exchanges BOOLEAN NOT NULL DEFAULT FALSE;
