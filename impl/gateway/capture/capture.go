@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -119,6 +120,8 @@ func Open(box Opener, x store.CapturedExchange) (Bodies, error) {
 // Sink queues exchanges for its worker (Run).
 type Sink struct {
 	queue   chan Exchange
+	stop    chan struct{}
+	once    sync.Once
 	box     Sealer
 	w       Writer
 	metrics *Metrics
@@ -133,7 +136,7 @@ func NewSink(w Writer, box Sealer, queue int, m *Metrics, log *slog.Logger) *Sin
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sink{queue: make(chan Exchange, queue), box: box, w: w, metrics: m, log: log}
+	return &Sink{queue: make(chan Exchange, queue), stop: make(chan struct{}), box: box, w: w, metrics: m, log: log}
 }
 
 // Submit queues x without blocking; a full queue drops it.
@@ -148,9 +151,10 @@ func (s *Sink) Submit(x Exchange) {
 	}
 }
 
-// Close ends Run once the queued exchanges are written. No Submit may
-// follow it.
-func (s *Sink) Close() { close(s.queue) }
+// Close ends Run once the exchanges queued by then are written. A Submit
+// after it is harmless (a request the drain gave up on): the queue is
+// never closed, what is left in it is not written.
+func (s *Sink) Close() { s.once.Do(func() { close(s.stop) }) }
 
 // maxBatch bounds the exchanges written in one transaction.
 const maxBatch = 64
@@ -161,31 +165,44 @@ const maxBatch = 64
 func (s *Sink) Run(ctx context.Context) {
 	batch := make([]store.CapturedExchange, 0, maxBatch)
 	for {
-		var x Exchange
-		var ok bool
+		stopping := false
 		select {
-		case x, ok = <-s.queue:
+		case x := <-s.queue:
+			batch = s.add(batch[:0], x)
+		case <-s.stop:
+			stopping, batch = true, batch[:0]
 		case <-ctx.Done():
 			return
 		}
-		if !ok {
-			return
-		}
-		batch = s.add(batch[:0], x)
-		for more := true; more && len(batch) < maxBatch; {
-			select {
-			case x, ok = <-s.queue:
-				if !ok {
-					more = false
-					break
-				}
-				batch = s.add(batch, x)
-			default:
-				more = false
+		for {
+			var took int
+			batch, took = s.fill(batch)
+			s.write(ctx, batch)
+			batch = batch[:0]
+			// Stopping, the queue is written to its end.
+			if !stopping || took == 0 {
+				break
 			}
 		}
-		s.write(ctx, batch)
+		if stopping {
+			return
+		}
 	}
+}
+
+// fill adds what is queued now to batch, up to maxBatch: one transaction.
+func (s *Sink) fill(batch []store.CapturedExchange) ([]store.CapturedExchange, int) {
+	took := 0
+	for len(batch) < maxBatch {
+		select {
+		case x := <-s.queue:
+			batch = s.add(batch, x)
+			took++
+		default:
+			return batch, took
+		}
+	}
+	return batch, took
 }
 
 func (s *Sink) add(batch []store.CapturedExchange, x Exchange) []store.CapturedExchange {

@@ -162,3 +162,36 @@ func TestSinkDropsWhenFullAndCountsFailures(t *testing.T) {
 		t.Fatalf("stored %v, want 0", n)
 	}
 }
+
+type memWriter struct{ batches [][]store.CapturedExchange }
+
+func (m *memWriter) InsertCapturedExchanges(_ context.Context, xs []store.CapturedExchange) error {
+	m.batches = append(m.batches, append([]store.CapturedExchange(nil), xs...))
+	return nil
+}
+
+// Close writes everything queued before it, in transactions of at most
+// 64 exchanges, and a Submit after it (a request the drain gave up on)
+// neither panics nor blocks.
+func TestSinkCloseWritesTheQueueThenIgnoresLateSubmits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := &memWriter{}
+	sink := capture.NewSink(w, newBox(t), 200, capture.NewMetrics(reg), nil)
+	for i := range 150 {
+		sink.Submit(capture.Exchange{EventID: "ev_" + strings.Repeat("x", i), PrincipalID: "pr_1"})
+	}
+	sink.Close()
+	sink.Close()
+	sink.Run(context.Background())
+	sink.Submit(capture.Exchange{EventID: "ev_late", PrincipalID: "pr_1"})
+	total := 0
+	for _, b := range w.batches {
+		if len(b) > 64 {
+			t.Fatalf("a batch of %d", len(b))
+		}
+		total += len(b)
+	}
+	if total != 150 || captures(t, reg, capture.OutcomeStored) != 150 {
+		t.Fatalf("wrote %d in %d batches, stored %v; want 150", total, len(w.batches), captures(t, reg, capture.OutcomeStored))
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/alerts"
+	"github.com/pillarhq/pillar/impl/gateway/capture"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
@@ -87,6 +88,9 @@ type gateway struct {
 	// conditions once the scheduler that delivers them is bound.
 	alertMetrics *alerts.Metrics
 	alerts       *alerts.Evaluator
+	// captures seals and writes the exchanges of principals with capture
+	// on, off the request path.
+	captures *capture.Sink
 }
 
 // buildRuntime loads the configuration snapshot and builds the proxy
@@ -142,9 +146,14 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	_ = g.shareSessions.Sync(ctx)
 	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
+	g.captures = capture.NewSink(st, box, captureQueue, capture.NewMetrics(g.reg), log.With("component", "capture"))
 	g.buildServices()
 	return g, nil
 }
+
+// captureQueue bounds the captured exchanges waiting for the sink's
+// worker; past it they are dropped and counted (docs/capture.md).
+const captureQueue = 256
 
 // onEvent feeds a recorded request's tokens and cost to its principal's
 // limits and budgets, and to the usage metrics, on the recorder's goroutine
@@ -264,6 +273,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
 		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
+		Capture: g.captures,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
@@ -320,6 +330,8 @@ func (g *gateway) startBackground() *running {
 	limCtx, limCancel := context.WithCancel(context.Background())
 	limDone := make(chan struct{})
 	go func() { g.lim.Run(limCtx); close(limDone) }()
+	capDone := make(chan struct{})
+	go func() { g.captures.Run(context.Background()); close(capDone) }()
 	go g.share.Run(bg, routing.DefaultShareInterval)
 	go g.shareSessions.Run(bg, affinity.DefaultShareInterval)
 	g.ka.Start(bg)
@@ -334,7 +346,7 @@ func (g *gateway) startBackground() *running {
 		go l.Run(bg)
 	}
 	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
-		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
+		stopLimits: func() { limCancel(); <-limDone }, stopCaptures: func() { g.captures.Close(); <-capDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 
 // applyChange refreshes the snapshot after another replica announced a

@@ -83,6 +83,9 @@ type running struct {
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
+	// stopCaptures writes the captured exchanges still queued (after the
+	// handlers returned, before the store closes).
+	stopCaptures func()
 	// inflight counts the proxy's handlers; cutInFlight cancels their
 	// requests' base context with relay.ErrShuttingDown when the drain
 	// times out, so each ends visibly and records its event.
@@ -205,6 +208,9 @@ func (r *running) close() {
 	}
 	if r.stopLimits != nil {
 		r.stopLimits()
+	}
+	if r.stopCaptures != nil {
+		r.stopCaptures()
 	}
 	if r.plugs != nil {
 		_ = r.plugs.Close(context.Background()) // releases memory only; nothing to report at exit
