@@ -35,7 +35,7 @@ var _ = Describe("Dashboard captured exchanges", func() {
 			}
 		}
 		Expect(id).NotTo(BeEmpty())
-		key, _ := a.IssueKey(id)
+		_, key := a.IssueKey(id)
 		const prompt = "dashboard-capture-prompt-5e1d"
 		st, _, _ := h.Messages(px.ProxyURL, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"`+prompt+`"}]}`, "x-api-key", key)
 		Expect(st).To(Equal(200))

@@ -843,7 +843,7 @@ async function openExchange(id) {
   try {
     const { data: x } = await api("GET", `/admin/v1/request-events/${encodeURIComponent(id)}/exchange`);
     panel.replaceChildren(el("h2", { id: "h-ex" }, `Captured exchange ${x.event_id}`),
-      x.truncated ? el("p", { class: "hint", id: "exchange-truncated" }, "A body was longer than the capture cap and is cut short.") : null,
+      ...(x.truncated ? [el("p", { class: "hint", id: "exchange-truncated" }, "A body was longer than the capture cap and is cut short.")] : []),
       el("h3", {}, "Request as received"), el("pre", { class: "body", id: "exchange-request" }, x.request),
       el("h3", {}, "Response as sent"), el("pre", { class: "body", id: "exchange-response" }, x.response),
       el("button", { type: "button", "data-read": true, onclick: () => { panel.hidden = true; panel.replaceChildren(); } }, "Close"));
