@@ -819,19 +819,20 @@ async function requestsPage() {
     el("td", { "data-dialect": e.dialect || "" }, e.stream ? "stream" : "—", e.dialect === "openai" ? el("div", { class: "hint" }, "OpenAI") : null),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
-    el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd),
     // A captured exchange is marked for everyone who reads the log; only
-    // a role holding capture can open its bodies.
+    // a role holding capture can open its bodies. Cost stays the last
+    // column.
     el("td", {}, !e.captured ? "" : can("capture")
       ? el("button", { type: "button", class: "captured", "data-read": true, "data-exchange": e.id, onclick: () => openExchange(e.id) }, "captured")
-      : el("span", { class: "captured hint", title: "The bodies of this request were captured; your role may not read them." }, "captured"))));
+      : el("span", { class: "captured hint", title: "The bodies of this request were captured; your role may not read them." }, "captured")),
+    el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
   const pager = el("div", { class: "row pager" },
     el("button", { type: "button", id: "log-newer", "data-read": true, disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
     el("button", { type: "button", id: "log-older", "data-read": true, disabled: !page.next_cursor, onclick: () => { logCursors.push(page.next_cursor); go({ cursor: page.next_cursor }); } }, "Older →"),
     el("span", { class: "hint" }, `${page.events.length} requests on this page, newest first`));
   return [
     el("section", { "aria-labelledby": "h-rl" }, el("h2", { id: "h-rl" }, "Request log"), form),
-    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "First byte", "Duration", "Cost", "Bodies"], rows)
+    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "First byte", "Duration", "Bodies", "Cost"], rows)
       : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager),
     el("section", { id: "exchange", hidden: true, "aria-labelledby": "h-ex" })];
 }
