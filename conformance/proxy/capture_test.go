@@ -95,8 +95,20 @@ var _ = Describe("Captured exchanges", func() {
 		Expect(stream.Err()).NotTo(HaveOccurred())
 		Expect(stream.Close()).To(Succeed())
 		Expect(acc.StopReason).NotTo(BeEmpty())
+		// OpenAI's dialect is captured as its client sent and got it.
+		chatBody := `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"` + prompt + ` three"}]}`
+		req, err := http.NewRequest("POST", w.px.ProxyURL+"/v1/chat/completions", strings.NewReader(chatBody))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+w.key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		chatAnswer, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.StatusCode).To(Equal(200), string(chatAnswer))
 
-		// Both events are marked captured once the sink has written them.
+		// The three events are marked captured once the sink has written them.
 		var evs []map[string]any
 		Eventually(func() int {
 			evs = nil
@@ -106,7 +118,7 @@ var _ = Describe("Captured exchanges", func() {
 				}
 			}
 			return len(evs)
-		}, 20*time.Second, 100*time.Millisecond).Should(Equal(2))
+		}, 20*time.Second, 100*time.Millisecond).Should(Equal(3))
 
 		// An auditor reads each exchange: the bytes the client sent and got.
 		auditor := &h.Admin{Base: w.px.AdminURL, Token: w.admin.JSON("POST", "/admin/v1/admin-tokens",
@@ -120,7 +132,13 @@ var _ = Describe("Captured exchanges", func() {
 			Expect(x["event_id"]).To(Equal(ev["id"]))
 			Expect(x["principal_id"]).To(Equal(w.principal))
 			Expect(x["truncated"]).To(BeFalse())
-			i := 0 // events are newest first: the stream is sent[1]
+			if ev["dialect"] == "openai" {
+				Expect(x["request"]).To(Equal(chatBody))
+				Expect(x["response"]).To(Equal(string(chatAnswer)))
+				Expect(x["response"]).To(ContainSubstring(`"object":"chat.completion"`))
+				continue
+			}
+			i := 0 // the SDK's requests: sent[0] plain, sent[1] streamed
 			if ev["stream"] == false {
 				Expect(x["request"]).To(ContainSubstring(prompt + " one"))
 			} else {
@@ -134,7 +152,7 @@ var _ = Describe("Captured exchanges", func() {
 		}
 		var nonStream map[string]any
 		for _, ev := range evs {
-			if ev["stream"] == false {
+			if ev["stream"] == false && ev["dialect"] != "openai" {
 				nonStream = auditor.JSON("GET", "/admin/v1/request-events/"+ev["id"].(string)+"/exchange", nil, 200)
 			}
 		}
@@ -144,7 +162,7 @@ var _ = Describe("Captured exchanges", func() {
 
 		// Each read is audited, as the auditor's.
 		audit := w.admin.JSON("GET", "/admin/v1/audit?resource_kind=captured_exchange", nil, 200)["entries"].([]any)
-		Expect(len(audit)).To(BeNumerically(">=", 3))
+		Expect(len(audit)).To(BeNumerically(">=", 4))
 
 		// A viewer may see the log but not the bodies.
 		viewer := &h.Admin{Base: w.px.AdminURL, Token: w.admin.JSON("POST", "/admin/v1/admin-tokens",
