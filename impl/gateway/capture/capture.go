@@ -159,21 +159,36 @@ func (s *Sink) Close() { s.once.Do(func() { close(s.stop) }) }
 // maxBatch bounds the exchanges written in one transaction.
 const maxBatch = 64
 
-// Run seals and writes queued exchanges until Close (or ctx ends). A
-// batch that fails to seal or write is counted as failed and logged
-// without its bodies.
+// DrainTimeout bounds the last writes of a stopping sink, so a database
+// that does not answer cannot hold the shutdown.
+const DrainTimeout = 10 * time.Second
+
+// Run seals and writes queued exchanges until Close or ctx ends (a
+// service loop: the server stops it by ctx), then writes what is still
+// queued, within DrainTimeout. A batch that fails to seal or write is
+// counted as failed and logged without its bodies.
 func (s *Sink) Run(ctx context.Context) {
 	batch := make([]store.CapturedExchange, 0, maxBatch)
+	draining := false
 	for {
 		stopping := false
+		batch = batch[:0]
 		select {
 		case x := <-s.queue:
-			batch = s.add(batch[:0], x)
+			batch = s.add(batch, x)
 		case <-s.stop:
-			stopping, batch = true, batch[:0]
+			stopping = true
 		case <-ctx.Done():
-			return
 		}
+		// Ended (whichever case was picked): the rest is written on a
+		// context of its own.
+		if ctx.Err() != nil && !draining {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), DrainTimeout)
+			defer cancel()
+			draining = true
+		}
+		stopping = stopping || draining
 		for {
 			var took int
 			batch, took = s.fill(batch)

@@ -195,3 +195,30 @@ func TestSinkCloseWritesTheQueueThenIgnoresLateSubmits(t *testing.T) {
 		t.Fatalf("wrote %d in %d batches, stored %v; want 150", total, len(w.batches), captures(t, reg, capture.OutcomeStored))
 	}
 }
+
+// ctxWriter fails like a database driver when its context has ended.
+type ctxWriter struct{ memWriter }
+
+func (c *ctxWriter) InsertCapturedExchanges(ctx context.Context, xs []store.CapturedExchange) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.memWriter.InsertCapturedExchanges(ctx, xs)
+}
+
+// A sink stopped by its context (the server's loop list stops it so)
+// still writes what was queued, on a context of its own.
+func TestSinkStoppedByContextWritesTheQueue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := &ctxWriter{}
+	sink := capture.NewSink(w, newBox(t), 8, capture.NewMetrics(reg), nil)
+	for _, id := range []string{"ev_1", "ev_2", "ev_3"} {
+		sink.Submit(capture.Exchange{EventID: id, PrincipalID: "pr_1"})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sink.Run(ctx)
+	if n := captures(t, reg, capture.OutcomeStored); n != 3 || captures(t, reg, capture.OutcomeFailed) != 0 {
+		t.Fatalf("stored %v, failed %v; want 3 stored", n, captures(t, reg, capture.OutcomeFailed))
+	}
+}

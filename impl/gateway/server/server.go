@@ -20,6 +20,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Version is stamped at build time with -ldflags.
@@ -76,16 +77,13 @@ type running struct {
 	proxyAddr, adminAddr string
 	life                 *lifecycle
 	drain                time.Duration
-	cancel               context.CancelFunc
+	loops                *service.Group
 	errc                 chan error
 	sched                *scheduler.Scheduler
 	closeSched           func()
 	// stopLimits hands the last limit counts to the database (after the
 	// recorder counted the last tokens, before the store closes).
 	stopLimits func()
-	// stopCaptures writes the captured exchanges still queued (after the
-	// handlers returned, before the store closes).
-	stopCaptures func()
 	// inflight counts the proxy's handlers; cutInFlight cancels their
 	// requests' base context with relay.ErrShuttingDown when the drain
 	// times out, so each ends visibly and records its event.
@@ -196,7 +194,7 @@ func printBanner(w io.Writer, pa, aa string, db DatabaseURL, sec *secrets) {
 }
 
 func (r *running) close() {
-	r.cancel()
+	r.loops.Stop()
 	if r.sched != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		_ = r.sched.Stop(ctx)
@@ -208,9 +206,6 @@ func (r *running) close() {
 	}
 	if r.stopLimits != nil {
 		r.stopLimits()
-	}
-	if r.stopCaptures != nil {
-		r.stopCaptures()
 	}
 	if r.plugs != nil {
 		_ = r.plugs.Close(context.Background()) // releases memory only; nothing to report at exit
