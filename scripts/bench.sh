@@ -419,6 +419,9 @@ cpu-ns/op counts the export and the receiver's decoding, so it bounds tracing's 
 off is the plain `gateway` rows: the hooks are nil checks and allocate nothing.
 EOF
   echo
+  # Hand-written notes on the routing state and tracing figures, kept across runs.
+  cat scripts/benchdoc/micro-notes.md
+  echo
   echo "## Routing across accounts (issue 33)"
   echo
   echo 'A workload shaped like Claude Code through the built-in router (`relay.Handler` with the routing board, the'
