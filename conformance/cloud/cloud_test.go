@@ -69,7 +69,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func vertexTransport(t *testing.T, p *provider.Provider, url string) (*cloud.Vertex, *countingTransport) {
 	t.Helper()
 	next := &countingTransport{path: provider.VertexTokenPath}
-	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(url), next)
+	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(url), next, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

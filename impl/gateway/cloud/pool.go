@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -36,6 +37,8 @@ type Pool struct {
 	metrics *Metrics
 	// ctx outlives requests: token sources keep it for their refreshes.
 	ctx context.Context
+	// now is the clock Vertex tokens are refreshed ahead by.
+	now func() time.Time
 
 	mu      sync.Mutex
 	sources map[string]*source
@@ -49,9 +52,13 @@ type source struct {
 }
 
 // NewPool returns a Pool whose transports send through next, counted in
-// m (nil: not counted).
-func NewPool(next http.RoundTripper, m *Metrics) *Pool {
-	return &Pool{next: next, metrics: m, ctx: context.Background(), sources: map[string]*source{}}
+// m (nil: not counted), with now the clock of token refreshes (nil:
+// time.Now).
+func NewPool(next http.RoundTripper, m *Metrics, now func() time.Time) *Pool {
+	if now == nil {
+		now = time.Now
+	}
+	return &Pool{next: next, metrics: m, ctx: context.Background(), now: now, sources: map[string]*source{}}
 }
 
 // For is the transport of u: it maps models by u's model map and signs
@@ -95,9 +102,9 @@ func (p *Pool) source(u Upstream) (*source, error) {
 			s.aws = cfg.Credentials
 		}
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.ServiceAccount:
-		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next)
+		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next, p.now, p.metrics)
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.Host:
-		s.tokens, err = VertexTokens(p.ctx, nil, p.next)
+		s.tokens, err = VertexTokens(p.ctx, nil, p.next, p.now, p.metrics)
 	default:
 		err = errors.New("cloud: a " + u.Kind + " upstream cannot use a credential of kind " + u.CredentialKind)
 	}

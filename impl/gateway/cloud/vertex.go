@@ -64,20 +64,44 @@ var _ http.RoundTripper = (*Vertex)(nil)
 // VertexTokens is the token source of a service account key (JSON), or
 // with a nil key of the host's application default credentials. Tokens
 // are fetched through next, the relay's transport, and replaced
-// tokenEarly before they expire.
-func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper) (oauth2.TokenSource, error) {
+// tokenEarly before they expire by now's clock (nil: time.Now); m counts
+// the fetches (nil: not counted).
+func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, now func() time.Time, m *Metrics) (oauth2.TokenSource, error) {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Transport: next, Timeout: tokenTimeout})
-	var creds *google.Credentials
-	var err error
 	if key == nil {
-		creds, err = google.FindDefaultCredentials(ctx, VertexScope)
-	} else {
-		creds, err = google.CredentialsFromJSONWithType(ctx, key, google.ServiceAccount, VertexScope)
+		creds, err := google.FindDefaultCredentials(ctx, VertexScope)
+		if err != nil {
+			return nil, err
+		}
+		key = creds.JSON
+		if !isServiceAccount(key) {
+			// The metadata server, a user's or an external account: the
+			// library's source, behind its own wall-clock cache.
+			return ahead(creds.TokenSource, now, m), nil
+		}
 	}
+	// A service account's key (sealed, or the file the host's
+	// GOOGLE_APPLICATION_CREDENTIALS names) gives a source whose cache
+	// fetch can pass, so every refresh is decided by now.
+	cfg, err := google.JWTConfigFromJSON(key, VertexScope)
 	if err != nil {
 		return nil, err
 	}
-	return oauth2.ReuseTokenSourceWithExpiry(nil, creds.TokenSource, tokenEarly), nil
+	return ahead(cfg.TokenSource(ctx), now, m), nil
+}
+
+func ahead(src oauth2.TokenSource, now func() time.Time, m *Metrics) *aheadTokens {
+	if now == nil {
+		now = time.Now
+	}
+	return &aheadTokens{src: src, now: now, wall: time.Now, refreshed: m.tokenFetched}
+}
+
+func isServiceAccount(key []byte) bool {
+	var k struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(key, &k) == nil && k.Type == "service_account"
 }
 
 // ServiceAccountTokenURI is the token endpoint a service account key names

@@ -206,7 +206,7 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
 		transport:              o.Transport,
-		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
+		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics(), o.Now),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
