@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/sim/provider"
 )
@@ -206,4 +207,29 @@ func newServer(t *testing.T, p *provider.Provider) string {
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// A model the map does not rename reaches the platform as named, and the
+// answer names it so too: the client always sees the name it sent.
+func TestUnmappedModelIsAnsweredAsNamed(t *testing.T) {
+	p, srv := startSim(t)
+	vt, _ := vertexTransport(t, p, srv.URL)
+	for name, rt := range map[string]http.RoundTripper{"bedrock": bedrockTransport(srv.URL, provider.DefaultAWSSecretAccessKey), "vertex": vt} {
+		pr := params("raw id")
+		pr.Model = "claude-raw-id-v1"
+		msg, err := sdk(rt).Messages.New(context.Background(), pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sdk(rt).Messages.NewStreaming(context.Background(), pr)
+		var acc anthropic.Message
+		for s.Next() {
+			if err := acc.Accumulate(s.Current()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.Err() != nil || msg.Model != "claude-raw-id-v1" || acc.Model != "claude-raw-id-v1" {
+			t.Fatalf("%s: create %q, stream %q %v", name, msg.Model, acc.Model, s.Err())
+		}
+	}
 }

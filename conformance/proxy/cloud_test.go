@@ -102,6 +102,7 @@ var _ = Describe("Claude through cloud platforms", func() {
 			msg, err := c.Messages.New(ctx, cloudParams("hello from the cloud"))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(msg.Content[0].Text).To(Equal("hello from the cloud"))
+			Expect(msg.Model).To(Equal("claude-sonnet-4-5"), "the answer names the model as the client asked, not the platform's id")
 
 			s := c.Messages.NewStreaming(ctx, cloudParams("streamed through the cloud"))
 			var acc anthropic.Message
@@ -111,6 +112,7 @@ var _ = Describe("Claude through cloud platforms", func() {
 			Expect(s.Err()).NotTo(HaveOccurred())
 			Expect(acc.Content[0].Text).To(Equal("streamed through the cloud"))
 			Expect(string(acc.StopReason)).To(Equal("end_turn"))
+			Expect(acc.Model).To(Equal("claude-sonnet-4-5"), "message_start names the model as the client asked")
 
 			tools := cloudParams("use it")
 			tools.Tools = []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "echo",

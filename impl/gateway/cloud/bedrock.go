@@ -109,9 +109,10 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Header.Set("Content-Type", "text/event-stream")
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
-		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder(), metrics: b.Metrics}
+		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder(), metrics: b.Metrics, model: c.asked}
+		return resp, nil
 	}
-	return resp, nil
+	return renameAnswer(resp, c.asked)
 }
 
 // sign signs out with the current credentials through the AWS SDK.
@@ -225,6 +226,9 @@ type eventStream struct {
 	pending []byte
 	done    bool
 	metrics *Metrics
+	// model is the client's name for the model, given to message_start
+	// ("": left as sent).
+	model string
 }
 
 func (s *eventStream) Read(p []byte) (int, error) {
@@ -289,7 +293,11 @@ func (s *eventStream) next() error {
 		if err := json.Unmarshal(chunk.Bytes, &ev); err != nil || ev.Type == "" {
 			return errors.New("bedrock: chunk without an event type")
 		}
-		s.pending = appendEvent(s.pending[:0], ev.Type, chunk.Bytes)
+		data := chunk.Bytes
+		if ev.Type == "message_start" && s.model != "" {
+			data = withStartModel(data, s.model)
+		}
+		s.pending = appendEvent(s.pending[:0], ev.Type, data)
 	case "exception", "error":
 		exc := header(msg, ":exception-type")
 		if exc == "" {

@@ -33,6 +33,8 @@ const (
 // the model, whether it streams, and the body without model and stream,
 // with the platform's anthropic_version.
 type call struct {
+	// asked is the model the client named, model the upstream's id.
+	asked  string
 	model  string
 	stream bool
 	count  bool
@@ -56,6 +58,7 @@ func parseCall(r *http.Request, models map[string]string) (*call, error) {
 	if err := json.Unmarshal(c.body["model"], &c.model); err != nil || c.model == "" {
 		return nil, badRequest("model: Field required")
 	}
+	c.asked = c.model
 	if id, ok := models[c.model]; ok {
 		c.model = id
 	}
@@ -232,6 +235,17 @@ func replaceBody(resp *http.Response, b []byte) {
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+}
+
+// renameAnswer gives a create answer's body the client's model.
+func renameAnswer(resp *http.Response, model string) (*http.Response, error) {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	replaceBody(resp, withModel(b, model))
+	return resp, nil
 }
 
 // keepHeaders are the platform answer's headers passed on; the rest

@@ -162,9 +162,17 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 		return r, nil
 	}
 	v.Metrics.observe(store.KindVertex, outcomeOK)
-	// Vertex passes Anthropic's answer and its events through unchanged.
+	// Vertex passes Anthropic's answer and its events through unchanged
+	// but for the model's name.
 	resp.Header = keepHeaders(resp.Header, "Request-Id", "X-Request-Id")
-	return resp, nil
+	switch {
+	case c.count:
+		return resp, nil
+	case c.stream:
+		resp.Body = &startModel{src: resp.Body, model: c.asked}
+		return resp, nil
+	}
+	return renameAnswer(resp, c.asked)
 }
 
 // token is ts's token, or ctx's error once ctx ends first: a fetch in
