@@ -79,6 +79,26 @@ func (p *Pool) For(u Upstream) (http.RoundTripper, error) {
 	return nil, errors.New("cloud: not a cloud upstream kind: " + u.Kind)
 }
 
+// Retain drops the credential sources of the upstreams live does not
+// name: a deleted upstream's signer, credentials and token cache would
+// otherwise stay for the life of the process.
+func (p *Pool) Retain(live func(id string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.sources {
+		if !live(id) {
+			delete(p.sources, id)
+		}
+	}
+}
+
+// Len is the number of upstreams holding a credential source.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sources)
+}
+
 func (p *Pool) source(u Upstream) (*source, error) {
 	key := sha256.Sum256([]byte(u.Kind + "\x00" + u.BaseURL + "\x00" + u.Config.Region + "\x00" + u.CredentialKind + "\x00" + u.Credential))
 	p.mu.Lock()

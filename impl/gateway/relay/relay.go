@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -127,7 +128,9 @@ type Handler struct {
 	transport http.RoundTripper
 	// clouds are the transports of bedrock and vertex upstreams, around
 	// transport.
-	clouds    *cloud.Pool
+	clouds *cloud.Pool
+	// cloudsAt is the snapshot clouds was last pruned to.
+	cloudsAt  atomic.Pointer[snapshot.Snapshot]
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
