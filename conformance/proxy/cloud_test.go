@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/openai/openai-go/v3"
+	option2 "github.com/openai/openai-go/v3/option"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/sim/provider"
@@ -157,6 +160,48 @@ var _ = Describe("Claude through cloud platforms", func() {
 				}
 			}
 			Expect(answers).To(Equal(3))
+		})
+
+		It("serves the OpenAI SDK's chat completions, created and streamed, from a "+kind+" upstream, the alias mapped and answered as asked", func() {
+			w := newCloudWorld(kind)
+			c := openai.NewClient(option2.WithBaseURL(w.px.ProxyURL+"/v1/"), option2.WithAPIKey(w.key), option2.WithMaxRetries(0))
+			chat := func(text string) openai.ChatCompletionNewParams {
+				return openai.ChatCompletionNewParams{Model: "claude-sonnet-4-5", MaxCompletionTokens: openai.Int(16),
+					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}}
+			}
+			res, err := c.Chat.Completions.New(ctx, chat("openai to the cloud"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Choices[0].Message.Content).To(Equal("openai to the cloud"))
+			Expect(res.Choices[0].FinishReason).To(Equal("stop"))
+			Expect(res.Model).To(Equal("claude-sonnet-4-5"), "the name the client asked for, not the platform's id")
+
+			s := c.Chat.Completions.NewStreaming(ctx, chat("streamed openai to the cloud"))
+			var text strings.Builder
+			chunks := 0
+			for s.Next() {
+				ch := s.Current()
+				chunks++
+				Expect(ch.Model).To(Equal("claude-sonnet-4-5"))
+				for _, choice := range ch.Choices {
+					text.WriteString(choice.Delta.Content)
+				}
+			}
+			Expect(s.Err()).NotTo(HaveOccurred())
+			Expect(chunks).To(BeNumerically(">", 1))
+			Expect(text.String()).To(Equal("streamed openai to the cloud"))
+
+			// The platform was asked for its id; the events keep both names.
+			for _, t := range []string{"openai to the cloud", "streamed openai to the cloud"} {
+				calls := w.sim.MessagesWith(t)
+				Expect(calls).NotTo(BeEmpty())
+				Expect(calls[len(calls)-1].Header.Get("X-Sim-Cloud-Path")).To(ContainSubstring(upstreamID))
+			}
+			for _, ev := range w.events(2) {
+				Expect(ev["model"]).To(Equal("claude-sonnet-4-5"))
+				Expect(ev["upstream_model"]).To(Equal(upstreamID))
+				Expect(ev["status"]).To(Equal(200.0))
+				Expect(ev["cost_usd"]).NotTo(BeNil())
+			}
 		})
 
 		It("signals a cut "+kind+" stream to the SDK as for the Anthropic API, and records it", func() {
