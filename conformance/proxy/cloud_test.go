@@ -87,16 +87,8 @@ func cloudParams(text string) anthropic.MessageNewParams {
 
 // events is the principal's request log once it holds n events.
 func (w *cloudWorld) events(n int) []map[string]any {
-	var evs []any
-	Eventually(func() int {
-		evs = w.admin.JSON("GET", "/admin/v1/request-log?principal="+w.principal, nil, 200)["events"].([]any)
-		return len(evs)
-	}, 5*time.Second, 50*time.Millisecond).Should(Equal(n))
-	out := make([]map[string]any, len(evs))
-	for i, e := range evs {
-		out[i] = e.(map[string]any)
-	}
-	return out
+	GinkgoHelper()
+	return principalLog(w.admin, w.principal, n)
 }
 
 var _ = Describe("Claude through cloud platforms", func() {

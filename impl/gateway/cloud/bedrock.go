@@ -97,7 +97,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Request = req
 	if resp.StatusCode >= 400 {
 		exc, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
-		b.Metrics.observe(store.KindBedrock, known(exc, bedrockStatus))
+		b.Metrics.observe(store.KindBedrock, bedrockStatus.outcome(exc))
 		return bedrockError(req, resp), nil
 	}
 	b.Metrics.observe(store.KindBedrock, outcomeOK)
@@ -158,10 +158,7 @@ func countAnswer(resp *http.Response) (*http.Response, error) {
 // Bedrock exception: throttling is a rate limit (429) and an unavailable
 // or not-ready model an overload (529), so the relay's failover and
 // cooldown treat them as the Anthropic API's.
-var bedrockStatus = map[string]struct {
-	status int
-	typ    string
-}{
+var bedrockStatus = errorMap{
 	"ThrottlingException":                 {429, "rate_limit_error"},
 	"ServiceQuotaExceededException":       {429, "rate_limit_error"},
 	"ServiceUnavailableException":         {529, "overloaded_error"},
@@ -189,10 +186,7 @@ func bedrockError(req *http.Request, resp *http.Response) *http.Response {
 	}
 	_ = json.Unmarshal(raw, &e)
 	exc, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
-	m, ok := bedrockStatus[exc]
-	if !ok {
-		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
-	}
+	m := bedrockStatus.of(exc, resp.StatusCode)
 	msg := e.Message
 	if exc != "" {
 		msg = "Bedrock " + exc + ": " + msg

@@ -208,6 +208,34 @@ func anthropicError(req *http.Request, e *proxyerr.Error, h http.Header) *http.R
 	return r
 }
 
+// errorMap maps a platform's error names to the Anthropic error standing
+// for them.
+type errorMap map[string]mapped
+
+// mapped is an Anthropic status and error type.
+type mapped struct {
+	status int
+	typ    string
+}
+
+// of is name's status and type; for a name the map does not hold, the
+// platform's status and the type the Anthropic API gives it.
+func (m errorMap) of(name string, status int) mapped {
+	e, ok := m[name]
+	if !ok {
+		e.status, e.typ = status, errorTypeOf(status)
+	}
+	return e
+}
+
+// outcome bounds the metrics' outcome label to the names m maps.
+func (m errorMap) outcome(name string) string {
+	if _, ok := m[name]; ok {
+		return name
+	}
+	return outcomeOther
+}
+
 // errorTypeOf is Anthropic's error type for a status, as the API uses it.
 func errorTypeOf(status int) string {
 	switch status {

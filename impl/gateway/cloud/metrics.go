@@ -53,14 +53,3 @@ func (m *Metrics) observe(kind, outcome string) {
 		m.requests.WithLabelValues(kind, outcome).Inc()
 	}
 }
-
-// known bounds the outcome label to the names the transports map.
-func known(outcome string, names map[string]struct {
-	status int
-	typ    string
-}) string {
-	if _, ok := names[outcome]; ok {
-		return outcome
-	}
-	return outcomeOther
-}

@@ -198,10 +198,7 @@ func token(ctx context.Context, ts oauth2.TokenSource) (*oauth2.Token, error) {
 
 // googleStatus is the Anthropic status and type of a Google API error
 // status, for what Vertex refuses before a model sees the request.
-var googleStatus = map[string]struct {
-	status int
-	typ    string
-}{
+var googleStatus = errorMap{
 	"RESOURCE_EXHAUSTED":  {429, "rate_limit_error"},
 	"UNAVAILABLE":         {529, "overloaded_error"},
 	"UNAUTHENTICATED":     {401, "authentication_error"},
@@ -234,10 +231,7 @@ func vertexError(req *http.Request, resp *http.Response) (r *http.Response, outc
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(raw, &g)
-	m, ok := googleStatus[g.Error.Status]
-	if !ok {
-		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
-	}
+	m := googleStatus.of(g.Error.Status, resp.StatusCode)
 	msg := "Vertex AI " + g.Error.Status + ": " + g.Error.Message
-	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), h), known(g.Error.Status, googleStatus)
+	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), h), googleStatus.outcome(g.Error.Status)
 }
