@@ -15,27 +15,86 @@ import (
 // the platform's.
 
 // span is where the top-level field name's value lies in the JSON object
-// b; ok is false when b is not an object or has no such field.
+// b; ok is false when b is not an object or has no such field. The
+// platform's JSON is walked, not decoded: it runs on every answer, and the
+// field is near the start of it.
 func span(b []byte, name string) (start, end int, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
 		return 0, 0, false
 	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
+	for i++; ; i++ {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
 			return 0, 0, false
 		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
+		k := skipValue(b, i)
+		key := b[i:k]
+		i = skipSpace(b, k)
+		if i >= len(b) || b[i] != ':' {
 			return 0, 0, false
 		}
-		if key, _ := t.(string); key == name {
-			end = int(dec.InputOffset())
-			return end - len(v), end, true
+		start = skipSpace(b, i+1)
+		end = skipValue(b, start)
+		if end <= start || end > len(b) {
+			return 0, 0, false
+		}
+		if len(key) == len(name)+2 && string(key[1:len(key)-1]) == name {
+			return start, end, true
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false
 		}
 	}
-	return 0, 0, false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue is the end of the JSON value starting at b[i]; len(b)+1 when
+// it does not end in b.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b) + 1
+	}
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return len(b) + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				return i // the end of the enclosing object: a scalar ended
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+			continue
+		}
+		if depth == 0 && (b[i] == '"' || b[i] == '}' || b[i] == ']') {
+			return i + 1
+		}
+	}
+	if depth == 0 {
+		return i // a scalar at the end of b
+	}
+	return len(b) + 1
 }
 
 // withModel is the message b with its model named model; b unchanged when

@@ -1,7 +1,10 @@
 package cloud
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -46,4 +49,63 @@ func TestStartModelRenamesTheFirstEventOnly(t *testing.T) {
 	if err == nil || !strings.HasPrefix(cut, string(got)) {
 		t.Fatalf("cut: %q %v", got, err)
 	}
+}
+
+// span finds the top-level field encoding/json finds, whatever comes
+// before it: escapes, nesting, numbers, literals and spacing.
+func FuzzSpan(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"m","type":"message","role":"assistant","model":"anthropic.x-v1:0","content":[]}`,
+		`{ "a" : [1, {"model":"inner"}, "x\"}"] , "b":{"c":{"model":2}}, "model" : "m" }`,
+		`{"n":-1.5e3,"t":true,"f":false,"z":null,"model":"m"}`,
+		`{"message":{"model":"x"}}`,
+		`{"model":"a\\"b"}`,
+		`{"a":"\\\\","model":"m"}`,
+		`{"a":1`, `[]`, `"model"`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return
+		}
+		want, has := m["model"]
+		if !has || bytes.Contains(b, []byte(`\u`)) || countKey(b) != 1 {
+			// A key spelled with escapes is not looked for; a repeated
+			// key is not this function's question.
+			return
+		}
+		start, end, ok := span(b, "model")
+		if !ok {
+			t.Fatalf("no model found in %s", b)
+		}
+		var g, w any
+		if json.Unmarshal(b[start:end], &g) != nil || json.Unmarshal(want, &w) != nil || !reflect.DeepEqual(g, w) {
+			t.Fatalf("span %q, want %q in %s", b[start:end], want, b)
+		}
+	})
+}
+
+// countKey counts the top-level "model" keys of b.
+func countKey(b []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if t == "model" {
+			n++
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return n
+		}
+	}
+	return n
 }
