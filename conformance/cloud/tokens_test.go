@@ -12,27 +12,9 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/sim/provider"
 )
-
-// fakeClock is the transport's clock, moved by the test. It starts at the
-// wall clock's time, as the token library stamps expiries by that.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // tokenWire sends to the sim, refuses token requests while down, and
 // keeps the bearer each Vertex request carried.
@@ -71,13 +53,15 @@ func (w *tokenWire) counts() (attempts int, lastBearer string) {
 
 // refreshWorld is a Vertex transport on the sim whose tokens live an hour,
 // refreshed by clk.
-func refreshWorld(t *testing.T) (*provider.Provider, *cloud.Vertex, *fakeClock, *tokenWire) {
+func refreshWorld(t *testing.T) (*provider.Provider, *cloud.Vertex, *fakeclock.Clock, *tokenWire) {
 	t.Helper()
 	p := provider.New(provider.Options{VertexTokenTTL: time.Hour})
 	srv := newServer(t, p)
-	clk := &fakeClock{t: time.Now()}
+	// The clock starts at the wall clock's time, as the token library
+	// stamps expiries by that.
+	clk := fakeclock.New(time.Now())
 	wire := &tokenWire{}
-	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(srv), wire, clk.Now, nil)
+	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(srv), wire, clk, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"golang.org/x/oauth2"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -37,8 +37,8 @@ type Pool struct {
 	metrics *Metrics
 	// ctx outlives requests: token sources keep it for their refreshes.
 	ctx context.Context
-	// now is the clock Vertex tokens are refreshed ahead by.
-	now func() time.Time
+	// clock is the one Vertex tokens are refreshed ahead by.
+	clock clock.Clock
 
 	mu      sync.Mutex
 	sources map[string]*source
@@ -52,13 +52,10 @@ type source struct {
 }
 
 // NewPool returns a Pool whose transports send through next, counted in
-// m (nil: not counted), with now the clock of token refreshes (nil:
-// time.Now).
-func NewPool(next http.RoundTripper, m *Metrics, now func() time.Time) *Pool {
-	if now == nil {
-		now = time.Now
-	}
-	return &Pool{next: next, metrics: m, ctx: context.Background(), now: now, sources: map[string]*source{}}
+// m (nil: not counted), with clk the clock of token refreshes (nil: the
+// real one).
+func NewPool(next http.RoundTripper, m *Metrics, clk clock.Clock) *Pool {
+	return &Pool{next: next, metrics: m, ctx: context.Background(), clock: clock.Or(clk), sources: map[string]*source{}}
 }
 
 // For is the transport of u: it maps models by u's model map and signs
@@ -122,9 +119,9 @@ func (p *Pool) source(u Upstream) (*source, error) {
 			s.aws = cfg.Credentials
 		}
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.ServiceAccount:
-		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next, p.now, p.metrics)
+		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next, p.clock, p.metrics)
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.Host:
-		s.tokens, err = VertexTokens(p.ctx, nil, p.next, p.now, p.metrics)
+		s.tokens, err = VertexTokens(p.ctx, nil, p.next, p.clock, p.metrics)
 	default:
 		err = errors.New("cloud: a " + u.Kind + " upstream cannot use a credential of kind " + u.CredentialKind)
 	}

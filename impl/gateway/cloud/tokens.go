@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"github.com/pillarhq/pillar/impl/clock"
 )
 
 // refreshRetry is how long a token that could not be refreshed ahead of
@@ -13,7 +15,7 @@ import (
 const refreshRetry = 30 * time.Second
 
 // aheadTokens keeps one access token and replaces it tokenEarly before it
-// expires, judged by an injected clock: oauth2's own cache judges by the
+// expires, judged by the injected clock: oauth2's own cache judges by the
 // wall clock, which no test can move.
 //
 // A refresh that fails while the token is still valid keeps the token
@@ -22,15 +24,16 @@ const refreshRetry = 30 * time.Second
 // for a refresh in flight rather than starting their own, so concurrent
 // requests fetch once.
 type aheadTokens struct {
-	src  oauth2.TokenSource
-	now  func() time.Time
+	src   oauth2.TokenSource
+	clock clock.Clock
+	// wall is the clock the library stamps expiries by.
 	wall func() time.Time
 	// refreshed counts each fetch by its result (nil: not counted).
 	refreshed func(ok bool)
 
 	mu  sync.Mutex
 	tok *oauth2.Token
-	// expiry is tok's expiry on now's clock; zero for a token without one.
+	// expiry is tok's expiry on clock; zero for a token without one.
 	expiry  time.Time
 	retryAt time.Time
 }
@@ -40,7 +43,7 @@ var _ oauth2.TokenSource = (*aheadTokens)(nil)
 func (a *aheadTokens) Token() (*oauth2.Token, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.now()
+	now := a.clock.Now()
 	if a.tok != nil && (a.expiry.IsZero() || now.Before(a.expiry.Add(-tokenEarly))) {
 		return a.tok, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -64,9 +65,9 @@ var _ http.RoundTripper = (*Vertex)(nil)
 // VertexTokens is the token source of a service account key (JSON), or
 // with a nil key of the host's application default credentials. Tokens
 // are fetched through next, the relay's transport, and replaced
-// tokenEarly before they expire by now's clock (nil: time.Now); m counts
+// tokenEarly before they expire by clk (nil: the real clock); m counts
 // the fetches (nil: not counted).
-func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, now func() time.Time, m *Metrics) (oauth2.TokenSource, error) {
+func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, clk clock.Clock, m *Metrics) (oauth2.TokenSource, error) {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Transport: next, Timeout: tokenTimeout})
 	if key == nil {
 		creds, err := google.FindDefaultCredentials(ctx, VertexScope)
@@ -77,7 +78,7 @@ func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, now f
 		if !isServiceAccount(key) {
 			// The metadata server, a user's or an external account: the
 			// library's source, behind its own wall-clock cache.
-			return ahead(creds.TokenSource, now, m), nil
+			return ahead(creds.TokenSource, clk, m), nil
 		}
 	}
 	// A service account's key (sealed, or the file the host's
@@ -87,14 +88,11 @@ func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, now f
 	if err != nil {
 		return nil, err
 	}
-	return ahead(cfg.TokenSource(ctx), now, m), nil
+	return ahead(cfg.TokenSource(ctx), clk, m), nil
 }
 
-func ahead(src oauth2.TokenSource, now func() time.Time, m *Metrics) *aheadTokens {
-	if now == nil {
-		now = time.Now
-	}
-	return &aheadTokens{src: src, now: now, wall: time.Now, refreshed: m.tokenFetched}
+func ahead(src oauth2.TokenSource, clk clock.Clock, m *Metrics) *aheadTokens {
+	return &aheadTokens{src: src, clock: clock.Or(clk), wall: time.Now, refreshed: m.tokenFetched}
 }
 
 func isServiceAccount(key []byte) bool {
