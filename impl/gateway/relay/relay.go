@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -137,8 +138,10 @@ type Handler struct {
 	transport http.RoundTripper
 	// clouds are the transports of bedrock and vertex upstreams, around
 	// transport.
-	clouds  *cloud.Pool
-	metrics *Metrics
+	clouds *cloud.Pool
+	// cloudsAt is the snapshot clouds was last pruned to.
+	cloudsAt atomic.Pointer[snapshot.Snapshot]
+	metrics  *Metrics
 	service.Base
 	// now is Clock.Now bound once: the OpenAI writers take it per request,
 	// and a method value of an interface would be allocated each time.
@@ -214,7 +217,6 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics,
 		transport:              o.Transport,
-		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -222,6 +224,7 @@ func New(o Options) *Handler {
 	}
 	service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, h)
 	h.now = h.Clock.Now
+	h.clouds = cloud.NewPool(o.Transport, o.Metrics.cloudMetrics(), h.Clock)
 	h.mono = mono{clk: h.Clock, base: h.Clock.Now()}
 	h.held.max = o.MaxBodyBytesInFlight
 	h.board, h.randN, h.affinity, h.admission, h.caps = o.Board, rand.Uint64N, o.Affinity, o.Admission, o.UpstreamCaps
