@@ -24,6 +24,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
@@ -109,7 +111,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := snapshot.NewRuntime(st, box, nil, func() time.Time { return now })
+	rt := snapshot.NewRuntime(st, box, service.Options{Clock: fakeclock.New(now)})
 	e := &env{t: t, st: st, dbPath: dbPath, rt: rt, box: box, logs: &lockedbuf.Buffer{}, getenvCalls: map[string]int{}}
 	var apiStore store.Store = st
 	if o.wrap != nil {

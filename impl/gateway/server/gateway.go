@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
@@ -41,8 +42,10 @@ import (
 // gateway is the runtime start assembles on the opened storage: what the
 // handlers, the scheduler and the background loops share.
 type gateway struct {
-	cfg    *Config
-	log    *slog.Logger
+	cfg *Config
+	log *slog.Logger
+	// clock is the one clock every service and loop reads.
+	clock  clock.Clock
 	getenv func(string) string
 	stor   *storage
 	box    *secret.Box
@@ -95,7 +98,7 @@ type gateway struct {
 // around it. It starts nothing that outlives it; on an error the caller
 // closes the storage.
 func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
-	g := &gateway{cfg: cfg, log: log, getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
+	g := &gateway{cfg: cfg, log: log, clock: clock.Real{}, getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
 	if err != nil {
@@ -103,7 +106,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	}
 	g.plugs = plugs
 	st := stor.st
-	g.rt = snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
+	g.rt = snapshot.NewRuntime(st, box, g.opts("snapshot"))
 	g.rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
 	if err := g.rt.Refresh(ctx); err != nil {
 		_ = plugs.Close(ctx)
@@ -133,18 +136,24 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
 	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
-	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
+	g.share = routing.NewSharer(st, g.opts("routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
 	_ = g.share.Sync(ctx)
 	g.sessions = affinity.NewTable()
-	g.shareSessions = affinity.NewSharer(g.sessions, st, time.Now, log.With("component", "affinity"))
+	g.shareSessions = affinity.NewSharer(g.sessions, st, g.opts("affinity"))
 	// …and the sessions moved within the prompt cache's lifetime.
 	_ = g.shareSessions.Sync(ctx)
 	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
 	return g, nil
+}
+
+// opts are a service's options: the gateway's one clock and its logger
+// named for the component.
+func (g *gateway) opts(component string) service.Options {
+	return service.Options{Logger: g.log.With("component", component), Clock: g.clock}
 }
 
 // onEvent feeds a recorded request's tokens and cost to its principal's
