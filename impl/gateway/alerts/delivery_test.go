@@ -115,7 +115,7 @@ func TestDeliveriesReachReceivers(t *testing.T) {
 		_ = sched.Stop(c)
 	})
 	e := alerts.New(alerts.Options{Snapshots: b.w, Store: b.st, Budgets: b.w, Queue: sched, ReplicaID: "replica-1",
-		Now: func() time.Time { return b.now }, Metrics: m})
+		Clock: b.clk, Metrics: m})
 	b.set(func(w *world) { w.budgets["pr_b"] = 1.0 })
 	if err := e.Evaluate(ctx); err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 		return nil, err
 	}
 	// default_limits: counted in memory, shared through the database.
-	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
+	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits"), Clock: g.clock})
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	_ = g.lim.Sync(ctx)
@@ -130,7 +130,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.reg.MustRegister(gauges.New(g.rt, st, g.lim, log.With("component", "gauges")))
 	// The price installer comes before the recorder, which prices each
 	// event with the catalog installed when it is recorded.
-	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
+	g.prices = pricing.NewInstaller(st, g.opts("pricing"))
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
 	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
@@ -257,7 +257,7 @@ func (g *gateway) bindScheduler(s *scheduler.Scheduler) {
 	g.subs.bind(s)
 	g.ka.Jobs = s
 	g.alerts = alerts.New(alerts.Options{Snapshots: g.rt, Store: g.stor.st, Budgets: g.lim, Queue: s, ReplicaID: g.cfg.ReplicaID,
-		Logger: g.log.With("component", "alerts"), Metrics: g.alertMetrics})
+		Logger: g.log.With("component", "alerts"), Clock: g.clock, Metrics: g.alertMetrics})
 }
 
 // handlers are what the listeners serve.
