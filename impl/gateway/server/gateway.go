@@ -341,7 +341,7 @@ func (g *gateway) loops() *service.Group {
 	l.Add("pricing", every(g.prices.Run, cfg.ReconcileInterval))
 	// Other replicas announce committed changes; the reconciler above
 	// repairs any notification this session misses.
-	if n := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); n != nil {
+	if n := g.stor.changeListener(g.opts("notify"), g.applyChange); n != nil {
 		l.Add("notify", n.Run)
 	}
 	return l
