@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // A condition firing reaches every webhook through the durable
@@ -94,7 +95,7 @@ func TestDeliveriesReachReceivers(t *testing.T) {
 	}
 
 	m := alerts.NewMetrics(b.reg)
-	typ := alerts.DeliveryType(alerts.Targets{Store: b.st, Box: box}, &webhook.Sender{Client: &http.Client{}, Now: time.Now}, 300*time.Millisecond, m)
+	typ := alerts.DeliveryType(alerts.Targets{Store: b.st, Box: box}, service.Init(service.Options{}, &webhook.Sender{Client: &http.Client{}}), 300*time.Millisecond, m)
 	typ.Class = scheduler.RetryClass{Name: "fast", MaxAttempts: 3, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "s.db")+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {

@@ -213,12 +213,12 @@ func (g *gateway) buildServices() {
 // schedulerTypes are the durable job types of the gateway and its services.
 func (g *gateway) schedulerTypes() []scheduler.Type {
 	cfg := g.cfg
-	types := jobs.Types(jobs.Deps{Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
+	types := jobs.Types(jobs.Deps{Options: g.opts("jobs"), Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return g.rt.Current().Upstreams }})
 	types = append(types, g.subs.types(cfg)...)
 	// Alert deliveries go where operators point, through the destination
 	// policy like every other outbound call.
-	send := &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout), Now: time.Now}
+	send := service.Init(g.opts("webhook"), &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout)})
 	deliver := alerts.DeliveryType(alerts.Targets{Store: g.stor.st, Box: g.box}, send, cfg.Alerts.DeliveryTimeout, g.alertMetrics)
 	// The entity class's curve (30 s doubling to 10 min) from RetryBase.
 	deliver.Class.Base, deliver.Class.Max = cfg.Alerts.RetryBase, 20*cfg.Alerts.RetryBase
