@@ -71,7 +71,7 @@ type options struct {
 	// upstreamQueues and principalQueues report slots in use and queued.
 	upstreamQueues, principalQueues admin.Queues
 	// clock is the API's clock (default now); the store keeps now.
-	clock func() time.Time
+	clock *fakeclock.Clock
 	// reg takes the API's metrics.
 	reg prometheus.Registerer
 	// hostCloud allows host_credentials (--allow-host-cloud-credentials).
@@ -132,14 +132,14 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if o.auth != nil {
 		auth = o.auth
 	}
-	clock := func() time.Time { return now }
+	clock := fakeclock.New(now)
 	if o.clock != nil {
 		clock = o.clock
 	}
 	h := admin.New(admin.Deps{
 		Store: apiStore, Sealer: box, Runtime: runtime, Auth: auth, Registerer: o.reg,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:    clock,
+		Clock:  clock,
 		Getenv: func(k string) string {
 			e.getenvMu.Lock()
 			defer e.getenvMu.Unlock()

@@ -283,7 +283,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
 		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
-		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
+		Logger: g.log.With("component", "admin"), Clock: g.clock, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		Tracing: tracingStatus(cfg.Tracing),
 		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
