@@ -98,7 +98,7 @@ type gateway struct {
 // around it. It starts nothing that outlives it; on an error the caller
 // closes the storage.
 func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
-	g := &gateway{cfg: cfg, log: log, clock: clock.Real{}, getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
+	g := &gateway{cfg: cfg, log: log, clock: clock.Or(cfg.clock), getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
 	if err != nil {
@@ -144,7 +144,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.shareSessions = affinity.NewSharer(g.sessions, st, g.opts("affinity"))
 	// …and the sessions moved within the prompt cache's lifetime.
 	_ = g.shareSessions.Sync(ctx)
-	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
+	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.buildServices()
 	return g, nil
@@ -198,9 +198,9 @@ func (g *gateway) buildServices() {
 	cfg, st := g.cfg, g.stor.st
 	g.schedMetrics = scheduler.NewMetrics(g.reg)
 	g.dest = &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
-	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.getenv, g.dest.Client(30*time.Second))
+	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.clock, g.getenv, g.dest.Client(30*time.Second))
 	g.subs.warmer.Shape = shapeWarmup(st, g.plugs)
-	g.ka = service.Init(service.Options{Logger: g.log.With("component", "keepalive")}, &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
+	g.ka = service.Init(g.opts("keepalive"), &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
 		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
 		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
@@ -230,7 +230,7 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 // connections. It does not fail: see below.
 func (g *gateway) startScheduler(ctx context.Context) {
 	cfg, types := g.cfg, g.schedulerTypes()
-	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
+	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Clock: g.clock, Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
 		RescueAfter: cfg.SchedulerRescueAfter, Tracer: g.tracing.Tracer()}
 	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
 	if err == nil {
@@ -246,7 +246,7 @@ func (g *gateway) startScheduler(ctx context.Context) {
 		// endpoints answer 503 scheduler_unavailable; other replicas'
 		// schedulers run the jobs.
 		g.log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
-		sched, closeSched = scheduler.Down(types, scheduler.Options{Metrics: g.schedMetrics}, err), func() {}
+		sched, closeSched = scheduler.Down(types, scheduler.Options{Clock: g.clock, Metrics: g.schedMetrics}, err), func() {}
 		g.bindScheduler(sched)
 	}
 	g.sched, g.closeSched = sched, closeSched
@@ -268,11 +268,11 @@ type handlers struct {
 // handlers builds the proxy path and the admin API.
 func (g *gateway) handlers(sec *secrets) handlers {
 	cfg := g.cfg
-	startedAt := time.Now()
+	startedAt := g.clock.Now()
 	outbound := relay.NewTransport()
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
-		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
+		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"), Clock: g.clock,
 		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
