@@ -210,7 +210,7 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 	river.AddWorker(workers, doorbellWorker{})
 	return &river.Config{
 		ID:                   o.ID,
-		Logger:               slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Logger:               slog.New(minLevel{s.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		RetryPolicy:          retryPolicy{s},
