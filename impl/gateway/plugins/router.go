@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
 // Candidate is one upstream of a router's upstream table.
@@ -416,7 +418,7 @@ func refusal(status int, typ, msg string) (*Refusal, error) {
 		return nil, fmt.Errorf("%w: refusal status %d", ErrGarbage, status)
 	}
 	if typ == "" {
-		typ = "permission_error"
+		typ = proxyerr.TypePermission
 	}
 	if msg == "" {
 		msg = "refused by a routing plugin"
