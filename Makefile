@@ -21,7 +21,7 @@ PLUGINS := modelrouter pinrouter hostile dialect
 # Plugins written in WebAssembly text, assembled by wat2wasm (Debian's wabt).
 WAT_PLUGINS := pinrouterwat
 
-.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind e2e-storage chart-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
+.PHONY: help build build-proxy build-sim proto plugins sanity e2e-kernel e2e-kind e2e-storage chart-docs config-docs test-charts images run demo test test-unit test-conformance bench vet lint generate verify setup clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -52,13 +52,16 @@ plugins: ## Build the sample WASM plugins (fixtures/plugins) into bin/plugins/
 	@for p in $(PLUGINS); do GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/plugins/$$p.wasm ./fixtures/plugins/$$p || exit 1; done
 	@for p in $(WAT_PLUGINS); do wat2wasm -o $(BIN)/plugins/$$p.wasm fixtures/plugins/$$p/$$p.wat || exit 1; done
 
-generate: proto chart-docs ## Regenerate every generated file (protobuf Go code, chart READMEs and schemas)
+generate: proto chart-docs config-docs ## Regenerate every generated file (protobuf Go code, chart READMEs and schemas, the proxy's settings reference)
 
 proto: ## Regenerate the Go code of impl/**/*.proto (protoc from Debian, pinned Go plugins)
 	bash scripts/proto.sh
 
 chart-docs: ## Regenerate the charts' README values tables and values.schema.json from values.yaml
 	$(GO) run ./conformance/charts/cmd/chartdoc charts/pillar-csi charts/proxy
+
+config-docs: ## Regenerate docs/configuration.md's settings tables from impl/gateway/server/configareas.go
+	$(GO) test -count=1 ./impl/gateway/server -run TestConfigReference -args -update
 
 test-charts: ## Chart suites (Helm's Go packages: lint, golden renders, strict decoding, refusals)
 	$(GO) test -count=1 ./conformance/charts/

@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 	"net/http/pprof"
-	"strconv"
 )
 
 // pprofPath is where the profiling endpoint is mounted on the admin
@@ -27,14 +26,4 @@ func pprofHandler() http.Handler {
 	mux.HandleFunc("POST "+pprofPath+"symbol", pprof.Symbol) // go tool pprof posts addresses to resolve
 	mux.HandleFunc("GET "+pprofPath+"cmdline", http.NotFound)
 	return mux
-}
-
-// parseBoolEnv reads an on/off environment variable: empty is unset.
-func parseBoolEnv(getenv func(string) string, name string) (v, set bool, err error) {
-	s := getenv(name)
-	if s == "" {
-		return false, false, nil
-	}
-	v, err = strconv.ParseBool(s)
-	return v, err == nil, err
 }

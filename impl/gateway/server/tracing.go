@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,49 +15,6 @@ import (
 )
 
 // ---- tracing (issue 37; docs/tracing.md) ----
-
-// bindTracingFlags registers the tracing flags; the returned function
-// copies the flags that were set over the file's values.
-func bindTracingFlags(fs *flag.FlagSet) func(set map[string]bool, c *tracing.Config) {
-	d := tracing.Defaults()
-	on := fs.Bool("tracing-enabled", false, "export OpenTelemetry traces of requests, admin calls, jobs and OAuth refreshes over OTLP")
-	endpoint := fs.String("tracing-endpoint", d.Endpoint, "OTLP receiver URL: http(s)://host:4317 (grpc) or http(s)://host:4318[/v1/traces] (http)")
-	protocol := fs.String("tracing-protocol", d.Protocol, "OTLP transport: grpc or http")
-	ratio := fs.Float64("tracing-sampler-ratio", d.SamplerRatio, "share of new traces recorded, 0 to 1 (a client's traceparent decides for its own)")
-	propagate := fs.Bool("tracing-propagate-traceparent", d.PropagateTraceparent, "send the attempt's traceparent to the upstream (false: strip the client's)")
-	headers := map[string]string{}
-	fs.Func("tracing-header", "header sent with every OTLP export, name=value (repeatable; prefer the config file for credentials)", func(v string) error {
-		k, val, ok := strings.Cut(v, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("want name=value, got a value without =")
-		}
-		headers[k] = val
-		return nil
-	})
-	return func(set map[string]bool, c *tracing.Config) {
-		if set["tracing-enabled"] {
-			c.Enabled = *on
-		}
-		if set["tracing-endpoint"] {
-			c.Endpoint = *endpoint
-		}
-		if set["tracing-protocol"] {
-			c.Protocol = *protocol
-		}
-		if set["tracing-sampler-ratio"] {
-			c.SamplerRatio = *ratio
-		}
-		if set["tracing-propagate-traceparent"] {
-			c.PropagateTraceparent = *propagate
-		}
-		for k, v := range headers {
-			if c.Headers == nil {
-				c.Headers = map[string]string{}
-			}
-			c.Headers[k] = v
-		}
-	}
-}
 
 // startTracing starts the trace pipeline the configuration asks for (nil
 // when tracing is off).
