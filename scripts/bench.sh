@@ -11,6 +11,7 @@
 #   BENCH_INTERLEAVED_N=25000 (rounds of one request per path, each kind; p99 is then the 250th slowest)
 #   BENCH_TAIL_N=2000 (rounds of the traced run that breaks the slowest 1% down)
 #   BENCH_DIALECT_N=5000 (streaming rounds of /v1/chat/completions against /v1/messages on the same gateway)
+#   BENCH_BEDROCK_N=2000 (rounds of each kind through a gateway with a Bedrock upstream against the Anthropic one)
 #   BENCH_SKIP_POSTGRES=1 leaves out the PostgreSQL sections (and so does the doc written).
 #   BENCH_SKIP_KIND=1 leaves out the kind cluster section (about 5 minutes with its images cached).
 # Scale (issue 22, parts 3-5; about four minutes together, see the step "scale"):
@@ -173,7 +174,9 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
   --n "${BENCH_N:-5000}" --stream-n "${BENCH_STREAM_N:-5000}" --throughput-n "${BENCH_THROUGHPUT_N:-10000}" \
   --commit "$commit" --out "$tmp/overhead.md" \
   --interleaved-n "${BENCH_INTERLEAVED_N:-25000}" --interleaved-out "$tmp/interleaved.md" \
-  --dialect-n "${BENCH_DIALECT_N:-5000}" --dialect-out "$tmp/dialect.md"
+  --dialect-n "${BENCH_DIALECT_N:-5000}" --dialect-out "$tmp/dialect.md" \
+  --bedrock-n "${BENCH_BEDROCK_N:-2000}" --bedrock-out "$tmp/bedrock.md"
+printf '\nLoad average when the step ended: %s (figures from a loaded two-core machine).\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$tmp/bedrock.md"
 
 # Issue 24: the tail of the interleaved series explained. The same series
 # against tracedproxy (bin/proxy with a Go execution trace of its run); the
@@ -320,6 +323,8 @@ fi
   cat "$tmp/interleaved.md"
   echo
   cat "$tmp/dialect.md"
+  echo
+  cat "$tmp/bedrock.md"
   echo
   cat "$tmp/tail.md"
   echo

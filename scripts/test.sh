@@ -54,6 +54,9 @@ for target in \
   "FuzzRelayStreamPassthrough ./impl/gateway/relay/" \
   "FuzzTranslate ./impl/gateway/openai/" \
   "FuzzStream ./impl/gateway/openai/" \
+  "FuzzDecodeEvent ./impl/gateway/openai/" \
+  "FuzzSchemaChecks ./impl/gateway/openai/" \
+  "FuzzDecodeRequest ./impl/gateway/openai/" \
   "FuzzDecode ./impl/gateway/admin/" \
   "FuzzParse ./impl/pillar/agentconfig/"; do
   read -r name pkg <<<"$target"

@@ -24,100 +24,63 @@ func UpstreamStreamBody() (string, error) {
 	return string(out), nil
 }
 
-// DialectReport is the OpenAI-dialect section: what a streaming request
+// Comparison is a section that sets one path against a reference path,
+// with a copy of the reference as the noise floor: what each adds to the
+// direct request of the same round, interleaved (c=1). Rows hold the
+// path in the Gateway slot, the reference in Bare, its copy in Control.
+type Comparison struct {
+	Title      string // the section's heading
+	Label      string // names the section in a missed line
+	Path, Ref  string // the column names
+	AllWithin  string // the sentence when every row was within noise
+	Method     string // a format with one %d: the rounds
+	MessageRow string // the metric of non-streaming rows ("" measures none)
+	StreamRow  string // of streaming rows ("" measures none)
+
+	N                 int
+	Rows              []Row
+	Spread            []BlockSpread // one per p99 row
+	Messages, Streams [][]Sample    // per target: direct, path, ref, copy
+}
+
+// Run measures direct, path, ref and refCopy one request each per round,
+// n rounds of each kind the section names after warmup rounds of it.
+func (cmp Comparison) Run(ctx context.Context, c *Client, direct, path, ref, refCopy Target, n, warmup int) (Comparison, error) {
+	cmp.N = n
+	all := []Target{direct, path, ref, refCopy}
+	for _, k := range []struct {
+		stream bool
+		metric string
+		into   *[][]Sample
+	}{{false, cmp.MessageRow, &cmp.Messages}, {true, cmp.StreamRow, &cmp.Streams}} {
+		if k.metric == "" {
+			continue
+		}
+		Logf("%s: warm-up, %d rounds", cmp.Label, warmup)
+		if _, err := c.Interleaved(ctx, all, k.stream, warmup); err != nil {
+			return cmp, err
+		}
+		Logf("%s c=1: %d rounds of one request per path (%s), streaming %v", cmp.Label, n, names(all), k.stream)
+		s, err := c.Interleaved(ctx, all, k.stream, n)
+		if err != nil {
+			return cmp, err
+		}
+		*k.into = s
+		cmp.Rows = append(cmp.Rows, addedRow(k.metric+" p50", s, .50, Goal{}), addedRow(k.metric+" p99", s, .99, Goal{}))
+		cmp.Spread = append(cmp.Spread, blockSpread(k.metric+" p99", s, .99, SpreadBlocks))
+	}
+	return cmp, nil
+}
+
+// Dialects is the OpenAI-dialect section: what a streaming request
 // through /v1/chat/completions adds to the provider's time to first event,
-// next to the same request through /v1/messages on the same gateway, with
-// a second Messages path as the noise floor.
-type DialectReport struct {
-	N      int
-	Rows   []Row       // Values: OpenAI (the Gateway slot), Messages (Bare), Messages′ (Control)
-	Spread BlockSpread // the p99 row per consecutive block of rounds
-	// Streams are the samples per target as passed to RunDialects, the
-	// direct path first.
-	Streams [][]Sample
-}
-
-// RunDialects measures time to first chunk through chat (a Target with
-// OpenAI set) against time to first event through messages and control
-// (both plain Messages targets on the same gateway), interleaved one
-// streaming request per path with direct (the provider) each round, after
-// warmup rounds.
-func RunDialects(ctx context.Context, c *Client, direct, chat, messages, control Target, n, warmup int, logf func(string, ...any)) (DialectReport, error) {
-	rep := DialectReport{N: n}
-	if !chat.OpenAI || messages.OpenAI || control.OpenAI {
-		return rep, fmt.Errorf("dialects: want one OpenAI path and two Messages paths")
-	}
-	body, err := UpstreamStreamBody()
-	if err != nil {
-		return rep, err
-	}
-	direct.Body, messages.Body, control.Body = body, body, body
-	all := []Target{direct, chat, messages, control}
-	logf("dialects: warm-up, %d rounds", warmup)
-	if _, err := c.Interleaved(ctx, all, true, warmup); err != nil {
-		return rep, err
-	}
-	logf("dialects c=1: %d rounds of one streaming request per path (%s)", n, names(all))
-	if rep.Streams, err = c.Interleaved(ctx, all, true, n); err != nil {
-		return rep, err
-	}
-	rep.Rows = []Row{
-		addedRow("added time to first chunk p50", rep.Streams, .50, Goal{}),
-		addedRow("added time to first chunk p99", rep.Streams, .99, Goal{}),
-	}
-	rep.Spread = blockSpread(rep.Rows[1].Metric, rep.Streams, .99, SpreadBlocks)
-	return rep, nil
-}
-
-// WithinNoise reports whether the OpenAI path is no further above the
-// Messages path than the two identical Messages paths are apart on this
-// run.
-func WithinNoise(r Row) bool {
-	n := r.Noise()
-	if math.IsNaN(n) || n <= 0 {
-		return false
-	}
-	return r.Ratio() <= max(n, 1/n)
-}
-
-// Table renders the rows: the added time per path, openai ÷ messages with
-// whether it is within noise, and the noise floor.
-func (rep DialectReport) Table() string {
-	var b strings.Builder
-	pathsHead(&b, "metric (path − direct)", "openai", "messages", true)
-	for _, r := range rep.Rows {
-		verdict := "within noise"
-		if !WithinNoise(r) {
-			verdict = "**above noise**"
-		}
-		fmt.Fprintf(&b, "| %s | %.0f µs | %.0f µs | %.2fx | %s | %.2fx |\n", r.Metric, r.Values[Gateway], r.Values[Bare], r.Ratio(), verdict, r.Noise())
-	}
-	return b.String()
-}
-
-// Missed lists the rows where the OpenAI path was above the noise floor.
-func (rep DialectReport) Missed() []string {
-	var out []string
-	for _, r := range rep.Rows {
-		if !WithinNoise(r) {
-			out = append(out, fmt.Sprintf("OpenAI dialect %s: openai ÷ messages = %.2fx, noise floor %.2fx", r.Metric, r.Ratio(), r.Noise()))
-		}
-	}
-	return out
-}
-
-// Markdown is the OpenAI-dialect section of docs/benchmarks.md.
-func (rep DialectReport) Markdown() string {
-	var b strings.Builder
-	b.WriteString("## OpenAI dialect: time to first chunk against the Messages path, interleaved (c=1)\n\n")
-	b.WriteString(rep.Table())
-	writeMissed(&b, rep.Missed(), "The OpenAI path was within noise of the Messages path on this run.")
-	if len(rep.Spread.Gateway) > 0 {
-		fmt.Fprintf(&b, "\n%s over %d consecutive blocks of %d rounds: openai ÷ messages %s, messages′ ÷ messages %s.\n",
-			rep.Spread.Metric, len(rep.Spread.Gateway), rep.N/len(rep.Spread.Gateway), spreadRange(rep.Spread.Gateway), spreadRange(rep.Spread.Control))
-	}
-	fmt.Fprintf(&b, `
-Method. The same simulator and gateway as above. %d rounds; each sends one streaming request to every
+// next to the same request through /v1/messages on the same gateway.
+var Dialects = Comparison{
+	Title: "OpenAI dialect: time to first chunk against the Messages path, interleaved (c=1)",
+	Label: "OpenAI dialect", Path: "openai", Ref: "messages",
+	AllWithin: "The OpenAI path was within noise of the Messages path on this run.",
+	StreamRow: "added time to first chunk",
+	Method: `Method. The same simulator and gateway as above. %d rounds; each sends one streaming request to every
 path in turn (direct to the provider, then through the gateway as /v1/chat/completions ("openai"),
 as /v1/messages ("messages") and as /v1/messages again ("messages′")), starting one path later each
 round. The provider gets the same bytes on every path: the OpenAI path sends the bench's stream body
@@ -128,6 +91,94 @@ message_start on the others; every stream is still read to its end and checked (
 round by round, the path's time minus the direct request's. "Within noise" means openai ÷ messages is
 no larger than the farther of messages′ ÷ messages and its inverse: the OpenAI path is no further
 above the Messages path than two identical Messages paths are apart on the same run.
-`, rep.N)
+`,
+}
+
+// RunDialects measures time to first chunk through chat (a Target with
+// OpenAI set) against time to first event through messages and control
+// (both plain Messages targets on the same gateway).
+func RunDialects(ctx context.Context, c *Client, direct, chat, messages, control Target, n, warmup int) (Comparison, error) {
+	if !chat.OpenAI || messages.OpenAI || control.OpenAI {
+		return Dialects, fmt.Errorf("dialects: want one OpenAI path and two Messages paths")
+	}
+	body, err := UpstreamStreamBody()
+	if err != nil {
+		return Dialects, err
+	}
+	direct.Body, messages.Body, control.Body = body, body, body
+	return Dialects.Run(ctx, c, direct, chat, messages, control, n, warmup)
+}
+
+// Bedrock is the cloud section: a gateway whose upstream is Bedrock
+// against one whose upstream is the provider's own API, on one simulator.
+var Bedrock = Comparison{
+	Title: "Bedrock upstream against an Anthropic upstream, interleaved (c=1)",
+	Label: "Bedrock upstream", Path: "bedrock", Ref: "anthropic",
+	AllWithin:  "The Bedrock path was within noise of the Anthropic path on this run.",
+	MessageRow: "added latency", StreamRow: "added time to first event",
+	Method: `Method. The same simulator as above, serving both wire formats. Three gateways (bin/proxy, each on a
+fresh SQLite file with one principal allowed every model): "bedrock" has one ` + "`bedrock`" + ` upstream on the
+simulator (region us-east-1, the simulator's static AWS keys sealed like any credential, the bench's
+model mapped to a Bedrock id), "anthropic" and "anthropic′" one ` + "`vendor_api_key`" + ` upstream each. %d rounds
+of non-streaming requests, then as many streaming ones; each round sends one request to every path in
+turn (direct to the simulator's Messages API, bedrock, anthropic, anthropic′), starting one path later
+each round. Figures are, round by round, the path's time minus the direct request's, so the bedrock
+column holds the cloud transport's work (the request rewritten for Bedrock, SigV4-signed, the answer
+and its event stream turned back into the Messages API's) and the simulator's Bedrock side (signature
+check, reshaping) on top of what the gateway adds anyway. "Within noise" means bedrock ÷ anthropic
+is no larger than the farther of anthropic′ ÷ anthropic and its inverse; anthropic′ is a second
+process, so the floor also holds what two identical gateway processes differ by.
+`,
+}
+
+// WithinNoise reports whether the path is no further above the reference
+// than the reference and its copy are apart on this run.
+func WithinNoise(r Row) bool {
+	n := r.Noise()
+	if math.IsNaN(n) || n <= 0 {
+		return false
+	}
+	return r.Ratio() <= max(n, 1/n)
+}
+
+// Table renders the rows: the added time per path, path ÷ reference with
+// whether it is within noise, and the noise floor.
+func (cmp Comparison) Table() string {
+	var b strings.Builder
+	pathsHead(&b, "metric (path − direct)", cmp.Path, cmp.Ref, true)
+	for _, r := range cmp.Rows {
+		verdict := "within noise"
+		if !WithinNoise(r) {
+			verdict = "**above noise**"
+		}
+		fmt.Fprintf(&b, "| %s | %.0f µs | %.0f µs | %.2fx | %s | %.2fx |\n", r.Metric, r.Values[Gateway], r.Values[Bare], r.Ratio(), verdict, r.Noise())
+	}
+	return b.String()
+}
+
+// Missed lists the rows where the path was above the noise floor.
+func (cmp Comparison) Missed() []string {
+	var out []string
+	for _, r := range cmp.Rows {
+		if !WithinNoise(r) {
+			out = append(out, fmt.Sprintf("%s %s: %s ÷ %s = %.2fx, noise floor %.2fx", cmp.Label, r.Metric, cmp.Path, cmp.Ref, r.Ratio(), r.Noise()))
+		}
+	}
+	return out
+}
+
+// Markdown is the section of docs/benchmarks.md.
+func (cmp Comparison) Markdown() string {
+	var b strings.Builder
+	b.WriteString("## " + cmp.Title + "\n\n")
+	b.WriteString(cmp.Table())
+	writeMissed(&b, cmp.Missed(), cmp.AllWithin)
+	for _, sp := range cmp.Spread {
+		if len(sp.Gateway) > 0 {
+			fmt.Fprintf(&b, "\n%s over %d consecutive blocks of %d rounds: %s ÷ %s %s, %s′ ÷ %s %s.\n", sp.Metric, len(sp.Gateway), cmp.N/len(sp.Gateway),
+				cmp.Path, cmp.Ref, spreadRange(sp.Gateway), cmp.Ref, cmp.Ref, spreadRange(sp.Control))
+		}
+	}
+	b.WriteString("\n" + fmt.Sprintf(cmp.Method, cmp.N))
 	return b.String()
 }

@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"crypto/sha256"
-	"flag"
 	"fmt"
 	"net/http"
 	"sync"
@@ -19,10 +18,6 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
-
-// make test-conformance passes -bin-dir to every conformance package; this
-// one needs no binaries but must accept the flag.
-var _ = flag.String("bin-dir", "", "unused here")
 
 const (
 	gatewayKey  = "sk-bench-gateway-key"

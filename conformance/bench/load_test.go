@@ -398,11 +398,11 @@ func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 	openai := bench.Target{Name: "openai", BaseURL: gwSrv.URL, Key: gatewayKey, OpenAI: true}
 	messages := bench.Target{Name: "messages", BaseURL: gwSrv.URL, Key: gatewayKey}
 	control := bench.Target{Name: "messages′", BaseURL: gwSrv.URL, Key: gatewayKey}
-	rep, err := bench.RunDialects(context.Background(), c, direct, openai, messages, control, 10, 2, t.Logf)
+	rep, err := bench.RunDialects(context.Background(), c, direct, openai, messages, control, 10, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 2 || len(rep.Streams) != 4 || len(rep.Streams[1]) != 10 || len(rep.Spread.Gateway) != bench.SpreadBlocks {
+	if len(rep.Rows) != 2 || len(rep.Streams) != 4 || len(rep.Streams[1]) != 10 || len(rep.Spread) != 1 || len(rep.Spread[0].Gateway) != bench.SpreadBlocks {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Rows {
@@ -442,7 +442,7 @@ func TestRunDialectsAgainstTheSimulator(t *testing.T) {
 		}
 	}
 	// A Messages target in the OpenAI slot is refused, not measured.
-	if _, err := bench.RunDialects(context.Background(), c, direct, messages, messages, control, 1, 0, t.Logf); err == nil {
+	if _, err := bench.RunDialects(context.Background(), c, direct, messages, messages, control, 1, 0); err == nil {
 		t.Fatal("RunDialects accepted a Messages path as the OpenAI one")
 	}
 }
@@ -463,6 +463,48 @@ func TestWithinNoise(t *testing.T) {
 	} {
 		if got := bench.WithinNoise(bench.Row{Values: c.values}); got != c.want {
 			t.Errorf("WithinNoise(%v) = %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
+// TestBedrockComparisonMeasuresBothKinds runs the Bedrock section's shape
+// on four paths to one in-process simulator: a latency and a time to first
+// event pair of rows, every path's samples of both kinds, a block spread
+// per p99 row, and the table naming bedrock against anthropic with the
+// second anthropic path as the noise floor.
+func TestBedrockComparisonMeasuresBothKinds(t *testing.T) {
+	t.Parallel()
+	simSrv := httptest.NewServer(provider.New(provider.Options{APIKeys: []string{upstreamKey}}))
+	defer simSrv.Close()
+	c := bench.NewClient(nil)
+	defer c.Close()
+	at := func(name string) bench.Target { return bench.Target{Name: name, BaseURL: simSrv.URL, Key: upstreamKey} }
+	rep, err := bench.Bedrock.Run(context.Background(), c, at("direct"), at("bedrock"), at("anthropic"), at("anthropic′"), 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics []string
+	for _, r := range rep.Rows {
+		metrics = append(metrics, r.Metric)
+		if len(r.Values) != 3 {
+			t.Errorf("row %+v: want the path, the reference and its copy", r)
+		}
+	}
+	if got := strings.Join(metrics, ", "); got != "added latency p50, added latency p99, added time to first event p50, added time to first event p99" {
+		t.Fatalf("rows %s", got)
+	}
+	if len(rep.Messages) != 4 || len(rep.Streams) != 4 || len(rep.Messages[1]) != 10 || len(rep.Streams[3]) != 10 {
+		t.Fatalf("samples: %d and %d paths", len(rep.Messages), len(rep.Streams))
+	}
+	if len(rep.Spread) != 2 || len(rep.Spread[1].Gateway) != bench.SpreadBlocks || len(rep.Spread[1].Control) != bench.SpreadBlocks {
+		t.Fatalf("block spread %+v", rep.Spread)
+	}
+	md := rep.Markdown()
+	for _, s := range []string{"## Bedrock upstream against an Anthropic upstream",
+		"| metric (path − direct) | bedrock | anthropic | bedrock ÷ anthropic | target | noise floor: anthropic′ ÷ anthropic |",
+		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "Method. The same simulator as above", " 10 rounds"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("section lacks %q:\n%s", s, md)
 		}
 	}
 }

@@ -18,6 +18,7 @@ type ProcSample struct {
 	RSSKB      int64         // VmRSS
 	FDs        int           // open descriptors
 	CPU        time.Duration // user + system time so far
+	ChildCPU   time.Duration // the same of its waited-for children
 	Goroutines int           // go_goroutines from its /metrics (-1: not read)
 	// HeapKB and StackKB are the Go runtime's heap and stack in use
 	// (go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes).
@@ -41,7 +42,7 @@ func ReadProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return s, err
 	}
-	if s.CPU, err = ParseStatCPU(string(stat)); err != nil {
+	if s.CPU, s.ChildCPU, err = parseStat(string(stat)); err != nil {
 		return s, err
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -70,21 +71,28 @@ func ParseVmRSS(status string) (int64, error) {
 // The command name (field 2) may hold spaces, so fields are counted after
 // its closing parenthesis.
 func ParseStatCPU(stat string) (time.Duration, error) {
+	cpu, _, err := parseStat(stat)
+	return cpu, err
+}
+
+// parseStat reads utime + stime and cutime + cstime (fields 14 to 17).
+func parseStat(stat string) (self, children time.Duration, err error) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("stat: no command name")
+		return 0, 0, errors.New("stat: no command name")
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state), so field n is f[n-3].
-	if len(f) < 13 {
-		return 0, errors.New("stat: too few fields")
+	if len(f) < 15 {
+		return 0, 0, errors.New("stat: too few fields")
 	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("stat: %w", err)
+	var t [4]int64
+	for j := range t {
+		if t[j], err = strconv.ParseInt(f[11+j], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("stat: %w", err)
+		}
 	}
-	return time.Duration(u+s) * clockTick, nil
+	return time.Duration(t[0]+t[1]) * clockTick, time.Duration(t[2]+t[3]) * clockTick, nil
 }
 
 // ParseMetric reads an unlabelled sample from a Prometheus text exposition.

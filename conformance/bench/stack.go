@@ -1,14 +1,10 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,7 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/conformance/harness/runner"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
+	"github.com/pillarhq/pillar/sim/provider"
 )
 
 // Stack is the processes one bench section measures, started through the
@@ -50,25 +49,32 @@ func (s *Stack) Start(label, name string, args []string, env map[string]string) 
 	return p, nil
 }
 
-// WaitUp waits until url answers anything over HTTP; after 10 s it
-// returns an error with the end of the process's log.
+// WaitUp waits until url answers anything over HTTP; after 10 s, or as
+// soon as the process has ended, it returns an error with the end of the
+// process's log.
 func (s *Stack) WaitUp(p *runner.Proc, url string) error {
 	c := &http.Client{Timeout: time.Second}
-	for i := 0; i < 100; i++ {
-		if res, err := c.Get(url); err == nil {
-			res.Body.Close()
-			return nil
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := waitfor.Poll(ctx, 100*time.Millisecond, func() error {
 		if p.Exited() {
-			break
+			cancel()
+			return errors.New("exited")
 		}
-		time.Sleep(100 * time.Millisecond)
+		res, err := c.Get(url)
+		if err == nil {
+			res.Body.Close()
+		}
+		return err
+	})
+	if err == nil {
+		return nil
 	}
 	lines := strings.Split(strings.TrimRight(p.Output(), "\n"), "\n")
 	if len(lines) > 20 {
 		lines = lines[len(lines)-20:]
 	}
-	return fmt.Errorf("%s did not come up at %s: %s", p.Name, url, strings.Join(lines, "\n"))
+	return fmt.Errorf("%s did not come up at %s (%v): %s", p.Name, url, err, strings.Join(lines, "\n"))
 }
 
 // Stop stops every process of the stack and waits for them.
@@ -82,76 +88,141 @@ func (s *Stack) Stop() {
 	s.procs = nil
 }
 
-// FreeAddr is a loopback address with a port free right now.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+// Proxy is a bin/proxy the stack started on a SQLite file of its own
+// (or DatabaseURL), seeded through its admin API.
+type Proxy struct {
+	Proc     *runner.Proc
+	URL      string // the proxy listener
+	AdminURL string
+	Admin    *harness.Admin
+	Key      string // the seeded principal's key; empty when not seeded
 }
 
-// RandomHex is n random bytes in hex.
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// ProxyOptions starts one gateway; zero values are bin/proxy on a fresh
+// SQLite file with a random admin token.
+type ProxyOptions struct {
+	Label, Bin  string // default "proxy"
+	DatabaseURL string
+	Token       string
+	Env         map[string]string
+	// Upstream, when set, is created with a principal allowed every model
+	// and a key for it (Proxy.Key).
+	Upstream map[string]any
 }
 
-// Seed creates, through the admin API at adminURL, one upstream on the
-// sim and one principal allowed every model, and returns a fresh key for
-// it.
-func Seed(adminURL, token, simURL, simKey string) (string, error) {
-	if _, err := AdminCall(adminURL, token, "/upstreams", map[string]any{"name": "sim", "kind": "vendor_api_key", "base_url": simURL, "api_key_value": simKey}); err != nil {
-		return "", err
+// StartProxy starts a gateway and waits until its admin API answers.
+func (s *Stack) StartProxy(o ProxyOptions) (*Proxy, error) {
+	if o.Label == "" {
+		o.Label = "proxy"
 	}
-	pr, err := AdminCall(adminURL, token, "/principals", map[string]any{"name": "bench", "kind": "machine", "allowed_models": []string{"*"}})
-	if err != nil {
-		return "", err
+	if o.Bin == "" {
+		o.Bin = "proxy"
 	}
-	id, _ := pr["id"].(string)
-	if id == "" {
-		return "", fmt.Errorf("no principal id in %v", pr)
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = "sqlite://" + filepath.Join(s.Dir, o.Label+".db")
 	}
-	k, err := AdminCall(adminURL, token, "/principals/"+id+"/keys", map[string]any{})
-	if err != nil {
-		return "", err
+	if o.Token == "" {
+		o.Token = "bench-" + harness.RandomHex(16)
 	}
-	key, _ := k["key"].(string)
-	if key == "" {
-		return "", fmt.Errorf("no key in the answer")
-	}
-	return key, nil
-}
-
-// AdminCall POSTs body to the admin API's path (under /admin/v1) and
-// decodes the answer; a status of 300 or more is an error.
-func AdminCall(adminURL, token, path string, body any) (map[string]any, error) {
-	b, err := json.Marshal(body)
+	px, err := harness.ListenAddr()
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequest("POST", adminURL+"/admin/v1"+path, bytes.NewReader(b))
+	adm, err := harness.ListenAddr()
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	env := maps.Clone(o.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["PROXY_ADMIN_TOKEN"] = o.Token
+	g := &Proxy{URL: "http://" + px, AdminURL: "http://" + adm, Admin: &harness.Admin{Base: "http://" + adm, Token: o.Token}}
+	if g.Proc, err = s.Start(o.Label, o.Bin, []string{"--proxy-listen", px, "--admin-listen", adm, "--database-url", o.DatabaseURL,
+		"--log-level", "warn", "--allow-private-upstreams"}, env); err != nil {
+		return nil, err
+	}
+	if err := s.WaitUp(g.Proc, g.AdminURL+"/admin/v1/status"); err != nil {
+		return nil, err
+	}
+	if o.Upstream != nil {
+		if g.Key, _, err = Seed(g.Admin, o.Upstream); err != nil {
+			return nil, fmt.Errorf("seed %s: %w", o.Label, err)
+		}
+	}
+	return g, nil
+}
+
+// Sim is a bin/sim the stack started.
+type Sim struct {
+	Proc     *runner.Proc
+	URL, Key string
+}
+
+// StartSim starts the provider simulator accepting one fresh API key (and
+// the simulator's default AWS keys) and waits until it answers.
+func (s *Stack) StartSim() (*Sim, error) {
+	addr, err := harness.ListenAddr()
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	if res.StatusCode >= 300 {
-		return nil, fmt.Errorf("POST %s: %d %s", path, res.StatusCode, out)
+	sim := &Sim{URL: "http://" + addr, Key: "sk-sim-bench-" + harness.RandomHex(8)}
+	return sim, sim.start(s, "sim")
+}
+
+// Restart stops the simulator and starts it again on its address and key.
+func (sim *Sim) Restart(s *Stack) error {
+	sim.Proc.Stop()
+	return sim.start(s, "sim-restarted")
+}
+
+func (sim *Sim) start(s *Stack, label string) error {
+	var err error
+	if sim.Proc, err = s.Start(label, "sim", []string{"--listen", strings.TrimPrefix(sim.URL, "http://"), "--api-key", sim.Key}, nil); err != nil {
+		return err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(out, &m); err != nil {
-		return nil, fmt.Errorf("POST %s: %w", path, err)
+	return s.WaitUp(sim.Proc, sim.URL+"/_sim/clock")
+}
+
+// VendorUpstream is the admin body of an API-key upstream on the simulator.
+func (sim *Sim) VendorUpstream() map[string]any {
+	return map[string]any{"name": "sim", "kind": "vendor_api_key", "base_url": sim.URL, "api_key_value": sim.Key}
+}
+
+// BedrockModelID is the Bedrock model id the bench's model maps to.
+const BedrockModelID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+
+// BedrockUpstream is the admin body of a Bedrock upstream on the
+// simulator: its default AWS keys (sealed by the gateway like any
+// credential), a region for SigV4, the bench's model mapped to a Bedrock id.
+func (sim *Sim) BedrockUpstream() map[string]any {
+	return map[string]any{"name": "bedrock", "kind": "bedrock", "base_url": sim.URL, "region": "us-east-1",
+		"aws_access_key_id": provider.DefaultAWSAccessKeyID, "aws_secret_access_key": provider.DefaultAWSSecretAccessKey,
+		"model_map": map[string]string{"claude-sonnet-4-5": BedrockModelID}}
+}
+
+// Seed creates upstream through a, then one principal allowed every model,
+// and returns a fresh key for it and the principal's id.
+func Seed(a *harness.Admin, upstream map[string]any) (key, principal string, err error) {
+	if _, err := a.Call("POST", "/admin/v1/upstreams", upstream, http.StatusCreated); err != nil {
+		return "", "", err
 	}
-	return m, nil
+	pr, err := a.Call("POST", "/admin/v1/principals", map[string]any{"name": "bench", "kind": "machine", "allowed_models": []string{"*"}}, http.StatusCreated)
+	if err != nil {
+		return "", "", err
+	}
+	principal, _ = pr["id"].(string)
+	if principal == "" {
+		return "", "", fmt.Errorf("no principal id in %v", pr)
+	}
+	k, err := a.Call("POST", "/admin/v1/principals/"+principal+"/keys", map[string]any{}, http.StatusCreated)
+	if err != nil {
+		return "", "", err
+	}
+	if key, _ = k["key"].(string); key == "" {
+		return "", "", fmt.Errorf("no key in the answer")
+	}
+	return key, principal, nil
 }
 
 // FreshSchema creates an empty schema on the PostgreSQL server at

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/conformance/harness/runner"
 )
 
@@ -43,9 +44,10 @@ func TestSeedCreatesUpstreamPrincipalAndKey(t *testing.T) {
 		}
 	}))
 	defer admin.Close()
-	key, err := bench.Seed(admin.URL, "tok", "http://sim", "sk-sim")
-	if err != nil || key != "sk-px-bench" {
-		t.Fatalf("key %q, err %v", key, err)
+	sim := &bench.Sim{URL: "http://sim", Key: "sk-sim"}
+	key, pr, err := bench.Seed(&harness.Admin{Base: admin.URL, Token: "tok"}, sim.VendorUpstream())
+	if err != nil || key != "sk-px-bench" || pr != "pr_1" {
+		t.Fatalf("key %q, principal %q, err %v", key, pr, err)
 	}
 	want := []string{
 		`Bearer tok /admin/v1/upstreams {"api_key_value":"sk-sim","base_url":"http://sim","kind":"vendor_api_key","name":"sim"}`,
@@ -63,7 +65,7 @@ func TestAdminCallRefusalIsAnError(t *testing.T) {
 		fmt.Fprint(w, `{"error":{"code":"invalid_request"}}`)
 	}))
 	defer admin.Close()
-	_, err := bench.AdminCall(admin.URL, "tok", "/principals", map[string]any{})
+	_, err := (&harness.Admin{Base: admin.URL, Token: "tok"}).Call("POST", "/admin/v1/principals", map[string]any{}, 201)
 	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "invalid_request") {
 		t.Fatalf("err = %v", err)
 	}
@@ -91,7 +93,7 @@ func crash(context.Context, []string, func(string) string, io.Writer) error {
 func TestStackStartsWaitsAndStops(t *testing.T) {
 	dir := t.TempDir()
 	st := &bench.Stack{Runner: runner.InProcess{Mains: map[string]runner.MainFunc{"svc": serve, "bad": crash}}, Dir: dir}
-	addr, err := bench.FreeAddr()
+	addr, err := harness.ListenAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestStackStartsWaitsAndStops(t *testing.T) {
 	}
 	// WaitUp gives up as soon as the process has ended, with its log.
 	<-bad.Done()
-	nobody, _ := bench.FreeAddr()
+	nobody, _ := harness.ListenAddr()
 	if err := st.WaitUp(bad, "http://"+nobody+"/"); err == nil || !strings.Contains(err.Error(), "boom: bad flag") {
 		t.Errorf("WaitUp of a crashed process: %v", err)
 	}

@@ -58,16 +58,25 @@ var (
 // one it returned before in this process: the kernel may hand a port just
 // closed out again, and two listeners of one spec must not get the same.
 func FreeAddr() string {
+	addr, err := ListenAddr()
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return addr
+}
+
+// ListenAddr is FreeAddr for code outside a spec (the bench commands).
+func ListenAddr() (string, error) {
 	handedMu.Lock()
 	defer handedMu.Unlock()
 	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		Expect(err).NotTo(HaveOccurred())
+		if err != nil {
+			return "", err
+		}
 		addr := ln.Addr().String()
 		ln.Close()
 		if !handed[addr] {
 			handed[addr] = true
-			return addr
+			return addr, nil
 		}
 	}
 }
@@ -252,6 +261,14 @@ type Admin struct {
 // Do sends a request; body may be nil, a string or a value to encode.
 // hdr holds header name/value pairs.
 func (a *Admin) Do(method, path string, body any, hdr ...string) (int, http.Header, []byte) {
+	st, h, b, err := a.send(method, path, body, hdr...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return st, h, b
+}
+
+// send is Do with a request that cannot be built returned as an error; a
+// failed round trip is status 0 with the error's text as the body.
+func (a *Admin) send(method, path string, body any, hdr ...string) (int, http.Header, []byte, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -259,11 +276,15 @@ func (a *Admin) Do(method, path string, body any, hdr ...string) (int, http.Head
 		rd = strings.NewReader(b)
 	default:
 		j, err := json.Marshal(b)
-		Expect(err).NotTo(HaveOccurred())
+		if err != nil {
+			return 0, nil, nil, err
+		}
 		rd = bytes.NewReader(j)
 	}
 	req, err := http.NewRequestWithContext(context.Background(), method, a.Base+path, rd)
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return 0, nil, nil, err
+	}
 	if a.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.Token)
 	}
@@ -275,22 +296,37 @@ func (a *Admin) Do(method, path string, body any, hdr ...string) (int, http.Head
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, nil, []byte(err.Error())
+		return 0, nil, []byte(err.Error()), nil
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, b
+	return res.StatusCode, res.Header, b, nil
 }
 
 // JSON sends a request expecting status and decodes the answer.
 func (a *Admin) JSON(method, path string, body any, status int, hdr ...string) map[string]any {
-	st, _, b := a.Do(method, path, body, hdr...)
-	ExpectWithOffset(1, st).To(Equal(status), "%s %s: %s", method, path, b)
+	m, err := a.Call(method, path, body, status, hdr...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return m
+}
+
+// Call is JSON for code outside a spec: another status, or an answer that
+// is not a JSON object, is an error naming the request and the body.
+func (a *Admin) Call(method, path string, body any, status int, hdr ...string) (map[string]any, error) {
+	st, _, b, err := a.send(method, path, body, hdr...)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if st != status {
+		return nil, fmt.Errorf("%s %s: status %d, want %d: %s", method, path, st, status, b)
+	}
 	var m map[string]any
 	if len(b) > 0 {
-		ExpectWithOffset(1, json.Unmarshal(b, &m)).To(Succeed(), string(b))
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("%s %s: %w: %s", method, path, err, b)
+		}
 	}
-	return m
+	return m, nil
 }
 
 // ExpectError checks the admin error shape, status and code.

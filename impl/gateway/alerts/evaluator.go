@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
@@ -17,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Snapshots gives the replica's current snapshot.
@@ -134,18 +136,13 @@ func New(o Options) *Evaluator {
 
 // Run evaluates every interval until ctx ends.
 func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	evaluate := func(ctx context.Context) {
 		if err := e.Evaluate(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("alert evaluation incomplete", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	evaluate(ctx)
+	service.Every(ctx, clock.Real{}, interval, evaluate)
 }
 
 // Evaluate observes every condition once, records each change of state

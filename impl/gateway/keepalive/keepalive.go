@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Job types.
@@ -107,12 +107,11 @@ type Enqueuer interface {
 
 // Service tracks turns and runs refreshes.
 type Service struct {
-	Store   store.Store
-	Box     Box
-	Jobs    Enqueuer
-	HTTP    *http.Client
-	Now     func() time.Time
-	Log     *slog.Logger
+	Store store.Store
+	Box   Box
+	Jobs  Enqueuer
+	HTTP  *http.Client
+	service.Base
 	Metrics *Metrics
 	// Upstream yields the request-path view of an upstream (opened
 	// credential), nil when it cannot serve.
@@ -121,55 +120,38 @@ type Service struct {
 	// (svc_scheduler_prompt_cache_purge_rows_removed_total).
 	Purged prometheus.Counter
 
-	queue chan relay.Exchange
-	wg    sync.WaitGroup
+	// queue is made on first use by Observe or Run, so turns observed
+	// before the worker runs wait for it instead of being dropped.
+	queueOnce sync.Once
+	queue     chan relay.Exchange
 }
 
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
+func (s *Service) turns() chan relay.Exchange {
+	s.queueOnce.Do(func() { s.queue = make(chan relay.Exchange, 1024) })
+	return s.queue
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// Start runs the tracking worker until ctx ends.
-func (s *Service) Start(ctx context.Context) {
-	s.queue = make(chan relay.Exchange, 1024)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case x := <-s.queue:
-				if err := s.Track(ctx, x); err != nil {
-					s.Metrics.track("error")
-					s.log().Warn("keep-alive tracking", "principal_id", x.PrincipalID, "error", err)
-				}
+// Run tracks the observed turns until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	queue := s.turns()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case x := <-queue:
+			if err := s.Track(ctx, x); err != nil {
+				s.Metrics.track("error")
+				s.Logger.Warn("keep-alive tracking", "principal_id", x.PrincipalID, "error", err)
 			}
 		}
-	}()
+	}
 }
-
-// Wait waits for the tracking worker to end.
-func (s *Service) Wait() { s.wg.Wait() }
 
 // Observe implements relay.Observer: it never blocks the request path; when
 // the queue is full the turn is not tracked.
 func (s *Service) Observe(x relay.Exchange) {
-	if s.queue == nil {
-		return
-	}
 	select {
-	case s.queue <- x:
+	case s.turns() <- x:
 	default:
 		s.Metrics.track(OutcomeDropped)
 	}
@@ -221,7 +203,7 @@ func (s *Service) Track(ctx context.Context, x relay.Exchange) error {
 	}
 	anchor := x.Anchor
 	if anchor.IsZero() {
-		anchor = s.now()
+		anchor = s.Clock.Now()
 	}
 	// The session row comes first: its generation is bound into the seal.
 	sess, err := s.Store.UpsertKeepAliveSession(ctx, store.KeepAliveSession{PrincipalID: x.PrincipalID, SessionHash: p.Hash,
@@ -232,7 +214,7 @@ func (s *Service) Track(ctx context.Context, x relay.Exchange) error {
 	}
 	if budget == 0 {
 		s.Metrics.track(OutcomeNotWaiting)
-		_, err := s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, OutcomeNotWaiting, s.now())
+		_, err := s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, OutcomeNotWaiting, s.Clock.Now())
 		return err
 	}
 	sealed, err := s.Box.Seal(p.Refresh, AD(x.PrincipalID, p.Hash, x.UpstreamID, sess.Generation))
@@ -296,7 +278,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 		return scheduler.OutcomeNoop, OutcomeStaleGeneration
 	}
 	stop := func(reason string) (scheduler.Outcome, string) {
-		_, _ = s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, reason, s.now())
+		_, _ = s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, reason, s.Clock.Now())
 		return scheduler.OutcomeSkip, reason
 	}
 	pr, err := s.Store.GetPrincipal(ctx, sess.PrincipalID)
@@ -307,7 +289,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	if cfg == nil {
 		return stop(OutcomeDisabled)
 	}
-	now := s.now()
+	now := s.Clock.Now()
 	if sess.Refreshes >= sess.RefreshBudget || now.Sub(sess.TurnStartedAt) > time.Duration(cfg.MaxTotalDurationSecs)*time.Second {
 		return stop(OutcomeBoundReached)
 	}
@@ -320,7 +302,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	}
 	body, err := s.Box.Open(sess.Snapshot, AD(sess.PrincipalID, sess.SessionHash, sess.UpstreamID, sess.Generation))
 	if err != nil {
-		s.log().Warn("keep-alive snapshot does not decrypt", "session_id", sess.ID)
+		s.Logger.Warn("keep-alive snapshot does not decrypt", "session_id", sess.ID)
 		return stop(OutcomeDecryptFailed)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.MessagesURL, bytes.NewReader(body))
@@ -334,11 +316,11 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	if err != nil {
 		return stop(OutcomeDispatchError)
 	}
-	anchor := s.now()
+	anchor := s.Clock.Now()
 	defer resp.Body.Close()
 	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		s.log().Info("keep-alive refresh refused", "session_id", sess.ID, "status", resp.StatusCode)
+		s.Logger.Info("keep-alive refresh refused", "session_id", sess.ID, "status", resp.StatusCode)
 		return stop(OutcomeDispatchError)
 	}
 	var u struct {
@@ -359,11 +341,11 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 	next := anchor.Add(sess.TTL - cfg.Lead(sess.TTL))
 	done := sess.Refreshes + 1
 	if done >= sess.RefreshBudget || next.Sub(sess.TurnStartedAt) > time.Duration(cfg.MaxTotalDurationSecs)*time.Second {
-		_, _ = s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, OutcomeBoundReached, s.now())
+		_, _ = s.Store.StopKeepAliveSession(ctx, sess.ID, sess.Generation, OutcomeBoundReached, s.Clock.Now())
 		return scheduler.OutcomeDone, OutcomeRefreshed
 	}
 	if err := s.enqueue(ctx, sess, p.Refresh+1, next); err != nil {
-		s.log().Warn("schedule next keep-alive refresh", "session_id", sess.ID, "error", err)
+		s.Logger.Warn("schedule next keep-alive refresh", "session_id", sess.ID, "error", err)
 	}
 	return scheduler.OutcomeDone, OutcomeRefreshed
 }
@@ -372,7 +354,7 @@ func (s *Service) refresh(ctx context.Context, j scheduler.Job) (scheduler.Outco
 // Pending keep-alive rows (stale generation or session gone). Queued and
 // Running rows are never deleted: DeleteJobs refuses those states.
 func (s *Service) cleanup(ctx context.Context, _ scheduler.Job) (scheduler.Outcome, error) {
-	now := s.now()
+	now := s.Clock.Now()
 	n, err := s.Store.DeleteExpiredKeepAliveSessions(ctx, now.Add(-time.Hour))
 	if err != nil {
 		return "", err
@@ -403,7 +385,7 @@ func (s *Service) cleanup(ctx context.Context, _ scheduler.Job) (scheduler.Outco
 	if total == 0 {
 		return scheduler.OutcomeNoop, nil
 	}
-	s.log().Info("keep-alive cleanup", "sessions", n, "job_rows", removed)
+	s.Logger.Info("keep-alive cleanup", "sessions", n, "job_rows", removed)
 	return scheduler.OutcomeDone, nil
 }
 

@@ -22,6 +22,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 const turn1 = `{"model":"claude-sonnet-4-5","max_tokens":512,"system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}],
@@ -155,19 +157,18 @@ type env struct {
 	prov  *cacheProvider
 	jobs  *jobs
 	reg   *prometheus.Registry
-	mu    sync.Mutex
-	now   time.Time
+	clk   *fakeclock.Clock
 	pr    *store.Principal
 	upURL string
 }
 
-func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
+func (e *env) clock() time.Time { return e.clk.Now() }
 
 const kaCfg = `{"enabled":true,"refresh_lead_time_5m_secs":30,"refresh_lead_time_1h_secs":120,"max_refreshes_per_session":3,"max_total_duration_secs":3600,"snapshot_max_bytes":1048576,"classifier":{"extra_wait_for_user_tools":[],"treat_end_turn_as_ambiguous":false}}`
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	e := &env{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), jobs: &jobs{}, reg: prometheus.NewRegistry()}
+	e := &env{clk: fakeclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)), jobs: &jobs{}, reg: prometheus.NewRegistry()}
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "k.db"), sqlite.Options{Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
@@ -184,13 +185,13 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc = &Service{Store: st, Box: box, Jobs: e.jobs, Now: e.clock, Metrics: NewMetrics(e.reg), HTTP: srv.Client(),
+	e.svc = service.Init(service.Options{Clock: e.clk}, &Service{Store: st, Box: box, Jobs: e.jobs, Metrics: NewMetrics(e.reg), HTTP: srv.Client(),
 		Upstream: func(id string) *snapshot.Upstream {
 			if id != "up_1" {
 				return nil
 			}
 			return &snapshot.Upstream{ID: "up_1", Kind: store.KindVendorAPIKey, Enabled: true, Credential: "k", MessagesURL: srv.URL + "/v1/messages"}
-		}}
+		}})
 	return e
 }
 
@@ -232,23 +233,23 @@ func TestRefreshKeepsCacheWarm(t *testing.T) {
 	if !first.RunAt.Equal(anchor.Add(5*time.Minute - 30*time.Second)) {
 		t.Fatalf("first refresh at %s, want anchor+5m-30s", first.RunAt)
 	}
-	e.now = first.RunAt
+	e.clk.Set(first.RunAt)
 	if out := e.run(t, first); out != scheduler.OutcomeDone || e.refreshes(OutcomeRefreshed) != 1 {
 		t.Fatalf("refresh %q", out)
 	}
 	second := e.jobs.last()
-	if second.IdempotencyKey == first.IdempotencyKey || !second.RunAt.Equal(e.now.Add(5*time.Minute-30*time.Second)) {
+	if second.IdempotencyKey == first.IdempotencyKey || !second.RunAt.Equal(e.clk.Now().Add(5*time.Minute-30*time.Second)) {
 		t.Fatalf("second refresh %+v", second)
 	}
 	// Idle 9.5 minutes after the turn: still cached thanks to the refresh.
-	e.now = second.RunAt
+	e.clk.Set(second.RunAt)
 	e.run(t, second)
 	if e.refreshes(OutcomeRefreshed) != 2 {
 		t.Fatal("the cache was not kept warm")
 	}
 	// Bounds: the budget of 3 refreshes ends the session.
 	third := e.jobs.last()
-	e.now = third.RunAt
+	e.clk.Set(third.RunAt)
 	e.run(t, third)
 	n := len(e.jobs.got)
 	sess, _ := e.st.GetKeepAliveSession(context.Background(), sessionOf(t, third))
@@ -280,7 +281,7 @@ func TestCacheMissStops(t *testing.T) {
 	e := setup(t)
 	e.turn(t, turn1, endTurn)
 	first := e.jobs.last()
-	e.now = first.RunAt.Add(10 * time.Minute) // the cache is long gone
+	e.clk.Set(first.RunAt.Add(10 * time.Minute)) // the cache is long gone
 	if out := e.run(t, first); out != scheduler.OutcomeSkip || e.refreshes(OutcomeCacheMiss) != 1 {
 		t.Fatalf("miss: %q", out)
 	}
@@ -318,7 +319,7 @@ func TestSnapshotBinding(t *testing.T) {
 	if err := e.st.SetKeepAliveSnapshot(context.Background(), sessionOf(t, other), 1, sess.Snapshot); err != nil {
 		t.Fatal(err)
 	}
-	e.now = other.RunAt
+	e.clk.Set(other.RunAt)
 	calls := e.prov.calls
 	if out := e.run(t, other); out != scheduler.OutcomeSkip || e.refreshes(OutcomeDecryptFailed) != 1 || e.prov.calls != calls {
 		t.Fatalf("tampered snapshot: %q, %v, %d calls", out, e.refreshes(OutcomeDecryptFailed), e.prov.calls-calls)
@@ -338,7 +339,7 @@ func TestNoOpAndTerminalOutcomes(t *testing.T) {
 	}
 	cur := e.jobs.last()
 	e.prov.status = 529
-	e.now = cur.RunAt
+	e.clk.Set(cur.RunAt)
 	if out := e.run(t, cur); out != scheduler.OutcomeSkip || e.refreshes(OutcomeDispatchError) != 1 {
 		t.Fatalf("dispatch error: %q", out)
 	}
@@ -365,7 +366,7 @@ func TestNoOpAndTerminalOutcomes(t *testing.T) {
 // The request path only hands the exchange over; a full queue drops it.
 func TestObserveNeverBlocks(t *testing.T) {
 	e := setup(t)
-	e.svc.queue = make(chan relay.Exchange, 1)
+	e.svc.queueOnce.Do(func() { e.svc.queue = make(chan relay.Exchange, 1) })
 	done := make(chan struct{})
 	go func() {
 		for range 100 {
@@ -397,7 +398,7 @@ func TestRefreshFollowsNoRedirectElsewhere(t *testing.T) {
 	}
 	e.turn(t, turn1, endTurn)
 	first := e.jobs.last()
-	e.now = first.RunAt
+	e.clk.Set(first.RunAt)
 	e.run(t, first)
 	e.prov.mu.Lock()
 	defer e.prov.mu.Unlock()

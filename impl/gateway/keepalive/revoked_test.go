@@ -20,7 +20,7 @@ func TestRefreshRefusedStopsWithoutSending(t *testing.T) {
 		return &snapshot.Upstream{ID: id, Kind: store.KindVendorOAuth, Enabled: true, CredentialKind: "oauth", Credential: "revoked",
 			RefreshRefused: true, MessagesURL: e.upURL + "/v1/messages"}
 	}
-	e.now = first.RunAt
+	e.clk.Set(first.RunAt)
 	if out := e.run(t, first); out != scheduler.OutcomeSkip || e.refreshes(OutcomeRefreshRefused) != 1 || e.prov.calls != 0 {
 		t.Fatalf("outcome %q, refresh_refused %v, provider calls %d", out, e.refreshes(OutcomeRefreshRefused), e.prov.calls)
 	}

@@ -22,8 +22,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Kind is what a limit counts.
@@ -417,19 +419,10 @@ func retryAfter(cur, prev int64, frac float64, lim Limit) time.Duration {
 // Run syncs every period until ctx ends, then once more, so counts taken
 // just before a shutdown reach the other replicas.
 func (l *Limiter) Run(ctx context.Context) {
-	t := time.NewTicker(l.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = l.Sync(fctx) // Sync logs its own failures
-			cancel()
-			return
-		case <-t.C:
-			_ = l.Sync(ctx)
-		}
-	}
+	service.Every(ctx, clock.Real{}, l.every, func(ctx context.Context) { _ = l.Sync(ctx) }) // Sync logs its own failures
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = l.Sync(fctx)
+	cancel()
 }
 
 // Sync adds this replica's new counts to the shared windows and takes the

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 )
 
@@ -90,14 +91,9 @@ func IsPermanent(err error) bool {
 type Client struct {
 	HTTP     *http.Client
 	ClientID string
-	Now      func() time.Time
-}
-
-func (c *Client) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
+	// Clock dates a token's expiry; nil is the real clock, so the zero
+	// Client works like a zero http.Client.
+	Clock clock.Clock
 }
 
 // httpClient is c.HTTP under the credential redirect policy: token
@@ -201,7 +197,7 @@ func (c *Client) token(ctx context.Context, tokenURL, op string, body map[string
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	var tr tokenResponse
-	sent := c.now()
+	sent := clock.Or(c.Clock).Now()
 	if err := c.do(req, op, &tr); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // RFC 7636, appendix B.
@@ -125,8 +127,9 @@ func setup(t *testing.T) (*Service, *tokenServer, *jobs, *store.Upstream, *bytes
 	t.Cleanup(srv.Close)
 	box, _ := secret.New(bytes.Repeat([]byte{7}, 32))
 	j := &jobs{}
-	s := &Service{Store: st, Box: box, Client: &Client{HTTP: srv.Client(), Now: func() time.Time { return now }}, Jobs: j,
-		Now: func() time.Time { return now }, RedirectURI: "https://cb.example/callback"}
+	clk := service.Options{Clock: fakeclock.New(now)}
+	s := service.Init(clk, &Service{Store: st, Box: box, Client: &Client{HTTP: srv.Client(), Clock: clk.Clock}, Jobs: j,
+		RedirectURI: "https://cb.example/callback"})
 	u, err := st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: "https://api.example",
 		Enabled: true, WarmupEnabled: true, OAuthAuthorizeURL: srv.URL + "/authorize", OAuthTokenURL: srv.URL + "/token"})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
@@ -64,7 +64,7 @@ func TestRefreshFailureVisibleInStatus(t *testing.T) {
 		t.Fatalf("status after exhausted retries: %+v", got.Status)
 	}
 	// A rebuild with a clean apply, from a read taken before the failure.
-	now := s.now()
+	now := s.Clock.Now()
 	if err := s.Store.SetUpstreamStatus(ctx, u.ID, store.UpstreamStatus{LastApplyAt: &now}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,28 +165,16 @@ type lazyWorld struct {
 	requests atomic.Int64
 	arrived  chan struct{}
 	release  chan struct{}
-	mu       sync.Mutex
-	fire     []func()
+	clock    *fakeclock.Clock
 	changed  atomic.Int64
-	clock    time.Time
 }
 
 func newLazyWorld(t *testing.T) *lazyWorld {
 	s, ts, _, u := connected(t)
-	w := &lazyWorld{s: s, ts: ts, u: u, arrived: make(chan struct{}, 16), release: make(chan struct{}), clock: s.now()}
+	w := &lazyWorld{s: s, ts: ts, u: u, arrived: make(chan struct{}, 16), release: make(chan struct{}), clock: s.Clock.(*fakeclock.Clock)}
 	w.metrics = scheduler.NewMetrics(prometheus.NewRegistry())
 	s.Metrics = w.metrics
-	s.Now = func() time.Time { w.mu.Lock(); defer w.mu.Unlock(); return w.clock }
 	s.Changed = func(context.Context) { w.changed.Add(1) }
-	s.AfterFunc = func(d time.Duration, f func()) func() bool {
-		if d != 7*time.Second {
-			t.Errorf("timeout %s, want the configured 7s", d)
-		}
-		w.mu.Lock()
-		w.fire = append(w.fire, f)
-		w.mu.Unlock()
-		return func() bool { return true }
-	}
 	s.LazyRefreshTimeout = 7 * time.Second
 	ts.before = func(rw http.ResponseWriter, r *http.Request) bool {
 		w.requests.Add(1)
@@ -201,7 +189,7 @@ func newLazyWorld(t *testing.T) *lazyWorld {
 	return w
 }
 
-func (w *lazyWorld) advance(d time.Duration) { w.mu.Lock(); w.clock = w.clock.Add(d); w.mu.Unlock() }
+func (w *lazyWorld) advance(d time.Duration) { w.clock.Advance(d) }
 
 // Concurrent lazy refreshes of one upstream share one provider request;
 // the new token is stored (and the snapshot told) before they return; a
@@ -264,13 +252,11 @@ func TestRefreshTokenTimeout(t *testing.T) {
 	if err := <-errImpatient; !errors.Is(err, context.Canceled) {
 		t.Fatalf("impatient caller: %v", err)
 	}
-	w.mu.Lock()
-	fire := w.fire
-	w.mu.Unlock()
-	if len(fire) != 1 {
-		t.Fatalf("%d timers armed", len(fire))
+	// The refresh armed its timeout before its request arrived.
+	if p := w.clock.Pending(); len(p) != 1 || p[0] != 7*time.Second {
+		t.Fatalf("timers armed %v, want the configured 7s", p)
 	}
-	fire[0]()
+	w.clock.Advance(7 * time.Second)
 	if err := <-errc; !errors.Is(err, ErrLazyRefreshTimeout) {
 		t.Fatalf("timeout: %v", err)
 	}
@@ -321,7 +307,7 @@ func TestRefreshTokenRefused(t *testing.T) {
 func TestRequestRefreshStartsOneAndCoolsDown(t *testing.T) {
 	w := newLazyWorld(t)
 	var logs lockedbuf.Buffer
-	w.s.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	w.s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	gates := make(chan chan struct{}, 2)
 	w.ts.before = func(rw http.ResponseWriter, r *http.Request) bool {
 		w.requests.Add(1)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Errors of the flow; the admin API maps each to a stable code.
@@ -69,9 +69,8 @@ type Service struct {
 	Store  store.Store
 	Box    Box
 	Client *Client
-	Log    *slog.Logger
-	Now    func() time.Time
 	Jobs   Enqueuer
+	service.Base
 	// RedirectURI is registered with the provider for the client; the
 	// operator copies the code shown there (or the test reads it from the
 	// redirect) into the complete call.
@@ -96,9 +95,6 @@ type Service struct {
 	// RefreshRetry is the refresh job's retry class (zero: the seed's
 	// Entity class); conformance shortens it to exhaust it quickly.
 	RefreshRetry scheduler.RetryClass
-	// AfterFunc arms the lazy-refresh timeout (time.AfterFunc when nil);
-	// tests fire it themselves.
-	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Tracer traces each token refresh (optional: nil traces nothing).
 	Tracer trace.Tracer
 
@@ -118,20 +114,6 @@ type lazyCall struct {
 	// asked: started by RequestRefresh, whose caller does not wait for the
 	// error, so the refresh logs it.
 	asked bool
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
-
-func (s *Service) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 func flowAD(state string) []byte { return []byte("oauth-flow:" + state) }
@@ -182,7 +164,7 @@ func (s *Service) Start(ctx context.Context, upstreamID string) (*Started, error
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
+	now := s.Clock.Now()
 	ttl := s.FlowTTL
 	if ttl <= 0 {
 		ttl = 10 * time.Minute
@@ -224,7 +206,7 @@ func (s *Service) Complete(ctx context.Context, upstreamID, state, code string) 
 	if i := strings.IndexByte(code, '#'); i >= 0 {
 		code = code[:i]
 	}
-	f, err := s.Store.TakeOAuthFlow(ctx, state, s.now())
+	f, err := s.Store.TakeOAuthFlow(ctx, state, s.Clock.Now())
 	if errors.Is(err, store.ErrNotFound) || (err == nil && f.UpstreamID != upstreamID) {
 		return nil, "", ErrUnknownState
 	}
@@ -250,7 +232,7 @@ func (s *Service) Complete(ctx context.Context, upstreamID, state, code string) 
 	if err != nil {
 		return nil, "", err
 	}
-	s.log().Info("oauth connected", "upstream_id", u.ID, "credential_version", u.CredentialVersion)
+	s.Logger.Info("oauth connected", "upstream_id", u.ID, "credential_version", u.CredentialVersion)
 	if s.Connected != nil {
 		s.Connected(ctx, u)
 	}
@@ -273,7 +255,7 @@ func (s *Service) storeToken(ctx context.Context, u *store.Upstream, tok *Token)
 		s.Changed(ctx)
 	}
 	if err := s.scheduleRefresh(ctx, u, tok); err != nil {
-		s.log().Warn("schedule token refresh", "upstream_id", u.ID, "error", err)
+		s.Logger.Warn("schedule token refresh", "upstream_id", u.ID, "error", err)
 	}
 	return u, nil
 }
@@ -302,7 +284,7 @@ func (s *Service) scheduleRefresh(ctx context.Context, u *store.Upstream, tok *T
 		exp := time.Unix(tok.ExpiresAt, 0)
 		// Never more than half the lifetime early, so short-lived tokens
 		// are not refreshed in a loop.
-		if life := exp.Sub(s.now()); life < 2*lead {
+		if life := exp.Sub(s.Clock.Now()); life < 2*lead {
 			lead = life / 2
 		}
 		at = exp.Add(-lead)
@@ -348,7 +330,7 @@ func (s *Service) Revoke(ctx context.Context, upstreamID string) (*store.Upstrea
 	if s.Changed != nil {
 		s.Changed(ctx)
 	}
-	s.log().Info("oauth credential revoked", "upstream_id", upstreamID)
+	s.Logger.Info("oauth credential revoked", "upstream_id", upstreamID)
 	return u, nil
 }
 
@@ -432,7 +414,7 @@ func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err
 		if s.Changed != nil {
 			s.Changed(ctx)
 		}
-		s.log().Warn("oauth refresh refused", "upstream_id", u.ID, "credential_version", u.CredentialVersion, "error", scheduler.Redact(err.Error()))
+		s.Logger.Warn("oauth refresh refused", "upstream_id", u.ID, "credential_version", u.CredentialVersion, "error", scheduler.Redact(err.Error()))
 		return false, fmt.Errorf("%w: %s", ErrRefreshRefused, scheduler.Redact(err.Error()))
 	}
 	if tok.AccountUUID == "" {
@@ -446,9 +428,9 @@ func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err
 	if s.refreshed == nil {
 		s.refreshed = map[string]time.Time{}
 	}
-	s.refreshed[u.ID] = s.now()
+	s.refreshed[u.ID] = s.Clock.Now()
 	s.lazyMu.Unlock()
-	s.log().Info("oauth token refreshed", "upstream_id", nu.ID, "credential_version", nu.CredentialVersion)
+	s.Logger.Info("oauth token refreshed", "upstream_id", nu.ID, "credential_version", nu.CredentialVersion)
 	if s.Connected != nil {
 		s.Connected(ctx, nu)
 	}
@@ -458,9 +440,9 @@ func (s *Service) rotate(ctx context.Context, u *store.Upstream) (moot bool, err
 // recordFailure writes a refresh failure of u's credential version into
 // its status; false means the credential was replaced meanwhile.
 func (s *Service) recordFailure(ctx context.Context, u *store.Upstream, msg string, refused bool) bool {
-	ok, err := s.Store.RecordRefreshFailure(ctx, u.ID, u.CredentialVersion, msg, refused, s.now())
+	ok, err := s.Store.RecordRefreshFailure(ctx, u.ID, u.CredentialVersion, msg, refused, s.Clock.Now())
 	if err != nil {
-		s.log().Warn("record oauth refresh failure", "upstream_id", u.ID, "error", err)
+		s.Logger.Warn("record oauth refresh failure", "upstream_id", u.ID, "error", err)
 		return true // the failure stands even though its record did not land
 	}
 	return ok
@@ -504,7 +486,7 @@ func (s *Service) RequestRefresh(upstreamID string) bool {
 	if s.inflight[upstreamID] != nil {
 		return false
 	}
-	if t, ok := s.ended[upstreamID]; ok && s.now().Sub(t) < s.lazyCooldown() {
+	if t, ok := s.ended[upstreamID]; ok && s.Clock.Now().Sub(t) < s.lazyCooldown() {
 		return false
 	}
 	s.startLazy(upstreamID).asked = true
@@ -538,28 +520,24 @@ func (s *Service) lazyRefresh(upstreamID string, c *lazyCall) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	timedOut := false
-	after := s.AfterFunc
-	if after == nil {
-		after = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
-	}
-	stop := after(timeout, func() {
+	t := s.Clock.AfterFunc(timeout, func() {
 		mu.Lock()
 		timedOut = true
 		mu.Unlock()
 		cancel()
 	})
 	err := s.lazyRefreshOnce(ctx, upstreamID, timeout, func() bool { mu.Lock(); defer mu.Unlock(); return timedOut })
-	stop()
+	t.Stop()
 	cancel()
 	s.lazyMu.Lock()
 	if c.asked && err != nil {
-		s.log().Warn("lazy OAuth token refresh failed", "upstream_id", upstreamID, "error", scheduler.Redact(err.Error()))
+		s.Logger.Warn("lazy OAuth token refresh failed", "upstream_id", upstreamID, "error", scheduler.Redact(err.Error()))
 	}
 	delete(s.inflight, upstreamID)
 	if s.ended == nil {
 		s.ended = map[string]time.Time{}
 	}
-	s.ended[upstreamID] = s.now()
+	s.ended[upstreamID] = s.Clock.Now()
 	c.err = err
 	s.lazyMu.Unlock()
 	close(c.done)
@@ -582,7 +560,7 @@ func (s *Service) lazyRefreshOnce(ctx context.Context, upstreamID string, timeou
 	s.lazyMu.Lock()
 	last, ok := s.refreshed[upstreamID]
 	s.lazyMu.Unlock()
-	if ok && s.now().Sub(last) < s.lazyCooldown() {
+	if ok && s.Clock.Now().Sub(last) < s.lazyCooldown() {
 		return nil
 	}
 	_, err = s.rotate(ctx, u)
@@ -593,7 +571,7 @@ func (s *Service) lazyRefreshOnce(ctx context.Context, upstreamID string, timeou
 		if s.Metrics != nil {
 			s.Metrics.LazyRefreshTimeout.Inc()
 		}
-		s.log().Warn("lazy oauth refresh timed out", "upstream_id", upstreamID, "timeout", timeout)
+		s.Logger.Warn("lazy oauth refresh timed out", "upstream_id", upstreamID, "timeout", timeout)
 		s.recordFailure(context.Background(), u, fmt.Sprintf("lazy OAuth token refresh timed out after %s; the scheduled refresh and its watchdog continue", timeout), false)
 		return fmt.Errorf("%w after %s", ErrLazyRefreshTimeout, timeout)
 	}
@@ -623,7 +601,7 @@ func (s *Service) watchdog(ctx context.Context, _ scheduler.Job) (scheduler.Outc
 			continue
 		}
 		if u.Status.RefreshRefused {
-			s.log().Debug("oauth watchdog: refresh refused by the provider, not re-queued", "upstream_id", u.ID)
+			s.Logger.Debug("oauth watchdog: refresh refused by the provider, not re-queued", "upstream_id", u.ID)
 			continue
 		}
 		base := RefreshKey(u.ID, u.CredentialVersion)
@@ -657,7 +635,7 @@ func (s *Service) watchdog(ctx context.Context, _ scheduler.Job) (scheduler.Outc
 				return "", err
 			}
 			if inserted {
-				s.log().Warn("oauth refresh re-queued after its jobs ended without a new token", "upstream_id", u.ID,
+				s.Logger.Warn("oauth refresh re-queued after its jobs ended without a new token", "upstream_id", u.ID,
 					"credential_version", u.CredentialVersion, "idempotency_key", key)
 			}
 		}

@@ -34,3 +34,31 @@ func BenchmarkFirstChunk(b *testing.B) {
 		}
 	}
 }
+
+// benchAnswer is a streamed text answer as the bench simulator sends it:
+// message_start, a text block of eight deltas, the stop events.
+var benchAnswer = func() []byte {
+	b := append([]byte(nil), benchStart...)
+	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
+	b = append(b, "event: ping\ndata: {\"type\":\"ping\"}\n\n"...)
+	for range 8 {
+		b = append(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"measured words \"}}\n\n"...)
+	}
+	b = append(b, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"...)
+	b = append(b, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":16}}\n\n"...)
+	return append(b, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
+}()
+
+// BenchmarkStream is a whole streamed answer's translation, with usage.
+func BenchmarkStream(b *testing.B) {
+	info := Info{Model: "claude-sonnet-4-5", Stream: true, IncludeUsage: true}
+	var out []byte
+	b.SetBytes(int64(len(benchAnswer)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s := NewStream(info, 1)
+		if out = s.End(s.Feed(out[:0], benchAnswer)); !s.Done {
+			b.Fatal("answer not done")
+		}
+	}
+}

@@ -43,7 +43,7 @@ func checkMessagesBody(t *testing.T, in, b []byte) {
 		}
 		switch bl.Type {
 		case "text":
-			if bl.Text == nil || *bl.Text == "" {
+			if bl.Text == "" {
 				fail("empty text block")
 			}
 		case "image":
@@ -59,7 +59,7 @@ func checkMessagesBody(t *testing.T, in, b []byte) {
 				fail("bad tool_result block")
 			}
 			for _, c := range bl.Content {
-				if c.Type != "text" || c.Text == nil || *c.Text == "" {
+				if c.Type != "text" || c.Text == "" {
 					fail("bad tool_result content")
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultMaxTokens is the Messages max_tokens of a chat request that names
@@ -174,7 +175,7 @@ type (
 	}
 	block struct {
 		Type         string          `json:"type"`
-		Text         *string         `json:"text,omitempty"`
+		Text         string          `json:"text,omitempty"` // never empty in a text block
 		Source       *imageSource    `json:"source,omitempty"`
 		ID           string          `json:"id,omitempty"`
 		Name         string          `json:"name,omitempty"`
@@ -212,19 +213,26 @@ type (
 // body. What cannot be expressed in the Messages API is refused with the
 // parameter it concerns, never dropped.
 func Translate(body []byte) ([]byte, Info, *Error) {
-	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var field string
-		if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			field, _ = strconv.Unquote(s)
-			return nil, Info{}, invalid(field, "unknown_parameter", "Unrecognized request argument supplied: %s", field)
-		}
-		return nil, Info{}, invalid("", "invalid_json", "request body must be a JSON object: %s", decodeMessage(err))
+	t := translations.Get().(*translation)
+	b, info, err := t.translate(body)
+	if t.reset() {
+		translations.Put(t)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, Info{}, invalid("", "invalid_json", "request body must be one JSON object")
+	return b, info, err
+}
+
+func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
+	req, out := &t.req, &t.out
+	if !decodeRequest(body, req) {
+		// What the single pass read is dropped: encoding/json decodes the
+		// body again, from nothing, and names what it refuses.
+		msgs := req.Messages[:cap(req.Messages)]
+		clear(msgs)
+		*req = chatRequest{Messages: msgs[:0]}
+		t.rd.Reset(body)
+		if err := decodeStrict(&t.rd, req); err != nil {
+			return nil, Info{}, err
+		}
 	}
 	if req.Model == nil || *req.Model == "" {
 		return nil, Info{}, invalid("model", "missing_required_parameter", "you must provide a model parameter")
@@ -232,7 +240,7 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 	if err := req.refuseUnmappable(); err != nil {
 		return nil, Info{}, err
 	}
-	out := msgRequest{Model: *req.Model, MaxTokens: DefaultMaxTokens}
+	out.Model, out.MaxTokens = *req.Model, DefaultMaxTokens
 	info := Info{Model: *req.Model}
 	switch {
 	case req.MaxCompletionTokens != nil:
@@ -297,18 +305,67 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 			return nil, Info{}, invalid("service_tier", "invalid_value", "service_tier %q has no Claude equivalent (use auto or default)", *st)
 		}
 	}
-	if err := translateTools(&req, &out, &info); err != nil {
+	if err := translateTools(req, out, &info); err != nil {
 		return nil, Info{}, err
 	}
-	if err := translateMessages(req.Messages, &out); err != nil {
+	if err := translateMessages(req.Messages, out); err != nil {
 		return nil, Info{}, err
 	}
-	placeCacheBreakpoints(&out)
-	b, err := json.Marshal(&out)
+	placeCacheBreakpoints(out)
+	b, err := json.Marshal(out)
 	if err != nil {
 		return nil, Info{}, invalid("", "invalid_value", "request cannot be translated: %v", err)
 	}
 	return b, info, nil
+}
+
+// translation is one request's working memory, pooled: the decoded request
+// and the Messages request built from it are marshalled before Translate
+// returns, so the next request can reuse their memory.
+type translation struct {
+	req chatRequest
+	out msgRequest
+	rd  bytes.Reader
+}
+
+var translations = sync.Pool{New: func() any { return new(translation) }}
+
+// maxPooledTurns bounds the turns a pooled translation keeps room for, so
+// one long conversation does not pin its memory.
+const maxPooledTurns = 64
+
+// reset zeroes t, keeping the turns' room; false when t is too large to
+// be pooled.
+func (t *translation) reset() bool {
+	in, out := t.req.Messages[:cap(t.req.Messages)], t.out.Messages[:cap(t.out.Messages)]
+	if len(in) > maxPooledTurns || len(out) > maxPooledTurns {
+		return false
+	}
+	// The slices are cleared whole: encoding/json decodes into the
+	// elements it finds, which must hold nothing of the last request.
+	clear(in)
+	clear(out)
+	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}}
+	return true
+}
+
+// decodeStrict decodes a request with encoding/json, refusing unknown
+// members by name.
+func decodeStrict(r io.Reader, req *chatRequest) *Error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		var field string
+		if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field, _ = strconv.Unquote(s)
+			return invalid(field, "unknown_parameter", "Unrecognized request argument supplied: %s", field)
+		}
+		return invalid("", "invalid_json", "request body must be a JSON object: %s", decodeMessage(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("", "invalid_json", "request body must be one JSON object")
+	}
+	return nil
 }
 
 // decodeMessage is a decoding error without Go's type names.
@@ -458,6 +515,15 @@ func translateTools(req *chatRequest, out *msgRequest, info *Info) *Error {
 // the Messages API requires to be of type object: a schema that names no
 // type gets it; nil when raw is not a schema of an object.
 func objectSchema(raw json.RawMessage) json.RawMessage {
+	// A schema that names its type is checked in one pass; one that does
+	// not is rewritten through a map (the rarer case).
+	r := jsonReader{data: raw}
+	if typ, found, ok := r.lastMember("type"); ok && found {
+		if string(typ) != `"object"` {
+			return nil
+		}
+		return compact(raw)
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil || m == nil {
 		return nil
@@ -481,6 +547,16 @@ func objectSchema(raw json.RawMessage) json.RawMessage {
 func given(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 func isObject(raw json.RawMessage) bool {
+	r := jsonReader{data: raw}
+	r.space()
+	if r.pos == len(raw) || raw[r.pos] != '{' {
+		return false
+	}
+	if r.skip(0) {
+		r.space()
+		return r.pos == len(raw)
+	}
+	// A syntax error, or nesting deeper than the reader goes.
 	var m map[string]json.RawMessage
 	return json.Unmarshal(raw, &m) == nil && m != nil
 }
@@ -576,6 +652,22 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 	return nil
 }
 
+// ephemeral is the cache breakpoint every marked block shares: read only.
+var ephemeral = cacheControl{Type: "ephemeral"}
+
+// contentString decodes a content given as a string, as encoding/json
+// would; the single-pass reader spares the reflection of the common case.
+func contentString(raw json.RawMessage) (string, bool) {
+	if s, ok := jsonString(raw); ok {
+		return s, true
+	}
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
@@ -608,13 +700,12 @@ func appendTurn(out *msgRequest, role string, blocks []block) {
 	prev.Content = append(prev.Content, blocks...)
 }
 
-func textBlock(s string) block { return block{Type: "text", Text: &s} }
+func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
 func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if s, ok := contentString(raw); ok {
 		if s == "" {
 			return nil, nil
 		}
@@ -645,8 +736,7 @@ func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
 
 // userParts reads a user message's content: text and images.
 func userParts(raw json.RawMessage, p string) ([]block, *Error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if s, ok := contentString(raw); ok {
 		if s == "" {
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
@@ -719,7 +809,7 @@ func imageFrom(u, p string) (*imageSource, *Error) {
 // end of the user turn before it (what the previous request wrote, read
 // now). That is the Messages API's maximum of four breakpoints.
 func placeCacheBreakpoints(out *msgRequest) {
-	eph := &cacheControl{Type: "ephemeral"}
+	eph := &ephemeral
 	if n := len(out.Tools); n > 0 {
 		out.Tools[n-1].CacheControl = eph
 	}

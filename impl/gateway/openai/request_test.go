@@ -231,3 +231,44 @@ func TestCacheBreakpointsFollowTheConversation(t *testing.T) {
 		t.Fatalf("turn 3 marks %v", got)
 	}
 }
+
+// A reused translation keeps nothing of the request before: each request
+// of a varied sequence, translated after the others on one translation,
+// gives the bytes (or the refusal) a fresh translation gives.
+func TestTranslationReuseKeepsNothing(t *testing.T) {
+	t.Parallel()
+	reqs := []string{
+		`{"model":"a","max_tokens":9,"stop":["x"],"temperature":0.5,"user":"u","service_tier":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":"thinking","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"},{"role":"user","content":[{"type":"text","text":"t"},{"type":"image_url","image_url":{"url":"https://x/i.png"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"properties":{}}}}],"tool_choice":"required","parallel_tool_calls":false}`,
+		string(benchChat),
+		`{"model":"b","messages":[{"role":"user","content":"one"},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"two"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
+		`{"model":"c","messages":[{"role":"user","content":"q","name":"n"}]}`,
+		`{"model":"d","messages":[{"role":"user"}]}`,
+		`{"model":"e","messages":[{"role":"user","content":"last"}]}`,
+	}
+	var reused translation
+	for _, order := range [][]int{{0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {0, 5, 2, 1}} {
+		for _, i := range order {
+			got, gotInfo, gotErr := reused.translate([]byte(reqs[i]))
+			if !reused.reset() {
+				t.Fatal("a small translation is not kept for reuse")
+			}
+			var fresh translation
+			want, wantInfo, wantErr := fresh.translate([]byte(reqs[i]))
+			if string(got) != string(want) || gotInfo != wantInfo || !reflect.DeepEqual(gotErr, wantErr) {
+				t.Fatalf("request %d after others: %s %+v %v\nfresh: %s %+v %v", i, got, gotInfo, gotErr, want, wantInfo, wantErr)
+			}
+		}
+	}
+}
+
+// A body of JSON null, or of another value than an object, is refused
+// like any request without a model, and decodes into nothing.
+func TestTranslateRefusesNonObjectBodies(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`null`, ` null `, `[]`, `"x"`, `1`} {
+		_, _, err := Translate([]byte(in))
+		if err == nil || err.Status != 400 || err.Code == "" {
+			t.Errorf("%s: %+v", in, err)
+		}
+	}
+}

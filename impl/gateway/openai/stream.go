@@ -33,7 +33,8 @@ type Stream struct {
 	// reflect encodes chunks with encoding/json, the reference the
 	// appended encoding is fuzzed against.
 	reflect bool
-	ev      streamEvent
+	dec     eventDecoder
+	ev      upstreamEvent
 }
 
 // NewStream returns the translator of one answer.
@@ -111,76 +112,80 @@ func (s *Stream) event(out, data []byte) []byte {
 	}
 	// One event value per stream, zeroed for each event: decoding into a
 	// fresh local would cost an allocation per event.
-	s.ev = streamEvent{}
 	e := &s.ev
-	if err := json.Unmarshal(data, e); err != nil {
+	if !s.dec.decode(data, e) {
 		return s.Fail(out, streamFailure("the upstream sent an event that is not JSON"))
 	}
-	switch e.Type {
+	// The event's byte fields are views into data: a value the stream
+	// keeps past this event is copied into a string.
+	switch string(e.Type) {
 	case "message_start":
-		if e.Message != nil {
-			s.id, s.usage = completionID(e.Message.ID), e.Message.Usage
-			if e.Message.Model != "" {
-				s.model = e.Message.Model
+		if e.HasMessage {
+			s.id, s.usage = "chatcmpl-"+string(bytes.TrimPrefix(e.MessageID, []byte("msg_"))), e.MessageUsage
+			if len(e.MessageModel) > 0 && string(e.MessageModel) != s.model {
+				s.model = string(e.MessageModel)
 			}
 		}
 		empty := ""
 		return s.chunk(out, &chatDelta{Role: "assistant", Content: &empty}, nil)
 	case "content_block_start":
-		b := e.ContentBlock
-		if b == nil || b.Type != "tool_use" {
+		if !e.HasBlock || string(e.BlockType) != "tool_use" {
 			return out
 		}
 		if s.tools == nil {
 			s.tools = map[int]int{}
 		}
-		if s.info.JSONTool && b.Name == jsonToolName {
+		if s.info.JSONTool && string(e.BlockName) == jsonToolName {
 			s.tools[e.Index] = -1
 			return out
 		}
 		idx := s.calls
 		s.calls++
 		s.tools[e.Index] = idx
-		tc := toolCallOut{Index: &idx, ID: b.ID, Type: "function"}
-		tc.Function.Name = b.Name
+		tc := toolCallOut{Index: &idx, ID: string(e.BlockID), Type: "function"}
+		tc.Function.Name = string(e.BlockName)
 		return s.chunk(out, &chatDelta{ToolCalls: []toolCallOut{tc}}, nil)
 	case "content_block_delta":
-		if e.Delta == nil {
+		if !e.HasDelta {
 			return out
 		}
-		switch e.Delta.Type {
+		switch string(e.DeltaType) {
 		case "text_delta":
-			t := e.Delta.Text
+			t := string(e.Text)
 			return s.chunk(out, &chatDelta{Content: &t}, nil)
 		case "input_json_delta":
 			idx, ok := s.tools[e.Index]
 			switch {
-			case !ok || e.Delta.PartialJSON == "":
+			case !ok || len(e.PartialJSON) == 0:
 				return out
 			case idx < 0:
-				t := e.Delta.PartialJSON
+				t := string(e.PartialJSON)
 				return s.chunk(out, &chatDelta{Content: &t}, nil)
 			}
 			tc := toolCallOut{Index: &idx}
-			tc.Function.Arguments = e.Delta.PartialJSON
+			tc.Function.Arguments = string(e.PartialJSON)
 			return s.chunk(out, &chatDelta{ToolCalls: []toolCallOut{tc}}, nil)
 		}
 		// Thinking and citation deltas have no Chat Completions form.
 		return out
 	case "message_delta":
-		if u := e.Usage; u != nil {
-			set := func(dst *int64, v *int64) {
-				if v != nil {
-					*dst = *v
-				}
+		if e.HasUsage {
+			u := &e.Usage
+			if e.UsageSet&usageInput != 0 {
+				s.usage.InputTokens = u.InputTokens
 			}
-			set(&s.usage.InputTokens, u.InputTokens)
-			set(&s.usage.CacheCreationInputTokens, u.CacheCreationInputTokens)
-			set(&s.usage.CacheReadInputTokens, u.CacheReadInputTokens)
-			set(&s.usage.OutputTokens, u.OutputTokens)
+			if e.UsageSet&usageCacheCreation != 0 {
+				s.usage.CacheCreationInputTokens = u.CacheCreationInputTokens
+			}
+			if e.UsageSet&usageCacheRead != 0 {
+				s.usage.CacheReadInputTokens = u.CacheReadInputTokens
+			}
+			if e.UsageSet&usageOutput != 0 {
+				s.usage.OutputTokens = u.OutputTokens
+			}
 		}
-		if e.Delta != nil && e.Delta.StopReason != nil {
-			s.finish = finishReason(*e.Delta.StopReason, s.info.JSONTool)
+		if e.HasDelta && e.HasStop {
+			s.finish = finishReason(string(e.StopReason), s.info.JSONTool)
 		}
 		return out
 	case "message_stop":
@@ -196,15 +201,15 @@ func (s *Stream) event(out, data []byte) []byte {
 		return append(out, "data: [DONE]\n\n"...)
 	case "error":
 		f := streamFailure("the upstream stream failed")
-		if e.Error != nil {
+		if e.HasError {
 			// Without a message of its own the error keeps the
 			// stream's: the SDKs raise the message, an empty one
 			// tells nothing.
-			msg := e.Error.Message
-			if msg == "" {
-				msg = f.Message
+			msg := f.Message
+			if len(e.ErrorMessage) > 0 {
+				msg = string(e.ErrorMessage)
 			}
-			f = proxyerr.New(f.Status, e.Error.Type, msg)
+			f = proxyerr.New(f.Status, string(e.ErrorType), msg)
 		}
 		return s.Fail(out, f)
 	case "ping":

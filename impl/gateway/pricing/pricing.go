@@ -14,8 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Price is one model's prices per token, read exactly from the catalog's
@@ -91,18 +93,13 @@ func (i *Installer) Sync(ctx context.Context) (bool, error) {
 
 // Run syncs every interval until ctx ends.
 func (i *Installer) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	install := func(ctx context.Context) {
 		if _, err := i.Sync(ctx); err != nil && ctx.Err() == nil {
 			i.log.Warn("price catalog install", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	install(ctx)
+	service.Every(ctx, clock.Real{}, interval, install)
 }
 
 // parseModels reads the catalog's models exactly (numbers as text, never

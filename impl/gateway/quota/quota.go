@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Job types.
@@ -60,8 +60,7 @@ type Service struct {
 	Tokens Tokens
 	Client *oauth.Client
 	Jobs   Enqueuer
-	Now    func() time.Time
-	Log    *slog.Logger
+	service.Base
 	// StaleAfter is the age past which an observation advertises no coupon
 	// and no longer decides a warm-up.
 	StaleAfter time.Duration
@@ -74,20 +73,6 @@ type Service struct {
 	// Two replicas running those two jobs at once can still both resolve
 	// it: one profile request too many, the same identity stored.
 	polling [16]sync.Mutex
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
-
-func (s *Service) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 func (s *Service) staleAfter() time.Duration {
@@ -184,7 +169,7 @@ func (s *Service) Poll(ctx context.Context, upstreamID string) (applied bool, er
 	}
 	if !pollable(u) {
 		if u.Status.RefreshRefused {
-			s.log().Info("usage poll skipped: the provider refused the refresh grant; run the OAuth flow again", "upstream_id", u.ID)
+			s.Logger.Info("usage poll skipped: the provider refused the refresh grant; run the OAuth flow again", "upstream_id", u.ID)
 		}
 		return false, nil
 	}
@@ -192,12 +177,12 @@ func (s *Service) Poll(ctx context.Context, upstreamID string) (applied bool, er
 	if err != nil {
 		return false, err
 	}
-	polledAt := s.now()
+	polledAt := s.Clock.Now()
 	usage, err := s.Client.Usage(ctx, u.BaseURL, tok.AccessToken)
 	if err != nil {
 		return false, err
 	}
-	obs := store.QuotaObservation{UpstreamID: u.ID, CredentialVersion: u.CredentialVersion, PolledAt: polledAt, ObservedAt: s.now(),
+	obs := store.QuotaObservation{UpstreamID: u.ID, CredentialVersion: u.CredentialVersion, PolledAt: polledAt, ObservedAt: s.Clock.Now(),
 		ExtraUsage: usage.ExtraUsage}
 	if usage.FiveHour != nil {
 		obs.FiveHour = store.QuotaWindow{Utilization: usage.FiveHour.Utilization, ResetsAt: usage.FiveHour.ResetsAt}
@@ -226,7 +211,7 @@ func (s *Service) Poll(ctx context.Context, upstreamID string) (applied bool, er
 		return false, err
 	}
 	if !applied {
-		s.log().Info("usage observation discarded: the poll predates a resolved coupon claim", "upstream_id", u.ID)
+		s.Logger.Info("usage observation discarded: the poll predates a resolved coupon claim", "upstream_id", u.ID)
 	}
 	return applied, nil
 }
@@ -250,7 +235,7 @@ func (s *Service) Observe(ctx context.Context, u *store.Upstream) (*View, error)
 		return nil, err
 	}
 	v := &View{Observation: q}
-	now := s.now()
+	now := s.Clock.Now()
 	v.Stale = q.CredentialVersion != u.CredentialVersion || now.Sub(q.ObservedAt) > s.staleAfter()
 	expired := q.CouponExpiresAt != nil && !q.CouponExpiresAt.After(now)
 	v.Usable = !v.Stale && q.CouponAvailable && q.CouponID != "" && q.Fence == nil && !expired && pollable(u)
@@ -286,34 +271,34 @@ func (s *Service) Claim(ctx context.Context, upstreamID string) (*View, error) {
 	if q.AccountUUID == "" || prof.AccountUUID != q.AccountUUID {
 		return v, ErrAccountMismatch
 	}
-	fence, err := s.Store.AcquireCouponFence(ctx, u.ID, q.CouponID, u.CredentialVersion, s.now())
+	fence, err := s.Store.AcquireCouponFence(ctx, u.ID, q.CouponID, u.CredentialVersion, s.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
 		return v, ErrClaimInProgress
 	}
 	if err != nil {
 		return v, err
 	}
-	s.log().Info("coupon claim sent", "upstream_id", u.ID, "fence_id", fence)
+	s.Logger.Info("coupon claim sent", "upstream_id", u.ID, "fence_id", fence)
 	claimErr := s.Client.ClaimReset(ctx, u.BaseURL, tok.AccessToken, q.CouponID)
 	var pe *oauth.ProviderError
 	switch {
 	case claimErr == nil:
-		if err := s.Store.ResolveCouponFence(context.WithoutCancel(ctx), u.ID, fence, store.FenceConsumed, s.now()); err != nil {
-			s.log().Warn("resolve coupon fence", "upstream_id", u.ID, "error", err)
+		if err := s.Store.ResolveCouponFence(context.WithoutCancel(ctx), u.ID, fence, store.FenceConsumed, s.Clock.Now()); err != nil {
+			s.Logger.Warn("resolve coupon fence", "upstream_id", u.ID, "error", err)
 		}
-		s.log().Info("coupon claimed; windows reset", "upstream_id", u.ID)
+		s.Logger.Info("coupon claimed; windows reset", "upstream_id", u.ID)
 		if err := s.EnqueuePoll(context.WithoutCancel(ctx), u.ID, "claim:"+fence); err != nil {
-			s.log().Warn("queue usage poll after claim", "upstream_id", u.ID, "error", err)
+			s.Logger.Warn("queue usage poll after claim", "upstream_id", u.ID, "error", err)
 		}
 	case errors.As(claimErr, &pe) && pe.Permanent():
-		_ = s.Store.ResolveCouponFence(context.WithoutCancel(ctx), u.ID, fence, store.FenceRejected, s.now())
+		_ = s.Store.ResolveCouponFence(context.WithoutCancel(ctx), u.ID, fence, store.FenceRejected, s.Clock.Now())
 		_ = s.EnqueuePoll(context.WithoutCancel(ctx), u.ID, "claim:"+fence)
-		s.log().Warn("coupon claim refused", "upstream_id", u.ID, "status", pe.Status, "code", pe.Code)
+		s.Logger.Warn("coupon claim refused", "upstream_id", u.ID, "status", pe.Status, "code", pe.Code)
 		return s.reobserve(ctx, u, v), fmt.Errorf("%w: %v", ErrClaimRejected, claimErr)
 	default:
 		// No answer, or a server error: the provider may have applied it.
 		// The fence stays until a poll five minutes on sees fresh state.
-		s.log().Warn("coupon claim outcome unknown; the fence is recovered by a later poll", "upstream_id", u.ID, "error", claimErr)
+		s.Logger.Warn("coupon claim outcome unknown; the fence is recovered by a later poll", "upstream_id", u.ID, "error", claimErr)
 		return s.reobserve(ctx, u, v), fmt.Errorf("%w: %v", ErrOutcomeUnknown, claimErr)
 	}
 	return s.reobserve(ctx, u, v), nil
@@ -327,7 +312,7 @@ func (s *Service) reobserve(ctx context.Context, u *store.Upstream, fallback *Vi
 }
 
 func (s *Service) gc(ctx context.Context, _ scheduler.Job) (scheduler.Outcome, error) {
-	gc, err := s.Store.CollectQuotaGarbage(ctx, s.now())
+	gc, err := s.Store.CollectQuotaGarbage(ctx, s.Clock.Now())
 	if err != nil {
 		return "", err
 	}
@@ -337,6 +322,6 @@ func (s *Service) gc(ctx context.Context, _ scheduler.Job) (scheduler.Outcome, e
 	if gc == (store.QuotaGC{}) {
 		return scheduler.OutcomeNoop, nil
 	}
-	s.log().Info("quota garbage collected", "observations", gc.Observations, "warmup_states", gc.WarmupStates, "oauth_flows", gc.Flows)
+	s.Logger.Info("quota garbage collected", "observations", gc.Observations, "warmup_states", gc.WarmupStates, "oauth_flows", gc.Flows)
 	return scheduler.OutcomeDone, nil
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
@@ -119,21 +121,16 @@ type env struct {
 	srv  *httptest.Server
 	svc  *Service
 	jobs *jobs
-	mu   sync.Mutex
-	now  time.Time
+	clk  *fakeclock.Clock
 	up   *store.Upstream
 }
 
-func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
-func (e *env) advance(d time.Duration) {
-	e.mu.Lock()
-	e.now = e.now.Add(d)
-	e.mu.Unlock()
-}
+func (e *env) clock() time.Time        { return e.clk.Now() }
+func (e *env) advance(d time.Duration) { e.clk.Advance(d) }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	e := &env{prov: &provider{account: "acct-1", coupon: "cpn-1"}, jobs: &jobs{}, now: t0}
+	e := &env{prov: &provider{account: "acct-1", coupon: "cpn-1"}, jobs: &jobs{}, clk: fakeclock.New(t0)}
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), sqlite.Options{Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +139,7 @@ func setup(t *testing.T) *env {
 	srv := httptest.NewServer(e.prov)
 	t.Cleanup(srv.Close)
 	e.st, e.srv = st, srv
-	e.svc = &Service{Store: st, Tokens: tokens{}, Client: &oauth.Client{HTTP: srv.Client()}, Jobs: e.jobs, Now: e.clock}
+	e.svc = service.Init(service.Options{Clock: e.clk}, &Service{Store: st, Tokens: tokens{}, Client: &oauth.Client{HTTP: srv.Client()}, Jobs: e.jobs})
 	u, err := st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true})
 	if err != nil {
 		t.Fatal(err)

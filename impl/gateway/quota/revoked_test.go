@@ -18,7 +18,7 @@ func TestRefreshRefusedSendsNothing(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	before := len(e.prov.usageCalls)
-	if ok, err := e.st.RecordRefreshFailure(context.Background(), e.up.ID, e.up.CredentialVersion, "refused: invalid_grant", true, e.now); err != nil || !ok {
+	if ok, err := e.st.RecordRefreshFailure(context.Background(), e.up.ID, e.up.CredentialVersion, "refused: invalid_grant", true, e.clk.Now()); err != nil || !ok {
 		t.Fatalf("record refusal: %v %v", ok, err)
 	}
 	if out, err := e.svc.sweep(context.Background(), scheduler.Job{IdempotencyKey: "tick"}); err != nil || out != scheduler.OutcomeNoop || len(e.jobs.keys) != 0 {

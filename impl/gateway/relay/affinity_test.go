@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // accounts are upstreams that answer with status (200 unless set) and
@@ -94,11 +94,11 @@ func only(t *testing.T, hits map[string]int, what string) string {
 func TestSessionMovesOnceAndStays(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_1", "up_2", "up_3")
-	var now atomic.Int64
-	now.Store(1000)
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	url, h := routedHandler(t, &now, Options{Affinity: affinity.NewTable(), Metrics: m}, ups...)
+	url, h := routedHandler(t, now, Options{Affinity: affinity.NewTable(), Metrics: m}, ups...)
 	for range 6 {
 		sendSession(t, url, "sess-a")
 	}
@@ -112,7 +112,7 @@ func TestSessionMovesOnceAndStays(t *testing.T) {
 	if moved == home {
 		t.Fatal("a request went to the cooling upstream")
 	}
-	now.Store(1061) // the cooldown is over
+	now.Set(time.Unix(1061, 0)) // the cooldown is over
 	for range 4 {
 		sendSession(t, url, "sess-a")
 	}
@@ -129,9 +129,9 @@ func TestSessionMovesOnceAndStays(t *testing.T) {
 func TestSessionFailoverGoesWhereTheNextRequestGoes(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_1", "up_2", "up_3", "up_4")
-	var now atomic.Int64
-	now.Store(1000)
-	url, _ := routedHandler(t, &now, Options{Affinity: affinity.NewTable()}, ups...)
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
+	url, _ := routedHandler(t, now, Options{Affinity: affinity.NewTable()}, ups...)
 	sendSession(t, url, "sess-b")
 	home := only(t, accts.take(), "the first request")
 	accts.set(home, 429)
@@ -156,10 +156,10 @@ func TestSessionFailoverGoesWhereTheNextRequestGoes(t *testing.T) {
 func TestReplicasPlaceASessionAlike(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_1", "up_2", "up_3")
-	var now atomic.Int64
-	now.Store(1000)
-	urlA, _ := routedHandler(t, &now, Options{Affinity: affinity.NewTable()}, ups...)
-	urlB, _ := routedHandler(t, &now, Options{Affinity: affinity.NewTable()}, ups...)
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
+	urlA, _ := routedHandler(t, now, Options{Affinity: affinity.NewTable()}, ups...)
+	urlB, _ := routedHandler(t, now, Options{Affinity: affinity.NewTable()}, ups...)
 	for i := range 20 {
 		s := "sess-" + string(rune('a'+i))
 		sendSession(t, urlA, s)
@@ -172,8 +172,8 @@ func TestReplicasPlaceASessionAlike(t *testing.T) {
 func TestSessionsSpreadOverUpstreams(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_1", "up_2")
-	var now atomic.Int64
-	url, _ := routedHandler(t, &now, Options{Affinity: affinity.NewTable()}, ups...)
+	now := fakeclock.New(time.Unix(0, 0))
+	url, _ := routedHandler(t, now, Options{Affinity: affinity.NewTable()}, ups...)
 	for i := range 40 {
 		sendSession(t, url, "s"+strings.Repeat("x", i))
 	}
@@ -189,10 +189,10 @@ func TestUsageThresholdTakesNewWorkElsewhere(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_full", "up_free")
 	ups[0].MaxUtilization7d = 90
-	var now atomic.Int64
-	now.Store(1000)
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
 	board := routing.NewBoard(nil)
-	url, h := routedHandler(t, &now, Options{Affinity: affinity.NewTable(), Board: board}, ups...)
+	url, h := routedHandler(t, now, Options{Affinity: affinity.NewTable(), Board: board}, ups...)
 	// Find a session whose rendezvous choice is up_full.
 	var sess string
 	for i := 0; sess == ""; i++ {
@@ -212,7 +212,7 @@ func TestUsageThresholdTakesNewWorkElsewhere(t *testing.T) {
 		t.Fatalf("past the threshold %v, want every request on up_free", hits)
 	}
 	// The window resets: the moved session stays where it went.
-	now.Store(reset.Unix())
+	now.Set(time.Unix(reset.Unix(), 0))
 	sendSession(t, url, sess)
 	if hits := accts.take(); hits["up_free"] != 1 {
 		t.Fatalf("after the reset the moved session went to %v", hits)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -41,18 +42,15 @@ var (
 	errUpstreamIdle  = errors.New("upstream response idle")
 )
 
-// timer is what the relay needs of a *time.Timer; tests substitute one
-// they fire themselves.
-type timer interface {
-	Reset(time.Duration) bool
-	Stop() bool
+// mono reads the time elapsed on clk since base: on the real clock,
+// Since of a reading with a monotonic part costs one clock read, where Now
+// costs two.
+type mono struct {
+	clk  clock.Clock
+	base time.Time
 }
 
-// monoBase anchors monoNow: time.Since of a time with a monotonic reading
-// costs one clock read, where time.Now costs two.
-var monoBase = time.Now()
-
-func monoNow() int64 { return int64(time.Since(monoBase)) }
+func (m *mono) now() int64 { return int64(m.clk.Since(m.base)) }
 
 // expirer is what a lazyTimer calls when its deadline passed.
 type expirer interface{ expire() }
@@ -65,18 +63,19 @@ type expirer interface{ expire() }
 // its lock. The zero value is unarmed; start arms it once.
 type lazyTimer struct {
 	on  expirer
-	t   *time.Timer
-	due atomic.Int64 // monoNow when on.expire is due; 0: stopped or fired
+	m   *mono
+	t   clock.Timer
+	due atomic.Int64 // m.now() when on.expire is due; 0: stopped or fired
 }
 
-func (l *lazyTimer) start(d time.Duration, on expirer) {
-	l.on = on
-	l.due.Store(monoNow() + int64(d))
-	l.t = time.AfterFunc(d, l.fire)
+func (l *lazyTimer) start(m *mono, d time.Duration, on expirer) {
+	l.on, l.m = on, m
+	l.due.Store(m.now() + int64(d))
+	l.t = m.clk.AfterFunc(d, l.fire)
 }
 
 func (l *lazyTimer) Reset(d time.Duration) bool {
-	due := monoNow() + int64(d)
+	due := l.m.now() + int64(d)
 	old := l.due.Swap(due)
 	if old == 0 || due < old {
 		// Stopped, fired, or due sooner than the runtime timer is set for.
@@ -97,7 +96,7 @@ func (l *lazyTimer) fire() {
 		if due == 0 {
 			return // stopped
 		}
-		if now := monoNow(); now < due {
+		if now := l.m.now(); now < due {
 			l.t.Reset(time.Duration(due - now))
 			return
 		}
@@ -116,12 +115,12 @@ func (l *lazyTimer) fire() {
 type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  timer
 	idle   time.Duration
 	// reading is set once headers arrived: the timer then means "idle".
 	reading atomic.Bool
-	// deadline is timer outside tests, and body the outbound request's
-	// body: kept here, they cost the request no allocations of their own.
+	// deadline is the header timeout, then the idle deadline; it and body,
+	// the outbound request's, are kept here: they cost the request no
+	// allocations of their own.
 	deadline lazyTimer
 	body     bodyReader
 	url      url.URL // the outbound request's
@@ -135,12 +134,7 @@ type attempt struct {
 func (h *Handler) newAttempt(parent context.Context, headerTimeout time.Duration) *attempt {
 	a := &attempt{idle: h.idleTimeout}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
-	if h.afterFunc != nil {
-		a.timer = h.afterFunc(headerTimeout, a.expire)
-	} else {
-		a.deadline.start(headerTimeout, a)
-		a.timer = &a.deadline
-	}
+	a.deadline.start(&h.mono, headerTimeout, a)
 	return a
 }
 
@@ -155,15 +149,15 @@ func (a *attempt) expire() {
 // headersIn switches the timer from the header timeout to the idle deadline.
 func (a *attempt) headersIn() {
 	a.reading.Store(true)
-	a.timer.Reset(a.idle)
+	a.deadline.Reset(a.idle)
 }
 
 // progress re-arms the idle deadline after a read returned data.
-func (a *attempt) progress() { a.timer.Reset(a.idle) }
+func (a *attempt) progress() { a.deadline.Reset(a.idle) }
 
 // done releases the attempt's timer and context.
 func (a *attempt) done() {
-	a.timer.Stop()
+	a.deadline.Stop()
 	a.cancel(context.Canceled)
 	a.slot.Release()
 	a.slot = admission.Ticket{}

@@ -4,117 +4,126 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
-// firings records when a lazyTimer ran its function.
+// firings records when, on its clock, a lazyTimer ran its function.
 type firings struct {
-	mu sync.Mutex
-	at []int64
-	ch chan struct{}
+	m  *mono
+	at []time.Duration
 }
 
-func newFirings() *firings { return &firings{ch: make(chan struct{}, 16)} }
+func (f *firings) expire() { f.at = append(f.at, time.Duration(f.m.now())) }
 
-func (f *firings) expire() {
-	f.mu.Lock()
-	f.at = append(f.at, monoNow())
-	f.mu.Unlock()
-	f.ch <- struct{}{}
-}
-
-func (f *firings) wait(t *testing.T) {
-	t.Helper()
-	select {
-	case <-f.ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the timer did not fire")
-	}
-}
-
-func startLazy(d time.Duration, on expirer) *lazyTimer {
+// startLazy arms a lazyTimer on a fake clock; the clock's Advance runs the
+// timer's function on the test's goroutine.
+func startLazy(d time.Duration) (*lazyTimer, *firings, *fakeclock.Clock) {
+	c := fakeclock.New(time.Time{})
+	f := &firings{m: &mono{clk: c, base: c.Now()}}
 	l := &lazyTimer{}
-	l.start(d, on)
-	return l
-}
-
-func (f *firings) times() []int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]int64(nil), f.at...)
+	l.start(f.m, d, f)
+	return l, f, c
 }
 
 // A Reset to later postpones the function: it never runs before the last
-// deadline set (a Reset only records it; the runtime timer catches up).
+// deadline set (a Reset only records it; the clock's timer catches up).
 func TestLazyTimerResetPostpones(t *testing.T) {
 	t.Parallel()
 	const d = 100 * time.Millisecond
-	// A run in which the machine held this goroutine up for longer than d
-	// between two Resets lets the timer fire early, rightly: run again.
-	for try := 0; ; try++ {
-		f := newFirings()
-		tm := startLazy(d, f)
-		var last int64
-		for range 10 {
-			time.Sleep(d / 10) // paces the Resets as reads would
-			last = monoNow()
-			tm.Reset(d)
+	tm, f, c := startLazy(d)
+	for range 10 {
+		c.Advance(d / 10) // paces the Resets as reads would
+		if !tm.Reset(d) {
+			t.Fatal("Reset of an armed timer reported it inactive")
 		}
-		if len(f.times()) > 0 {
-			tm.Stop()
-			if try < 5 {
-				continue
-			}
-			t.Fatal("fired while Reset postponed it, in every run")
-		}
-		f.wait(t)
-		if got := f.times()[0]; got < last+int64(d) {
-			t.Fatalf("fired %v after the last Reset, before its deadline of %v", time.Duration(got-last), d)
-		}
-		if tm.Stop() {
-			t.Fatal("Stop after the timer fired reported it active")
-		}
-		return
+	}
+	c.Advance(d - time.Nanosecond)
+	if len(f.at) != 0 {
+		t.Fatalf("fired at %v, before the last Reset's deadline", f.at)
+	}
+	c.Advance(time.Nanosecond)
+	if want := 2 * d; len(f.at) != 1 || f.at[0] != want {
+		t.Fatalf("fired at %v, want once at %v", f.at, want)
+	}
+	if tm.Stop() {
+		t.Fatal("Stop after the timer fired reported it active")
 	}
 }
 
-// A Reset to sooner than the runtime timer is set for takes effect: the
+// A Reset to sooner than the clock's timer is set for takes effect: the
 // header timeout (minutes) replaced by a short idle deadline.
 func TestLazyTimerResetSooner(t *testing.T) {
 	t.Parallel()
-	f := newFirings()
-	tm := startLazy(time.Hour, f)
+	tm, f, c := startLazy(time.Hour)
 	if !tm.Reset(time.Millisecond) {
 		t.Fatal("Reset of an armed timer reported it inactive")
 	}
-	f.wait(t)
+	c.Advance(time.Millisecond)
+	if len(f.at) != 1 || f.at[0] != time.Millisecond {
+		t.Fatalf("fired at %v, want once at 1ms", f.at)
+	}
 	// Fired: a Reset arms it again, as time.Timer does.
 	if tm.Reset(time.Millisecond) {
 		t.Fatal("Reset after firing reported the timer active")
 	}
-	f.wait(t)
+	c.Advance(time.Millisecond)
+	if len(f.at) != 2 {
+		t.Fatalf("fired %d times, want 2", len(f.at))
+	}
 }
 
-// Stop prevents the function from running, also when the runtime timer
-// fires late after the deadline was moved.
+// Stop prevents the function from running, also when the clock's timer
+// comes due after the deadline was moved.
 func TestLazyTimerStop(t *testing.T) {
 	t.Parallel()
-	f := newFirings()
-	tm := startLazy(5*time.Millisecond, f)
+	tm, f, c := startLazy(5 * time.Millisecond)
 	tm.Reset(10 * time.Millisecond)
 	if !tm.Stop() {
 		t.Fatal("Stop of an armed timer reported it inactive")
 	}
-	time.Sleep(50 * time.Millisecond) // past both deadlines
-	if n := len(f.times()); n != 0 {
+	c.Advance(time.Hour) // past both deadlines
+	if n := len(f.at); n != 0 {
 		t.Fatalf("a stopped timer fired %d times", n)
 	}
 }
 
-// An attempt's own timer (no test substitute) ends its context with the
+// On the fake clock an attempt's deadline ends its context with the cause
+// of the phase it is in exactly when due: headers, then idle.
+func TestAttemptDeadlineOnTheClock(t *testing.T) {
+	t.Parallel()
+	c := fakeclock.New(time.Time{})
+	h := New(Options{Clock: c, IdleTimeout: 5 * time.Second})
+	a := h.newAttempt(context.Background(), time.Minute)
+	c.Advance(time.Minute - time.Nanosecond)
+	if a.cause() != nil {
+		t.Fatalf("ended before the header timeout: %v", a.cause())
+	}
+	c.Advance(time.Nanosecond)
+	if got := a.cause(); !errors.Is(got, errHeaderTimeout) {
+		t.Fatalf("cause %v, want the header timeout", got)
+	}
+	a.done()
+
+	b := h.newAttempt(context.Background(), time.Hour)
+	b.headersIn()
+	c.Advance(4 * time.Second)
+	b.progress() // a read re-arms the idle deadline
+	c.Advance(5*time.Second - time.Nanosecond)
+	if b.cause() != nil {
+		t.Fatalf("ended before the idle deadline after the last read: %v", b.cause())
+	}
+	c.Advance(time.Nanosecond)
+	if got := b.cause(); !errors.Is(got, errUpstreamIdle) {
+		t.Fatalf("cause %v, want the idle deadline", got)
+	}
+	b.done()
+}
+
+// On the real clock an attempt's own timer ends its context with the
 // cause of the phase it is in: headers, then idle once headers arrived.
 func TestAttemptDeadlineCauses(t *testing.T) {
 	t.Parallel()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // Run each for a bounded time, e.g.:
@@ -267,19 +268,14 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-type noTimer struct{}
-
-func (noTimer) Reset(time.Duration) bool { return true }
-func (noTimer) Stop() bool               { return true }
-
 // FuzzRelayStreamPassthrough: the relay passes an upstream event stream to
 // the client byte for byte, whatever its content and read sizes.
 func FuzzRelayStreamPassthrough(f *testing.F) {
 	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), uint16(5))
 	f.Add([]byte("data: \xff\xfe\n\n\r\n"), uint16(1))
 	f.Add(bytes.Repeat([]byte("data: x\n"), 5000), uint16(40000))
-	h := New(Options{})
-	h.afterFunc = func(time.Duration, func()) timer { return noTimer{} }
+	// On a clock nobody advances, the attempts' deadlines never fire.
+	h := New(Options{Clock: fakeclock.New(time.Time{})})
 	up := &snapshot.Upstream{ID: "up_1", CredentialKind: "api_key"}
 	f.Fuzz(func(t *testing.T, stream []byte, size uint16) {
 		hdr := http.Header{}

@@ -14,6 +14,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // answering is an upstream that answers every request with status (200:
@@ -40,13 +41,13 @@ func answering(t *testing.T, status int, hdr map[string]string) (*httptest.Serve
 
 // routedHandler serves fixture upstreams through a handler with a board
 // and a settable clock.
-func routedHandler(t *testing.T, now *atomic.Int64, o Options, ups ...store.Upstream) (string, *Handler) {
+func routedHandler(t *testing.T, now *fakeclock.Clock, o Options, ups ...store.Upstream) (string, *Handler) {
 	t.Helper()
 	o.Source = fakeSource{fixture(ups...)}
 	if o.Board == nil {
 		o.Board = routing.NewBoard(nil)
 	}
-	o.Now = func() time.Time { return time.Unix(now.Load(), 0) }
+	o.Clock = now
 	h := New(o)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -65,9 +66,9 @@ func TestCooldownKeepsRequestsOffARateLimitedUpstream(t *testing.T) {
 	t.Parallel()
 	limited, limitedHits := answering(t, 429, map[string]string{"Retry-After": "60"})
 	good, goodHits := answering(t, 200, nil)
-	var now atomic.Int64
-	now.Store(1000)
-	url, h := routedHandler(t, &now, Options{Metrics: nil},
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
+	url, h := routedHandler(t, now, Options{Metrics: nil},
 		oauthUpstream("up_o", limited.URL, `{"access_token":"tok"}`), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
 	for i := range 3 {
 		if resp, b := send(t, url); resp.StatusCode != 200 {
@@ -80,7 +81,7 @@ func TestCooldownKeepsRequestsOffARateLimitedUpstream(t *testing.T) {
 	if st := h.board.Read("up_o", time.Unix(1000, 0)); !st.CooldownUntil.Equal(time.Unix(1060, 0)) {
 		t.Fatalf("cooldown until %v, want the retry-after's end", st.CooldownUntil)
 	}
-	now.Store(1060)
+	now.Set(time.Unix(1060, 0))
 	send(t, url)
 	if limitedHits.Load() != 2 {
 		t.Fatalf("after the cooldown the subscription was not tried again (%d requests)", limitedHits.Load())
@@ -91,15 +92,15 @@ func TestCooldownKeepsRequestsOffARateLimitedUpstream(t *testing.T) {
 // the time the first comes back in retry-after, and sends nothing.
 func TestAllCoolingAnswers429WithRetryAfter(t *testing.T) {
 	t.Parallel()
-	var now atomic.Int64
-	now.Store(1000)
+	now := fakeclock.New(time.Unix(0, 0))
+	now.Set(time.Unix(1000, 0))
 	reset := time.Unix(1090, 0).UTC().Format(time.RFC3339)
 	limited, hits := answering(t, 429, map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset})
-	url, _ := routedHandler(t, &now, Options{}, apiKeyUpstream("up_k", limited.URL, "sk-upstream"))
+	url, _ := routedHandler(t, now, Options{}, apiKeyUpstream("up_k", limited.URL, "sk-upstream"))
 	if resp, _ := send(t, url); resp.StatusCode != 429 {
 		t.Fatalf("first request: %d, want the provider's 429", resp.StatusCode)
 	}
-	now.Store(1030)
+	now.Set(time.Unix(1030, 0))
 	resp, b := send(t, url)
 	wantAnthropicError(t, resp, b, 429, "rate_limit_error")
 	if got := resp.Header.Get("Retry-After"); got != "60" {
@@ -122,8 +123,8 @@ func TestFailoverOnServerErrors(t *testing.T) {
 			t.Parallel()
 			bad, badHits := answering(t, code, nil)
 			good, goodHits := answering(t, 200, nil)
-			var now atomic.Int64
-			url, _ := routedHandler(t, &now, Options{},
+			now := fakeclock.New(time.Unix(0, 0))
+			url, _ := routedHandler(t, now, Options{},
 				oauthUpstream("up_o", bad.URL, `{"access_token":"tok"}`), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
 			if resp, b := send(t, url); resp.StatusCode != 200 || badHits.Load() != 1 || goodHits.Load() != 1 {
 				t.Fatalf("%d %s; bad %d good %d", resp.StatusCode, b, badHits.Load(), goodHits.Load())
@@ -135,8 +136,8 @@ func TestFailoverOnServerErrors(t *testing.T) {
 		closed := httptest.NewServer(http.NotFoundHandler())
 		closed.Close()
 		good, goodHits := answering(t, 200, nil)
-		var now atomic.Int64
-		url, _ := routedHandler(t, &now, Options{},
+		now := fakeclock.New(time.Unix(0, 0))
+		url, _ := routedHandler(t, now, Options{},
 			oauthUpstream("up_o", closed.URL, `{"access_token":"tok"}`), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
 		if resp, b := send(t, url); resp.StatusCode != 200 || goodHits.Load() != 1 {
 			t.Fatalf("%d %s", resp.StatusCode, b)
@@ -154,8 +155,8 @@ func TestFailoverAttemptBudget(t *testing.T) {
 		ups = append(ups, apiKeyUpstream("up_"+strconv.Itoa(i), srv.URL, "sk-upstream"))
 		hits = append(hits, n)
 	}
-	var now atomic.Int64
-	url, _ := routedHandler(t, &now, Options{MaxAttempts: 2}, ups...)
+	now := fakeclock.New(time.Unix(0, 0))
+	url, _ := routedHandler(t, now, Options{MaxAttempts: 2}, ups...)
 	resp, _ := send(t, url)
 	if resp.StatusCode != 502 {
 		t.Fatalf("status %d, want the last attempt's 502", resp.StatusCode)
@@ -179,10 +180,10 @@ func TestSpreadByWeightWithinPriorityClass(t *testing.T) {
 	ua := oauthUpstream("up_a", a.URL, `{"access_token":"tok"}`)
 	ub := oauthUpstream("up_b", b.URL, `{"access_token":"tok"}`)
 	ua.Weight, ub.Weight = 1, 3
-	var now atomic.Int64
+	now := fakeclock.New(time.Unix(0, 0))
 	uk := apiKeyUpstream("up_k", k.URL, "sk-upstream")
 	uk.Weight = 1
-	url, h := routedHandler(t, &now, Options{}, uk, ua, ub)
+	url, h := routedHandler(t, now, Options{}, uk, ua, ub)
 	// The draw cycles through every value, so the split is exact.
 	var draws atomic.Uint64
 	h.randN = func(n uint64) uint64 { return (draws.Add(1) - 1) % n }
@@ -260,8 +261,8 @@ func TestPlanSkipsCoolingWithoutAllocating(t *testing.T) {
 func TestRevokedUpstreamTakesNoAttempt(t *testing.T) {
 	t.Parallel()
 	good, goodHits := answering(t, 200, nil)
-	var now atomic.Int64
-	url, _ := routedHandler(t, &now, Options{MaxAttempts: 1}, revokedUpstream("up_o", "http://revoked.invalid"), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
+	now := fakeclock.New(time.Unix(0, 0))
+	url, _ := routedHandler(t, now, Options{MaxAttempts: 1}, revokedUpstream("up_o", "http://revoked.invalid"), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
 	if resp, b := send(t, url); resp.StatusCode != 200 || goodHits.Load() != 1 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}

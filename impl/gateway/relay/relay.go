@@ -18,6 +18,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
@@ -30,6 +31,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Source yields the snapshot in force.
@@ -76,8 +78,10 @@ type Options struct {
 	Limiter   Limiter
 	Transport http.RoundTripper // default: a tuned http.Transport
 	Metrics   *Metrics          // optional
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Logger (nil: discards) and Clock (nil: the real clock) become the
+	// Handler's service.Base.
+	Logger *slog.Logger
+	Clock  clock.Clock
 
 	// Deadlines and bounds of the proxy path (docs/resilience.md); zero
 	// means the Default* constant of the same name.
@@ -127,11 +131,14 @@ type Handler struct {
 	transport http.RoundTripper
 	// clouds are the transports of bedrock and vertex upstreams, around
 	// transport.
-	clouds    *cloud.Pool
-	metrics   *Metrics
-	log       *slog.Logger
-	now       func() time.Time
-	realClock bool // now is time.Now (Options.Now unset)
+	clouds  *cloud.Pool
+	metrics *Metrics
+	service.Base
+	// now is Clock.Now bound once: the OpenAI writers take it per request,
+	// and a method value of an interface would be allocated each time.
+	now func() time.Time
+	// mono times the attempts' deadlines on Clock (deadline.go).
+	mono mono
 
 	headerTimeout, nonStreamHeaderTimeout, idleTimeout, bodyReadTimeout time.Duration
 	refresh                                                             TokenRefresher // asked for lazy OAuth refreshes (nil: none)
@@ -141,8 +148,7 @@ type Handler struct {
 	caps                                                                *admission.Controller // upstreams' max_in_flight
 	randN                                                               func(uint64) uint64   // the spreading's draw; tests replace it
 	maxAttempts                                                         int
-	// afterFunc, set by tests, replaces the attempts' deadline timers.
-	afterFunc func(time.Duration, func()) timer
+
 	tracer    trace.Tracer // nil: tracing off (trace.go)
 	propagate bool
 	traceCost func(*store.RequestEvent) (money.Nanos, bool)
@@ -187,13 +193,6 @@ func New(o Options) *Handler {
 	if o.Transport == nil {
 		o.Transport = NewTransport()
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	realClock := o.Now == nil
-	if realClock {
-		o.Now = time.Now
-	}
 	orDefault := func(d, def time.Duration) time.Duration {
 		if d <= 0 {
 			return def
@@ -204,7 +203,7 @@ func New(o Options) *Handler {
 		o.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
 	}
 	h := &Handler{
-		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics, log: o.Logger, now: o.Now, realClock: realClock,
+		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics,
 		transport:              o.Transport,
 		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
@@ -212,6 +211,9 @@ func New(o Options) *Handler {
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
+	service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, h)
+	h.now = h.Clock.Now
+	h.mono = mono{clk: h.Clock, base: h.Clock.Now()}
 	h.held.max = o.MaxBodyBytesInFlight
 	h.board, h.randN, h.affinity, h.admission, h.caps = o.Board, rand.Uint64N, o.Affinity, o.Admission, o.UpstreamCaps
 	h.maxAttempts = o.MaxAttempts
@@ -393,7 +395,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		var plugRefusal *plugins.Refusal
 		cands, plugRefusal, err = h.route(r, snap, p, model, stream && ep == epMessages)
 		if err != nil {
-			h.log.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
+			h.Logger.Warn("routing plugin failed; request refused", "principal_id", p.ID, "error", err)
 			h.reply(w, r, proxyerr.API(http.StatusServiceUnavailable, "routing failed: "+err.Error()), &refused)
 			return false
 		}
@@ -468,7 +470,7 @@ func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, err error,
 	if shuttingDown(r) {
 		e = errShutdown()
 	} else if r.Context().Err() == nil {
-		h.log.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
+		h.Logger.Warn("upstream unreachable", "principal_id", ev.PrincipalID, "upstream_id", ev.UpstreamID, "error", err)
 	}
 	h.reply(w, r, e, ev)
 }
@@ -494,16 +496,6 @@ func (h *Handler) principalIn(snap *snapshot.Snapshot, w http.ResponseWriter, r 
 	return k, true
 }
 
-// since is h.now().Sub(t). On the real clock it is time.Since, which reads
-// only the monotonic clock where time.Now reads the wall clock too; every
-// request takes two (the first byte, the end).
-func (h *Handler) since(t time.Time) time.Duration {
-	if h.realClock {
-		return time.Since(t)
-	}
-	return h.now().Sub(t)
-}
-
 // ceilMillis is d in whole milliseconds, rounded up.
 func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
@@ -516,7 +508,7 @@ func (h *Handler) finish(ctx context.Context, ev store.RequestEvent, start time.
 // finishWith is finish with the captured response: the body of a
 // non-streaming answer, the usage lines of a stream.
 func (h *Handler) finishWith(ctx context.Context, ev store.RequestEvent, start time.Time, body []byte, sse [][]byte) {
-	took := h.since(start)
+	took := h.Clock.Since(start)
 	// Rounded up like the time to first byte, so an event never shows a
 	// first byte later than its end.
 	ev.DurationMillis = ceilMillis(took)

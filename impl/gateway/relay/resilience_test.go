@@ -20,84 +20,28 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
-// fakeTimer is a timer the test fires itself.
-type fakeTimer struct {
-	mu    sync.Mutex
-	f     func()
-	armed bool
-	d     time.Duration
-}
-
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	was := t.armed
-	t.armed, t.d = true, d
-	return was
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	was := t.armed
-	t.armed = false
-	return was
-}
-
-// fire runs the callback as an expiry would, if the timer is armed.
-func (t *fakeTimer) fire() {
-	t.mu.Lock()
-	armed := t.armed
-	t.armed = false
-	t.mu.Unlock()
-	if armed {
-		t.f()
-	}
-}
-
-func (t *fakeTimer) duration() time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.d
-}
-
-// fakeTimers hands the test every timer the relay creates, in order.
-type fakeTimers chan *fakeTimer
-
-func (c fakeTimers) afterFunc(d time.Duration, f func()) timer {
-	t := &fakeTimer{f: f, armed: true, d: d}
-	c <- t
-	return t
-}
-
-func (c fakeTimers) next(t *testing.T) *fakeTimer {
-	t.Helper()
-	select {
-	case tm := <-c:
-		return tm
-	case <-time.After(10 * time.Second):
-		t.Fatal("the relay created no timer")
-		return nil
-	}
-}
-
-// resilient is a relay under test with its recorder, metrics and timers.
+// resilient is a relay under test with its recorder, metrics and clock.
 type resilient struct {
-	h      *Handler
-	srv    *httptest.Server
-	rec    *memRecorder
-	reg    *prometheus.Registry
-	timers fakeTimers
+	h     *Handler
+	srv   *httptest.Server
+	rec   *memRecorder
+	reg   *prometheus.Registry
+	clock *fakeclock.Clock
 }
 
 func newResilient(t *testing.T, s *snapshot.Snapshot, o Options) *resilient {
 	t.Helper()
-	r := &resilient{rec: &memRecorder{}, reg: prometheus.NewRegistry(), timers: make(fakeTimers, 64)}
+	// The fake clock starts at the real time: the request body's read
+	// deadline is set on the connection from the relay's clock.
+	r := &resilient{rec: &memRecorder{}, reg: prometheus.NewRegistry(), clock: fakeclock.New(time.Now())}
 	o.Source, o.Recorder, o.Metrics = fakeSource{s}, r.rec, NewMetrics(r.reg)
+	if o.Clock == nil {
+		o.Clock = r.clock
+	}
 	r.h = New(o)
-	r.h.afterFunc = r.timers.afterFunc
 	r.srv = httptest.NewServer(r.h)
 	t.Cleanup(r.srv.Close)
 	return r
@@ -277,12 +221,11 @@ func TestHeaderTimeoutFailsOver(t *testing.T) {
 		resp, body, err := streamRequestNoFatal(rs.srv.URL)
 		done <- result{resp, body, err}
 	}()
-	first := rs.timers.next(t)
 	<-got // the subscription upstream (preferred) has the request
-	if d := first.duration(); d != 7*time.Second {
-		t.Fatalf("header timeout %v, want the streaming one", d)
+	if p := rs.clock.Pending(); len(p) != 1 || p[0] != 7*time.Second {
+		t.Fatalf("deadlines armed %v, want the streaming header timeout", p)
 	}
-	first.fire()
+	rs.clock.Advance(7 * time.Second)
 	res := <-done
 	if res.resp == nil || res.resp.StatusCode != 200 || !strings.Contains(res.body, "message_stop") || res.err != nil {
 		t.Fatalf("client got %+v", res)
@@ -332,12 +275,11 @@ func TestHeaderTimeoutLastCandidate(t *testing.T) {
 			resp, body = r, string(b)
 		}
 	}()
-	tm := rs.timers.next(t)
 	<-got
-	if d := tm.duration(); d != 11*time.Minute {
-		t.Fatalf("non-streaming header timeout %v", d)
+	if p := rs.clock.Pending(); len(p) != 1 || p[0] != 11*time.Minute {
+		t.Fatalf("deadlines armed %v, want the non-streaming header timeout", p)
 	}
-	tm.fire()
+	rs.clock.Advance(11 * time.Minute)
 	<-done
 	if resp == nil {
 		t.Fatal("no response")
@@ -365,8 +307,6 @@ func TestIdleStreamEndsWithErrorEvent(t *testing.T) {
 	rs := newResilient(t, fixture(apiKeyUpstream("up_1", up.URL, "sk-upstream")), Options{IdleTimeout: 3 * time.Minute})
 	req, _ := http.NewRequest("POST", rs.srv.URL+"/v1/messages", strings.NewReader(streamBody))
 	req.Header.Set("x-api-key", "sk-good")
-	tm := make(chan *fakeTimer, 1)
-	go func() { tm <- rs.timers.next(t) }()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -376,11 +316,13 @@ func TestIdleStreamEndsWithErrorEvent(t *testing.T) {
 	if line, _ := rd.ReadString('\n'); line != "event: message_start\n" {
 		t.Fatalf("first line %q", line)
 	}
-	timer := <-tm
-	if d := timer.duration(); d != 3*time.Minute {
-		t.Fatalf("idle deadline %v", d)
+	// Headers in and an event read: the deadline is the idle one, 3 minutes
+	// from now (the clock has not moved), whatever the header timeout was.
+	rs.clock.Advance(3*time.Minute - time.Nanosecond)
+	if p := rs.clock.Pending(); len(p) != 1 || p[0] != time.Nanosecond {
+		t.Fatalf("after 3 min less 1 ns the deadline is %v away, want 1ns", p)
 	}
-	timer.fire()
+	rs.clock.Advance(time.Nanosecond)
 	rest, rerr := io.ReadAll(rd)
 	wantStreamError(t, string(rest), rerr)
 	if !strings.Contains(string(rest), "idle deadline") {
@@ -581,7 +523,7 @@ func TestExpiredOAuthTokenSkipped(t *testing.T) {
 	ref := newFakeRefresher()
 	bundle := fmt.Sprintf(`{"access_token":"tok","expires_at":%d}`, time.Unix(5000, 0).Unix())
 	rs := newResilient(t, fixture(apiKeyUpstream("up_k", good.URL, "sk-upstream"), oauthUpstream("up_o", refusing.URL, bundle)),
-		Options{Refresher: ref, Now: func() time.Time { return time.Unix(5000, 0) }})
+		Options{Refresher: ref, Clock: fakeclock.New(time.Unix(5000, 0))})
 	resp, b := post(t, rs.srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, `{"model":"claude-test","max_tokens":5}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d %s", resp.StatusCode, b)

@@ -175,7 +175,7 @@ func readUpTo(body io.Reader, buf []byte, a *attempt, limit int) ([]byte, error)
 // firstByte records the time to first byte on the event and the metric,
 // as the first bytes of the upstream's answer go to the client.
 func (h *Handler) firstByte(ev *store.RequestEvent, start time.Time) {
-	d := h.since(start)
+	d := h.Clock.Since(start)
 	ev.FirstByteMillis = max(1, ceilMillis(d)) // 0 means none
 	h.metrics.firstByte(d)
 }
@@ -193,5 +193,5 @@ func (h *Handler) interrupted(ev *store.RequestEvent, a *attempt, up *snapshot.U
 		}
 		h.metrics.interrupted.Inc()
 	}
-	h.log.Warn("upstream response interrupted", "principal_id", ev.PrincipalID, "upstream_id", up.ID, "idle_deadline", idle)
+	h.Logger.Warn("upstream response interrupted", "principal_id", ev.PrincipalID, "upstream_id", up.ID, "idle_deadline", idle)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/otlptest"
 )
 
@@ -77,7 +78,7 @@ func TestTraceFailoverSpanTree(t *testing.T) {
 		Credential: []byte(`{"access_token":"tok"}`), CredentialKind: "oauth"}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	srv, c := traced(t, fixture(apiKeyUpstream("up_k", good.URL, "sk-upstream"), oauth), Options{
-		Now: func() time.Time { return now }, Board: routing.NewBoard(nil),
+		Clock: fakeclock.New(now), Board: routing.NewBoard(nil),
 		TraceCost: func(ev *store.RequestEvent) (money.Nanos, bool) {
 			return money.Nanos(ev.InputTokens+ev.OutputTokens) * money.PerDollar / 1000, true
 		},

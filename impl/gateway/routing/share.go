@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // CooldownStore is where replicas share cooldowns (store.CooldownStore)
@@ -90,14 +92,5 @@ func (s *Sharer) Sync(ctx context.Context) error {
 
 // Run syncs every interval until ctx ends.
 func (s *Sharer) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = s.Sync(ctx) // Sync logs its own failures
-		}
-	}
+	service.Every(ctx, clock.Real{}, interval, func(ctx context.Context) { _ = s.Sync(ctx) }) // Sync logs its own failures
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // gateway is the runtime start assembles on the opened storage: what the
@@ -190,9 +191,9 @@ func (g *gateway) buildServices() {
 	g.dest = &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
 	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.getenv, g.dest.Client(30*time.Second))
 	g.subs.warmer.Shape = shapeWarmup(st, g.plugs)
-	g.ka = &keepalive.Service{Store: st, Box: g.box, Log: g.log.With("component", "keepalive"), Metrics: keepalive.NewMetrics(g.reg),
+	g.ka = service.Init(service.Options{Logger: g.log.With("component", "keepalive")}, &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
 		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
-		HTTP: g.dest.Client(time.Minute)}
+		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	g.alertMetrics = alerts.NewMetrics(g.reg)
 	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
@@ -311,29 +312,41 @@ func (g *gateway) adminExtra(metrics http.Handler) map[string]http.Handler {
 	return extra
 }
 
+// loops are the background loops that run until shutdown, in start order
+// (running.close stops them in reverse). The limiter's is not one of them:
+// it takes the recorder's last counts, so it stops after the recorder.
+func (g *gateway) loops() *service.Group {
+	cfg := g.cfg
+	every := func(run func(context.Context, time.Duration), d time.Duration) service.Loop {
+		return func(ctx context.Context) { run(ctx, d) }
+	}
+	l := &service.Group{Logger: g.log}
+	l.Add("reconcile", every(g.rt.Reconcile, cfg.ReconcileInterval))
+	l.Add("routing-share", every(g.share.Run, routing.DefaultShareInterval))
+	l.Add("affinity-share", every(g.shareSessions.Run, affinity.DefaultShareInterval))
+	l.Add("keepalive", g.ka.Run)
+	if g.alerts != nil {
+		l.Add("alerts", every(g.alerts.Run, cfg.Alerts.EvaluateInterval))
+	}
+	// Local price catalog installation runs in-process on every replica.
+	l.Add("pricing", every(g.prices.Run, cfg.ReconcileInterval))
+	// Other replicas announce committed changes; the reconciler above
+	// repairs any notification this session misses.
+	if n := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); n != nil {
+		l.Add("notify", n.Run)
+	}
+	return l
+}
+
 // startBackground starts the loops that run until shutdown and returns
 // the running process that stops them.
 func (g *gateway) startBackground() *running {
-	cfg := g.cfg
-	bg, cancel := context.WithCancel(context.Background())
-	go g.rt.Reconcile(bg, cfg.ReconcileInterval)
+	loops := g.loops()
+	loops.Start(context.Background())
 	limCtx, limCancel := context.WithCancel(context.Background())
 	limDone := make(chan struct{})
 	go func() { g.lim.Run(limCtx); close(limDone) }()
-	go g.share.Run(bg, routing.DefaultShareInterval)
-	go g.shareSessions.Run(bg, affinity.DefaultShareInterval)
-	g.ka.Start(bg)
-	if g.alerts != nil {
-		go g.alerts.Run(bg, cfg.Alerts.EvaluateInterval)
-	}
-	// Local price catalog installation runs in-process on every replica.
-	go g.prices.Run(bg, cfg.ReconcileInterval)
-	// Other replicas announce committed changes; the reconciler above
-	// repairs any notification this session misses.
-	if l := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); l != nil {
-		go l.Run(bg)
-	}
-	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, cancel: cancel, life: &lifecycle{}, drain: cfg.DrainTimeout,
+	return &running{log: g.log, st: g.stor.st, rec: g.rec, plugs: g.plugs, tracing: g.tracing, loops: loops, life: &lifecycle{}, drain: g.cfg.DrainTimeout,
 		stopLimits: func() { limCancel(); <-limDone }, errc: make(chan error, 2), sched: g.sched, closeSched: g.closeSched}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 	"github.com/pillarhq/pillar/impl/gateway/usage"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Version is stamped at build time with -ldflags.
@@ -76,7 +77,7 @@ type running struct {
 	proxyAddr, adminAddr string
 	life                 *lifecycle
 	drain                time.Duration
-	cancel               context.CancelFunc
+	loops                *service.Group
 	errc                 chan error
 	sched                *scheduler.Scheduler
 	closeSched           func()
@@ -193,7 +194,7 @@ func printBanner(w io.Writer, pa, aa string, db DatabaseURL, sec *secrets) {
 }
 
 func (r *running) close() {
-	r.cancel()
+	r.loops.Stop()
 	if r.sched != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		_ = r.sched.Stop(ctx)

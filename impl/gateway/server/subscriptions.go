@@ -17,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/warmup"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // subscriptions wires the services of vendor_oauth upstreams (OAuth flow
@@ -34,7 +35,7 @@ type subscriptions struct {
 func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot.Runtime, log *slog.Logger, getenv func(string) string, httpc *http.Client) *subscriptions {
 	client := &oauth.Client{HTTP: httpc, ClientID: cfg.OAuth.ClientID}
 	s := &subscriptions{log: log}
-	s.Service = &oauth.Service{Store: st, Box: box, Client: client, Log: log.With("component", "oauth"),
+	s.Service = service.Init(service.Options{Logger: log.With("component", "oauth")}, &oauth.Service{Store: st, Box: box, Client: client,
 		RedirectURI: cfg.OAuth.RedirectURI, Scopes: cfg.OAuth.Scopes,
 		Changed: func(ctx context.Context) {
 			if err := rt.Refresh(ctx); err != nil {
@@ -45,10 +46,10 @@ func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot
 		// scheduler/oauth area (issue 18.5): a shorter curve only in tests.
 		RefreshRetry: scheduler.RetryClass{Name: scheduler.Entity.Name, MaxAttempts: scheduler.Entity.MaxAttempts,
 			Base: cfg.OAuth.RefreshRetryBase, Max: cfg.OAuth.RefreshRetryBase * 20},
-	}
-	s.warmer = &warmup.Warmer{Store: st, Tokens: s.Service, HTTP: httpc, Log: log.With("component", "warmup"),
-		Model: cfg.Warmup.Model, FreshFor: cfg.Warmup.FreshFor, Failpoint: failpoints(getenv("PROXY_FAILPOINTS"))}
-	s.quota = &quota.Service{Store: st, Tokens: s.Service, Client: client, Log: log.With("component", "quota"), StaleAfter: cfg.UsageStaleAfter}
+	})
+	s.warmer = service.Init(service.Options{Logger: log.With("component", "warmup")}, &warmup.Warmer{Store: st, Tokens: s.Service, HTTP: httpc,
+		Model: cfg.Warmup.Model, FreshFor: cfg.Warmup.FreshFor, Failpoint: failpoints(getenv("PROXY_FAILPOINTS"))})
+	s.quota = service.Init(service.Options{Logger: log.With("component", "quota")}, &quota.Service{Store: st, Tokens: s.Service, Client: client, StaleAfter: cfg.UsageStaleAfter})
 	return s
 }
 

@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Loader is the part of the store the runtime reads.
@@ -305,25 +307,18 @@ func (r *Runtime) recordApply(ctx context.Context, upstreams []store.Upstream, s
 // moved, repairing any missed change notification; when no full load ran
 // for FullRebuildEvery it forces one. It returns when ctx ends.
 func (r *Runtime) Reconcile(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	service.Every(ctx, clock.Real{}, interval, func(ctx context.Context) {
+		if r.fullDue() {
+			if err := r.RefreshFull(ctx); err != nil {
+				r.log.Warn("reconcile: full rebuild", "error", err)
+			}
 			return
-		case <-t.C:
-			if r.fullDue() {
-				if err := r.RefreshFull(ctx); err != nil {
-					r.log.Warn("reconcile: full rebuild", "error", err)
-				}
-				continue
-			}
-			changed, err := r.RefreshIfChanged(ctx)
-			if err != nil {
-				r.log.Warn("reconcile", "error", err)
-			} else if changed {
-				r.log.Info("reconciler applied a missed change", "generation", r.Current().Generation)
-			}
 		}
-	}
+		changed, err := r.RefreshIfChanged(ctx)
+		if err != nil {
+			r.log.Warn("reconcile", "error", err)
+		} else if changed {
+			r.log.Info("reconciler applied a missed change", "generation", r.Current().Generation)
+		}
+	})
 }

@@ -11,7 +11,7 @@ import (
 // refresh grant, as the OAuth refresh does on invalid_grant.
 func (e *env) refuse(t *testing.T) {
 	t.Helper()
-	if ok, err := e.st.RecordRefreshFailure(context.Background(), e.up.ID, e.up.CredentialVersion, "refused: invalid_grant", true, e.now); err != nil || !ok {
+	if ok, err := e.st.RecordRefreshFailure(context.Background(), e.up.ID, e.up.CredentialVersion, "refused: invalid_grant", true, e.clk.Now()); err != nil || !ok {
 		t.Fatalf("record refusal: %v %v", ok, err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Job types.
@@ -92,9 +93,8 @@ type Warmer struct {
 	Tokens Tokens
 	Jobs   Enqueuer
 	HTTP   *http.Client
-	Now    func() time.Time
-	// Log gets the warm-up events; Warmer adds target=warmup.
-	Log *slog.Logger
+	// Base's Logger gets the warm-up events, each with target=warmup.
+	service.Base
 	// Model is the small model of the one-token request.
 	Model string
 	// FreshFor is how old a usage observation may be and still decide an
@@ -110,20 +110,8 @@ type Warmer struct {
 // DefaultModel is the small model warm-ups use.
 const DefaultModel = "claude-haiku-4-5"
 
-func (w *Warmer) now() time.Time {
-	if w.Now != nil {
-		return w.Now()
-	}
-	return time.Now()
-}
-
-func (w *Warmer) log() *slog.Logger {
-	l := w.Log
-	if l == nil {
-		l = slog.New(slog.DiscardHandler)
-	}
-	return l.With("target", "warmup")
-}
+// target marks every warm-up event, which the seed's log queries select by.
+var target = slog.String("target", "warmup")
 
 // Types are the scheduler types: attempts are entity jobs of the Entity
 // retry class; the watchdog is a periodic singleton.
@@ -149,7 +137,7 @@ func Eligible(u *store.Upstream) bool {
 // Immediate enqueues an attempt due now under a new key (OAuth completed,
 // warm-up enabled, or the watchdog found none).
 func (w *Warmer) Immediate(ctx context.Context, upstreamID string) error {
-	_, err := w.enqueue(ctx, upstreamID, w.now())
+	_, err := w.enqueue(ctx, upstreamID, w.Clock.Now())
 	return err
 }
 
@@ -174,20 +162,20 @@ func (w *Warmer) attempt(ctx context.Context, j scheduler.Job) (scheduler.Outcom
 	}
 	if !Eligible(u) {
 		if u.Status.RefreshRefused && u.Enabled && u.WarmupEnabled {
-			w.log().Info("attempt_skipped", "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeRefreshRefused)
+			w.Logger.Info("attempt_skipped", target, "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeRefreshRefused)
 		}
 		return scheduler.OutcomeNoop, nil
 	}
 	// One warm-up per upstream at a time: River gives one worker per job,
 	// the lease one job per upstream. A retry of the same job owns it.
 	owner := "job:" + strconv.FormatInt(j.ID, 10)
-	now := w.now()
+	now := w.Clock.Now()
 	ok, err := w.Store.AcquireWarmupLease(ctx, u.ID, owner, now.Add(2*time.Minute), now)
 	if err != nil {
 		return "", err
 	}
 	if !ok {
-		w.log().Info("attempt_skipped", "upstream_id", u.ID, "action", "attempt_skipped", "outcome", "lease_held")
+		w.Logger.Info("attempt_skipped", target, "upstream_id", u.ID, "action", "attempt_skipped", "outcome", "lease_held")
 		return scheduler.OutcomeSkip, nil
 	}
 	defer func() { _ = w.Store.ReleaseWarmupLease(context.WithoutCancel(ctx), u.ID, owner) }()
@@ -198,7 +186,7 @@ func (w *Warmer) attempt(ctx context.Context, j scheduler.Job) (scheduler.Outcom
 			return w.sevenDayExhausted(ctx, u, *fresh.SevenDay.ResetsAt, false)
 		}
 		if fresh.FiveHour.Active(now) {
-			w.log().Info("attempt_skipped", "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeWindowActive)
+			w.Logger.Info("attempt_skipped", target, "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeWindowActive)
 			w.scheduleAfter(ctx, u.ID, *fresh.FiveHour.ResetsAt)
 			return scheduler.OutcomeSkip, nil
 		}
@@ -228,11 +216,11 @@ func (w *Warmer) freshObservation(ctx context.Context, u *store.Upstream, now ti
 // stamped as warmed.
 func (w *Warmer) sevenDayExhausted(ctx context.Context, u *store.Upstream, reset time.Time, dispatched bool) (scheduler.Outcome, error) {
 	cycle := fmt.Sprintf("7d:%d", reset.Unix())
-	if err := w.Store.RecordResetCycleKey(ctx, u.ID, cycle, w.now()); err != nil {
+	if err := w.Store.RecordResetCycleKey(ctx, u.ID, cycle, w.Clock.Now()); err != nil {
 		return "", err
 	}
 	if !dispatched {
-		w.log().Info("attempt_skipped", "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeSevenDayExhausted, "reset_cycle_key", cycle)
+		w.Logger.Info("attempt_skipped", target, "upstream_id", u.ID, "action", "attempt_skipped", "outcome", OutcomeSevenDayExhausted, "reset_cycle_key", cycle)
 	}
 	w.scheduleAfter(ctx, u.ID, reset)
 	return scheduler.OutcomeSkip, nil
@@ -243,13 +231,13 @@ func (w *Warmer) scheduleAfter(ctx context.Context, upstreamID string, reset tim
 	at := reset.Add(Jitter(upstreamID))
 	p, _ := json.Marshal(payload{UpstreamID: upstreamID})
 	if _, _, err := w.Jobs.Enqueue(ctx, scheduler.Enqueue{Type: JobType, IdempotencyKey: Key(upstreamID, reset.Unix()), Payload: p, RunAt: at}); err != nil {
-		w.log().Warn("schedule next warm-up", "upstream_id", upstreamID, "error", err)
+		w.Logger.Warn("schedule next warm-up", target, "upstream_id", upstreamID, "error", err)
 	}
 }
 
 // dispatch sends the one-token request and classifies the answer.
 func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstream) (scheduler.Outcome, error) {
-	log := w.log()
+	log := w.Logger.With(target)
 	tok, err := w.Tokens.Token(u)
 	if err != nil {
 		log.Warn("cycle_abandoned", "upstream_id", u.ID, "action", "cycle_abandoned", "reason", ReasonPermanentFailure, "error", err.Error())
@@ -300,7 +288,7 @@ func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstrea
 		}
 		log.Info("dispatch_result", "upstream_id", u.ID, "action", "dispatch_result", "status", resp.StatusCode, "outcome", OutcomeWarmed)
 		cycle := fmt.Sprintf("5h:%d", obs.fiveHourReset.Unix())
-		written, err := w.Store.WriteCycleKey(ctx, u.ID, cycle, w.now())
+		written, err := w.Store.WriteCycleKey(ctx, u.ID, cycle, w.Clock.Now())
 		if err != nil {
 			return "", err
 		}
@@ -336,7 +324,7 @@ func (w *Warmer) dispatch(ctx context.Context, j scheduler.Job, u *store.Upstrea
 // the cycle.
 func (w *Warmer) retry(j scheduler.Job, u *store.Upstream, err error) (scheduler.Outcome, error) {
 	if j.Attempt >= j.MaxAttempts {
-		w.log().Warn("cycle_abandoned", "upstream_id", u.ID, "action", "cycle_abandoned", "reason", ReasonPermanentFailure, "error", err.Error())
+		w.Logger.Warn("cycle_abandoned", target, "upstream_id", u.ID, "action", "cycle_abandoned", "reason", ReasonPermanentFailure, "error", err.Error())
 	}
 	return "", err
 }
@@ -407,13 +395,13 @@ func (w *Warmer) watchdog(ctx context.Context, _ scheduler.Job) (scheduler.Outco
 		if live {
 			continue
 		}
-		ins, err := w.enqueue(ctx, u.ID, w.now())
+		ins, err := w.enqueue(ctx, u.ID, w.Clock.Now())
 		if err != nil {
 			return "", err
 		}
 		if ins {
 			created++
-			w.log().Info("watchdog_enqueued", "upstream_id", u.ID, "action", "watchdog_enqueued")
+			w.Logger.Info("watchdog_enqueued", target, "upstream_id", u.ID, "action", "watchdog_enqueued")
 		}
 	}
 	if created == 0 {

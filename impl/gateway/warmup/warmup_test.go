@@ -21,6 +21,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -97,14 +99,14 @@ type env struct {
 	prov *provider
 	w    *Warmer
 	logs *bytes.Buffer
-	now  time.Time
+	clk  *fakeclock.Clock
 	up   *store.Upstream
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	e := &env{jobs: &fakeJobs{}, prov: &provider{status: 200}, logs: &bytes.Buffer{}, now: t0}
-	clock := func() time.Time { return e.now }
+	e := &env{jobs: &fakeJobs{}, prov: &provider{status: 200}, logs: &bytes.Buffer{}, clk: fakeclock.New(t0)}
+	clock := e.clk.Now
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Now: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -113,8 +115,8 @@ func setup(t *testing.T) *env {
 	e.st = st
 	srv := httptest.NewServer(e.prov)
 	t.Cleanup(srv.Close)
-	e.w = &Warmer{Store: st, Tokens: fakeTokens{}, Jobs: e.jobs, Now: clock, HTTP: srv.Client(),
-		Log: slog.New(slog.NewJSONHandler(e.logs, nil))}
+	e.w = service.Init(service.Options{Clock: e.clk, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))},
+		&Warmer{Store: st, Tokens: fakeTokens{}, Jobs: e.jobs, HTTP: srv.Client()})
 	u, err := st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "sub", Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true, WarmupEnabled: true})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +142,7 @@ func (e *env) run(t *testing.T) (scheduler.Outcome, error) {
 
 func (e *env) observe(t *testing.T, obs store.QuotaObservation) {
 	t.Helper()
-	obs.UpstreamID, obs.CredentialVersion, obs.PolledAt, obs.ObservedAt = e.up.ID, e.up.CredentialVersion, e.now, e.now
+	obs.UpstreamID, obs.CredentialVersion, obs.PolledAt, obs.ObservedAt = e.up.ID, e.up.CredentialVersion, e.clk.Now(), e.clk.Now()
 	if _, err := e.st.PutQuota(context.Background(), obs, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestNotEligibleBeforeOAuth(t *testing.T) {
 func TestWindowAlreadyActive(t *testing.T) {
 	e := setup(t)
 	e.connect(t)
-	reset := e.now.Add(2 * time.Hour)
+	reset := e.clk.Now().Add(2 * time.Hour)
 	e.observe(t, store.QuotaObservation{FiveHour: store.QuotaWindow{Utilization: 3, ResetsAt: &reset}})
 	out, err := e.run(t)
 	if err != nil || out != scheduler.OutcomeSkip || e.prov.count() != 0 {
@@ -208,8 +210,8 @@ func TestWindowAlreadyActive(t *testing.T) {
 		t.Fatalf("next attempt %+v", e.jobs.enqueued)
 	}
 	// A stale observation decides nothing: the provider is asked.
-	e.now = e.now.Add(time.Hour)
-	e.prov.headers = map[string]string{"anthropic-ratelimit-unified-5h-reset": fmt.Sprint(e.now.Add(5 * time.Hour).Unix())}
+	e.clk.Set(e.clk.Now().Add(time.Hour))
+	e.prov.headers = map[string]string{"anthropic-ratelimit-unified-5h-reset": fmt.Sprint(e.clk.Now().Add(5 * time.Hour).Unix())}
 	if out, _ := e.run(t); out != scheduler.OutcomeDone || e.prov.count() != 1 {
 		t.Fatalf("stale observation: %q, %d requests", out, e.prov.count())
 	}
@@ -224,7 +226,7 @@ func TestSevenDayExhausted(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			e := setup(t)
 			e.connect(t)
-			reset := e.now.Add(50 * time.Hour)
+			reset := e.clk.Now().Add(50 * time.Hour)
 			if via == "usage cache" {
 				e.observe(t, store.QuotaObservation{SevenDay: store.QuotaWindow{Utilization: 100, ResetsAt: &reset}})
 			} else {
@@ -261,7 +263,7 @@ func TestSevenDayExhausted(t *testing.T) {
 func TestCycleComplete(t *testing.T) {
 	e := setup(t)
 	e.connect(t)
-	reset := e.now.Add(5 * time.Hour).Truncate(time.Second)
+	reset := e.clk.Now().Add(5 * time.Hour).Truncate(time.Second)
 	e.prov.headers = map[string]string{"anthropic-ratelimit-unified-status": "allowed", "anthropic-ratelimit-unified-5h-reset": fmt.Sprint(reset.Unix()),
 		"anthropic-ratelimit-unified-5h-utilization": "0.01"}
 	out, err := e.run(t)
@@ -277,7 +279,7 @@ func TestCycleComplete(t *testing.T) {
 	}
 	ws, _ := e.st.GetWarmupState(context.Background(), e.up.ID)
 	u, _ := e.st.GetUpstream(context.Background(), e.up.ID)
-	if ws.CycleKey != fmt.Sprintf("5h:%d", reset.Unix()) || u.Status.LastWarmupAt == nil || !u.Status.LastWarmupAt.Equal(e.now) {
+	if ws.CycleKey != fmt.Sprintf("5h:%d", reset.Unix()) || u.Status.LastWarmupAt == nil || !u.Status.LastWarmupAt.Equal(e.clk.Now()) {
 		t.Fatalf("cycle %+v stamp %v", ws, u.Status.LastWarmupAt)
 	}
 	if got := e.actions(t); got != "dispatch_start,dispatch_result,cycle_key_written" {
@@ -351,7 +353,7 @@ func TestCycleAbandoned(t *testing.T) {
 func TestLeaseExcludesConcurrentAttempts(t *testing.T) {
 	e := setup(t)
 	e.connect(t)
-	ok, err := e.st.AcquireWarmupLease(context.Background(), e.up.ID, "job:99", e.now.Add(time.Minute), e.now)
+	ok, err := e.st.AcquireWarmupLease(context.Background(), e.up.ID, "job:99", e.clk.Now().Add(time.Minute), e.clk.Now())
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -372,7 +374,7 @@ func TestWatchdog(t *testing.T) {
 	}
 	e.connect(t)
 	for _, st := range []string{scheduler.StatePending, scheduler.StateQueued, scheduler.StateRunning} {
-		e.jobs.family = []scheduler.JobInfo{{Type: JobType, IdempotencyKey: prefix + "999999", State: st, ScheduledAt: e.now.Add(100 * time.Hour)},
+		e.jobs.family = []scheduler.JobInfo{{Type: JobType, IdempotencyKey: prefix + "999999", State: st, ScheduledAt: e.clk.Now().Add(100 * time.Hour)},
 			{Type: JobType, IdempotencyKey: prefix + "1", State: scheduler.StateFailed}}
 		if out, _ := e.w.watchdog(context.Background(), scheduler.Job{}); out != scheduler.OutcomeNoop || len(e.jobs.enqueued) != 0 {
 			t.Fatalf("%s future task did not count as active: %+v", st, e.jobs.enqueued)
@@ -384,7 +386,7 @@ func TestWatchdog(t *testing.T) {
 		if out, _ := e.w.watchdog(context.Background(), scheduler.Job{}); out != scheduler.OutcomeDone || len(e.jobs.enqueued) != 1 {
 			t.Fatalf("%s only: %+v", dead, e.jobs.enqueued)
 		}
-		if got := e.jobs.enqueued[0]; got.IdempotencyKey != Key(e.up.ID, e.now.Unix()) || !got.RunAt.Equal(e.now) {
+		if got := e.jobs.enqueued[0]; got.IdempotencyKey != Key(e.up.ID, e.clk.Now().Unix()) || !got.RunAt.Equal(e.clk.Now()) {
 			t.Fatalf("new work %+v", got)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
 	"github.com/pillarhq/pillar/impl/pillar/stores"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Version is set at build time (-X …/impl/pillar/controller.Version=…).
@@ -78,7 +79,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	if err != nil {
 		return err
 	}
-	return serveCSI(ctx, c, &csicontroller.Server{Stores: src, Agents: agents, Log: log}, log)
+	return serveCSI(ctx, c, service.Init(service.Options{Logger: log}, &csicontroller.Server{Stores: src, Agents: agents}), log)
 }
 
 // NewManager is the controller inside Kubernetes: reconcilers on the
@@ -103,7 +104,7 @@ func NewManager(c *Config, agents csicontroller.Agents, log *slog.Logger, opts .
 		WebhookPort: c.WebhookPort, WebhookCertDir: c.WebhookCertDir,
 		InProcessReplicas: o.inProcessReplicas, Elected: o.elected,
 		Serve: func(ctx context.Context, src kubecontroller.Source, ov kubecontroller.Overrides) error {
-			return serveCSI(ctx, c, &csicontroller.Server{Stores: src, Agents: agents, Overrides: ov, Hosts: kubecontroller.Hosts{Config: src.Config}, Log: log}, log) //nolint:staticcheck // S1016: a conversion would hide that Hosts reads with the same client configuration
+			return serveCSI(ctx, c, service.Init(service.Options{Logger: log}, &csicontroller.Server{Stores: src, Agents: agents, Overrides: ov, Hosts: kubecontroller.Hosts{Config: src.Config}}), log) //nolint:staticcheck // S1016: a conversion would hide that Hosts reads with the same client configuration
 		},
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"regexp"
 	"slices"
@@ -27,6 +26,7 @@ import (
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/stores"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // StorageClass parameters the controller reads.
@@ -85,7 +85,7 @@ type Server struct {
 	Agents    Agents
 	Overrides Overrides
 	Hosts     Hosts
-	Log       *slog.Logger
+	service.Base
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,99}$`)
@@ -99,13 +99,6 @@ func VolumeName(csiName string) string {
 	}
 	h := sha256.Sum256([]byte(csiName))
 	return "pv-" + hex.EncodeToString(h[:16])
-}
-
-func (s *Server) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
 }
 
 // agentOf resolves a store and its agent's client.
@@ -287,7 +280,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, status.Errorf(codes.OutOfRange, "the volume rounds up to %d bytes, above limit_bytes %d", got, lim)
 	}
 	id := csiids.Volume{Store: st.Name, Pool: st.Pool(), Name: name}
-	s.log().Info("volume_created", "volume_id", id.String(), "size_bytes", got, "params", params)
+	s.Logger.Info("volume_created", "volume_id", id.String(), "size_bytes", got, "params", params)
 	vctx := map[string]string{ParamStore: st.Name, "pool": st.Pool()}
 	for k, v := range reconnect {
 		vctx[k] = v
@@ -368,7 +361,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if _, err := c.DeleteVolume(ctx, &agentv1.DeleteVolumeRequest{Pool: v.Pool, Name: v.Name}); err != nil {
 		return nil, agentError("delete volume", err)
 	}
-	s.log().Info("volume_deleted", "volume_id", v.String())
+	s.Logger.Info("volume_deleted", "volume_id", v.String())
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
@@ -429,7 +422,7 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, agentError("export volume", err)
 	}
-	s.log().Info("volume_published", "volume_id", v.String(), "node", node.Name, "host_nqn", node.HostNQN)
+	s.Logger.Info("volume_published", "volume_id", v.String(), "node", node.Name, "host_nqn", node.HostNQN)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: publishContext(st, ex.GetExport())}, nil
 }
 
@@ -448,7 +441,7 @@ func (s *Server) ownIdentity(ctx context.Context, node csiids.Node) error {
 	if len(others) == 0 {
 		return nil
 	}
-	s.log().Error("host_nqn_shared", "node", node.Name, "host_nqn", node.HostNQN, "other_nodes", others)
+	s.Logger.Error("host_nqn_shared", "node", node.Name, "host_nqn", node.HostNQN, "other_nodes", others)
 	return status.Errorf(codes.FailedPrecondition, "host NQN %s of node %s is also presented by node(s) %s, so the export's ACL could not tell them apart; "+
 		"give every node its own /etc/nvme/hostnqn (docs/pillar-csi.md, \"Node identity\")", node.HostNQN, node.Name, strings.Join(others, ", "))
 }
@@ -509,7 +502,7 @@ func (s *Server) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 			gen = g
 		}
 	}
-	s.log().Info("volume_unpublished", "volume_id", v.String(), "hosts", len(hosts))
+	s.Logger.Info("volume_unpublished", "volume_id", v.String(), "hosts", len(hosts))
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
@@ -663,7 +656,7 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 && got > lim {
 		return nil, status.Errorf(codes.OutOfRange, "the volume is %d bytes, above limit_bytes %d", got, lim)
 	}
-	s.log().Info("volume_expanded", "volume_id", v.String(), "size_bytes", got)
+	s.Logger.Info("volume_expanded", "volume_id", v.String(), "size_bytes", got)
 	// A filesystem grows on the node; a raw block volume only needs the
 	// target's revalidation, which the agent did.
 	nodeExpand := req.GetVolumeCapability().GetBlock() == nil

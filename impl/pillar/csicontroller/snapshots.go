@@ -114,7 +114,7 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, agentError("create snapshot", err)
 	}
 	snap := csiSnapshot(st.Name, r.GetSnapshot())
-	s.log().Info("snapshot_created", "snapshot_id", snap.SnapshotId, "source_volume_id", snap.SourceVolumeId, "size_bytes", snap.SizeBytes)
+	s.Logger.Info("snapshot_created", "snapshot_id", snap.SnapshotId, "source_volume_id", snap.SourceVolumeId, "size_bytes", snap.SizeBytes)
 	return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
 }
 
@@ -142,7 +142,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if _, err := c.DeleteSnapshot(ctx, &agentv1.DeleteSnapshotRequest{Pool: sn.Pool, Name: sn.Name}); err != nil {
 		return nil, agentError("delete snapshot", err)
 	}
-	s.log().Info("snapshot_deleted", "snapshot_id", sn.String())
+	s.Logger.Info("snapshot_deleted", "snapshot_id", sn.String())
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 

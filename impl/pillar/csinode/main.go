@@ -14,6 +14,7 @@ import (
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/csiserver"
 	"github.com/pillarhq/pillar/impl/pillar/logging"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Version is set at build time (-X …/impl/pillar/csinode.Version=…).
@@ -83,9 +84,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	if err != nil {
 		return fmt.Errorf("--connector %s: %w", c.Connector, err)
 	}
-	node := &Server{NodeName: c.NodeID, HostNQN: ident.NQN, HostID: ident.ID, Connector: conn, Mounter: NewMounter(), Log: log,
+	node := service.Init(service.Options{Logger: log}, &Server{NodeName: c.NodeID, HostNQN: ident.NQN, HostID: ident.ID, Connector: conn, Mounter: NewMounter(),
 		Reconnect: Reconnect{LossTimeoutSeconds: c.CtrlLossTmo, DelaySeconds: c.ReconnectDelay,
-			FastIOFailSeconds: c.FastIOFailTmo, KeepAliveSeconds: c.KeepAliveTmo}}
+			FastIOFailSeconds: c.FastIOFailTmo, KeepAliveSeconds: c.KeepAliveTmo}})
 	node.TopologyKey = csiids.TopologyKey(c.Driver) // issue 20.8
 	lis, err := csiserver.Listen(c.Endpoint)
 	if err != nil {

@@ -8,7 +8,6 @@ package csinode
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Target is how to reach an exported volume (the controller's publish
@@ -119,7 +119,7 @@ type Server struct {
 	TopologyKey string
 	Connector   Connector
 	Mounter     *mountutils.SafeFormatAndMount
-	Log         *slog.Logger
+	service.Base
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -143,13 +143,6 @@ func (s *Server) lock(id string) func() {
 	s.mu.Unlock()
 	l.Lock()
 	return l.Unlock
-}
-
-func (s *Server) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
 }
 
 func target(v csiids.Volume, pc map[string]string, host string) (Target, error) {
@@ -239,7 +232,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// nobody unstages would hold the device (and the target's
 		// controller) until the node reboots.
 		if derr := s.Connector.Disconnect(context.WithoutCancel(ctx), t.NQN); derr != nil {
-			s.log().Error("stage_disconnect_failed", "volume_id", v.String(), "error", derr.Error())
+			s.Logger.Error("stage_disconnect_failed", "volume_id", v.String(), "error", derr.Error())
 		}
 	}
 	return resp, err
@@ -251,7 +244,7 @@ func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v c
 		return nil, status.Errorf(codes.Internal, "connect %s: %v", t.NQN, err)
 	}
 	if req.GetVolumeCapability().GetBlock() != nil {
-		s.log().Info("volume_staged", "volume_id", v.String(), "device", dev, "mode", "block")
+		s.Logger.Info("volume_staged", "volume_id", v.String(), "device", dev, "mode", "block")
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	staging := req.GetStagingTargetPath()
@@ -283,14 +276,14 @@ func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v c
 			return nil, status.Errorf(codes.Internal, "new filesystem UUID for copy %s: %v", v, err)
 		}
 		if changed {
-			s.log().Info("filesystem_uuid_set", "volume_id", v.String(), "device", dev, "uuid", FilesystemUUID(v.String()))
+			s.Logger.Info("filesystem_uuid_set", "volume_id", v.String(), "device", dev, "uuid", FilesystemUUID(v.String()))
 		}
 		grown, err := growExt4(s.Mounter.Exec, dev)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "grow the filesystem of copy %s to its volume: %v", v, err)
 		}
 		if grown {
-			s.log().Info("filesystem_grown", "volume_id", v.String(), "device", dev, "fs_type", fs)
+			s.Logger.Info("filesystem_grown", "volume_id", v.String(), "device", dev, "fs_type", fs)
 		}
 	}
 	opts := mountOptions(fs, req.GetVolumeCapability().GetMount().GetMountFlags())
@@ -302,12 +295,12 @@ func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v c
 		if _, err := mountutils.NewResizeFs(s.Mounter.Exec).Resize(dev, staging); err != nil {
 			// Unmounted again, so a retry grows it instead of finding it staged.
 			if uerr := s.Mounter.Unmount(staging); uerr != nil {
-				s.log().Error("stage_unmount_failed", "volume_id", v.String(), "error", uerr.Error())
+				s.Logger.Error("stage_unmount_failed", "volume_id", v.String(), "error", uerr.Error())
 			}
 			return nil, status.Errorf(codes.Internal, "grow the filesystem of copy %s to its volume: %v", v, err)
 		}
 	}
-	s.log().Info("volume_staged", "volume_id", v.String(), "device", dev, "fs_type", fs, "staging_path", staging)
+	s.Logger.Info("volume_staged", "volume_id", v.String(), "device", dev, "fs_type", fs, "staging_path", staging)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -360,7 +353,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := s.Connector.Disconnect(ctx, v.NQN()); err != nil {
 		return nil, status.Errorf(codes.Internal, "disconnect %s: %v", v.NQN(), err)
 	}
-	s.log().Info("volume_unstaged", "volume_id", v.String())
+	s.Logger.Info("volume_unstaged", "volume_id", v.String())
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
@@ -424,7 +417,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := s.Mounter.Mount(source, tp, "", opts); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mount %s at %s: %v", source, tp, err)
 	}
-	s.log().Info("volume_published", "volume_id", v.String(), "target_path", tp, "readonly", req.GetReadonly())
+	s.Logger.Info("volume_published", "volume_id", v.String(), "target_path", tp, "readonly", req.GetReadonly())
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -465,7 +458,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if err := mountutils.CleanupMountPoint(req.GetTargetPath(), s.Mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "unmount %s: %v", req.GetTargetPath(), err)
 	}
-	s.log().Info("volume_unpublished", "volume_id", v.String(), "target_path", req.GetTargetPath())
+	s.Logger.Info("volume_unpublished", "volume_id", v.String(), "target_path", req.GetTargetPath())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
@@ -542,7 +535,7 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		return nil, status.Errorf(codes.Internal, "grow filesystem on %s: %v", dev, err)
 	}
 	size, _ := blockSize(dev)
-	s.log().Info("volume_expanded", "volume_id", v.String(), "device", dev, "size_bytes", size)
+	s.Logger.Info("volume_expanded", "volume_id", v.String(), "device", dev, "size_bytes", size)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 

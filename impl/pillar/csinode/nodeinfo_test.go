@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // The node reports its name under the topology key, so kubelet labels
 // the node and the provisioner's capacity tracking finds a segment.
 func TestNodeGetInfoReportsTopology(t *testing.T) {
 	t.Parallel()
-	s := &Server{NodeName: "worker-1", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:1", TopologyKey: "pillar-csi.example.io/node"}
+	s := service.Init(service.Options{}, &Server{NodeName: "worker-1", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:1", TopologyKey: "pillar-csi.example.io/node"})
 	resp, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -14,15 +14,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/conformance/harness"
 )
 
 // stallLimit: a proxied request slower than this while the admin API is
@@ -41,14 +39,7 @@ const slowdownGoal = 2.0
 // own path is its slowdown beyond the control's.
 const controlMargin = 1.25
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "adminload:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("adminload", run) }
 
 type params struct {
 	writes, workers, proxyN int
@@ -113,7 +104,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--skip-sqlite needs --database-url")
 	}
 	p.sqlite = !*skipSQLite
-	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
+	logf := bench.Logf
 	var rs []result
 	if p.sqlite {
 		r, err := runStore(ctx, p, "", logf)
@@ -129,17 +120,12 @@ func run(ctx context.Context, args []string) error {
 		}
 		rs = append(rs, r)
 	}
-	md := markdown(p, rs)
-	fmt.Print(md)
 	if p.profileTop != "" {
 		if err := writeProfiles(p, rs); err != nil {
 			return err
 		}
 	}
-	if p.out != "" {
-		return os.WriteFile(p.out, []byte(md), 0o644)
-	}
-	return nil
+	return bench.Emit(markdown(p, rs), p.out)
 }
 
 // runStore starts the simulator and one proxy on SQLite (pgURL empty) or
@@ -163,55 +149,40 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		defer drop()
 		dburl = u
 	}
-	addr := func() string { a, _ := bench.FreeAddr(); return a }
-	simAddr := addr()
-	simKey, token := "sk-sim-bench-"+bench.RandomHex(8), "bench-"+bench.RandomHex(16)
-	sim, err := st.Start("sim", "sim", []string{"--listen", simAddr, "--api-key", simKey}, nil)
+	sim, err := st.StartSim()
 	if err != nil {
 		return res, err
 	}
-	if err := st.WaitUp(sim, "http://"+simAddr+"/_sim/clock"); err != nil {
-		return res, err
-	}
-	env := map[string]string{"PROXY_ADMIN_TOKEN": token, "PROXY_MASTER_KEY": bench.RandomHex(32)}
+	token := "bench-" + harness.RandomHex(16)
+	env := map[string]string{"PROXY_MASTER_KEY": harness.RandomHex(32)}
 	if p.profileTop != "" {
 		env["PROXY_DEBUG_PPROF"] = "true"
 	}
-	pids := map[string]int{"sim": sim.Pid()}
+	pids := map[string]int{"sim": sim.Proc.Pid()}
 	var admins []string
 	var proxyURL string
 	// Replica A migrates first; the others start once it is up.
 	for i := 0; i < res.replicas; i++ {
-		px, adm := addr(), addr()
-		pr, err := st.Start(fmt.Sprintf("proxy-%d", i), "proxy", []string{"--proxy-listen", px, "--admin-listen", adm,
-			"--database-url", dburl, "--log-level", "warn", "--allow-private-upstreams"}, env)
+		pr, err := st.StartProxy(bench.ProxyOptions{Label: fmt.Sprintf("proxy-%d", i), DatabaseURL: dburl, Token: token, Env: env})
 		if err != nil {
 			return res, err
 		}
-		if err := st.WaitUp(pr, "http://"+adm+"/admin/v1/status"); err != nil {
-			return res, err
-		}
-		admins = append(admins, "http://"+adm)
-		pids[fmt.Sprintf("proxy-%d", i)] = pr.Pid()
+		admins = append(admins, pr.AdminURL)
+		pids[fmt.Sprintf("proxy-%d", i)] = pr.Proc.Pid()
 		if i == 0 {
-			proxyURL = "http://" + px
+			proxyURL = pr.URL
 		}
 	}
 	listenerAdmin := ""
 	if p.listener && res.replicas > 1 {
-		px, adm := addr(), addr()
-		pr, err := st.Start("proxy-listener", "proxy", []string{"--proxy-listen", px, "--admin-listen", adm,
-			"--database-url", dburl, "--log-level", "warn", "--allow-private-upstreams"}, env)
+		pr, err := st.StartProxy(bench.ProxyOptions{Label: "proxy-listener", DatabaseURL: dburl, Token: token, Env: env})
 		if err != nil {
 			return res, err
 		}
-		if err := st.WaitUp(pr, "http://"+adm+"/admin/v1/status"); err != nil {
-			return res, err
-		}
-		listenerAdmin = "http://" + adm
-		pids["listener"] = pr.Pid()
+		listenerAdmin = pr.AdminURL
+		pids["listener"] = pr.Proc.Pid()
 	}
-	key, err := bench.Seed(admins[0], token, "http://"+simAddr, simKey)
+	key, _, err := bench.Seed(&harness.Admin{Base: admins[0], Token: token}, sim.VendorUpstream())
 	if err != nil {
 		return res, fmt.Errorf("seed: %w", err)
 	}
@@ -219,9 +190,12 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 	defer c.Close()
 	target := []bench.Target{{Name: "proxy", BaseURL: proxyURL, Key: key}}
 	if p.bareBin != "" {
-		ba := addr()
-		bp, err := st.Start("bareproxy", p.bareBin, []string{"--listen", ba, "--target", "http://" + simAddr},
-			map[string]string{"BAREPROXY_API_KEY": simKey})
+		ba, err := harness.ListenAddr()
+		if err != nil {
+			return res, err
+		}
+		bp, err := st.Start("bareproxy", p.bareBin, []string{"--listen", ba, "--target", sim.URL},
+			map[string]string{"BAREPROXY_API_KEY": sim.Key})
 		if err != nil {
 			return res, err
 		}
@@ -369,11 +343,9 @@ func controlCells(r result) string {
 	if len(r.bareQuiet) == 0 || len(r.bareLoaded) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" %.2f / %.2f ms | %.2fx |", ms(bench.Percentile(r.bareQuiet, .99)), ms(bench.Percentile(r.bareLoaded, .99)),
+	return fmt.Sprintf(" %.2f / %.2f ms | %.2fx |", bench.Ms(bench.Percentile(r.bareQuiet, .99)), bench.Ms(bench.Percentile(r.bareLoaded, .99)),
 		bench.Slowdown(r.bareQuiet, r.bareLoaded, .99))
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func markdown(p params, rs []result) string {
 	var b strings.Builder
@@ -382,8 +354,8 @@ func markdown(p params, rs []result) string {
 	for _, r := range rs {
 		l := r.load
 		fmt.Fprintf(&b, "| %s | %.0f | %.1f / %.1f ms | %.0f | %.1f / %.1f ms |\n", r.label,
-			l.PerSecond(len(l.Creates)), ms(bench.Percentile(l.Creates, .5)), ms(bench.Percentile(l.Creates, .99)),
-			l.PerSecond(len(l.Patches)), ms(bench.Percentile(l.Patches, .5)), ms(bench.Percentile(l.Patches, .99)))
+			l.PerSecond(len(l.Creates)), bench.Ms(bench.Percentile(l.Creates, .5)), bench.Ms(bench.Percentile(l.Creates, .99)),
+			l.PerSecond(len(l.Patches)), bench.Ms(bench.Percentile(l.Patches, .5)), bench.Ms(bench.Percentile(l.Patches, .99)))
 	}
 	b.WriteString("\nThe proxy path at c=1 (non-streaming) without and with that admin load:\n\n")
 	ctl := p.bareBin != ""
@@ -399,8 +371,8 @@ func markdown(p params, rs []result) string {
 		p99 := bench.Slowdown(r.quiet, r.loaded, .99)
 		ok, cells := noStall(r)
 		fmt.Fprintf(&b, "| %s | %d / %d | %.2f / %.2f ms | %.2f / %.2f ms | %.1f ms | %.2fx | %.2fx |%s %s |\n", r.label,
-			len(r.quiet), len(r.loaded), ms(bench.Percentile(r.quiet, .5)), ms(bench.Percentile(r.loaded, .5)),
-			ms(bench.Percentile(r.quiet, .99)), ms(bench.Percentile(r.loaded, .99)), ms(bench.Percentile(r.loaded, 1)),
+			len(r.quiet), len(r.loaded), bench.Ms(bench.Percentile(r.quiet, .5)), bench.Ms(bench.Percentile(r.loaded, .5)),
+			bench.Ms(bench.Percentile(r.quiet, .99)), bench.Ms(bench.Percentile(r.loaded, .99)), bench.Ms(bench.Percentile(r.loaded, 1)),
 			bench.Slowdown(r.quiet, r.loaded, .5), p99, cells, bench.MetMark(ok))
 	}
 	b.WriteString("\nCPU each process used while the admin load ran, per configuration change (each write is one change, and\n" +
@@ -414,7 +386,7 @@ func markdown(p params, rs []result) string {
 			if !ok || n == 0 {
 				return "–"
 			}
-			return fmt.Sprintf("%.2f ms (%.1f CPU-s)", ms(d)/float64(n), d.Seconds())
+			return fmt.Sprintf("%.2f ms (%.1f CPU-s)", bench.Ms(d)/float64(n), d.Seconds())
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label, n, cell("proxy-0"), cell("proxy-1"), cell("proxy-2"), cell("listener"), cell("sim"))
 	}

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"flag"
 	"strings"
 	"testing"
 	"time"
 )
-
-// make test-conformance passes -bin-dir to every conformance package.
-var _ = flag.String("bin-dir", "", "unused here")
 
 func series(d time.Duration, n int) []time.Duration {
 	s := make([]time.Duration, n)

@@ -11,21 +11,11 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
 	"fmt"
-	"log"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -34,9 +24,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/pillarhq/pillar/conformance/bench"
+	"github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/conformance/harness/runner"
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/mtls"
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // Targets of issue 22 (part 6).
@@ -57,50 +50,106 @@ const config = `backends:
       parentDataset: k8s
 `
 
-func main() {
-	binDir := flag.String("bin-dir", "bin", "directory holding pillar-agent-sim")
-	n := flag.Int("n", 50, "CreateVolume calls per pool")
-	rttN := flag.Int("rtt-n", 3000, "empty calls per transport")
-	out := flag.String("out", "", "markdown fragment to write")
-	flag.Parse()
-	log.SetFlags(0)
+func main() { bench.Main("agentbench", run) }
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agentbench", flag.ContinueOnError)
+	binDir := fs.String("bin-dir", "bin", "directory holding pillar-agent-sim")
+	n := fs.Int("n", 50, "CreateVolume calls per pool")
+	rttN := fs.Int("rtt-n", 3000, "empty calls per transport")
+	out := fs.String("out", "", "markdown fragment to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "agentbench-")
-	check(err)
+	if err != nil {
+		return err
+	}
 	defer os.RemoveAll(dir)
 
 	certs := filepath.Join(dir, "certs")
-	check(issue(certs))
-	cfg := filepath.Join(dir, "agent.yaml")
-	check(os.WriteFile(cfg, []byte(config), 0o644))
-	simRoot := filepath.Join(dir, "node")
-	r := runner.Process{Dir: *binDir}
-	start := func(label, root string, extra ...string) (*runner.Proc, string) {
-		addr := freeAddr()
-		args := append([]string{"--config", cfg, "--listen", addr, "--sim-root", root, "--sim-pool-size", "20G"}, extra...)
-		p, err := r.Start("pillar-agent-sim", args, runner.Options{Label: label})
-		check(err)
-		return p, addr
+	ca, err := harness.MakeCA("agentbench CA")
+	if err == nil {
+		err = ca.IssueFiles(certs, "localhost", []string{"localhost"}, "127.0.0.1")
 	}
-	secure, secureAddr := start("agent-mtls", simRoot, "--mtls-cert-dir", certs)
-	defer secure.Stop()
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		return err
+	}
+	simRoot := filepath.Join(dir, "node")
+	st := &bench.Stack{Runner: runner.Process{Dir: *binDir}, Dir: dir}
+	defer st.Stop()
+	// dial starts an agent and connects once it answers a health check.
+	dial := func(label, root string, creds credentials.TransportCredentials, extra ...string) (*runner.Proc, *grpc.ClientConn, error) {
+		addr, err := harness.ListenAddr()
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := st.Start(label, "pillar-agent-sim", append([]string{"--config", cfg, "--listen", addr, "--sim-root", root, "--sim-pool-size", "20G"}, extra...), nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return nil, nil, err
+		}
+		h := healthpb.NewHealthClient(conn)
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		err = waitfor.Poll(wctx, 100*time.Millisecond, func() error {
+			if p.Exited() {
+				cancel()
+				return fmt.Errorf("exited:\n%s", p.Output())
+			}
+			cctx, done := context.WithTimeout(wctx, 2*time.Second)
+			defer done()
+			_, err := h.Check(cctx, &healthpb.HealthCheckRequest{})
+			return err
+		})
+		if err != nil {
+			conn.Close()
+			return nil, nil, fmt.Errorf("%s did not serve: %w", label, err)
+		}
+		return p, conn, nil
+	}
 	tc, err := mtls.Client(certs, "localhost")
-	check(err)
-	conn := dial(secure, secureAddr, credentials.NewTLS(tc))
+	if err != nil {
+		return err
+	}
+	secure, conn, err := dial("agent-mtls", simRoot, credentials.NewTLS(tc), "--mtls-cert-dir", certs)
+	if err != nil {
+		return err
+	}
 	defer conn.Close()
 	// The plaintext agent, on a node of its own, only answers health
 	// checks here.
-	plain, plainAddr := start("agent-plain", filepath.Join(dir, "node-plain"))
-	defer plain.Stop()
-	pconn := dial(plain, plainAddr, insecure.NewCredentials())
+	_, pconn, err := dial("agent-plain", filepath.Join(dir, "node-plain"), insecure.NewCredentials())
+	if err != nil {
+		return err
+	}
 	defer pconn.Close()
 
 	// In turns of 100, so drift in the machine's load falls on both.
-	warm(conn)
-	warm(pconn)
+	if _, err := emptyCalls(ctx, conn, 200); err != nil {
+		return err
+	}
+	if _, err := emptyCalls(ctx, pconn, 200); err != nil {
+		return err
+	}
 	var rttTLS, rttPlain []time.Duration
 	for done := 0; done < *rttN; done += 100 {
-		rttTLS = append(rttTLS, emptyCalls(conn, 100)...)
-		rttPlain = append(rttPlain, emptyCalls(pconn, 100)...)
+		a, err := emptyCalls(ctx, conn, 100)
+		if err != nil {
+			return err
+		}
+		b, err := emptyCalls(ctx, pconn, 100)
+		if err != nil {
+			return err
+		}
+		rttTLS, rttPlain = append(rttTLS, a...), append(rttPlain, b...)
 	}
 
 	c := agentv1.NewAgentServiceClient(conn)
@@ -113,115 +162,84 @@ func main() {
 	creates := map[string][]time.Duration{}
 	cpu := map[string]time.Duration{}
 	for _, pc := range pools {
-		before := cpuTime(secure.Pid())
-		creates[pc.pool] = createVolumes(c, pc.pool, *n)
-		cpu[pc.pool] = (cpuTime(secure.Pid()) - before) / time.Duration(*n+3)
+		before, err := bench.ReadProc(secure.Pid())
+		if err != nil {
+			return err
+		}
+		if creates[pc.pool], err = createVolumes(ctx, c, pc.pool, *n); err != nil {
+			return err
+		}
+		after, err := bench.ReadProc(secure.Pid())
+		if err != nil {
+			return err
+		}
+		cpu[pc.pool] = (after.CPU + after.ChildCPU - before.CPU - before.ChildCPU) / time.Duration(*n+3)
 	}
 	listPools := make([]time.Duration, 0, *n)
 	for range *n {
 		t0 := time.Now()
-		_, err := c.ListPools(context.Background(), &agentv1.ListPoolsRequest{})
+		if _, err := c.ListPools(ctx, &agentv1.ListPoolsRequest{}); err != nil {
+			return err
+		}
 		listPools = append(listPools, time.Since(t0))
-		check(err)
 	}
-	tool := toolCalls(filepath.Join(simRoot, "bin", "vgs"), filepath.Join(simRoot, "state"), *n)
+	tool, err := toolCalls(filepath.Join(simRoot, "bin", "vgs"), filepath.Join(simRoot, "state"), *n)
+	if err != nil {
+		return err
+	}
 
+	pct := func(d []time.Duration, p int) time.Duration { return bench.Percentile(d, float64(p)/100) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "| measure | calls | p50 | p99 | CPU a call | target | met |\n|---|---:|---:|---:|---:|---|---|\n")
 	for _, pc := range pools {
 		d := creates[pc.pool]
-		fmt.Fprintf(&b, "| CreateVolume, %s: %s | %d | %s | %s | %s | p50 < %s | %s |\n", pc.label, pc.note, len(d), ms(pct(d, 50)), ms(pct(d, 99)), ms(cpu[pc.pool]), ms(createTarget), met(pct(d, 50) < createTarget))
+		fmt.Fprintf(&b, "| CreateVolume, %s: %s | %d | %s | %s | %s | p50 < %s | %s |\n", pc.label, pc.note, len(d), msText(pct(d, 50)), msText(pct(d, 99)), msText(cpu[pc.pool]), msText(createTarget), met(pct(d, 50) < createTarget))
 	}
-	fmt.Fprintf(&b, "| ListPools (the controller's readiness check before each create; 3 pools, each asked at once) | %d | %s | %s | | | |\n", len(listPools), ms(pct(listPools, 50)), ms(pct(listPools, 99)))
-	fmt.Fprintf(&b, "| one simulated tool call (`vgs`, a process of pillar-agent-sim) | %d | %s | %s | | | |\n", len(tool), ms(pct(tool, 50)), ms(pct(tool, 99)))
-	fmt.Fprintf(&b, "| empty gRPC call (health check), mTLS, one connection | %d | %s | %s | | p99 < %s | %s |\n", len(rttTLS), us(pct(rttTLS, 50)), us(pct(rttTLS, 99)), ms(rttTarget), met(pct(rttTLS, 99) < rttTarget))
+	fmt.Fprintf(&b, "| ListPools (the controller's readiness check before each create; 3 pools, each asked at once) | %d | %s | %s | | | |\n", len(listPools), msText(pct(listPools, 50)), msText(pct(listPools, 99)))
+	fmt.Fprintf(&b, "| one simulated tool call (`vgs`, a process of pillar-agent-sim) | %d | %s | %s | | | |\n", len(tool), msText(pct(tool, 50)), msText(pct(tool, 99)))
+	fmt.Fprintf(&b, "| empty gRPC call (health check), mTLS, one connection | %d | %s | %s | | p99 < %s | %s |\n", len(rttTLS), us(pct(rttTLS, 50)), us(pct(rttTLS, 99)), msText(rttTarget), met(pct(rttTLS, 99) < rttTarget))
 	fmt.Fprintf(&b, "| empty gRPC call, plaintext (baseline) | %d | %s | %s | | | |\n", len(rttPlain), us(pct(rttPlain, 50)), us(pct(rttPlain, 99)))
 	fmt.Fprintf(&b, "\nmTLS ÷ plaintext, p99: %.2fx. CreateVolume p50 in simulated tool calls: LVM thin %.1f, LVM linear %.1f, ZFS %.1f.\n",
 		ratio(pct(rttTLS, 99), pct(rttPlain, 99)),
 		ratio(pct(creates["vg0"], 50), pct(tool, 50)), ratio(pct(creates["vg1"], 50), pct(tool, 50)), ratio(pct(creates["tank"], 50), pct(tool, 50)))
-	fmt.Print(b.String())
-	if *out != "" {
-		check(os.WriteFile(*out, []byte(b.String()), 0o644))
-	}
-}
-
-func check(err error) {
-	if err != nil {
-		log.Fatal(err)
-	}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// dial connects and waits until the agent answers a health check.
-func dial(p *runner.Proc, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	check(err)
-	h := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := h.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil {
-			return conn
-		}
-		if p.Exited() || time.Now().After(deadline) {
-			log.Fatalf("%s did not serve: %v\n%s", p.Name, err, p.Output())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func warm(conn *grpc.ClientConn) {
-	h := healthpb.NewHealthClient(conn)
-	for range 200 {
-		_, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		check(err)
-	}
+	return bench.Emit(b.String(), *out)
 }
 
 // emptyCalls times health checks one after another on one connection.
-func emptyCalls(conn *grpc.ClientConn, n int) []time.Duration {
+func emptyCalls(ctx context.Context, conn *grpc.ClientConn, n int) ([]time.Duration, error) {
 	h := healthpb.NewHealthClient(conn)
-	ctx := context.Background()
 	req := &healthpb.HealthCheckRequest{}
 	d := make([]time.Duration, 0, n)
 	for range n {
 		t0 := time.Now()
-		_, err := h.Check(ctx, req)
+		if _, err := h.Check(ctx, req); err != nil {
+			return nil, err
+		}
 		d = append(d, time.Since(t0))
-		check(err)
 	}
-	return d
+	return d, nil
 }
 
 // createVolumes times n creates of new 32 MiB volumes, after three
 // unmeasured ones (the first reads the extent size).
-func createVolumes(c agentv1.AgentServiceClient, pool string, n int) []time.Duration {
-	ctx := context.Background()
+func createVolumes(ctx context.Context, c agentv1.AgentServiceClient, pool string, n int) ([]time.Duration, error) {
 	d := make([]time.Duration, 0, n)
 	for i := range n + 3 {
 		t0 := time.Now()
 		_, err := c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{Pool: pool, Name: fmt.Sprintf("bench-%d", i), SizeBytes: 32 << 20})
 		el := time.Since(t0)
 		if err != nil {
-			log.Fatalf("CreateVolume on %s: %v", pool, err)
+			return nil, fmt.Errorf("CreateVolume on %s: %w", pool, err)
 		}
 		if i >= 3 {
 			d = append(d, el)
 		}
 	}
-	return d
+	return d, nil
 }
 
 // toolCalls times the simulated vgs run directly, as the agent runs it.
-func toolCalls(vgs, state string, n int) []time.Duration {
+func toolCalls(vgs, state string, n int) ([]time.Duration, error) {
 	d := make([]time.Duration, 0, n)
 	for range n {
 		cmd := exec.Command(vgs, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free,vg_extent_size", "vg0")
@@ -230,42 +248,14 @@ func toolCalls(vgs, state string, n int) []time.Duration {
 		out, err := cmd.CombinedOutput()
 		d = append(d, time.Since(t0))
 		if err != nil {
-			log.Fatalf("vgs: %v\n%s", err, out)
+			return nil, fmt.Errorf("vgs: %w\n%s", err, out)
 		}
 	}
-	return d
+	return d, nil
 }
 
-// cpuTime is the CPU a process and its waited-for children (the tool
-// processes) have used, from /proc: a figure the machine's other load
-// moves much less than wall time.
-func cpuTime(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	check(err)
-	// Fields after the command name, which is in parentheses: utime is
-	// the 14th field, then stime, cutime, cstime, in clock ticks (100 a
-	// second on Linux).
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} {
-		var v int64
-		if _, err := fmt.Sscan(f[i], &v); err != nil {
-			log.Fatalf("/proc stat field %d: %v", i, err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	return s[max(0, min(len(s)-1, i-1))]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
-func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+func msText(d time.Duration) string { return fmt.Sprintf("%.1f ms", bench.Ms(d)) }
+func us(d time.Duration) string     { return fmt.Sprintf("%.0f µs", bench.Micros(d)) }
 
 func ratio(a, b time.Duration) float64 {
 	if b == 0 {
@@ -279,54 +269,4 @@ func met(ok bool) string {
 		return "met"
 	}
 	return "**missed**"
-}
-
-// issue writes a throwaway CA and one leaf for localhost, used by both
-// ends (the chart's agent and controller certificates come from one CA
-// too).
-func issue(dir string) error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agentbench CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	for name, block := range map[string]*pem.Block{
-		mtls.CertFile: {Type: "CERTIFICATE", Bytes: der},
-		mtls.KeyFile:  {Type: "EC PRIVATE KEY", Bytes: kb},
-		mtls.CAFile:   {Type: "CERTIFICATE", Bytes: caDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -13,14 +14,9 @@ import (
 	"github.com/pillarhq/pillar/conformance/bench"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "bareproxy:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("bareproxy", run) }
 
-func run(args []string) error {
+func run(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("bareproxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
 	target := fs.String("target", "", "upstream base URL, e.g. http://127.0.0.1:8089")

@@ -4,20 +4,24 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/pillarhq/pillar/conformance/bench"
 )
 
-func main() {
+func main() { bench.Main("benchtable", run) }
+
+func run(_ context.Context, _ []string) error {
 	ms, err := bench.ParseMicro(os.Stdin)
 	if err == nil && len(ms) == 0 {
-		err = fmt.Errorf("no benchmark results on stdin")
+		err = errors.New("no benchmark results on stdin")
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchtable:", err)
-		os.Exit(1)
+		return err
 	}
 	fmt.Print(bench.MicroTable(ms))
+	return nil
 }

@@ -8,35 +8,40 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log"
 	"math"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/pillarhq/pillar/conformance/bench"
 )
 
-func main() {
-	log.SetFlags(0)
+func main() { bench.Main("kernelbench", run) }
+
+func run(_ context.Context, args []string) error {
 	in := io.Reader(os.Stdin)
-	if len(os.Args) > 1 {
-		f, err := os.Open(os.Args[1])
+	if len(args) > 0 {
+		f, err := os.Open(args[0])
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer f.Close()
 		in = f
 	}
 	rows, err := parse(in)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	if len(rows) == 0 {
-		log.Fatal("kernelbench: no PILLAR-BENCH lines (run make e2e-kernel first)")
+		return errors.New("no PILLAR-BENCH lines (run make e2e-kernel first)")
 	}
 	fmt.Print(table(rows))
+	return nil
 }
 
 // row is one operation on one case and its durations in milliseconds.

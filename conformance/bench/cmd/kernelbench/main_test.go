@@ -1,13 +1,9 @@
 package main
 
 import (
-	"flag"
 	"strings"
 	"testing"
 )
-
-// make test-conformance passes -bin-dir to every conformance package.
-var _ = flag.String("bin-dir", "", "unused here")
 
 func TestParse(t *testing.T) {
 	console := "=== RUN   TestCSIOnRealKernel/ext4\r\n" +

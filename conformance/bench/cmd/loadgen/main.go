@@ -1,45 +1,30 @@
-// Command loadgen measures the gateway against the bare reverse proxy on
-// the same provider (bench.Run), prints the figures with whether each target
-// was met, and writes the overhead section of docs/benchmarks.md. It exits
-// non-zero only when the run fails, never for a missed target.
-//
-// With --bin-dir it starts what it measures (make bench): bin/sim,
-// bin/proxy on a fresh SQLite database, seeded through its admin API, and
-// two copies of --bareproxy (the baseline and its control), and stops them
-// afterwards. Without it, it measures the URLs it is given.
+// Command loadgen starts bin/sim, bin/proxy on a fresh SQLite database
+// (seeded through its admin API) and two copies of --bareproxy (the
+// baseline and its control), measures the gateway against the baseline
+// (bench.Run, then interleaved, the OpenAI dialect and a Bedrock upstream),
+// prints the figures with whether each target was met and writes the
+// sections of docs/benchmarks.md. It exits non-zero only when the run
+// fails, never for a missed target.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"log"
-	"maps"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
-	"github.com/pillarhq/pillar/conformance/harness/runner"
+	"github.com/pillarhq/pillar/conformance/harness"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("loadgen", run) }
 
 func run(ctx context.Context, args []string) error {
 	p := bench.DefaultParams
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	gateway := fs.String("gateway", "", "gateway base URL (key in LOADGEN_GATEWAY_KEY)")
-	bare := fs.String("bare", "", "bare ReverseProxy base URL")
-	control := fs.String("control", "", "a second, identical bare ReverseProxy: the noise floor (optional)")
 	fs.IntVar(&p.Warmup, "warmup", p.Warmup, "warm-up requests per target and kind")
 	fs.IntVar(&p.Latency, "n", p.Latency, "c=1 non-streaming requests per target")
 	fs.IntVar(&p.Stream, "stream-n", p.Stream, "c=1 streaming requests per target")
@@ -48,246 +33,183 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&p.ThroughputN, "throughput-n", p.ThroughputN, "requests per throughput run")
 	fs.IntVar(&p.ThroughputRun, "throughput-runs", p.ThroughputRun, "throughput runs per target")
 	commit := fs.String("commit", "unknown", "commit being measured")
-	binDir := fs.String("bin-dir", "", "start bin/sim, bin/proxy and the baselines from this directory instead of --gateway/--bare/--control")
-	bareBin := fs.String("bareproxy", "", "the baseline binary (with --bin-dir)")
+	binDir := fs.String("bin-dir", "bin", "directory of bin/sim and bin/proxy")
+	bareBin := fs.String("bareproxy", "", "the baseline binary (conformance/bench/cmd/bareproxy)")
 	out := fs.String("out", "", "write the markdown section here")
-	direct := fs.String("direct", "", "the provider's base URL, for the interleaved series (key in LOADGEN_DIRECT_KEY)")
 	interN := fs.Int("interleaved-n", 2000, "interleaved c=1 rounds of each kind (one request per path in turn); 0 skips them")
 	interOut := fs.String("interleaved-out", "", "write the interleaved section here")
 	dialectN := fs.Int("dialect-n", 0, "interleaved c=1 streaming rounds through the gateway's /v1/chat/completions and its /v1/messages (twice, the noise floor); 0 skips them")
 	dialectOut := fs.String("dialect-out", "", "write the OpenAI-dialect section here")
-	tailBin := fs.String("tail-proxy", "", "with --bin-dir: only the tail analysis; run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
+	bedrockN := fs.Int("bedrock-n", 0, "interleaved c=1 rounds of each kind through a gateway with a Bedrock upstream against the Anthropic one (and a second, the noise floor); 0 skips them")
+	bedrockOut := fs.String("bedrock-out", "", "write the Bedrock section here")
+	tailBin := fs.String("tail-proxy", "", "only the tail analysis: run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
 	tailOut := fs.String("tail-out", "", "write the tail analysis here")
-	abProxy := fs.String("control-proxy", "", "with --bin-dir: the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
+	abProxy := fs.String("control-proxy", "", "the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	key := os.Getenv("LOADGEN_GATEWAY_KEY")
-	directKey := os.Getenv("LOADGEN_DIRECT_KEY")
-	var errs []string
-	switch {
-	case *binDir != "":
-		if *bareBin == "" {
-			errs = append(errs, "--bin-dir needs --bareproxy")
-		}
-	case *gateway == "" || *bare == "":
-		errs = append(errs, "--gateway and --bare are required (or --bin-dir)")
-	case key == "":
-		errs = append(errs, "LOADGEN_GATEWAY_KEY is not set")
+	var errs []error
+	if *bareBin == "" {
+		errs = append(errs, errors.New("--bareproxy is required"))
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"warmup", p.Warmup}, {"n", p.Latency}, {"stream-n", p.Stream}, {"block", p.Block},
-		{"clients", p.Clients}, {"throughput-n", p.ThroughputN}, {"throughput-runs", p.ThroughputRun}} {
-		if f.v <= 0 {
-			errs = append(errs, fmt.Sprintf("--%s must be positive", f.name))
+	for name, v := range map[string]int{"warmup": p.Warmup, "n": p.Latency, "stream-n": p.Stream, "block": p.Block,
+		"clients": p.Clients, "throughput-n": p.ThroughputN, "throughput-runs": p.ThroughputRun} {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive", name))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	if *tailBin != "" {
-		if *binDir == "" || *bareBin == "" {
-			return fmt.Errorf("--tail-proxy needs --bin-dir and --bareproxy")
-		}
-		return tail(ctx, *binDir, *bareBin, *tailBin, *interN, p.Warmup, *tailOut)
+	dir, err := os.MkdirTemp("", "loadgen.")
+	if err != nil {
+		return err
 	}
-	var st *bench.Stack
-	if *binDir != "" {
-		dir, err := os.MkdirTemp("", "loadgen.")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		st = bench.NewStack(*binDir, dir)
-		defer st.Stop()
-		if key, directKey, err = startStack(st, *bareBin, "proxy", nil, gateway, bare, control, direct); err != nil {
-			return err
-		}
-	}
-
-	// The baselines ignore the client's key; a dummy of the same length keeps
-	// the requests byte-for-byte the same size on every path.
-	dummy := strings.Repeat("x", len(key))
-	targets := []bench.Target{{Name: "gateway", BaseURL: *gateway, Key: key}, {Name: "bare", BaseURL: *bare, Key: dummy}}
-	if *abProxy != "" {
-		if *binDir == "" {
-			return fmt.Errorf("--control-proxy needs --bin-dir")
-		}
-		url, abKey, err := startGateway(st, *abProxy, *direct, directKey)
-		if err != nil {
-			return err
-		}
-		targets = append(targets, bench.Target{Name: "control", BaseURL: url, Key: abKey})
-	} else if *control != "" {
-		targets = append(targets, bench.Target{Name: "control", BaseURL: *control, Key: dummy})
-	}
+	defer os.RemoveAll(dir)
+	st := bench.NewStack(*binDir, dir)
+	defer st.Stop()
 	c := bench.NewClient(nil)
 	defer c.Close()
-	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
-	rep, err := bench.Run(ctx, c, targets, p, logf)
+	if *tailBin != "" {
+		return tail(ctx, st, c, *bareBin, *tailBin, *interN, p.Warmup, *tailOut)
+	}
+	s, err := start(st, *bareBin, "proxy", nil)
+	if err != nil {
+		return err
+	}
+	targets := s.targets
+	if *abProxy != "" {
+		ab, err := st.StartProxy(bench.ProxyOptions{Label: "control-proxy", Bin: *abProxy, Upstream: s.sim.VendorUpstream()})
+		if err != nil {
+			return err
+		}
+		targets[bench.Control] = bench.Target{Name: "control", BaseURL: ab.URL, Key: ab.Key}
+	}
+	rep, err := bench.Run(ctx, c, targets, p, bench.Logf)
 	if err != nil {
 		return err
 	}
 	rep.Env = bench.Environment(time.Now(), *commit)
 	fmt.Print(rep.Summary())
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(rep.Markdown()), 0o644); err != nil {
-			return err
-		}
+	if err := write(*out, rep.Markdown()); err != nil {
+		return err
 	}
-	if *direct == "" {
-		return nil
-	}
-	directT := bench.Target{Name: "direct", BaseURL: *direct, Key: directKey}
 	if *interN > 0 {
-		ir, err := bench.RunInterleaved(ctx, c, directT, targets, *interN, min(*interN, p.Warmup), logf)
+		ir, err := bench.RunInterleaved(ctx, c, s.direct, targets, *interN, min(*interN, p.Warmup), bench.Logf)
 		if err != nil {
 			return err
 		}
-		fmt.Print(ir.Table())
-		for _, m := range ir.Missed() {
-			fmt.Println("!!!   " + m)
-		}
-		if *interOut != "" {
-			if err := os.WriteFile(*interOut, []byte(ir.Markdown()), 0o644); err != nil {
-				return err
-			}
+		if err := report(ir.Table(), ir.Missed(), *interOut, ir.Markdown()); err != nil {
+			return err
 		}
 	}
-	if *dialectN <= 0 {
-		return nil
+	gw := targets[bench.Gateway]
+	if *dialectN > 0 {
+		dr, err := bench.RunDialects(ctx, c, s.direct, bench.Target{Name: "openai", BaseURL: gw.BaseURL, Key: gw.Key, OpenAI: true},
+			bench.Target{Name: "messages", BaseURL: gw.BaseURL, Key: gw.Key}, bench.Target{Name: "messages′", BaseURL: gw.BaseURL, Key: gw.Key},
+			*dialectN, min(*dialectN, p.Warmup))
+		if err != nil {
+			return err
+		}
+		if err := report(dr.Table(), dr.Missed(), *dialectOut, dr.Markdown()); err != nil {
+			return err
+		}
 	}
-	gw := targets[0]
-	dr, err := bench.RunDialects(ctx, c, directT, bench.Target{Name: "openai", BaseURL: gw.BaseURL, Key: gw.Key, OpenAI: true},
-		bench.Target{Name: "messages", BaseURL: gw.BaseURL, Key: gw.Key}, bench.Target{Name: "messages′", BaseURL: gw.BaseURL, Key: gw.Key},
-		*dialectN, min(*dialectN, p.Warmup), logf)
-	if err != nil {
-		return err
-	}
-	fmt.Print(dr.Table())
-	for _, m := range dr.Missed() {
-		fmt.Println("!!!   " + m)
-	}
-	if *dialectOut != "" {
-		return os.WriteFile(*dialectOut, []byte(dr.Markdown()), 0o644)
+	if *bedrockN > 0 {
+		br, err := bedrock(ctx, st, c, s, *bedrockN, min(*bedrockN, p.Warmup))
+		if err != nil {
+			return err
+		}
+		return report(br.Table(), br.Missed(), *bedrockOut, br.Markdown())
 	}
 	return nil
 }
 
-// startStack starts the simulator, the gateway, the baseline and its
-// control (a second, identical baseline: its ratio to the first is the
-// noise floor), waits until each answers, seeds the gateway and returns
-// its key; the URLs are set for the run.
-func startStack(st *bench.Stack, bareBin, proxyBin string, proxyEnv map[string]string, gateway, bare, control, direct *string) (key, simKey string, err error) {
-	var addrs [5]string
-	for i := range addrs {
-		a, err := bench.FreeAddr()
-		if err != nil {
-			return "", "", err
-		}
-		addrs[i] = a
+// report prints a section's table and missed targets and writes its
+// markdown to out.
+func report(table string, missed []string, out, md string) error {
+	fmt.Print(table)
+	for _, m := range missed {
+		fmt.Println("!!!   " + m)
 	}
-	sim, px, adm, bareAddr, ctl := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4]
-	proxyEnv = maps.Clone(proxyEnv)
-	if proxyEnv == nil {
-		proxyEnv = map[string]string{}
-	}
-	simKey = "sk-sim-bench-" + bench.RandomHex(8)
-	token := "bench-" + bench.RandomHex(16)
-	proxyEnv["PROXY_ADMIN_TOKEN"] = token
-	type proc struct {
-		label, bin string
-		args       []string
-		env        map[string]string
-		up         string
-	}
-	procs := []proc{
-		{"sim", "sim", []string{"--listen", sim, "--api-key", simKey}, nil, "http://" + sim + "/_sim/clock"},
-		{"proxy", proxyBin, proxyArgs(st, px, adm, "bench"), proxyEnv, "http://" + adm + "/admin/v1/status"},
-		{"bare", bareBin, []string{"--listen", bareAddr, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + bareAddr + "/"},
-		{"control", bareBin, []string{"--listen", ctl, "--target", "http://" + sim}, map[string]string{"BAREPROXY_API_KEY": simKey}, "http://" + ctl + "/"},
-	}
-	var started []*runner.Proc
-	for _, p := range procs {
-		rp, err := st.Start(p.label, p.bin, p.args, p.env)
-		if err != nil {
-			return "", "", err
-		}
-		started = append(started, rp)
-	}
-	for i, p := range procs {
-		if err := st.WaitUp(started[i], p.up); err != nil {
-			return "", "", err
-		}
-	}
-	key, err = bench.Seed("http://"+adm, token, "http://"+sim, simKey)
-	if err != nil {
-		return "", "", fmt.Errorf("could not seed the gateway: %w", err)
-	}
-	*gateway, *bare, *control, *direct = "http://"+px, "http://"+bareAddr, "http://"+ctl, "http://"+sim
-	return key, simKey, nil
+	return write(out, md)
 }
 
-// proxyArgs are bin/proxy's flags for a bench gateway on a fresh SQLite
-// file of its own.
-func proxyArgs(st *bench.Stack, proxyAddr, adminAddr, name string) []string {
-	return []string{"--proxy-listen", proxyAddr, "--admin-listen", adminAddr, "--database-url", "sqlite://" + st.Dir + "/" + name + ".db",
-		"--log-level", "warn", "--allow-private-upstreams"}
+func write(out, md string) error {
+	if out == "" {
+		return nil
+	}
+	return os.WriteFile(out, []byte(md), 0o644)
 }
 
-// startGateway starts one more gateway from bin (the control of an A/B
-// run), seeded like the first, and returns its URL and key.
-func startGateway(st *bench.Stack, bin, simURL, simKey string) (url, key string, err error) {
-	px, err := bench.FreeAddr()
+// stack is what one run measures: the simulator as the direct path, and
+// the gateway, the baseline and its control (a second, identical
+// baseline: its ratio to the first is the noise floor).
+type stack struct {
+	sim     *bench.Sim
+	direct  bench.Target
+	targets []bench.Target // Gateway, Bare, Control
+}
+
+func start(st *bench.Stack, bareBin, proxyBin string, proxyEnv map[string]string) (*stack, error) {
+	sim, err := st.StartSim()
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	adm, err := bench.FreeAddr()
+	gw, err := st.StartProxy(bench.ProxyOptions{Bin: proxyBin, Env: proxyEnv, Upstream: sim.VendorUpstream()})
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	token := "bench-" + bench.RandomHex(16)
-	p, err := st.Start("control-proxy", bin, proxyArgs(st, px, adm, "control"), map[string]string{"PROXY_ADMIN_TOKEN": token})
+	// The baselines ignore the client's key; a dummy of the same length
+	// keeps the requests byte-for-byte the same size on every path.
+	dummy := strings.Repeat("x", len(gw.Key))
+	s := &stack{sim: sim, direct: bench.Target{Name: "direct", BaseURL: sim.URL, Key: sim.Key},
+		targets: []bench.Target{{Name: "gateway", BaseURL: gw.URL, Key: gw.Key}}}
+	for _, label := range []string{"bare", "control"} {
+		addr, err := harness.ListenAddr()
+		if err != nil {
+			return nil, err
+		}
+		bp, err := st.Start(label, bareBin, []string{"--listen", addr, "--target", sim.URL}, map[string]string{"BAREPROXY_API_KEY": sim.Key})
+		if err == nil {
+			err = st.WaitUp(bp, "http://"+addr+"/")
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.targets = append(s.targets, bench.Target{Name: label, BaseURL: "http://" + addr, Key: dummy})
+	}
+	return s, nil
+}
+
+// bedrock starts a gateway with a Bedrock upstream on the simulator and a
+// second one with an Anthropic upstream, and measures the first against
+// the run's gateway with the second as the noise floor.
+func bedrock(ctx context.Context, st *bench.Stack, c *bench.Client, s *stack, n, warmup int) (bench.Comparison, error) {
+	br, err := st.StartProxy(bench.ProxyOptions{Label: "bedrock-proxy", Upstream: s.sim.BedrockUpstream()})
 	if err != nil {
-		return "", "", err
+		return bench.Bedrock, err
 	}
-	if err := st.WaitUp(p, "http://"+adm+"/admin/v1/status"); err != nil {
-		return "", "", err
-	}
-	key, err = bench.Seed("http://"+adm, token, simURL, simKey)
+	cp, err := st.StartProxy(bench.ProxyOptions{Label: "anthropic-proxy", Upstream: s.sim.VendorUpstream()})
 	if err != nil {
-		return "", "", fmt.Errorf("could not seed the control gateway: %w", err)
+		return bench.Bedrock, err
 	}
-	return "http://" + px, key, nil
+	gw := s.targets[bench.Gateway]
+	return bench.Bedrock.Run(ctx, c, s.direct, bench.Target{Name: "bedrock", BaseURL: br.URL, Key: br.Key},
+		bench.Target{Name: "anthropic", BaseURL: gw.BaseURL, Key: gw.Key}, bench.Target{Name: "anthropic′", BaseURL: cp.URL, Key: cp.Key}, n, warmup)
 }
 
 // tail runs the interleaved series against a traced build of the gateway
 // (TRACEDPROXY_OUT), stops it so the trace is complete, and breaks the
 // gateway's slowest 1% of requests down by what the gateway process was
 // doing meanwhile, beside the same breakdown of all its requests.
-func tail(ctx context.Context, binDir, bareBin, tracedBin string, n, warmup int, out string) error {
-	dir, err := os.MkdirTemp("", "loadgen-tail.")
+func tail(ctx context.Context, st *bench.Stack, c *bench.Client, bareBin, tracedBin string, n, warmup int, out string) error {
+	traceFile := st.Dir + "/proxy.trace"
+	s, err := start(st, bareBin, tracedBin, map[string]string{"TRACEDPROXY_OUT": traceFile})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	st := bench.NewStack(binDir, dir)
-	defer st.Stop()
-	traceFile := dir + "/proxy.trace"
-	var gateway, bare, control, direct string
-	key, simKey, err := startStack(st, bareBin, tracedBin, map[string]string{"TRACEDPROXY_OUT": traceFile}, &gateway, &bare, &control, &direct)
-	if err != nil {
-		return err
-	}
-	dummy := strings.Repeat("x", len(key))
-	c := bench.NewClient(nil)
-	defer c.Close()
-	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
-	ir, err := bench.RunInterleaved(ctx, c, bench.Target{Name: "direct", BaseURL: direct, Key: simKey},
-		[]bench.Target{{Name: "gateway", BaseURL: gateway, Key: key}, {Name: "bare", BaseURL: bare, Key: dummy}, {Name: "control", BaseURL: control, Key: dummy}},
-		n, min(n, warmup), logf)
+	ir, err := bench.RunInterleaved(ctx, c, s.direct, s.targets, n, min(n, warmup), bench.Logf)
 	if err != nil {
 		return err
 	}
@@ -317,9 +239,5 @@ func tail(ctx context.Context, binDir, bareBin, tracedBin string, n, warmup int,
 	b.WriteString(bench.TailTable(bd[0], bd[1]))
 	b.WriteString("\nStreaming, to the first event:\n\n")
 	b.WriteString(bench.TailTable(bd[2], bd[3]))
-	fmt.Print(b.String())
-	if out != "" {
-		return os.WriteFile(out, []byte(b.String()), 0o644)
-	}
-	return nil
+	return bench.Emit(b.String(), out)
 }

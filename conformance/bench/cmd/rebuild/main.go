@@ -40,10 +40,7 @@ func main() {
 	// starts with (GOGC=400 unless set): measured under Go's default of
 	// 100 it spent a third of its CPU more on marking than it does there.
 	server.TuneGC(os.Getenv)
-	if err := run(context.Background(), os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "rebuild:", err)
-		os.Exit(1)
-	}
+	bench.Main("rebuild", run)
 }
 
 type result struct {
@@ -117,12 +114,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		rs = append(rs, r)
 	}
-	md := markdown(rs, *n)
-	fmt.Print(md)
-	if *out != "" {
-		return os.WriteFile(*out, []byte(md), 0o644)
-	}
-	return nil
+	return bench.Emit(markdown(rs, *n), *out)
 }
 
 func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz scaleseed.Sizes, n int) (result, error) {
@@ -131,7 +123,7 @@ func measure(ctx context.Context, label, dialect string, st *sqlstore.Store, sz 
 	if err != nil {
 		return r, err
 	}
-	fmt.Fprintf(os.Stderr, "rebuild: seeding %s with %+v\n", label, sz)
+	bench.Logf("rebuild: seeding %s with %+v", label, sz)
 	if err := scaleseed.Seed(ctx, st.DB(), sz, scaleseed.Options{Dialect: dialect, BaseURL: "http://127.0.0.1:1", APIKey: "sk-seed", Seal: box}); err != nil {
 		return r, err
 	}
@@ -248,8 +240,6 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 func markdown(rs []result, n int) string {
 	var b strings.Builder
 	sz := rs[0].sz
@@ -259,16 +249,16 @@ func markdown(rs []result, n int) string {
 	for _, r := range rs {
 		p50 := bench.Percentile(r.walls, .5)
 		fmt.Fprintf(&b, "| %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f MB | %s |\n", r.store,
-			ms(p50), ms(bench.Percentile(r.walls, 0)), ms(bench.Percentile(r.walls, 1)), ms(bench.Percentile(r.loads, .5)),
-			ms(r.cpu), r.mb, bench.MetMark(p50 < target))
+			bench.Ms(p50), bench.Ms(bench.Percentile(r.walls, 0)), bench.Ms(bench.Percentile(r.walls, 1)), bench.Ms(bench.Percentile(r.loads, .5)),
+			bench.Ms(r.cpu), r.mb, bench.MetMark(p50 < target))
 	}
 	b.WriteString("\nIncremental rebuilds (issue 22): after one admin change, the change log read (`LoadConfigDelta`: the\nrows of the touched principal or upstream only) and the delta applied to the previous configuration and\nsnapshot, as `Runtime.Refresh` does between full reads:\n\n")
 	b.WriteString("| store | change | rebuild p50 | rebuild p99 | of which read p50 | CPU per rebuild (this process) | target p50 < 50 ms |\n|---|---|---:|---:|---:|---:|---|\n")
 	for _, r := range rs {
 		for _, d := range r.deltas {
 			p50 := bench.Percentile(d.walls, .5)
-			fmt.Fprintf(&b, "| %s | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |\n", r.store, d.change, ms(p50),
-				ms(bench.Percentile(d.walls, .99)), ms(bench.Percentile(d.reads, .5)), ms(d.cpu), bench.MetMark(p50 < target))
+			fmt.Fprintf(&b, "| %s | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |\n", r.store, d.change, bench.Ms(p50),
+				bench.Ms(bench.Percentile(d.walls, .99)), bench.Ms(bench.Percentile(d.reads, .5)), bench.Ms(d.cpu), bench.MetMark(p50 < target))
 		}
 	}
 	b.WriteString("\nFull rebuild p99: ")
@@ -276,7 +266,7 @@ func markdown(rs []result, n int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %.1f ms", r.store, ms(bench.Percentile(r.walls, .99)))
+		fmt.Fprintf(&b, "%s %.1f ms", r.store, bench.Ms(bench.Percentile(r.walls, .99)))
 	}
 	b.WriteString(". Heap a runtime keeps for deltas (the snapshot and the configuration it was built from, without its keys): ")
 	for i, r := range rs {

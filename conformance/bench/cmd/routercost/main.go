@@ -15,35 +15,29 @@ import (
 	"github.com/pillarhq/pillar/conformance/bench"
 )
 
-func main() {
-	plugin := flag.String("plugin", "bin/plugins/pinrouter.wasm", "router plugin module")
-	config := flag.String("config", `{"upstream_id":"up_1","fallback":true}`, "the chain entry's config")
-	n := flag.Int("n", 50000, "requests through each path")
-	out := flag.String("out", "", "write the markdown table here (default: stdout only)")
-	flag.Parse()
-	if err := run(*plugin, *config, *n, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "routercost:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("routercost", run) }
 
-func run(plugin, config string, n int, out string) error {
-	wasm, err := os.ReadFile(plugin)
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("routercost", flag.ContinueOnError)
+	plugin := fs.String("plugin", "bin/plugins/pinrouter.wasm", "router plugin module")
+	config := fs.String("config", `{"upstream_id":"up_1","fallback":true}`, "the chain entry's config")
+	n := fs.Int("n", 50000, "requests through each path")
+	out := fs.String("out", "", "write the markdown table here (default: stdout only)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	wasm, err := os.ReadFile(*plugin)
 	if err != nil {
 		return err
 	}
 	var md string
 	for _, overHTTP := range []bool{false, true} {
-		res, err := bench.RouterCost(context.Background(), wasm, config, n, overHTTP)
+		res, err := bench.RouterCost(ctx, wasm, *config, *n, overHTTP)
 		if err != nil {
 			return err
 		}
-		res.PluginDesc = fmt.Sprintf("`%s`, %s", filepath.Base(plugin), res.PluginDesc)
+		res.PluginDesc = fmt.Sprintf("`%s`, %s", filepath.Base(*plugin), res.PluginDesc)
 		md += res.Markdown() + "\n"
 	}
-	fmt.Print(md)
-	if out != "" {
-		return os.WriteFile(out, []byte(md), 0o644)
-	}
-	return nil
+	return bench.Emit(md, *out)
 }

@@ -9,18 +9,20 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/pillarhq/pillar/conformance/bench"
 )
 
-func main() {
-	sessions := flag.Int("sessions", bench.DefaultRoutingWorkload.Sessions, "sessions per run")
-	out := flag.String("out", "", "write the markdown table here (default: stdout only)")
-	flag.Parse()
+func main() { bench.Main("routingbench", run) }
+
+func run(ctx context.Context, args []string) error {
 	w := bench.DefaultRoutingWorkload
-	w.Sessions = *sessions
+	fs := flag.NewFlagSet("routingbench", flag.ContinueOnError)
+	fs.IntVar(&w.Sessions, "sessions", w.Sessions, "sessions per run")
+	out := fs.String("out", "", "write the markdown table here (default: stdout only)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	limits := []int{200, 300, 400}
 	many := bench.RoutingWorkload{Sessions: 600, Parallel: 12, Turns: 2}
 	modes := []bench.RoutingMode{
@@ -35,19 +37,11 @@ func main() {
 	}
 	var rs []bench.RoutingResult
 	for _, m := range modes {
-		r, err := bench.RunRouting(context.Background(), w, m)
+		r, err := bench.RunRouting(ctx, w, m)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "routingbench:", err)
-			os.Exit(1)
+			return err
 		}
 		rs = append(rs, r)
 	}
-	md := bench.RoutingMarkdown(w, rs)
-	fmt.Print(md)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "routingbench:", err)
-			os.Exit(1)
-		}
-	}
+	return bench.Emit(bench.RoutingMarkdown(w, rs), *out)
 }

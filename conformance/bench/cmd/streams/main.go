@@ -14,11 +14,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,20 +25,12 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/conformance/bench"
-	"github.com/pillarhq/pillar/conformance/harness/runner"
 )
 
 // Targets of issue 22.
 const targetKB = 64
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "streams:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("streams", run) }
 
 type params struct {
 	n          int           // concurrent streams
@@ -112,76 +102,45 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logf := log.New(os.Stderr, "", log.LstdFlags).Printf
-	r, err := measure(ctx, s, p, logf)
+	r, err := measure(ctx, s, p, bench.Logf)
 	if err != nil {
 		return err
 	}
-	md := r.markdown(p)
-	fmt.Print(md)
-	if p.out != "" {
-		return os.WriteFile(p.out, []byte(md), 0o644)
-	}
-	return nil
+	return bench.Emit(r.markdown(p), p.out)
 }
 
 type stack struct {
-	sim, proxy       *runner.Proc
-	simURL, proxyURL string
-	metricsURL       string
-	adminURL         string
-	token, key       string
-	simKey           string
-	st               *bench.Stack
+	st    *bench.Stack
+	sim   *bench.Sim
+	proxy *bench.Proxy
 }
 
 func start(st *bench.Stack, pprof bool, extraEnv map[string]string) (*stack, error) {
-	var a [3]string
-	for i := range a {
-		x, err := bench.FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		a[i] = x
-	}
-	s := &stack{simKey: "sk-sim-bench-" + bench.RandomHex(8), token: "bench-" + bench.RandomHex(16), st: st}
-	var err error
-	if s.sim, err = st.Start("sim", "sim", []string{"--listen", a[0], "--api-key", s.simKey}, nil); err != nil {
+	sim, err := st.StartSim()
+	if err != nil {
 		return nil, err
 	}
-	env := map[string]string{"PROXY_ADMIN_TOKEN": s.token}
+	env := map[string]string{}
 	for k, v := range extraEnv {
 		env[k] = v
 	}
 	if pprof {
 		env["PROXY_DEBUG_PPROF"] = "true"
 	}
-	if s.proxy, err = st.Start("proxy", "proxy", []string{"--proxy-listen", a[1], "--admin-listen", a[2],
-		"--database-url", "sqlite://" + st.Dir + "/bench.db", "--log-level", "warn", "--allow-private-upstreams"},
-		env); err != nil {
+	px, err := st.StartProxy(bench.ProxyOptions{Env: env, Upstream: sim.VendorUpstream()})
+	if err != nil {
 		return nil, err
 	}
-	if err := st.WaitUp(s.sim, "http://"+a[0]+"/_sim/clock"); err != nil {
-		return nil, err
-	}
-	if err := st.WaitUp(s.proxy, "http://"+a[2]+"/admin/v1/status"); err != nil {
-		return nil, err
-	}
-	s.simURL, s.proxyURL, s.metricsURL = "http://"+a[0], "http://"+a[1], "http://"+a[2]+"/metrics"
-	s.adminURL = "http://" + a[2]
-	if s.key, err = bench.Seed("http://"+a[2], s.token, s.simURL, s.simKey); err != nil {
-		return nil, fmt.Errorf("seed the proxy: %w", err)
-	}
-	return s, nil
+	return &stack{st: st, sim: sim, proxy: px}, nil
 }
 
 // sample reads the proxy's /proc figures and its goroutine count.
 func (s *stack) sample() (bench.ProcSample, error) {
-	ps, err := bench.ReadProc(s.proxy.Pid())
+	ps, err := bench.ReadProc(s.proxy.Proc.Pid())
 	if err != nil {
 		return ps, err
 	}
-	return ps, bench.AddRuntime(&ps, s.metricsURL, s.token)
+	return ps, bench.AddRuntime(&ps, s.proxy.AdminURL+"/metrics", s.proxy.Admin.Token)
 }
 
 type results struct {
@@ -281,14 +240,14 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 	var opened, done atomic.Int64
 
 	logf("warm-up: %d concurrent streams through the proxy", p.warmup)
-	if _, _, err := burst(ctx, c, s.proxyURL, s.key, "", body(p.few), p.warmup, 0, &opened, &done); err != nil {
+	if _, _, err := burst(ctx, c, s.proxy.URL, s.proxy.Key, "", body(p.few), p.warmup, 0, &opened, &done); err != nil {
 		return nil, err
 	}
 	c.CloseIdleConnections()
 	// The leak check's baseline: the proxy warm (what its first requests
 	// start lazily is running) but holding no pooled upstream connection,
 	// which a restart of the simulator closes.
-	if err := s.restartSim(); err != nil {
+	if err := s.sim.Restart(s.st); err != nil {
 		return nil, err
 	}
 	var err error
@@ -347,27 +306,27 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 		return ttfe, berr
 	}
 	logf("%d concurrent streams straight to the simulator, each pausing %v after its first event", p.n, p.hold)
-	if r.direct, err = held(s.simURL, s.simKey, false); err != nil {
+	if r.direct, err = held(s.sim.URL, s.sim.Key, false); err != nil {
 		return nil, fmt.Errorf("direct: %w", err)
 	}
 	logf("%d concurrent streams through the proxy, likewise; sampling the proxy while all are open", p.n)
-	if r.proxied, err = held(s.proxyURL, s.key, true); err != nil {
+	if r.proxied, err = held(s.proxy.URL, s.proxy.Key, true); err != nil {
 		return nil, fmt.Errorf("proxied: %w", err)
 	}
 
 	// The relay's CPU per event: the same n streams twice, with few and
 	// with many events each, no pause.
 	cpuRun := func(words int) (time.Duration, int, error) {
-		before, err := bench.ReadProc(s.proxy.Pid())
+		before, err := bench.ReadProc(s.proxy.Proc.Pid())
 		if err != nil {
 			return 0, 0, err
 		}
-		_, ev, err := burst(ctx, c, s.proxyURL, s.key, "", body(words), p.n, 0, &opened, &done)
+		_, ev, err := burst(ctx, c, s.proxy.URL, s.proxy.Key, "", body(words), p.n, 0, &opened, &done)
 		if err != nil {
 			return 0, 0, err
 		}
 		c.CloseIdleConnections()
-		after, err := bench.ReadProc(s.proxy.Pid())
+		after, err := bench.ReadProc(s.proxy.Proc.Pid())
 		return after.CPU - before.CPU, ev, err
 	}
 	logf("CPU per event: %d streams of %d and of %d words through the proxy", p.n, p.few, p.many)
@@ -389,7 +348,7 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 	// pool): stopping the simulator closes them, so what remains after is
 	// what the streams left behind.
 	logf("leak check: stopping the simulator, then sampling the proxy")
-	s.sim.Stop()
+	s.sim.Proc.Stop()
 	if r.after, err = s.settled(func(ps bench.ProcSample) bool { return len(bench.Leaks(r.clean, ps, p.tolG, p.tolF)) == 0 }); err != nil {
 		return nil, err
 	}
@@ -419,11 +378,11 @@ func (s *stack) saveProfiles(dir, prefix string) error {
 		return err
 	}
 	for _, name := range []string{"heap", "goroutine"} {
-		req, err := http.NewRequest(http.MethodGet, s.adminURL+"/debug/pprof/"+name+"?gc=1", nil)
+		req, err := http.NewRequest(http.MethodGet, s.proxy.AdminURL+"/debug/pprof/"+name+"?gc=1", nil)
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Authorization", "Bearer "+s.token)
+		req.Header.Set("Authorization", "Bearer "+s.proxy.Admin.Token)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", name, err)
@@ -443,18 +402,6 @@ func (s *stack) saveProfiles(dir, prefix string) error {
 	return nil
 }
 
-// restartSim stops the simulator and starts it again on its address.
-func (s *stack) restartSim() error {
-	s.sim.Stop()
-	var err error
-	if s.sim, err = s.st.Start("sim2", "sim", []string{"--listen", strings.TrimPrefix(s.simURL, "http://"), "--api-key", s.simKey}, nil); err != nil {
-		return err
-	}
-	return s.st.WaitUp(s.sim, s.simURL+"/_sim/clock")
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 func (r *results) markdown(p params) string {
 	d99, p99 := bench.Percentile(r.direct, .99), bench.Percentile(r.proxied, .99)
 	d50, p50 := bench.Percentile(r.direct, .50), bench.Percentile(r.proxied, .50)
@@ -467,9 +414,9 @@ func (r *results) markdown(p params) string {
 	fmt.Fprintf(&b, "\n## %d concurrent SSE streams through one proxy\n\n", r.n)
 	fmt.Fprintf(&b, "| metric | figure | target | |\n|---|---:|---|---|\n")
 	fmt.Fprintf(&b, "| streams complete (200, every event, message_stop), each run | %d of %d | all | met |\n", r.n, r.n)
-	fmt.Fprintf(&b, "| time to first event p50: direct / proxied | %.1f / %.1f ms | | |\n", ms(d50), ms(p50))
-	fmt.Fprintf(&b, "| time to first event p99: direct / proxied | %.1f / %.1f ms | | |\n", ms(d99), ms(p99))
-	fmt.Fprintf(&b, "| added time to first event p99 (proxied − direct) | %.1f ms | reported | |\n", ms(p99-d99))
+	fmt.Fprintf(&b, "| time to first event p50: direct / proxied | %.1f / %.1f ms | | |\n", bench.Ms(d50), bench.Ms(p50))
+	fmt.Fprintf(&b, "| time to first event p99: direct / proxied | %.1f / %.1f ms | | |\n", bench.Ms(d99), bench.Ms(p99))
+	fmt.Fprintf(&b, "| added time to first event p99 (proxied − direct) | %.1f ms | reported | |\n", bench.Ms(p99-d99))
 	fmt.Fprintf(&b, "| proxy CPU per relayed event (marginal) | %.2f µs | reported | |\n", float64(r.perEvent.Nanoseconds())/1000)
 	fmt.Fprintf(&b, "| proxy CPU per %d-event stream | %.0f µs | reported | |\n", r.fewEvents, float64(r.perStreamFew.Nanoseconds())/1000)
 	fmt.Fprintf(&b, "| proxy RSS per open stream | %.1f KB | < %d KB | %s |\n", kb, targetKB, bench.MetMark(kb < targetKB))

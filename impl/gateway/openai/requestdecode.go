@@ -1,0 +1,295 @@
+package openai
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// decodeRequest reads a chat request of the common shape in one pass, into
+// a reset req (zero but for the room of its turns): the members most
+// requests carry, each of the type encoding/json's target gives it. Anything else (a member it does not read, an
+// unknown or repeated one, a syntax or type error) returns false, and the
+// request is decoded again by encoding/json, whose refusals name the
+// member; FuzzDecodeRequest holds that whenever this decodes a body,
+// encoding/json decodes it to the same request.
+func decodeRequest(body []byte, req *chatRequest) bool {
+	d := requestDecoder{jsonReader: jsonReader{data: body}}
+	if !d.request(req) {
+		return false
+	}
+	d.space()
+	return d.pos == len(body)
+}
+
+type requestDecoder struct{ jsonReader }
+
+var (
+	requestMembers  = []string{"model", "messages", "max_tokens", "max_completion_tokens", "stop", "temperature", "top_p", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls", "user"}
+	messageMembers  = []string{"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
+	toolCallMembers = []string{"id", "type", "function"}
+	functionMembers = []string{"name", "arguments"}
+	toolMembers     = []string{"type", "function"}
+	toolFnMembers   = []string{"name", "description", "parameters", "strict"}
+	optionsMembers  = []string{"include_usage", "include_obfuscation"}
+)
+
+// members reads an object, calling value for each member named in names
+// (by index) with the reader at its value; false on anything else.
+func (d *requestDecoder) members(names []string, value func(m int) bool) bool {
+	d.space()
+	if !d.eat('{') {
+		return false
+	}
+	var seen uint32
+	for first := true; ; first = false {
+		d.space()
+		if d.eat('}') {
+			return true
+		}
+		if !first && (!d.eat(',') || !d.spaceThen()) {
+			return false
+		}
+		key, ok := d.key()
+		if !ok {
+			return false
+		}
+		d.space()
+		if !d.eat(':') {
+			return false
+		}
+		d.space()
+		m := member(names, key)
+		if m < 0 || seen&(1<<m) != 0 || !value(m) {
+			return false
+		}
+		seen |= 1 << m
+	}
+}
+
+// elements reads an array of objects, calling elem for each with the
+// reader at it; a null element is left to encoding/json.
+func (d *requestDecoder) elements(elem func() bool) bool {
+	if !d.eat('[') {
+		return false
+	}
+	for first := true; ; first = false {
+		d.space()
+		if d.eat(']') {
+			return true
+		}
+		if !first && (!d.eat(',') || !d.spaceThen()) {
+			return false
+		}
+		if d.pos >= len(d.data) || d.data[d.pos] != '{' || !elem() {
+			return false
+		}
+	}
+}
+
+func (d *requestDecoder) request(req *chatRequest) bool {
+	return d.members(requestMembers, func(m int) bool {
+		switch m {
+		case 0:
+			return d.strPtr(&req.Model)
+		case 1:
+			if d.null() {
+				return true
+			}
+			req.Messages = req.Messages[:0]
+			if req.Messages == nil {
+				req.Messages = []chatMessage{}
+			}
+			return d.elements(func() bool {
+				req.Messages = append(req.Messages, chatMessage{})
+				return d.message(&req.Messages[len(req.Messages)-1])
+			})
+		case 2:
+			return d.intPtr(&req.MaxTokens)
+		case 3:
+			return d.intPtr(&req.MaxCompletionTokens)
+		case 4:
+			return d.raw(&req.Stop)
+		case 5:
+			return d.floatPtr(&req.Temperature)
+		case 6:
+			return d.floatPtr(&req.TopP)
+		case 7:
+			return d.boolPtr(&req.Stream)
+		case 8:
+			if d.null() {
+				return true
+			}
+			req.StreamOptions = new(streamOptions)
+			so := req.StreamOptions
+			return d.members(optionsMembers, func(m int) bool {
+				if m == 0 {
+					return d.boolPtr(&so.IncludeUsage)
+				}
+				return d.boolPtr(&so.IncludeObfuscation)
+			})
+		case 9:
+			if d.null() {
+				return true
+			}
+			req.Tools = []chatTool{}
+			return d.elements(func() bool {
+				req.Tools = append(req.Tools, chatTool{})
+				return d.tool(&req.Tools[len(req.Tools)-1])
+			})
+		case 10:
+			return d.raw(&req.ToolChoice)
+		case 11:
+			return d.boolPtr(&req.ParallelToolCalls)
+		default:
+			return d.strPtr(&req.User)
+		}
+	})
+}
+
+func (d *requestDecoder) message(msg *chatMessage) bool {
+	return d.members(messageMembers, func(m int) bool {
+		switch m {
+		case 0:
+			return d.strValue(&msg.Role)
+		case 1:
+			return d.raw(&msg.Content)
+		case 2:
+			return d.strPtr(&msg.Name)
+		case 3:
+			if d.null() {
+				return true
+			}
+			msg.ToolCalls = []toolCall{}
+			return d.elements(func() bool {
+				msg.ToolCalls = append(msg.ToolCalls, toolCall{})
+				tc := &msg.ToolCalls[len(msg.ToolCalls)-1]
+				return d.members(toolCallMembers, func(m int) bool {
+					switch m {
+					case 0:
+						return d.strValue(&tc.ID)
+					case 1:
+						return d.strValue(&tc.Type)
+					}
+					// A struct value: null leaves it as it is.
+					return d.null() || d.members(functionMembers, func(m int) bool {
+						if m == 0 {
+							return d.strValue(&tc.Function.Name)
+						}
+						return d.strValue(&tc.Function.Arguments)
+					})
+				})
+			})
+		case 4:
+			return d.strPtr(&msg.ToolCallID)
+		default:
+			return d.strPtr(&msg.Refusal)
+		}
+	})
+}
+
+func (d *requestDecoder) tool(t *chatTool) bool {
+	return d.members(toolMembers, func(m int) bool {
+		if m == 0 {
+			return d.strValue(&t.Type)
+		}
+		if d.null() {
+			return true
+		}
+		t.Function = &struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      *bool           `json:"strict"`
+		}{}
+		fn := t.Function
+		return d.members(toolFnMembers, func(m int) bool {
+			switch m {
+			case 0:
+				return d.strValue(&fn.Name)
+			case 1:
+				return d.strValue(&fn.Description)
+			case 2:
+				return d.raw(&fn.Parameters)
+			}
+			return d.boolPtr(&fn.Strict)
+		})
+	})
+}
+
+// strValue reads a string into a string field; null leaves it as it is.
+func (d *requestDecoder) strValue(dst *string) bool {
+	var v []byte
+	if d.null() {
+		return true
+	}
+	if !d.str(&v) {
+		return false
+	}
+	*dst = string(v)
+	return true
+}
+
+// strPtr reads a string into a pointer field; null leaves it nil.
+func (d *requestDecoder) strPtr(dst **string) bool {
+	if d.null() {
+		return true
+	}
+	var v []byte
+	if !d.str(&v) {
+		return false
+	}
+	s := string(v)
+	*dst = &s
+	return true
+}
+
+func (d *requestDecoder) intPtr(dst **int) bool {
+	if d.null() {
+		return true
+	}
+	v, ok := d.integer()
+	n := int(v)
+	*dst = &n
+	return ok
+}
+
+func (d *requestDecoder) floatPtr(dst **float64) bool {
+	if d.null() {
+		return true
+	}
+	start := d.pos
+	if d.pos >= len(d.data) || d.data[d.pos] != '-' && (d.data[d.pos] < '0' || d.data[d.pos] > '9') || !d.number() {
+		return false
+	}
+	f, err := strconv.ParseFloat(string(d.data[start:d.pos]), 64)
+	if err != nil {
+		return false
+	}
+	*dst = &f
+	return true
+}
+
+func (d *requestDecoder) boolPtr(dst **bool) bool {
+	var b bool
+	switch {
+	case d.null():
+		return true
+	case d.literal("true"):
+		b = true
+	case d.literal("false"):
+	default:
+		return false
+	}
+	*dst = &b
+	return true
+}
+
+// raw reads any value into a raw message field, as its bytes.
+func (d *requestDecoder) raw(dst *json.RawMessage) bool {
+	start := d.pos
+	if !d.skip(1) {
+		return false
+	}
+	*dst = d.data[start:d.pos:d.pos]
+	return true
+}
