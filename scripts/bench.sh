@@ -74,7 +74,10 @@ if [ -z "${BENCH_SKIP_SCALE:-}" ]; then
   if [ "${BENCH_ADMIN_PROFILE:-1}" != 0 ]; then admin_profile=(--profile-top bin/artifacts/bench/adminload-profile.md); fi
   "$tmp/adminload" --bin-dir bin --bareproxy "$tmp/bareproxy" --writes "${BENCH_ADMIN_WRITES:-6000}" --workers "${BENCH_ADMIN_WORKERS:-8}" \
     --proxy-n "${BENCH_ADMIN_PROXY_N:-3000}" "${scale_pg[@]}" "${admin_profile[@]}" --out "$tmp/scale-admin.md"
-  cat "$tmp/scale-streams.md" "$tmp/scale-rebuild.md" "$tmp/scale-propagation.md" "$tmp/scale-admin.md" - >"$tmp/scale.md" <<'EOF'
+  # The method of each section is fixed prose in scripts/benchdoc/; the
+  # commands print only their tables and a caption.
+  cat "$tmp/scale-streams.md" <(echo) scripts/benchdoc/streams.md "$tmp/scale-rebuild.md" <(echo) scripts/benchdoc/rebuild.md \
+    "$tmp/scale-propagation.md" "$tmp/scale-admin.md" <(echo) scripts/benchdoc/adminload.md - >"$tmp/scale.md" <<'EOF'
 
 ### Why the scale targets stand where they do
 
@@ -85,7 +88,7 @@ times on this shared two-core machine run two to five times the CPU they measure
   net/http read that watches for the client leaving, the transport's read and write loops to the
   upstream): 8 + 2 + 4 + 4 KB of stack by their dumped addresses, about 26 KB of stack memory per
   stream at the sample (the rest is not attributed; freed stacks of the 2,000 short-lived dial
-  goroutines are a guess). Live-heap profiles (`streams --profile-dir`, idle against all open)
+  goroutines are a guess). Live-heap profiles (the proxy's `/debug/pprof/heap` with `PROXY_DEBUG_PPROF=true`, idle against all open)
   showed the upstream transport's two 32 KB bufio buffers were 64 of about 80 KB live per stream:
   they are now 4 KB each, and an event stream waits for its next event with a 1 KB buffer,
   taking a pooled 4 KB one only while a burst lasts (`TestRelayStreamsLargeEventsAndBursts`). Go
@@ -151,7 +154,7 @@ times on this shared two-core machine run two to five times the CPU they measure
   wait inside its own process either. A replica spent about a third of its CPU in the system
   calls of round trips: a delta read was 8 of them. It is now one pipelined round trip (BEGIN,
   the statements, COMMIT as one pgx batch, `TestDeltaReadIsOneRoundTrip`, `BenchmarkDeltaRead`),
-  which halved a listening replica's CPU per change (0.59 to 0.34 ms, `adminload --listener`);
+  which halved a listening replica's CPU per change (0.59 to 0.34 ms, a replica taking no writes measured alone; replicas B and C in the CPU table give that cost plus their share of admin calls);
   what is left there is `store.Config.ApplyWithoutKeys` copying every principal and chain entry
   (a fifth of that CPU). The three replicas, the server, the simulator and the load generator
   still fill both cores, so the table now has a control: a bare reverse proxy measured in turns
@@ -320,13 +323,26 @@ fi
 {
   cat "$tmp/overhead.md"
   echo
+  cat scripts/benchdoc/overhead.md
+  echo
   cat "$tmp/interleaved.md"
+  echo
+  cat scripts/benchdoc/interleaved.md
   echo
   cat "$tmp/dialect.md"
   echo
+  cat scripts/benchdoc/dialect.md
+  echo
+  # Hand-written notes on the dialect gap, kept across runs.
+  cat scripts/benchdoc/dialect-notes.md
+  echo
   cat "$tmp/bedrock.md"
   echo
+  cat scripts/benchdoc/bedrock.md
+  echo
   cat "$tmp/tail.md"
+  echo
+  cat scripts/benchdoc/tail.md
   echo
   cat <<'EOF'
 ### What the tail was, and what removed it (issue 24)
@@ -362,7 +378,7 @@ parsed every flush (parsing was a third of a flush's CPU), and the writer writes
 with its first event in one write, as a stock reverse proxy sends them, instead of being flushed
 alone first, which cost the client a second wake-up (`TestStreamHeadersGoOutWithFirstEvent`; time
 to first event p50 0.86–0.91x of bare against 0.93–1.02x before, six interleaved A/B runs with
-`loadgen --control-proxy`). With 5,000 rounds
+the control path a gateway of the other build). With 5,000 rounds
 a run, six runs on a quiet machine gave p99 ratios of 0.96–1.18x (median 1.04x) for latency and
 0.95–1.25x (median 1.06x) for time to first event, against noise floors of 0.70–1.23x: single
 runs of that length cannot tell 1.1x from 1.0x, so make bench now pools 25,000 rounds and prints
@@ -402,6 +418,9 @@ cpu-ns/op counts the export and the receiver's decoding, so it bounds tracing's 
 `BenchmarkRelayTraced` (in `impl/gateway/relay`) does the same beside `BenchmarkRelay`. Tracing
 off is the plain `gateway` rows: the hooks are nil checks and allocate nothing.
 EOF
+  echo
+  # Hand-written notes on the routing state and tracing figures, kept across runs.
+  cat scripts/benchdoc/micro-notes.md
   echo
   echo "## Routing across accounts (issue 33)"
   echo

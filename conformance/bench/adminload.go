@@ -32,14 +32,6 @@ func (a AdminLoad) PerSecond(n int) float64 {
 // admins[w % len(admins)] (replicas share the load). Any failed write ends
 // the run with an error. prefix keeps names unique across runs.
 func HammerAdmin(ctx context.Context, admins []string, token, prefix string, workers, total int) (AdminLoad, error) {
-	return HammerAdminPaced(ctx, admins, token, prefix, workers, total, 0)
-}
-
-// HammerAdminPaced is HammerAdmin sending at most perSecond writes a second
-// in all (0: as fast as answers come). At a fixed rate two builds of the
-// proxy do the same admin work, so what the proxy path pays for it
-// compares; unpaced, a cheaper write only raises writes per second.
-func HammerAdminPaced(ctx context.Context, admins []string, token, prefix string, workers, total int, perSecond float64) (AdminLoad, error) {
 	var (
 		mu    sync.Mutex
 		out   AdminLoad
@@ -59,14 +51,6 @@ func HammerAdminPaced(ctx context.Context, admins []string, token, prefix string
 		mu.Unlock()
 		cancel()
 	}
-	var pace <-chan time.Time
-	if perSecond > 0 {
-		// One tick per create-and-patch pair; a tick no worker is ready
-		// for is dropped, so the rate is a ceiling.
-		t := time.NewTicker(time.Duration(float64(2*time.Second) / perSecond))
-		defer t.Stop()
-		pace = t.C
-	}
 	start := time.Now()
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -76,13 +60,6 @@ func HammerAdminPaced(ctx context.Context, admins []string, token, prefix string
 			for i := 0; ; i++ {
 				if next.Add(2) > int64(total)+1 {
 					return
-				}
-				if pace != nil {
-					select {
-					case <-pace:
-					case <-ctx.Done():
-						return
-					}
 				}
 				t0 := time.Now()
 				m, err := adminDo(ctx, c, http.MethodPost, base, token, map[string]any{

@@ -18,10 +18,8 @@ import (
 // Profiler collects CPU profiles from a proxy's /debug/pprof/profile (on
 // its admin listener, with the admin token) in back-to-back windows for as
 // long as a load runs, so the profile covers the load and little else.
-// With Trace it collects execution traces (/debug/pprof/trace) instead.
 type Profiler struct {
 	AdminURL, Token string
-	Trace           bool
 	// Window is one profile's length (the endpoint takes whole seconds).
 	Window time.Duration
 	// Dir receives the profiles, Prefix-<n>.pb.gz.
@@ -42,11 +40,7 @@ func (p *Profiler) Start(ctx context.Context) {
 	go func() {
 		defer close(p.done)
 		for n := 0; ctx.Err() == nil; n++ {
-			ext := ".pb.gz"
-			if p.Trace {
-				ext = ".trace"
-			}
-			path := filepath.Join(p.Dir, fmt.Sprintf("%s-%d%s", p.Prefix, n, ext))
+			path := filepath.Join(p.Dir, fmt.Sprintf("%s-%d.pb.gz", p.Prefix, n))
 			err := p.fetch(ctx, secs, path)
 			p.mu.Lock()
 			switch {
@@ -79,11 +73,7 @@ func (p *Profiler) Stop() ([]string, error) {
 }
 
 func (p *Profiler) fetch(ctx context.Context, secs int, path string) error {
-	kind := "profile"
-	if p.Trace {
-		kind = "trace"
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.AdminURL+"/debug/pprof/"+kind+"?seconds="+strconv.Itoa(secs), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.AdminURL+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
 	if err != nil {
 		return err
 	}
@@ -119,29 +109,6 @@ func PprofTop(ctx context.Context, profiles []string, nodes int, cum bool) (stri
 		return "", fmt.Errorf("go tool pprof: %w: %s", err, out)
 	}
 	return string(out), nil
-}
-
-// SchedProfiles converts execution traces into pprof profiles of
-// scheduler latency (`go tool trace -pprof=sched`): the time goroutines
-// were ready to run but waited for a processor, by the stack they resumed
-// at. It returns the profiles written beside the traces.
-func SchedProfiles(ctx context.Context, traces []string) ([]string, error) {
-	var out []string
-	for _, t := range traces {
-		b, err := exec.CommandContext(ctx, "go", "tool", "trace", "-pprof=sched", t).Output()
-		if err != nil {
-			return out, fmt.Errorf("go tool trace -pprof=sched %s: %w", t, err)
-		}
-		if len(b) == 0 {
-			continue // no goroutine ever waited
-		}
-		path := strings.TrimSuffix(t, ".trace") + ".sched.pb"
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return out, err
-		}
-		out = append(out, path)
-	}
-	return out, nil
 }
 
 // CPUClock reads the CPU time (user and system) processes have used, and

@@ -33,7 +33,6 @@ type Comparison struct {
 	Label      string // names the section in a missed line
 	Path, Ref  string // the column names
 	AllWithin  string // the sentence when every row was within noise
-	Method     string // a format with one %d: the rounds
 	MessageRow string // the metric of non-streaming rows ("" measures none)
 	StreamRow  string // of streaming rows ("" measures none)
 
@@ -80,18 +79,6 @@ var Dialects = Comparison{
 	Label: "OpenAI dialect", Path: "openai", Ref: "messages",
 	AllWithin: "The OpenAI path was within noise of the Messages path on this run.",
 	StreamRow: "added time to first chunk",
-	Method: `Method. The same simulator and gateway as above. %d rounds; each sends one streaming request to every
-path in turn (direct to the provider, then through the gateway as /v1/chat/completions ("openai"),
-as /v1/messages ("messages") and as /v1/messages again ("messages′")), starting one path later each
-round. The provider gets the same bytes on every path: the OpenAI path sends the bench's stream body
-as a Chat Completions request, and the direct request and both Messages paths send its translation
-(bench.UpstreamStreamBody), which carries the cache breakpoint the translation places. Time to first
-chunk is to the end of the first server-sent event: the first chat.completion.chunk on the OpenAI path,
-message_start on the others; every stream is still read to its end and checked ([DONE] or message_stop). Figures are,
-round by round, the path's time minus the direct request's. "Within noise" means openai ÷ messages is
-no larger than the farther of messages′ ÷ messages and its inverse: the OpenAI path is no further
-above the Messages path than two identical Messages paths are apart on the same run.
-`,
 }
 
 // RunDialects measures time to first chunk through chat (a Target with
@@ -116,19 +103,6 @@ var Bedrock = Comparison{
 	Label: "Bedrock upstream", Path: "bedrock", Ref: "anthropic",
 	AllWithin:  "The Bedrock path was within noise of the Anthropic path on this run.",
 	MessageRow: "added latency", StreamRow: "added time to first event",
-	Method: `Method. The same simulator as above, serving both wire formats. Three gateways (bin/proxy, each on a
-fresh SQLite file with one principal allowed every model): "bedrock" has one ` + "`bedrock`" + ` upstream on the
-simulator (region us-east-1, the simulator's static AWS keys sealed like any credential, the bench's
-model mapped to a Bedrock id), "anthropic" and "anthropic′" one ` + "`vendor_api_key`" + ` upstream each. %d rounds
-of non-streaming requests, then as many streaming ones; each round sends one request to every path in
-turn (direct to the simulator's Messages API, bedrock, anthropic, anthropic′), starting one path later
-each round. Figures are, round by round, the path's time minus the direct request's, so the bedrock
-column holds the cloud transport's work (the request rewritten for Bedrock, SigV4-signed, the answer
-and its event stream turned back into the Messages API's) and the simulator's Bedrock side (signature
-check, reshaping) on top of what the gateway adds anyway. "Within noise" means bedrock ÷ anthropic
-is no larger than the farther of anthropic′ ÷ anthropic and its inverse; anthropic′ is a second
-process, so the floor also holds what two identical gateway processes differ by.
-`,
 }
 
 // WithinNoise reports whether the path is no further above the reference
@@ -179,6 +153,6 @@ func (cmp Comparison) Markdown() string {
 				cmp.Path, cmp.Ref, spreadRange(sp.Gateway), cmp.Ref, cmp.Ref, spreadRange(sp.Control))
 		}
 	}
-	b.WriteString("\n" + fmt.Sprintf(cmp.Method, cmp.N))
+	fmt.Fprintf(&b, "\n%d rounds of each kind, one request per path a round (method: the section's notes).\n", cmp.N)
 	return b.String()
 }

@@ -84,23 +84,30 @@ type BlockSpread struct {
 // blockSpread computes the percentile q of every block of s (the direct
 // path first, then the proxy paths) for one row.
 func blockSpread(metric string, s [][]Sample, q float64, blocks int) BlockSpread {
-	sp := BlockSpread{Metric: metric}
-	n := len(s[0])
-	if blocks <= 1 || n < blocks {
-		return sp
+	over := func(path int) func(lo, hi int) float64 {
+		return func(lo, hi int) float64 {
+			at := func(path int) float64 { return float64(Percentile(Added(s[path][lo:hi], s[0][lo:hi]), q)) }
+			return at(path) / at(1+Bare)
+		}
 	}
-	for b := 0; b < blocks; b++ {
-		lo, hi := b*n/blocks, (b+1)*n/blocks
-		at := func(path int) float64 {
-			return float64(Percentile(Added(s[path][lo:hi], s[0][lo:hi]), q))
-		}
-		bare := at(1 + Bare)
-		sp.Gateway = append(sp.Gateway, at(1+Gateway)/bare)
-		if len(s) > 1+Control {
-			sp.Control = append(sp.Control, at(1+Control)/bare)
-		}
+	sp := BlockSpread{Metric: metric, Gateway: blockRatios(len(s[0]), blocks, over(1+Gateway))}
+	if len(s) > 1+Control {
+		sp.Control = blockRatios(len(s[0]), blocks, over(1+Control))
 	}
 	return sp
+}
+
+// blockRatios cuts n samples into blocks consecutive blocks and returns
+// ratio of each block; none when there are fewer samples than blocks.
+func blockRatios(n, blocks int, ratio func(lo, hi int) float64) []float64 {
+	if blocks <= 1 || n < blocks {
+		return nil
+	}
+	out := make([]float64, blocks)
+	for b := range out {
+		out[b] = ratio(b*n/blocks, (b+1)*n/blocks)
+	}
+	return out
 }
 
 // spreadRange renders the smallest and largest of xs, and their median.
@@ -236,15 +243,6 @@ func (rep InterleavedReport) Markdown() string {
 		}
 		b.WriteString(".\n")
 	}
-	fmt.Fprintf(&b, `
-Method. The same processes as above plus the provider itself as a path ("direct"). %d rounds of
-non-streaming requests, then %d of streaming ones; each round sends one request to every path in
-turn (direct, gateway, bare, control), starting one path later each round. Added latency is, round
-by round, the path's latency minus the direct request's of the same round; p50 and p99 are taken
-over those differences. Unlike the blocks above, interleaving puts every path at every phase of
-anything periodic (a batch write, a timer, a GC cycle), so a tail that recurs on a period shows up
-in the p99 instead of falling on one block. The p99 of one path is its %d slowest rounds' edge;
-the per-block ratios above show how much a run of a fifth of the length would have moved it.
-`, rep.N, rep.N, max(1, rep.N/100))
+	fmt.Fprintf(&b, "\n%d rounds of each kind, one request per path a round (method: the section's notes).\n", rep.N)
 	return b.String()
 }

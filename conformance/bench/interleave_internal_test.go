@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,5 +38,19 @@ func TestBlockSpreadTakesEachBlocksPercentile(t *testing.T) {
 	}
 	if sp := blockSpread("p99", s, .99, 20); len(sp.Gateway) != 0 {
 		t.Fatalf("more blocks than rounds gave %v", sp.Gateway)
+	}
+}
+
+// The router cost caption takes its block spread from the same blocks
+// as the interleaved sections.
+func TestRouterCostCaptionShowsTheBlockSpread(t *testing.T) {
+	ms := func(n int, d time.Duration) []time.Duration { return slices.Repeat([]time.Duration{d}, n) }
+	r := RouterCostResult{N: 20, Builtin: ms(20, 10*time.Microsecond), Plugin: ms(20, 12*time.Microsecond), Control: ms(20, 10*time.Microsecond)}
+	if md := r.Markdown(); !strings.Contains(md, "plugin ÷ built-in 1.20–1.20x (median 1.20x), built-in′ ÷ built-in 1.00–1.00x") {
+		t.Fatalf("caption:\n%s", md)
+	}
+	r.Builtin, r.Plugin, r.Control = r.Builtin[:5], r.Plugin[:5], r.Control[:5]
+	if md := r.Markdown(); strings.Contains(md, "consecutive blocks") {
+		t.Fatalf("a spread from fewer samples than blocks:\n%s", md)
 	}
 }

@@ -4,10 +4,8 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -137,40 +135,15 @@ func (c *Client) Once(ctx context.Context, t Target, stream bool) (time.Duration
 		return d, nil
 	}
 
-	rd := bufio.NewReader(res.Body)
 	var d time.Duration
-	// cont is set while a line longer than the reader's buffer is read in
-	// pieces: its last piece may be a bare newline, which ends no event.
-	inEvent, first, stopped, cont := false, false, false, false
-	for {
-		line, err := rd.ReadSlice('\n')
-		if len(line) > 0 {
-			blank := !cont && len(bytes.TrimRight(line, "\r\n")) == 0
-			switch {
-			case !blank:
-				inEvent = true
-				if !cont && bytes.HasPrefix(line, mark.last) {
-					stopped = true
-				}
-			case inEvent && !first:
-				d, first = c.now().Sub(start), true
-			}
-		}
-		cont = errors.Is(err, bufio.ErrBufferFull)
-		if cont {
-			continue
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, fmt.Errorf("%s: read stream: %w", t.Name, err)
-		}
+	sr, err := ReadSSE(res.Body, mark.last, func() { d = c.now().Sub(start) })
+	if err != nil {
+		return 0, fmt.Errorf("%s: read stream: %w", t.Name, err)
 	}
-	if !first {
+	if sr.Events == 0 {
 		return 0, fmt.Errorf("%s: stream ended before its first event", t.Name)
 	}
-	if !stopped {
+	if !sr.Stopped {
 		return 0, fmt.Errorf("%s: stream ended without %s", t.Name, mark.name)
 	}
 	return d, nil

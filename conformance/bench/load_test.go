@@ -212,32 +212,16 @@ func TestThroughputStopsAtTheFirstFailure(t *testing.T) {
 // upstream key.
 func TestRunAgainstTheSimulator(t *testing.T) {
 	t.Parallel()
-	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
 	var mu sync.Mutex
 	seen := map[string]int{} // x-api-key the provider received -> requests
-	simSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen[r.Header.Get("X-Api-Key")]++
-		mu.Unlock()
-		sim.ServeHTTP(w, r)
-	}))
-	defer simSrv.Close()
-	simURL, _ := url.Parse(simSrv.URL)
-
-	gw := newGateway(t, simSrv.URL, nil)
-	gwSrv := httptest.NewServer(gw)
-	defer gwSrv.Close()
-	bareSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
-	defer bareSrv.Close()
-	controlSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
-	defer controlSrv.Close()
-
-	dummy := strings.Repeat("x", len(gatewayKey))
-	targets := []bench.Target{
-		{Name: "gateway", BaseURL: gwSrv.URL, Key: gatewayKey},
-		{Name: "bare", BaseURL: bareSrv.URL, Key: dummy},
-		{Name: "control", BaseURL: controlSrv.URL, Key: dummy},
-	}
+	_, gw, targets := inProcessPaths(t, func(sim http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[r.Header.Get("X-Api-Key")]++
+			mu.Unlock()
+			sim.ServeHTTP(w, r)
+		})
+	})
 	p := bench.Params{Warmup: 3, Latency: 20, Stream: 20, Block: 7, Clients: 4, ThroughputN: 30, ThroughputRun: 2}
 	c := bench.NewClient(nil)
 	defer c.Close()
@@ -322,20 +306,10 @@ func TestAddedIsPathMinusDirectRoundByRound(t *testing.T) {
 // request a complete answer, and a row per added-latency figure.
 func TestRunInterleavedAgainstTheSimulator(t *testing.T) {
 	t.Parallel()
-	sim := provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
-	simSrv := httptest.NewServer(sim)
-	defer simSrv.Close()
-	simURL, _ := url.Parse(simSrv.URL)
-	gw := newGateway(t, simSrv.URL, nil)
-	gwSrv := httptest.NewServer(gw)
-	defer gwSrv.Close()
-	bareSrv := httptest.NewServer(bench.NewBareProxy(simURL, upstreamKey, nil))
-	defer bareSrv.Close()
+	direct, gw, targets := inProcessPaths(t, nil)
 	c := bench.NewClient(nil)
 	defer c.Close()
-	dummy := strings.Repeat("x", len(gatewayKey))
-	rep, err := bench.RunInterleaved(context.Background(), c, bench.Target{Name: "direct", BaseURL: simSrv.URL, Key: upstreamKey},
-		[]bench.Target{{Name: "gateway", BaseURL: gwSrv.URL, Key: gatewayKey}, {Name: "bare", BaseURL: bareSrv.URL, Key: dummy}}, 10, 2, t.Logf)
+	rep, err := bench.RunInterleaved(context.Background(), c, direct, targets[:2], 10, 2, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,9 +476,36 @@ func TestBedrockComparisonMeasuresBothKinds(t *testing.T) {
 	md := rep.Markdown()
 	for _, s := range []string{"## Bedrock upstream against an Anthropic upstream",
 		"| metric (path − direct) | bedrock | anthropic | bedrock ÷ anthropic | target | noise floor: anthropic′ ÷ anthropic |",
-		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "Method. The same simulator as above", " 10 rounds"} {
+		"added time to first event p99 over 5 consecutive blocks of 2 rounds: bedrock ÷ anthropic", "\n10 rounds of each kind"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("section lacks %q:\n%s", s, md)
 		}
+	}
+}
+
+// inProcessPaths serves the simulator (through wrap, when set), the
+// gateway and two bare proxies on loopback, closed with the test: the
+// direct target and the Gateway, Bare and Control ones.
+func inProcessPaths(t *testing.T, wrap func(http.Handler) http.Handler) (bench.Target, gateway, []bench.Target) {
+	var sim http.Handler = provider.New(provider.Options{APIKeys: []string{upstreamKey}, MaxRecorded: -1})
+	if wrap != nil {
+		sim = wrap(sim)
+	}
+	simSrv := httptest.NewServer(sim)
+	t.Cleanup(simSrv.Close)
+	simURL, _ := url.Parse(simSrv.URL)
+	gw := newGateway(t, simSrv.URL, nil)
+	serve := func(h http.Handler) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	// The baselines ignore the client's key; a dummy of the same length
+	// keeps the requests the same size on every path.
+	dummy := strings.Repeat("x", len(gatewayKey))
+	return bench.Target{Name: "direct", BaseURL: simSrv.URL, Key: upstreamKey}, gw, []bench.Target{
+		{Name: "gateway", BaseURL: serve(gw), Key: gatewayKey},
+		{Name: "bare", BaseURL: serve(bench.NewBareProxy(simURL, upstreamKey, nil)), Key: dummy},
+		{Name: "control", BaseURL: serve(bench.NewBareProxy(simURL, upstreamKey, nil)), Key: dummy},
 	}
 }

@@ -97,9 +97,8 @@ type Env struct {
 
 // Report is the outcome of one load run.
 type Report struct {
-	Rows   []Row
-	Env    Env
-	Method string // markdown paragraph(s) on how the figures were taken
+	Rows []Row
+	Env  Env
 }
 
 // Missed lists every goal the gateway missed, one line each.
@@ -192,9 +191,6 @@ func (rep Report) Markdown() string {
 	b.WriteString("## Proxy overhead against a bare reverse proxy\n\n")
 	b.WriteString(rep.Table())
 	writeMissed(&b, rep.Missed(), "Every target was met on this run.")
-	if rep.Method != "" {
-		b.WriteString("\n" + strings.TrimSpace(rep.Method) + "\n")
-	}
 	return b.String()
 }
 

@@ -206,11 +206,19 @@ func (r RouterCostResult) Markdown() string {
 	if r.Metered {
 		how = "metered"
 	}
-	pl, ph, cl, ch := r.blockSpread()
 	fmt.Fprintf(&b, "\n%d requests each, in rounds of one through each path (built-in, plugin, and a second built-in as the control), "+
-		"the order rotating; the plugin is the sample pin router (%s, run %s) with config `%s`. "+
-		"p50 ratio over %d consecutive blocks: plugin ÷ built-in %.2f–%.2fx, built-in′ ÷ built-in %.2f–%.2fx.\n",
-		r.N, r.PluginDesc, how, r.Config, routerCostBlocks, pl, ph, cl, ch)
+		"the order rotating; the plugin is the sample pin router (%s, run %s) with config `%s`.",
+		r.N, r.PluginDesc, how, r.Config)
+	over := func(x []time.Duration) func(lo, hi int) float64 {
+		return func(lo, hi int) float64 {
+			return float64(Percentile(x[lo:hi], .5)) / float64(Percentile(r.Builtin[lo:hi], .5))
+		}
+	}
+	if pl := blockRatios(len(r.Builtin), routerCostBlocks, over(r.Plugin)); pl != nil {
+		fmt.Fprintf(&b, " p50 ratio over %d consecutive blocks: plugin ÷ built-in %s, built-in′ ÷ built-in %s.",
+			routerCostBlocks, spreadRange(pl), spreadRange(blockRatios(len(r.Builtin), routerCostBlocks, over(r.Control))))
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -224,21 +232,4 @@ func routerCostVerdict(ratio, floor float64) string {
 		return "within noise"
 	}
 	return "**missed**"
-}
-
-// blockSpread is the lowest and highest p50 ratio, plugin ÷ built-in and
-// control ÷ built-in, over routerCostBlocks consecutive blocks of requests.
-func (r RouterCostResult) blockSpread() (plo, phi, clo, chi float64) {
-	plo, clo = math.Inf(1), math.Inf(1)
-	per := len(r.Builtin) / routerCostBlocks
-	for i := range routerCostBlocks {
-		if per == 0 {
-			break
-		}
-		lo, hi := i*per, (i+1)*per
-		a := float64(Percentile(r.Builtin[lo:hi], 0.5))
-		p, c := float64(Percentile(r.Plugin[lo:hi], 0.5))/a, float64(Percentile(r.Control[lo:hi], 0.5))/a
-		plo, phi, clo, chi = min(plo, p), max(phi, p), min(clo, c), max(chi, c)
-	}
-	return plo, phi, clo, chi
 }

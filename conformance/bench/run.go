@@ -33,7 +33,7 @@ var DefaultParams = Params{
 // request ends the run with an error: figures from a half-broken path would
 // mean nothing.
 func Run(ctx context.Context, c *Client, targets []Target, p Params, logf func(string, ...any)) (Report, error) {
-	rep := Report{Method: p.Method(len(targets) > Control)}
+	rep := Report{}
 	if len(targets) < 2 || len(targets) > 3 {
 		return rep, fmt.Errorf("need the gateway, the baseline and at most a control, got %d targets", len(targets))
 	}
@@ -95,47 +95,6 @@ func Run(ctx context.Context, c *Client, targets []Target, p Params, logf func(s
 		}),
 	}
 	return rep, nil
-}
-
-// Method describes how the figures were taken, for the report.
-func (p Params) Method(control bool) string {
-	noise := ""
-	if control {
-		noise = `
-
-The last column is a control: a second bareproxy process, identical to the first, measured in the
-same rotation. Its ratio to the first is what this machine's noise alone does to a ratio on this
-run; a gateway ratio within that distance of its target says little either way.`
-	}
-	return fmt.Sprintf(`Method. Processes on loopback: the provider simulator (bin/sim); the gateway (bin/proxy on a fresh
-SQLite file with one vendor_api_key upstream, one principal allowed every model and one key); the
-baseline, bareproxy (conformance/bench/cmd/bareproxy), a stock `+"`httputil.ReverseProxy`"+` that sets
-the upstream key; and the load generator (conformance/bench/cmd/loadgen). The baseline uses the
-relay's `+"`relay.NewTransport()`"+` and bin/proxy's server timeouts, pools its copy buffers and reads
-the request body into memory before proxying it, as the relay does, so what remains between the two
-is the gateway's own work. (Streaming the body is no usable baseline: net/http's server closes the
-request body when the response headers go out, the transport reads it once more to check its
-length, fails and drops the upstream connection mid-stream, golang/go#40747; it also sends the
-request headers and the body in separate writes.) Every binary is built the same way (`+"`-trimpath`"+`,
-CGO off) and runs with the default GOMAXPROCS. The gateway does all of its per-request work: key
-hash and snapshot lookup, body scan, model check, routing, credential swap, metrics, usage capture
-and the batched request-event write to SQLite.
-
-After a warm-up (%d sequential requests of each kind per path, then a %d-client burst), each
-c=1 series sends %d non-streaming and %d streaming requests per path, one at a time, in
-blocks of %d per path with the order reversing every round (A B C, C B A, A B C, …), so drift in
-machine load falls on every path alike. Latency is to the last byte of the body; time to first
-event is to the end of the first server-sent event. Throughput is %d clients on keep-alive
-connections sending %d requests per run, %d runs per path in alternating order, reported as total
-requests over total time. Ratios are gateway ÷ baseline.%s
-
-A missed target is printed loudly and listed above but does not fail make bench: this is a shared
-2-core machine where the simulator, the proxies and the load generator compete for the same cores,
-and other work on the machine moves single runs by more than the margins being checked. make bench
-exits non-zero only when something fails (a build, a start-up, any request that is not a complete
-200 answer). The micro-benchmarks below isolate the per-request CPU and allocation cost of the
-proxy path.`,
-		p.Warmup, p.Clients, p.Latency, p.Stream, p.Block, p.Clients, p.ThroughputN, p.ThroughputRun, noise)
 }
 
 // Environment describes this machine for the report.

@@ -176,13 +176,17 @@ func MarginalCost(cpuFew, cpuMany time.Duration, few, many int) (time.Duration, 
 // SSEResult is what ReadSSE saw of one stream.
 type SSEResult struct {
 	Events  int  // complete events (ended by a blank line)
-	Stopped bool // a message_stop event arrived
+	Stopped bool // an event starting with the stop line arrived
 	Errored bool // an error event arrived
 }
 
 // ReadSSE reads a whole server-sent event stream, calling first once at
-// the end of the first event.
-func ReadSSE(r io.Reader, first func()) (SSEResult, error) {
+// the end of the first event; an event whose first line starts with stop
+// (nil: "event: message_stop") marks the stream as stopped.
+func ReadSSE(r io.Reader, stop []byte, first func()) (SSEResult, error) {
+	if stop == nil {
+		stop = []byte("event: message_stop")
+	}
 	var res SSEResult
 	rd := bufio.NewReaderSize(r, 1024)
 	inEvent, cont := false, false
@@ -193,7 +197,7 @@ func ReadSSE(r io.Reader, first func()) (SSEResult, error) {
 			switch {
 			case !blank:
 				if !cont && !inEvent {
-					if bytes.HasPrefix(line, []byte("event: message_stop")) {
+					if bytes.HasPrefix(line, stop) {
 						res.Stopped = true
 					}
 					if bytes.HasPrefix(line, []byte("event: error")) {

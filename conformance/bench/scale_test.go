@@ -102,16 +102,16 @@ func TestReadSSE(t *testing.T) {
 		"event: ping\ndata: {\"note\":\"event: message_stop\"}\n\n" +
 		"event: message_stop\ndata: {}\n\n"
 	firsts := 0
-	r, err := bench.ReadSSE(strings.NewReader(stream), func() { firsts++ })
+	r, err := bench.ReadSSE(strings.NewReader(stream), nil, func() { firsts++ })
 	if err != nil || r.Events != 4 || !r.Stopped || r.Errored || firsts != 1 {
 		t.Fatalf("ReadSSE = %+v, %v, first called %d times; want 4 events, stopped, first once", r, err, firsts)
 	}
 	cut := "event: message_start\ndata: {}\n\nevent: content_block_delta\ndata: {}\n\n"
-	if r, _ := bench.ReadSSE(strings.NewReader(cut), nil); r.Stopped || r.Events != 2 {
+	if r, _ := bench.ReadSSE(strings.NewReader(cut), nil, nil); r.Stopped || r.Events != 2 {
 		t.Fatalf("cut stream = %+v; want 2 events, not stopped", r)
 	}
 	errored := "event: message_start\ndata: {}\n\nevent: error\ndata: {}\n\n"
-	if r, _ := bench.ReadSSE(strings.NewReader(errored), nil); !r.Errored {
+	if r, _ := bench.ReadSSE(strings.NewReader(errored), nil, nil); !r.Errored {
 		t.Fatalf("error event not seen: %+v", r)
 	}
 }

@@ -69,7 +69,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func vertexTransport(t *testing.T, p *provider.Provider, url string) (*cloud.Vertex, *countingTransport) {
 	t.Helper()
 	next := &countingTransport{path: provider.VertexTokenPath}
-	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(url), next)
+	ts, err := cloud.VertexTokens(context.Background(), p.ServiceAccountJSON(url), next, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,8 @@ func TestBedrockCreateSignedWithTheSDK(t *testing.T) {
 	if got := reqs[len(reqs)-1].Header.Get("X-Sim-Cloud-Path"); got != "/model/"+bedrockID+"/invoke" {
 		t.Fatalf("Bedrock path %q", got)
 	}
-	if msg.Model != bedrockID {
+	// The answer names the model as the client did, not as Bedrock does.
+	if msg.Model != alias {
 		t.Fatalf("model %q", msg.Model)
 	}
 }
@@ -159,7 +160,9 @@ func TestBedrockStreamIsByteFaithful(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content type %q", ct)
 	}
-	if want := directStream(t, srv.URL, "one two three"); got != want {
+	// Byte for byte the API's stream, but for message_start's model: the
+	// client's name.
+	if want := strings.Replace(directStream(t, srv.URL, "one two three"), bedrockID, alias, 1); got != want {
 		t.Fatalf("stream differs from the Anthropic API's:\n got %q\nwant %q", got, want)
 	}
 }
@@ -176,7 +179,7 @@ func TestBedrockStreamWithTheSDK(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if acc.Content[0].Text != "streamed through bedrock" || acc.StopReason != "end_turn" || acc.Usage.OutputTokens != 3 {
+	if acc.Content[0].Text != "streamed through bedrock" || acc.StopReason != "end_turn" || acc.Usage.OutputTokens != 3 || acc.Model != alias {
 		t.Fatalf("accumulated %+v", acc)
 	}
 }
@@ -304,7 +307,7 @@ func TestVertexCreateWithServiceAccountToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.Content[0].Text != "hello vertex" {
+		if msg.Content[0].Text != "hello vertex" || msg.Model != alias {
 			t.Fatalf("answer %+v", msg)
 		}
 	}
@@ -325,7 +328,7 @@ func TestVertexStreamIsByteFaithful(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := strings.ReplaceAll(directStream(t, srv.URL, "one two three"), bedrockID, vertexID)
+	want := strings.ReplaceAll(directStream(t, srv.URL, "one two three"), bedrockID, alias)
 	if got != want {
 		t.Fatalf("stream differs:\n got %q\nwant %q", got, want)
 	}

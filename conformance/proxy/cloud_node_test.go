@@ -1,9 +1,7 @@
 package proxy_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,24 +15,10 @@ var anthropicNode = filepath.Join("testdata", "anthropic-node")
 
 var _ = Describe("Claude through cloud platforms with the Anthropic TypeScript SDK", func() {
 	It("creates, streams, calls a tool and counts tokens through Bedrock and through Vertex, unchanged", func() {
-		for _, tool := range []string{"node", "npm"} {
-			_, err := exec.LookPath(tool)
-			Expect(err).NotTo(HaveOccurred(), "%s is needed for the TypeScript SDK", tool)
-		}
-		install := exec.Command("npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-		install.Dir = anthropicNode
-		out, err := install.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "npm ci: %s", out)
-
+		npmInstall(anthropicNode)
 		for _, kind := range []string{"bedrock", "vertex"} {
 			w := newCloudWorld(kind)
-			run := exec.Command("node", "client.mjs")
-			run.Dir = anthropicNode
-			run.Env = append(run.Environ(), "PROXY_URL="+w.px.ProxyURL, "PROXY_KEY="+w.key)
-			var stderr bytes.Buffer
-			run.Stderr = &stderr
-			stdout, err := run.Output()
-			Expect(err).NotTo(HaveOccurred(), "%s: node client.mjs: %s", kind, stderr.String())
+			stdout := runNode(anthropicNode, w.px.ProxyURL, w.key)
 
 			var res struct {
 				Create struct {

@@ -1,9 +1,7 @@
 package proxy_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,23 +14,9 @@ var nodeClient = filepath.Join("testdata", "openai-node")
 
 var _ = Describe("OpenAI Chat Completions ingress with the openai npm package", func() {
 	It("creates, streams, round-trips tools and raises on refusals and cut streams", func() {
-		for _, tool := range []string{"node", "npm"} {
-			_, err := exec.LookPath(tool)
-			Expect(err).NotTo(HaveOccurred(), "%s is needed for the openai npm client", tool)
-		}
-		install := exec.Command("npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-		install.Dir = nodeClient
-		out, err := install.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "npm ci: %s", out)
-
+		npmInstall(nodeClient)
 		w := newWorld()
-		run := exec.Command("node", "client.mjs")
-		run.Dir = nodeClient
-		run.Env = append(run.Environ(), "PROXY_URL="+w.px.ProxyURL, "PROXY_KEY="+w.key)
-		var stderr bytes.Buffer
-		run.Stderr = &stderr
-		stdout, err := run.Output()
-		Expect(err).NotTo(HaveOccurred(), "node client.mjs: %s", stderr.String())
+		stdout := runNode(nodeClient, w.px.ProxyURL, w.key)
 
 		var res struct {
 			Create struct {

@@ -40,9 +40,16 @@ func simMessages(w *world) []map[string]any {
 // requestLog is the principal's recorded requests, newest first, once
 // there are n.
 func requestLog(w *world, n int) []map[string]any {
+	GinkgoHelper()
+	return principalLog(w.admin, w.principal, n)
+}
+
+// principalLog is principal's request log once it holds n events.
+func principalLog(a *h.Admin, principal string, n int) []map[string]any {
+	GinkgoHelper()
 	var evs []any
 	Eventually(func() int {
-		evs = w.admin.JSON("GET", "/admin/v1/request-log?principal="+w.principal, nil, 200)["events"].([]any)
+		evs = a.JSON("GET", "/admin/v1/request-log?principal="+principal, nil, 200)["events"].([]any)
 		return len(evs)
 	}, 5*time.Second, 50*time.Millisecond).Should(Equal(n))
 	out := make([]map[string]any, len(evs))

@@ -100,6 +100,9 @@ func TestVertexTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := p.VertexTokenRequests(); n != 1 {
+		t.Fatalf("token endpoint requests: %d", n)
+	}
 	call := func(bearer string) (int, string) {
 		r, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x@1:rawPredict",
 			strings.NewReader(`{"anthropic_version":"vertex-2023-10-16","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`))

@@ -100,6 +100,8 @@ type Provider struct {
 	catalogVersion int
 	// vertexTokens are the Vertex access tokens issued, with their expiry.
 	vertexTokens map[string]time.Time
+	// vertexTokenRequests counts the requests to the token endpoint.
+	vertexTokenRequests int
 	// saKey is the Vertex service account's key, made once by vertexKey.
 	saOnce sync.Once
 	saKey  *rsa.PrivateKey
@@ -153,6 +155,7 @@ func (p *Provider) resetLocked() {
 	p.caches = map[string]map[[32]byte]cacheEntry{}
 	p.catalogVersion = 0
 	p.vertexTokens = map[string]time.Time{}
+	p.vertexTokenRequests = 0
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

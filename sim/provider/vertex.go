@@ -61,10 +61,21 @@ func (p *Provider) ServiceAccountJSON(baseURL string) []byte {
 	return b
 }
 
+// VertexTokenRequests is how many requests the token endpoint received,
+// granted or not.
+func (p *Provider) VertexTokenRequests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.vertexTokenRequests
+}
+
 // vertexToken serves the JWT-bearer grant (RFC 7523) of Google's token
 // endpoint: the assertion must be signed by the account's key, addressed to
 // this endpoint and unexpired.
 func (p *Provider) vertexToken(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.vertexTokenRequests++
+	p.mu.Unlock()
 	fail := func(msg string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)

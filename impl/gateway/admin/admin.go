@@ -65,6 +65,8 @@ type Deps struct {
 	Store   store.Store
 	Sealer  Sealer
 	Runtime Runtime
+	// Opener opens captured exchanges (the master key's box).
+	Opener Opener
 	// Auth are the providers of admin.auth.providers (the break-glass
 	// token) and of OIDC; a request passes when any of them, or a scoped
 	// token in Store, accepts it.

@@ -135,7 +135,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		clock = o.clock
 	}
 	h := admin.New(admin.Deps{
-		Store: apiStore, Sealer: box, Runtime: runtime, Auth: auth, Registerer: o.reg,
+		Store: apiStore, Sealer: box, Opener: box, Runtime: runtime, Auth: auth, Registerer: o.reg,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:    clock,
 		Getenv: func(k string) string {

@@ -21,16 +21,19 @@ const (
 	permWrite perm = "write"
 	// permIdentity: scoped tokens and the other identity settings.
 	permIdentity perm = "identity"
+	// permCapture: the bodies of captured exchanges, prompts included:
+	// never a viewer's.
+	permCapture perm = "capture"
 )
 
 // roleGrants is the whole role model. A viewer never reaches a secret
 // because no read route returns one (credentials are write-only and an
 // issued key is shown only in the answer to the write that issued it).
 var roleGrants = map[Role][]perm{
-	RoleAdmin:    {permAny, permRead, permUsage, permAudit, permWrite, permIdentity},
-	RoleOperator: {permAny, permRead, permUsage, permWrite},
+	RoleAdmin:    {permAny, permRead, permUsage, permAudit, permWrite, permIdentity, permCapture},
+	RoleOperator: {permAny, permRead, permUsage, permWrite, permCapture},
 	RoleViewer:   {permAny, permRead, permUsage},
-	RoleAuditor:  {permAny, permUsage, permAudit},
+	RoleAuditor:  {permAny, permUsage, permAudit, permCapture},
 }
 
 func (r Role) may(p perm) bool { return slices.Contains(roleGrants[r], p) }
@@ -115,6 +118,8 @@ var routePerms = map[string]perm{
 	"POST /admin/v1/webhooks/{id}/test":      permWrite,
 	"GET /admin/v1/webhooks/{id}/deliveries": permWrite,
 	"GET /admin/v1/alerts":                   permRead,
+
+	"GET /admin/v1/request-events/{id}/exchange": permCapture,
 }
 
 // extraPerms are the handlers of Deps.Extra by pattern; others (the

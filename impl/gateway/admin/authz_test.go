@@ -49,15 +49,17 @@ func allowed(role, op string) bool {
 	anyone := path == "/admin/v1/openapi.json" || path == "/admin/v1/me"
 	// A webhook's URL may carry the receiver's token: read as written.
 	webhooks := strings.HasPrefix(path, "/admin/v1/webhooks")
+	// Captured bodies carry prompts: never a viewer's.
+	exchange := strings.HasSuffix(path, "/exchange")
 	switch role {
 	case "admin":
 		return true
 	case "operator":
 		return !identity && !audit
 	case "viewer":
-		return read && !identity && !audit && !webhooks
+		return read && !identity && !audit && !webhooks && !exchange
 	case "auditor":
-		return anyone || audit || usage
+		return anyone || audit || usage || exchange
 	}
 	return false
 }

@@ -83,6 +83,7 @@ var codeStatus = map[string]int{
 	"admin_token_not_found": http.StatusNotFound,
 	// Alert webhooks.
 	"webhook_not_found":     http.StatusNotFound,
+	"exchange_not_captured": http.StatusNotFound,
 	"unknown_condition":     http.StatusBadRequest,
 	"secret_required":       http.StatusBadRequest,
 	"webhook_disabled":      http.StatusConflict,

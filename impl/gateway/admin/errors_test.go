@@ -315,6 +315,7 @@ func TestEveryErrorCode(t *testing.T) {
 		{"invalid_role", 400, e, "POST", "/admin/v1/admin-tokens", map[string]any{"name": "t", "role": "root", "expires_in_secs": 600}, nil},
 		{"admin_token_not_found", 404, e, "DELETE", "/admin/v1/admin-tokens/tok_nope", nil, nil},
 		{"webhook_not_found", 404, e, "GET", "/admin/v1/webhooks/wh_nope", nil, nil},
+		{"exchange_not_captured", 404, e, "GET", "/admin/v1/request-events/ev_nope/exchange", nil, nil},
 		{"unknown_condition", 400, e, "POST", "/admin/v1/webhooks", map[string]any{"name": "w2", "url": "https://hooks.example/", "secret": "0123456789abcdef", "conditions": []string{"disk_full"}}, nil},
 		{"secret_required", 400, e, "PUT", "/admin/v1/webhooks/" + wid, map[string]any{"name": "wh", "url": "https://elsewhere.example/a"}, nil},
 		{"webhook_disabled", 409, e, "POST", "/admin/v1/webhooks/" + wid + "/test", nil, nil},

@@ -196,7 +196,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"MeResponse": MeResponse{}, "CreateAdminTokenBody": CreateAdminTokenBody{}, "AdminTokenResponse": AdminTokenResponse{},
 		"AuditResponse": AuditResponse{}, "AuditEntryResponse": AuditEntryResponse{},
 		"WebhookBody": WebhookBody{}, "WebhookResponse": WebhookResponse{}, "WebhookDelivery": WebhookDelivery{},
-		"AlertResponse": AlertResponse{},
+		"AlertResponse": AlertResponse{}, "CapturedExchangeResponse": CapturedExchangeResponse{},
 	}
 	for name, v := range types {
 		s, ok := schemas[name].(map[string]any)

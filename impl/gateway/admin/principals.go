@@ -23,6 +23,7 @@ type PrincipalResponse struct {
 	DefaultLimits     json.RawMessage `json:"default_limits"`
 	CacheKeepalive    json.RawMessage `json:"cache_keepalive"`
 	MaxInFlight       int             `json:"max_in_flight"`
+	CaptureExchanges  bool            `json:"capture_exchanges"`
 	CreatedAtUnixSecs int64           `json:"created_at_unix_secs"`
 	UpdatedAtUnixSecs int64           `json:"updated_at_unix_secs"`
 }
@@ -30,7 +31,7 @@ type PrincipalResponse struct {
 func principalResponse(p *store.Principal) PrincipalResponse {
 	r := PrincipalResponse{ID: p.ID, Name: p.Name, Kind: p.Kind, Enabled: p.Enabled, Revision: p.Revision,
 		AllowedModels: p.AllowedModels, DefaultLimits: p.DefaultLimits, CacheKeepalive: p.CacheKeepalive, MaxInFlight: p.MaxInFlight,
-		CreatedAtUnixSecs: unix(p.CreatedAt), UpdatedAtUnixSecs: unix(p.UpdatedAt)}
+		CaptureExchanges: p.CaptureExchanges, CreatedAtUnixSecs: unix(p.CreatedAt), UpdatedAtUnixSecs: unix(p.UpdatedAt)}
 	if r.AllowedModels == nil {
 		r.AllowedModels = []string{}
 	}
@@ -53,6 +54,10 @@ type CreatePrincipalBody struct {
 	// MaxInFlight caps the principal's requests in flight; past it they
 	// queue (docs/routing.md). 0 (default) is no cap.
 	MaxInFlight *int `json:"max_in_flight"`
+	// CaptureExchanges turns on capturing the principal's request and
+	// response bodies (docs/capture.md). Absent is off, on a PUT too: a
+	// PUT replaces the principal, so it never keeps capture on unasked.
+	CaptureExchanges bool `json:"capture_exchanges"`
 }
 
 // PatchPrincipalBody is the body of PATCH /admin/v1/principals/{id}; a
@@ -64,6 +69,8 @@ type PatchPrincipalBody struct {
 	DefaultLimits  json.RawMessage `json:"default_limits"`
 	CacheKeepalive json.RawMessage `json:"cache_keepalive"`
 	MaxInFlight    *int            `json:"max_in_flight"`
+	// CaptureExchanges: absent keeps the principal's setting.
+	CaptureExchanges *bool `json:"capture_exchanges"`
 }
 
 // AllowedModelsBody is the body of PUT …/allowed_models.
@@ -159,7 +166,7 @@ func (a *api) principalFromBody(b *CreatePrincipalBody) (store.Principal, error)
 	if models == nil {
 		models = []string{}
 	}
-	p := store.Principal{Name: b.Name, Kind: b.Kind, Enabled: true, AllowedModels: models, DefaultLimits: limits, CacheKeepalive: ka}
+	p := store.Principal{Name: b.Name, Kind: b.Kind, Enabled: true, AllowedModels: models, DefaultLimits: limits, CacheKeepalive: ka, CaptureExchanges: b.CaptureExchanges}
 	if b.MaxInFlight != nil {
 		p.MaxInFlight = *b.MaxInFlight
 	}
@@ -261,13 +268,14 @@ func (a *api) patchPrincipal(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.Name == nil && b.Enabled == nil && b.AllowedModels == nil && b.DefaultLimits == nil && b.CacheKeepalive == nil && b.MaxInFlight == nil {
-		return invalid("the body names no field to change (name, enabled, allowed_models, default_limits, cache_keepalive, max_in_flight)")
+	if b.Name == nil && b.Enabled == nil && b.AllowedModels == nil && b.DefaultLimits == nil && b.CacheKeepalive == nil && b.MaxInFlight == nil && b.CaptureExchanges == nil {
+		return invalid("the body names no field to change (name, enabled, allowed_models, default_limits, cache_keepalive, max_in_flight, capture_exchanges)")
 	}
 	if err := validMaxInFlight(b.MaxInFlight); err != nil {
 		return err
 	}
-	patch := store.PrincipalPatch{Name: b.Name, Enabled: b.Enabled, AllowedModels: b.AllowedModels, MaxInFlight: b.MaxInFlight}
+	patch := store.PrincipalPatch{Name: b.Name, Enabled: b.Enabled, AllowedModels: b.AllowedModels, MaxInFlight: b.MaxInFlight,
+		CaptureExchanges: b.CaptureExchanges}
 	if b.Name != nil {
 		if err := validName(*b.Name); err != nil {
 			return err

@@ -17,6 +17,11 @@ type RequestLogEvent struct {
 	RequestEventResponse
 	PrincipalName string `json:"principal_name"`
 	UpstreamName  string `json:"upstream_name"`
+	// Captured: the event has a captured exchange to open (GET
+	// /admin/v1/request-events/{id}/exchange). Looked up per page rather
+	// than recorded with the event, so the request path writes nothing
+	// more and a dropped or pruned capture shows no marker.
+	Captured bool `json:"captured"`
 }
 
 // RequestLogResponse is one page of GET /admin/v1/request-log.
@@ -55,9 +60,17 @@ func (a *api) requestLog(w http.ResponseWriter, r *http.Request) error {
 		c := encodeCursor(store.EventPosition{At: last.At, ID: last.ID})
 		out.NextCursor = &c
 	}
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.ID
+	}
+	captured, err := a.Store.CapturedEventIDs(r.Context(), ids)
+	if err != nil {
+		return fromStore(err, resPrincipal, "")
+	}
 	for _, e := range evs {
 		out.Events = append(out.Events, RequestLogEvent{RequestEventResponse: requestEventResponse(e),
-			PrincipalName: names.principal(e.PrincipalID), UpstreamName: names.upstream(e.UpstreamID)})
+			PrincipalName: names.principal(e.PrincipalID), UpstreamName: names.upstream(e.UpstreamID), Captured: captured[e.ID]})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -68,6 +68,7 @@ func (a *api) routes() []route {
 		{"GET", "/admin/v1/status", a.status},
 		{"GET", "/admin/v1/export", a.export},
 		{"GET", "/admin/v1/request-events", a.requestEvents},
+		{"GET", "/admin/v1/request-events/{id}/exchange", a.capturedExchange},
 		{"GET", "/admin/v1/usage-rollups", a.usageRollups},
 		{"GET", "/admin/v1/request-log", a.requestLog}, // dashboard: operator's views (overview.go, requestlog.go)
 		{"GET", "/admin/v1/traffic", a.traffic},

@@ -97,7 +97,7 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Request = req
 	if resp.StatusCode >= 400 {
 		exc, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
-		b.Metrics.observe(store.KindBedrock, known(exc, bedrockStatus))
+		b.Metrics.observe(store.KindBedrock, bedrockStatus.outcome(exc))
 		return bedrockError(req, resp), nil
 	}
 	b.Metrics.observe(store.KindBedrock, outcomeOK)
@@ -109,9 +109,10 @@ func (b *Bedrock) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Header.Set("Content-Type", "text/event-stream")
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
-		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder(), metrics: b.Metrics}
+		resp.Body = &eventStream{src: resp.Body, dec: eventstream.NewDecoder(), metrics: b.Metrics, model: c.asked}
+		return resp, nil
 	}
-	return resp, nil
+	return renameAnswer(resp, c.asked)
 }
 
 // sign signs out with the current credentials through the AWS SDK.
@@ -157,10 +158,7 @@ func countAnswer(resp *http.Response) (*http.Response, error) {
 // Bedrock exception: throttling is a rate limit (429) and an unavailable
 // or not-ready model an overload (529), so the relay's failover and
 // cooldown treat them as the Anthropic API's.
-var bedrockStatus = map[string]struct {
-	status int
-	typ    string
-}{
+var bedrockStatus = errorMap{
 	"ThrottlingException":                 {429, "rate_limit_error"},
 	"ServiceQuotaExceededException":       {429, "rate_limit_error"},
 	"ServiceUnavailableException":         {529, "overloaded_error"},
@@ -188,10 +186,7 @@ func bedrockError(req *http.Request, resp *http.Response) *http.Response {
 	}
 	_ = json.Unmarshal(raw, &e)
 	exc, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
-	m, ok := bedrockStatus[exc]
-	if !ok {
-		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
-	}
+	m := bedrockStatus.of(exc, resp.StatusCode)
 	msg := e.Message
 	if exc != "" {
 		msg = "Bedrock " + exc + ": " + msg
@@ -225,6 +220,9 @@ type eventStream struct {
 	pending []byte
 	done    bool
 	metrics *Metrics
+	// model is the client's name for the model, given to message_start
+	// ("": left as sent).
+	model string
 }
 
 func (s *eventStream) Read(p []byte) (int, error) {
@@ -289,7 +287,11 @@ func (s *eventStream) next() error {
 		if err := json.Unmarshal(chunk.Bytes, &ev); err != nil || ev.Type == "" {
 			return errors.New("bedrock: chunk without an event type")
 		}
-		s.pending = appendEvent(s.pending[:0], ev.Type, chunk.Bytes)
+		data := chunk.Bytes
+		if ev.Type == "message_start" && s.model != "" {
+			data = withStartModel(data, s.model)
+		}
+		s.pending = appendEvent(s.pending[:0], ev.Type, data)
 	case "exception", "error":
 		exc := header(msg, ":exception-type")
 		if exc == "" {

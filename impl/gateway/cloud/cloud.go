@@ -33,6 +33,8 @@ const (
 // the model, whether it streams, and the body without model and stream,
 // with the platform's anthropic_version.
 type call struct {
+	// asked is the model the client named, model the upstream's id.
+	asked  string
 	model  string
 	stream bool
 	count  bool
@@ -56,6 +58,7 @@ func parseCall(r *http.Request, models map[string]string) (*call, error) {
 	if err := json.Unmarshal(c.body["model"], &c.model); err != nil || c.model == "" {
 		return nil, badRequest("model: Field required")
 	}
+	c.asked = c.model
 	if id, ok := models[c.model]; ok {
 		c.model = id
 	}
@@ -205,6 +208,34 @@ func anthropicError(req *http.Request, e *proxyerr.Error, h http.Header) *http.R
 	return r
 }
 
+// errorMap maps a platform's error names to the Anthropic error standing
+// for them.
+type errorMap map[string]mapped
+
+// mapped is an Anthropic status and error type.
+type mapped struct {
+	status int
+	typ    string
+}
+
+// of is name's status and type; for a name the map does not hold, the
+// platform's status and the type the Anthropic API gives it.
+func (m errorMap) of(name string, status int) mapped {
+	e, ok := m[name]
+	if !ok {
+		e.status, e.typ = status, errorTypeOf(status)
+	}
+	return e
+}
+
+// outcome bounds the metrics' outcome label to the names m maps.
+func (m errorMap) outcome(name string) string {
+	if _, ok := m[name]; ok {
+		return name
+	}
+	return outcomeOther
+}
+
 // errorTypeOf is Anthropic's error type for a status, as the API uses it.
 func errorTypeOf(status int) string {
 	switch status {
@@ -232,6 +263,17 @@ func replaceBody(resp *http.Response, b []byte) {
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+}
+
+// renameAnswer gives a create answer's body the client's model.
+func renameAnswer(resp *http.Response, model string) (*http.Response, error) {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	replaceBody(resp, withModel(b, model))
+	return resp, nil
 }
 
 // keepHeaders are the platform answer's headers passed on; the rest

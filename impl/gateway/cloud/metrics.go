@@ -9,6 +9,7 @@ import (
 // Vertex from a credential the platform refuses.
 type Metrics struct {
 	requests *prometheus.CounterVec
+	tokens   *prometheus.CounterVec
 }
 
 // Outcomes besides the platform's error names.
@@ -25,26 +26,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_proxy_cloud_requests_total",
 		Help: "Requests sent to cloud upstreams by kind (bedrock, vertex) and outcome: ok, the platform's error (Bedrock's exception, Vertex's status; stream_ before an exception that ended a stream), credential_error or other.",
-	}, []string{"kind", "outcome"})}
+	}, []string{"kind", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "svc_proxy_cloud_token_fetches_total",
+			Help: "Vertex access tokens fetched from the token endpoint, by result (ok, error); an error while the old token is still valid keeps it.",
+		}, []string{"result"})}
 	if reg != nil {
-		reg.MustRegister(m.requests)
+		reg.MustRegister(m.requests, m.tokens)
 	}
 	return m
+}
+
+func (m *Metrics) tokenFetched(ok bool) {
+	if m == nil {
+		return
+	}
+	r := "ok"
+	if !ok {
+		r = "error"
+	}
+	m.tokens.WithLabelValues(r).Inc()
 }
 
 func (m *Metrics) observe(kind, outcome string) {
 	if m != nil {
 		m.requests.WithLabelValues(kind, outcome).Inc()
 	}
-}
-
-// known bounds the outcome label to the names the transports map.
-func known(outcome string, names map[string]struct {
-	status int
-	typ    string
-}) string {
-	if _, ok := names[outcome]; ok {
-		return outcome
-	}
-	return outcomeOther
 }

@@ -13,6 +13,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"golang.org/x/oauth2"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -36,6 +37,8 @@ type Pool struct {
 	metrics *Metrics
 	// ctx outlives requests: token sources keep it for their refreshes.
 	ctx context.Context
+	// clock is the one Vertex tokens are refreshed ahead by.
+	clock clock.Clock
 
 	mu      sync.Mutex
 	sources map[string]*source
@@ -49,9 +52,10 @@ type source struct {
 }
 
 // NewPool returns a Pool whose transports send through next, counted in
-// m (nil: not counted).
-func NewPool(next http.RoundTripper, m *Metrics) *Pool {
-	return &Pool{next: next, metrics: m, ctx: context.Background(), sources: map[string]*source{}}
+// m (nil: not counted), with clk the clock of token refreshes (nil: the
+// real one).
+func NewPool(next http.RoundTripper, m *Metrics, clk clock.Clock) *Pool {
+	return &Pool{next: next, metrics: m, ctx: context.Background(), clock: clock.Or(clk), sources: map[string]*source{}}
 }
 
 // For is the transport of u: it maps models by u's model map and signs
@@ -70,6 +74,26 @@ func (p *Pool) For(u Upstream) (http.RoundTripper, error) {
 			Models: u.Config.ModelMap, Next: p.next, Metrics: p.metrics}, nil
 	}
 	return nil, errors.New("cloud: not a cloud upstream kind: " + u.Kind)
+}
+
+// Retain drops the credential sources of the upstreams live does not
+// name: a deleted upstream's signer, credentials and token cache would
+// otherwise stay for the life of the process.
+func (p *Pool) Retain(live func(id string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.sources {
+		if !live(id) {
+			delete(p.sources, id)
+		}
+	}
+}
+
+// Len is the number of upstreams holding a credential source.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sources)
 }
 
 func (p *Pool) source(u Upstream) (*source, error) {
@@ -95,9 +119,9 @@ func (p *Pool) source(u Upstream) (*source, error) {
 			s.aws = cfg.Credentials
 		}
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.ServiceAccount:
-		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next)
+		s.tokens, err = VertexTokens(p.ctx, []byte(u.Credential), p.next, p.clock, p.metrics)
 	case u.Kind == store.KindVertex && u.CredentialKind == credential.Host:
-		s.tokens, err = VertexTokens(p.ctx, nil, p.next)
+		s.tokens, err = VertexTokens(p.ctx, nil, p.next, p.clock, p.metrics)
 	default:
 		err = errors.New("cloud: a " + u.Kind + " upstream cannot use a credential of kind " + u.CredentialKind)
 	}

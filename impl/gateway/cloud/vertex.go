@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
@@ -64,20 +65,41 @@ var _ http.RoundTripper = (*Vertex)(nil)
 // VertexTokens is the token source of a service account key (JSON), or
 // with a nil key of the host's application default credentials. Tokens
 // are fetched through next, the relay's transport, and replaced
-// tokenEarly before they expire.
-func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper) (oauth2.TokenSource, error) {
+// tokenEarly before they expire by clk (nil: the real clock); m counts
+// the fetches (nil: not counted).
+func VertexTokens(ctx context.Context, key []byte, next http.RoundTripper, clk clock.Clock, m *Metrics) (oauth2.TokenSource, error) {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Transport: next, Timeout: tokenTimeout})
-	var creds *google.Credentials
-	var err error
 	if key == nil {
-		creds, err = google.FindDefaultCredentials(ctx, VertexScope)
-	} else {
-		creds, err = google.CredentialsFromJSONWithType(ctx, key, google.ServiceAccount, VertexScope)
+		creds, err := google.FindDefaultCredentials(ctx, VertexScope)
+		if err != nil {
+			return nil, err
+		}
+		key = creds.JSON
+		if !isServiceAccount(key) {
+			// The metadata server, a user's or an external account: the
+			// library's source, behind its own wall-clock cache.
+			return ahead(creds.TokenSource, clk, m), nil
+		}
 	}
+	// A service account's key (sealed, or the file the host's
+	// GOOGLE_APPLICATION_CREDENTIALS names) gives a source whose cache
+	// fetch can pass, so every refresh is decided by now.
+	cfg, err := google.JWTConfigFromJSON(key, VertexScope)
 	if err != nil {
 		return nil, err
 	}
-	return oauth2.ReuseTokenSourceWithExpiry(nil, creds.TokenSource, tokenEarly), nil
+	return ahead(cfg.TokenSource(ctx), clk, m), nil
+}
+
+func ahead(src oauth2.TokenSource, clk clock.Clock, m *Metrics) *aheadTokens {
+	return &aheadTokens{src: src, clock: clock.Or(clk), wall: time.Now, refreshed: m.tokenFetched}
+}
+
+func isServiceAccount(key []byte) bool {
+	var k struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(key, &k) == nil && k.Type == "service_account"
 }
 
 // ServiceAccountTokenURI is the token endpoint a service account key names
@@ -138,9 +160,17 @@ func (v *Vertex) RoundTrip(req *http.Request) (*http.Response, error) {
 		return r, nil
 	}
 	v.Metrics.observe(store.KindVertex, outcomeOK)
-	// Vertex passes Anthropic's answer and its events through unchanged.
+	// Vertex passes Anthropic's answer and its events through unchanged
+	// but for the model's name.
 	resp.Header = keepHeaders(resp.Header, "Request-Id", "X-Request-Id")
-	return resp, nil
+	switch {
+	case c.count:
+		return resp, nil
+	case c.stream:
+		resp.Body = &startModel{src: resp.Body, model: c.asked}
+		return resp, nil
+	}
+	return renameAnswer(resp, c.asked)
 }
 
 // token is ts's token, or ctx's error once ctx ends first: a fetch in
@@ -166,10 +196,7 @@ func token(ctx context.Context, ts oauth2.TokenSource) (*oauth2.Token, error) {
 
 // googleStatus is the Anthropic status and type of a Google API error
 // status, for what Vertex refuses before a model sees the request.
-var googleStatus = map[string]struct {
-	status int
-	typ    string
-}{
+var googleStatus = errorMap{
 	"RESOURCE_EXHAUSTED":  {429, "rate_limit_error"},
 	"UNAVAILABLE":         {529, "overloaded_error"},
 	"UNAUTHENTICATED":     {401, "authentication_error"},
@@ -202,10 +229,7 @@ func vertexError(req *http.Request, resp *http.Response) (r *http.Response, outc
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(raw, &g)
-	m, ok := googleStatus[g.Error.Status]
-	if !ok {
-		m.status, m.typ = resp.StatusCode, errorTypeOf(resp.StatusCode)
-	}
+	m := googleStatus.of(g.Error.Status, resp.StatusCode)
 	msg := "Vertex AI " + g.Error.Status + ": " + g.Error.Message
-	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), h), known(g.Error.Status, googleStatus)
+	return anthropicError(req, proxyerr.New(m.status, m.typ, msg), h), googleStatus.outcome(g.Error.Status)
 }

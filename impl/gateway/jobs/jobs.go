@@ -26,11 +26,15 @@ type Retention struct {
 	RequestEvents    time.Duration `yaml:"request_events"`
 	AuditLog         time.Duration `yaml:"audit_log"`
 	UpstreamAffinity time.Duration `yaml:"upstream_affinity"`
+	// CapturedExchanges: the bodies of opted-in principals (package
+	// capture), kept shorter than their events by default.
+	CapturedExchanges time.Duration `yaml:"captured_exchanges"`
 }
 
-// DefaultRetention keeps a month of request events, a quarter of audit log
-// and a week of affinity.
-var DefaultRetention = Retention{RequestEvents: 30 * 24 * time.Hour, AuditLog: 90 * 24 * time.Hour, UpstreamAffinity: 7 * 24 * time.Hour}
+// DefaultRetention keeps a month of request events, a quarter of audit
+// log, a week of affinity and a week of captured exchanges.
+var DefaultRetention = Retention{RequestEvents: 30 * 24 * time.Hour, AuditLog: 90 * 24 * time.Hour, UpstreamAffinity: 7 * 24 * time.Hour,
+	CapturedExchanges: 7 * 24 * time.Hour}
 
 // Deps are what the jobs need.
 type Deps struct {
@@ -100,7 +104,8 @@ func Types(d Deps) []scheduler.Type {
 		{Name: Prune, Class: scheduler.Maintenance, Every: every(Prune), Timeout: 10 * time.Minute,
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
 				now := d.Now()
-				keep := map[string]time.Duration{"request_events": d.Retention.RequestEvents, "audit_log": d.Retention.AuditLog, "upstream_affinity": d.Retention.UpstreamAffinity}
+				keep := map[string]time.Duration{"request_events": d.Retention.RequestEvents, "audit_log": d.Retention.AuditLog, "upstream_affinity": d.Retention.UpstreamAffinity,
+					"captured_exchanges": d.Retention.CapturedExchanges}
 				total := int64(0)
 				for _, table := range store.PrunableTables {
 					n, err := d.Store.Prune(ctx, table, now.Add(-keep[table]))

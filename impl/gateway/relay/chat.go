@@ -22,6 +22,15 @@ const (
 	openAIModels = 1
 )
 
+// finishChat completes a Chat Completions answer, then hands over its
+// capture, which the translation's last write belongs to.
+func (h *Handler) finishChat(x *openai.Writer, q *admitted) {
+	h.finishOpenAI(x, openAIChat)
+	if q.capture != nil {
+		h.endCapture(q)
+	}
+}
+
 // finishOpenAI completes an answer in OpenAI's dialect and counts it.
 func (h *Handler) finishOpenAI(x *openai.Writer, endpoint int) {
 	x.Finish()

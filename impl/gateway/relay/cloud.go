@@ -14,6 +14,7 @@ import (
 // (docs/cloud.md). Everything else (failover, cooldowns, the SSE tap, cut
 // streams) sees an Anthropic answer either way.
 func (h *Handler) roundTripper(up *snapshot.Upstream) (http.RoundTripper, error) {
+	h.retainClouds()
 	if !store.IsCloud(up.Kind) {
 		return h.transport, nil
 	}
@@ -37,4 +38,18 @@ func upstreamModel(up *snapshot.Upstream, model string) string {
 		return id
 	}
 	return ""
+}
+
+// retainClouds lets the cloud pool drop the upstreams a new snapshot no
+// longer holds, once per snapshot, on the first request sent under it.
+func (h *Handler) retainClouds() {
+	snap := h.src.Current()
+	last := h.cloudsAt.Load()
+	if snap == nil || snap == last || !h.cloudsAt.CompareAndSwap(last, snap) {
+		return
+	}
+	h.clouds.Retain(func(id string) bool {
+		u := snap.Upstream(id)
+		return u != nil && store.IsCloud(u.Kind)
+	})
 }

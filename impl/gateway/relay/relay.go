@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -21,6 +22,7 @@ import (
 	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
+	"github.com/pillarhq/pillar/impl/gateway/capture"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/money"
@@ -115,6 +117,11 @@ type Options struct {
 	Tracer    trace.Tracer
 	Propagate bool
 	TraceCost func(*store.RequestEvent) (money.Nanos, bool)
+	// Capture receives the exchanges of principals with capture on
+	// (optional: without it nothing is captured); CaptureLimit caps each
+	// body captured (zero: capture.DefaultLimit).
+	Capture      Capturer
+	CaptureLimit int
 }
 
 // Handler serves /v1/messages and /v1/messages/count_tokens.
@@ -131,8 +138,10 @@ type Handler struct {
 	transport http.RoundTripper
 	// clouds are the transports of bedrock and vertex upstreams, around
 	// transport.
-	clouds  *cloud.Pool
-	metrics *Metrics
+	clouds *cloud.Pool
+	// cloudsAt is the snapshot clouds was last pruned to.
+	cloudsAt atomic.Pointer[snapshot.Snapshot]
+	metrics  *Metrics
 	service.Base
 	// now is Clock.Now bound once: the OpenAI writers take it per request,
 	// and a method value of an interface would be allocated each time.
@@ -152,6 +161,9 @@ type Handler struct {
 	tracer    trace.Tracer // nil: tracing off (trace.go)
 	propagate bool
 	traceCost func(*store.RequestEvent) (money.Nanos, bool)
+	capture   Capturer // nil: nothing captured (capture.go)
+	// captureLimit caps each captured body.
+	captureLimit int
 
 	// held is the one field every request writes (twice): on a cache line
 	// of its own, so the other fields, read by every request, are not
@@ -205,7 +217,6 @@ func New(o Options) *Handler {
 	h := &Handler{
 		src: o.Source, rec: o.Recorder, obs: o.Observer, plugins: o.Plugins, limiter: o.Limiter, metrics: o.Metrics,
 		transport:              o.Transport,
-		clouds:                 cloud.NewPool(o.Transport, o.Metrics.cloudMetrics()),
 		headerTimeout:          orDefault(o.HeaderTimeout, DefaultHeaderTimeout),
 		nonStreamHeaderTimeout: orDefault(o.NonStreamHeaderTimeout, DefaultNonStreamHeaderTimeout),
 		idleTimeout:            orDefault(o.IdleTimeout, DefaultIdleTimeout),
@@ -213,6 +224,7 @@ func New(o Options) *Handler {
 	}
 	service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, h)
 	h.now = h.Clock.Now
+	h.clouds = cloud.NewPool(o.Transport, o.Metrics.cloudMetrics(), h.Clock)
 	h.mono = mono{clk: h.Clock, base: h.Clock.Now()}
 	h.held.max = o.MaxBodyBytesInFlight
 	h.board, h.randN, h.affinity, h.admission, h.caps = o.Board, rand.Uint64N, o.Affinity, o.Admission, o.UpstreamCaps
@@ -223,6 +235,10 @@ func New(o Options) *Handler {
 	h.maxAttempts = min(h.maxAttempts, MaxAttemptsCap)
 	h.tracer, h.propagate, h.traceCost = o.Tracer, o.Propagate, o.TraceCost
 	h.refresh = o.Refresher
+	h.capture, h.captureLimit = o.Capture, o.CaptureLimit
+	if h.captureLimit <= 0 {
+		h.captureLimit = capture.DefaultLimit
+	}
 	return h
 }
 
@@ -236,6 +252,7 @@ const (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var ep endpoint
 	var chat *openai.Writer
+	var q admitted
 	switch r.URL.Path {
 	case "/v1/messages":
 		ep = epMessages
@@ -243,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// OpenAI's Chat Completions, translated: the Messages pipeline
 		// writes into a writer that answers in OpenAI's shapes.
 		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.now)
-		defer h.finishOpenAI(chat, openAIChat)
+		defer h.finishChat(chat, &q)
 		w = chat
 		openai.Prepare(r)
 	case "/v1/messages/count_tokens":
@@ -278,7 +295,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stream's goroutine keeps the deepest stack it ever reached for as
 	// long as it is open, and with this split it stays in its first size
 	// class.
-	var q admitted
 	q.start, q.chat = h.now(), chat
 	if h.tracer != nil {
 		var span trace.Span
@@ -289,8 +305,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Deferred before admit reserves: a panic in its checks (recovered by
 	// net/http) must still give the body bytes back to the global cap.
-	defer func() { h.held.give(q.held); q.slot.Release() }()
+	defer func() {
+		h.held.give(q.held)
+		q.slot.Release()
+		// A Chat Completions answer's last bytes are written by its
+		// translation's Finish: finishChat hands that capture over.
+		if q.capture != nil && q.chat == nil {
+			h.endCapture(&q)
+		}
+	}()
 	if h.admit(w, r, ep, &q) {
+		if h.capture != nil && q.key.Principal.Capture {
+			w = h.startCapture(w, &q)
+		}
 		h.forward(w, r, ep, &q)
 	}
 }
@@ -309,6 +336,8 @@ type admitted struct {
 	standing *limits.Status   // the principal's standing for its anthropic-ratelimit-* headers (nil: no limits)
 	slot     admission.Ticket // the principal's slot under its max_in_flight (zero: uncapped)
 	chat     *openai.Writer   // set for a Chat Completions request: its body is translated
+	received []byte           // the body as the client sent it (before a translation)
+	capture  *captured        // nil: the principal does not capture (capture.go)
 }
 
 // dialect names the API the client spoke, for its request event.
@@ -335,7 +364,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 	refused := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Dialect: q.dialect()}
 
 	body, held, err := h.readBody(w, r)
-	q.held = held
+	q.held, q.received = held, body
 	if err != nil {
 		// Too large, over the cap, timed out or broken: do not wait for
 		// the rest of the body either.
@@ -435,6 +464,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	k, start := q.key, q.start
 	p := k.Principal
 	ev := store.RequestEvent{At: start, PrincipalID: p.ID, KeyID: k.ID, Model: q.model, Stream: q.stream && ep == epMessages, Dialect: q.dialect()}
+	if q.capture != nil {
+		ev.ID = q.capture.id // the exchange is read by its event's id
+	}
 	headerTimeout := h.headerTimeout
 	if ep == epMessages && !q.stream {
 		headerTimeout = h.nonStreamHeaderTimeout

@@ -246,12 +246,14 @@ func retentionSettings(c *Config) []setting {
 		opt(&c.Retention.RequestEvents, d.RequestEvents, "", "age past which the prune job deletes request events"),
 		opt(&c.Retention.AuditLog, d.AuditLog, "", "age past which the prune job deletes audit log rows"),
 		opt(&c.Retention.UpstreamAffinity, d.UpstreamAffinity, "", "age past which the prune job deletes session affinity rows"),
+		opt(&c.Retention.CapturedExchanges, d.CapturedExchanges, "", "age past which the prune job deletes captured exchanges (docs/capture.md)"),
 	}
 }
 
 func validateRetention(c *Config, p *problems) {
 	for key, d := range map[string]time.Duration{"retention.request_events": c.Retention.RequestEvents,
-		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity} {
+		"retention.audit_log": c.Retention.AuditLog, "retention.upstream_affinity": c.Retention.UpstreamAffinity,
+		"retention.captured_exchanges": c.Retention.CapturedExchanges} {
 		if d < time.Hour {
 			p.bad(key, "must be at least 1h, got %s", d)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/alerts"
+	"github.com/pillarhq/pillar/impl/gateway/capture"
 	"github.com/pillarhq/pillar/impl/gateway/dashboard"
 	"github.com/pillarhq/pillar/impl/gateway/egress"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
@@ -88,6 +89,9 @@ type gateway struct {
 	// conditions once the scheduler that delivers them is bound.
 	alertMetrics *alerts.Metrics
 	alerts       *alerts.Evaluator
+	// captures seals and writes the exchanges of principals with capture
+	// on, off the request path.
+	captures *capture.Sink
 }
 
 // buildRuntime loads the configuration snapshot and builds the proxy
@@ -143,9 +147,14 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	_ = g.shareSessions.Sync(ctx)
 	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
+	g.captures = capture.NewSink(st, box, captureQueue, capture.NewMetrics(g.reg), log.With("component", "capture"))
 	g.buildServices()
 	return g, nil
 }
+
+// captureQueue bounds the captured exchanges waiting for the sink's
+// worker; past it they are dropped and counted (docs/capture.md).
+const captureQueue = 256
 
 // onEvent feeds a recorded request's tokens and cost to its principal's
 // limits and budgets, and to the usage metrics, on the recorder's goroutine
@@ -265,6 +274,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts := relay.Options{
 		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
 		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
+		Capture: g.captures,
 	}
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
@@ -273,7 +283,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
-		Store: g.stor.st, Sealer: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
+		Store: g.stor.st, Sealer: g.box, Opener: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
 		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		Tracing: tracingStatus(cfg.Tracing),
@@ -321,6 +331,9 @@ func (g *gateway) loops() *service.Group {
 		return func(ctx context.Context) { run(ctx, d) }
 	}
 	l := &service.Group{Logger: g.log}
+	// First, so stopped last: the exchanges of the last requests are
+	// written once every other loop has returned.
+	l.Add("capture", g.captures.Run)
 	l.Add("reconcile", every(g.rt.Reconcile, cfg.ReconcileInterval))
 	l.Add("routing-share", every(g.share.Run, routing.DefaultShareInterval))
 	l.Add("affinity-share", every(g.shareSessions.Run, affinity.DefaultShareInterval))

@@ -9,7 +9,7 @@ import (
 // every one of them: none is still running once shutdown returns.
 func TestShutdownStopsEveryLoop(t *testing.T) {
 	r := startForTest(t, nil, nil)
-	want := []string{"reconcile", "routing-share", "affinity-share", "keepalive", "alerts", "pricing"} // SQLite: no notify listener
+	want := []string{"capture", "reconcile", "routing-share", "affinity-share", "keepalive", "alerts", "pricing"} // SQLite: no notify listener
 	if got := r.loops.Running(); !slices.Equal(got, want) {
 		t.Fatalf("loops running %v, want %v", got, want)
 	}

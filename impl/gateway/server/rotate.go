@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pillarhq/pillar/impl/gateway/capture"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/keepalive"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
@@ -30,6 +31,8 @@ func sealedAD(v store.Sealed) ([]byte, error) {
 		return keepalive.AD(v.PrincipalID, v.SessionHash, v.UpstreamID, v.Generation), nil
 	case store.SealedWebhookSecret:
 		return credential.WebhookAD(v.WebhookID, v.BaseURL), nil
+	case store.SealedCapturedExchange:
+		return capture.AD(v.ExchangeID, v.PrincipalID), nil
 	}
 	return nil, fmt.Errorf("unknown sealed kind %q", v.Kind)
 }
@@ -98,6 +101,8 @@ func sealedOwner(v store.Sealed) string {
 		return "keep-alive session of principal " + v.PrincipalID
 	case store.SealedWebhookSecret:
 		return "webhook " + v.WebhookID
+	case store.SealedCapturedExchange:
+		return "captured exchange " + v.ExchangeID
 	}
 	return "upstream " + v.UpstreamID
 }

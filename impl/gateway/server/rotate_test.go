@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pillarhq/pillar/impl/gateway/capture"
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/store"
@@ -135,5 +136,51 @@ func TestRotateMasterKeyWrongOldKey(t *testing.T) {
 		if err := Main(context.Background(), []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn}, env(e), io.Discard); err == nil {
 			t.Fatalf("rotation with %v accepted", e)
 		}
+	}
+}
+
+// A captured exchange is re-sealed with the other sealed values: after
+// rotation the new key opens its bodies and the old one does not.
+func TestRotateMasterKeyResealsCapturedExchange(t *testing.T) {
+	t.Parallel()
+	dsn, _, oldKey := rotationFixture(t)
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, dsn, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, _ := secret.New(oldKey)
+	row, err := capture.Seal(ob, capture.Exchange{EventID: "ev_1", PrincipalID: "pr_1", Request: []byte("prompt"), Response: []byte("answer")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.InsertCapturedExchanges(ctx, []store.CapturedExchange{row}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	newKey := bytes.Repeat([]byte{7}, secret.KeySize)
+	var out strings.Builder
+	if err := Main(ctx, []string{"storage", "rotate-master-key", "--database-url", "sqlite://" + dsn},
+		env(map[string]string{"PROXY_NEW_MASTER_KEY": hex.EncodeToString(newKey)}), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "re-sealed 2 value") {
+		t.Fatalf("output %q", out.String())
+	}
+	st, err = sqlite.Open(ctx, dsn, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.GetCapturedExchange(ctx, "ev_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, _ := secret.New(newKey)
+	if b, err := capture.Open(nb, *got); err != nil || string(b.Request) != "prompt" || string(b.Response) != "answer" {
+		t.Fatalf("new key opens %+v, %v", b, err)
+	}
+	if _, err := capture.Open(ob, *got); err == nil {
+		t.Fatal("the old key still opens the captured exchange")
 	}
 }

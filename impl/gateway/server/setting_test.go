@@ -88,7 +88,8 @@ func TestSettingsDefaultsUnchanged(t *testing.T) {
 		"admin.auth.providers": "[]", "admin.auth.break_glass": "<nil>", "admin.auth.oidc": "<nil>",
 		"database.main_pool": "10", "database.scheduler_pool": "5", "database.replicas": "1",
 		"retention.request_events": "720h0m0s", "retention.audit_log": "2160h0m0s", "retention.upstream_affinity": "168h0m0s",
-		"price_catalog_url": "", "job_intervals": "map[]", "scheduler_workers": "4", "scheduler_rescue_after": "5m0s",
+		"retention.captured_exchanges": "168h0m0s",
+		"price_catalog_url":            "", "job_intervals": "map[]", "scheduler_workers": "4", "scheduler_rescue_after": "5m0s",
 		"oauth.client_id": "", "oauth.redirect_uri": "", "oauth.scopes": "", "oauth.lazy_refresh_timeout": "10s", "oauth.refresh_retry_base": "30s",
 		"warmup.model": "", "warmup.fresh_for": "10m0s", "plugins.call_timeout": "0s", "plugins.memory_limit_pages": "0",
 		"usage_stale_after": "15m0s", "migrate_contract": "false",
@@ -340,6 +341,7 @@ retention:
   request_events: 1m
   audit_log: 1m
   upstream_affinity: 1m
+  captured_exchanges: 1m
 job_intervals:
   nope: 1m
   prune: 1ms
@@ -423,6 +425,7 @@ tracing:
 		`relay.upstream_idle_timeout: must be at least 100ms, got 1ms`,
 		`relay.upstream_nonstream_header_timeout: must be at least 100ms, got 1ms`,
 		`retention.audit_log: must be at least 1h, got 1m0s`,
+		`retention.captured_exchanges: must be at least 1h, got 1m0s`,
 		`retention.request_events: must be at least 1h, got 1m0s`,
 		`retention.upstream_affinity: must be at least 1h, got 1m0s`,
 		`scheduler_rescue_after: must be at least 1s`,

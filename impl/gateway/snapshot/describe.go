@@ -53,9 +53,9 @@ func Describe(s *Snapshot) string {
 	}
 	for _, id := range sortedKeys(s.principals) {
 		p := s.principals[id]
-		fmt.Fprintf(&b, "principal %s name=%q kind=%s enabled=%v any=%v exact=%v prefixes=%v keepalive=%s kaon=%v dynamic=%v limits=%+v\n",
+		fmt.Fprintf(&b, "principal %s name=%q kind=%s enabled=%v any=%v exact=%v prefixes=%v keepalive=%s kaon=%v dynamic=%v limits=%+v capture=%v\n",
 			p.ID, p.Name, p.Kind, p.Enabled, p.models.any, sortedKeys(p.models.exact), p.models.prefixes, p.CacheKeepalive,
-			p.KeepAliveEnabled, p.Dynamic, p.Limits)
+			p.KeepAliveEnabled, p.Dynamic, p.Limits, p.Capture)
 		for _, r := range p.Routers {
 			fmt.Fprintf(&b, "  router %s builtin=%s wasm=%s digest=%s name=%q config=%s pinned=%v bound=%v\n",
 				r.EntryID, r.Builtin, r.WasmRegistryID, r.WasmDigest, r.WasmName, r.Config, r.Pinned, r.Bound != nil)

@@ -77,6 +77,9 @@ type Principal struct {
 	Limits []limits.Limit
 	// MaxInFlight caps the principal's requests in flight (0: no cap).
 	MaxInFlight int
+	// Capture: the relay captures this principal's exchanges (package
+	// capture).
+	Capture bool
 	// keyHashes are the principal's keys in this snapshot: what Apply
 	// removes when the principal changes.
 	keyHashes [][sha256.Size]byte
@@ -290,6 +293,7 @@ func newPrincipal(p *store.Principal) Principal {
 		KeepAliveEnabled: keepAliveEnabled(p.CacheKeepalive),
 		Limits:           principalLimits(p),
 		MaxInFlight:      p.MaxInFlight,
+		Capture:          p.CaptureExchanges,
 	}
 }
 

@@ -29,7 +29,10 @@ type Sealed struct {
 	State string
 	// WebhookID: webhook secrets (BaseURL is then the webhook's URL).
 	WebhookID string
-	// PrincipalID, SessionHash, Generation: keep-alive snapshots.
+	// ExchangeID: captured exchanges (with PrincipalID).
+	ExchangeID string
+	// PrincipalID, SessionHash, Generation: keep-alive snapshots
+	// (PrincipalID also captured exchanges).
 	PrincipalID string
 	SessionHash string
 	Generation  int64

@@ -222,8 +222,11 @@ type Principal struct {
 	// MaxInFlight caps the principal's requests in flight (0: no cap);
 	// past it requests queue (docs/routing.md).
 	MaxInFlight int
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// CaptureExchanges: the relay captures this principal's request and
+	// response bodies (package capture). Off by default.
+	CaptureExchanges bool
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // PrincipalPatch changes individual fields; nil means unchanged.
@@ -236,6 +239,7 @@ type PrincipalPatch struct {
 	SetCacheKeepalive bool
 	CacheKeepalive    json.RawMessage
 	MaxInFlight       *int
+	CaptureExchanges  *bool
 }
 
 // MaxPrincipalInFlight bounds a principal's cap on requests in flight.
@@ -353,6 +357,8 @@ type Store interface {
 	SealedStore
 	// WebhookStore holds the alert webhooks and alert episodes.
 	WebhookStore
+	// CaptureStore holds the captured exchanges of opted-in principals.
+	CaptureStore
 	// EventReader searches and aggregates request events (dashboard).
 	EventReader
 	// UsageReader sums usage by principal, key, upstream and model.
@@ -472,7 +478,7 @@ type PriceCatalog struct {
 }
 
 // PrunableTables are the tables Prune accepts.
-var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity"}
+var PrunableTables = []string{"request_events", "audit_log", "upstream_affinity", "captured_exchanges"}
 
 // UsageRollup is one hour of usage for a principal, upstream and model.
 type UsageRollup struct {

@@ -11,10 +11,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -45,18 +43,8 @@ type params struct {
 	writes, workers, proxyN int
 	binDir, dbURL, out      string
 	// profileTop, when set, receives where the proxies' CPU went during
-	// the admin load (profile.go); profileDir keeps the raw profiles.
-	profileTop, profileDir string
-	profileTrace           bool
-	// sqlite runs the one-proxy SQLite store (--skip-sqlite leaves it out
-	// when only the replicas are measured).
-	sqlite bool
-	// listener starts one more PostgreSQL replica that takes no admin
-	// write and no proxied request: its CPU is what applying the others'
-	// changes on notification costs, alone.
-	listener bool
-	// rate caps the admin writes per second (0: unpaced).
-	rate float64
+	// the admin load (profile.go).
+	profileTop string
 	// bareBin, when set, is a bare reverse proxy (cmd/bareproxy) measured
 	// in turns with the gateway, quiet and loaded: the control.
 	bareBin string
@@ -73,8 +61,7 @@ type result struct {
 	replicas              int
 	// profile is the CPU report of the loaded phase (--profile-top).
 	profile string
-	// cpu is the CPU each process used while the admin load ran (the
-	// listener's until it had applied every change).
+	// cpu is the CPU each process used while the admin load ran.
 	cpu map[string]time.Duration
 }
 
@@ -88,31 +75,19 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&p.dbURL, "database-url", "", "PostgreSQL server for the three-replica run (a fresh schema); none: SQLite only")
 	fs.StringVar(&p.out, "out", "", "write the markdown section here")
 	fs.StringVar(&p.profileTop, "profile-top", "", "profile the proxies (CPU, through /debug/pprof/) while the admin load runs and write the CPU split and the profile tops here; needs go on PATH")
-	fs.BoolVar(&p.profileTrace, "profile-trace", false, "with --profile-top: also trace replica A and report where its goroutines waited for a processor (go tool trace -pprof=sched)")
-	fs.StringVar(&p.profileDir, "profile-dir", "", "with --profile-top: keep the raw CPU profiles here (default: discarded)")
-	skipSQLite := fs.Bool("skip-sqlite", false, "measure the PostgreSQL replicas only (needs --database-url)")
-	fs.Float64Var(&p.rate, "rate", 0, "admin writes per second in all, at most (0: as fast as answers come); at a fixed rate builds compare by what the proxy path pays for the same admin work")
 	fs.StringVar(&p.bareBin, "bareproxy", "", "a bare reverse proxy binary (cmd/bareproxy) measured in turns with replica A, quiet and loaded, as the control: what the machine's load alone does to a proxy's tail")
-	fs.BoolVar(&p.listener, "listener", false, "PostgreSQL: start a fourth replica that only listens (no admin writes, no proxied requests) and report its CPU per change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if p.writes < 2 || p.workers <= 0 || p.proxyN <= 0 {
 		return fmt.Errorf("--writes must be at least 2, --workers and --proxy-n positive")
 	}
-	if *skipSQLite && p.dbURL == "" {
-		return fmt.Errorf("--skip-sqlite needs --database-url")
-	}
-	p.sqlite = !*skipSQLite
 	logf := bench.Logf
-	var rs []result
-	if p.sqlite {
-		r, err := runStore(ctx, p, "", logf)
-		if err != nil {
-			return fmt.Errorf("sqlite: %w", err)
-		}
-		rs = append(rs, r)
+	r, err := runStore(ctx, p, "", logf)
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
 	}
+	rs := []result{r}
 	if p.dbURL != "" {
 		r, err := runStore(ctx, p, p.dbURL, logf)
 		if err != nil {
@@ -173,15 +148,6 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 			proxyURL = pr.URL
 		}
 	}
-	listenerAdmin := ""
-	if p.listener && res.replicas > 1 {
-		pr, err := st.StartProxy(bench.ProxyOptions{Label: "proxy-listener", DatabaseURL: dburl, Token: token, Env: env})
-		if err != nil {
-			return res, err
-		}
-		listenerAdmin = pr.AdminURL
-		pids["listener"] = pr.Proc.Pid()
-	}
 	key, _, err := bench.Seed(&harness.Admin{Base: admins[0], Token: token}, sim.VendorUpstream())
 	if err != nil {
 		return res, fmt.Errorf("seed: %w", err)
@@ -226,13 +192,13 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		err error
 	}
 	done := make(chan loadDone, 1)
-	prof, err := startProfiles(ctx, p, dir, res, admins, listenerAdmin, token, pids)
+	prof, err := startProfiles(ctx, p, dir, res, admins, token, pids)
 	if err != nil {
 		return res, err
 	}
 	cpu0 := bench.ReadCPUClock(pids)
 	go func() {
-		l, err := bench.HammerAdminPaced(ctx, admins, token, "load", p.workers, p.writes, p.rate)
+		l, err := bench.HammerAdmin(ctx, admins, token, "load", p.workers, p.writes)
 		done <- loadDone{l, err}
 	}()
 	var ld loadDone
@@ -261,13 +227,6 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 		}
 	}
 	res.cpu = bench.ReadCPUClock(pids).Since(cpu0).Procs
-	if listenerAdmin != "" && ld.err == nil {
-		// The listener's share ends when it has applied the last change.
-		if err := caughtUp(ctx, listenerAdmin, admins[0], token); err != nil {
-			return res, err
-		}
-		res.cpu["listener"] = bench.ReadCPUClock(pids).Since(cpu0).Procs["listener"]
-	}
 	if res.profile, err = prof.report(ctx); err != nil {
 		return res, err
 	}
@@ -276,51 +235,6 @@ func runStore(ctx context.Context, p params, pgURL string, logf func(string, ...
 	}
 	res.load = ld.l
 	return res, nil
-}
-
-// caughtUp waits until the replica at admin serves the configuration
-// generation the one at writer reports.
-func caughtUp(ctx context.Context, admin, writer, token string) error {
-	status := func(url string) (admincfg, error) {
-		var s admincfg
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/admin/v1/status", nil)
-		if err != nil {
-			return s, err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return s, err
-		}
-		defer res.Body.Close()
-		return s, json.NewDecoder(res.Body).Decode(&s)
-	}
-	want, err := status(writer)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := status(admin)
-		if err != nil {
-			return err
-		}
-		if got.Snapshot.Generation >= want.ConfigGeneration {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("listener at generation %d, want %d", got.Snapshot.Generation, want.ConfigGeneration)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// admincfg is what caughtUp reads of GET /admin/v1/status.
-type admincfg struct {
-	ConfigGeneration int64 `json:"config_generation"`
-	Snapshot         struct {
-		Generation int64 `json:"generation"`
-	} `json:"snapshot"`
 }
 
 // noStall judges r's proxy path under the admin load (see slowdownGoal
@@ -375,10 +289,8 @@ func markdown(p params, rs []result) string {
 			bench.Ms(bench.Percentile(r.quiet, .99)), bench.Ms(bench.Percentile(r.loaded, .99)), bench.Ms(bench.Percentile(r.loaded, 1)),
 			bench.Slowdown(r.quiet, r.loaded, .5), p99, cells, bench.MetMark(ok))
 	}
-	b.WriteString("\nCPU each process used while the admin load ran, per configuration change (each write is one change, and\n" +
-		"every replica applies every change: its own through the rebuild its admin call runs, the others' on NOTIFY;\n" +
-		"replica A also serves the c=1 proxied requests, each replica its share of the admin calls):\n\n")
-	b.WriteString("| store | changes | replica A | replica B | replica C | listener only | simulator |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\nCPU each process used while the admin load ran, per configuration change:\n\n")
+	b.WriteString("| store | changes | replica A | replica B | replica C | simulator |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		n := len(r.load.Creates) + len(r.load.Patches)
 		cell := func(k string) string {
@@ -388,41 +300,8 @@ func markdown(p params, rs []result) string {
 			}
 			return fmt.Sprintf("%.2f ms (%.1f CPU-s)", bench.Ms(d)/float64(n), d.Seconds())
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.label, n, cell("proxy-0"), cell("proxy-1"), cell("proxy-2"), cell("listener"), cell("sim"))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.label, n, cell("proxy-0"), cell("proxy-1"), cell("proxy-2"), cell("sim"))
 	}
-	fmt.Fprintf(&b, `
-Method (conformance/bench/cmd/adminload). bin/sim and bin/proxy on loopback (SQLite: one proxy on a
-fresh file; PostgreSQL: three replicas on a fresh schema, replica A migrating first), one upstream
-and one principal with a key. %d admin clients send %d writes in all: each creates a principal
-(POST /admin/v1/principals), then patches its allowed models (PATCH), timed one by one; on
-PostgreSQL the clients are spread over the three replicas, so every write is also a NOTIFY and a
-snapshot rebuild on each replica. Writes per second are each kind's count over the whole run's
-time. The proxy path is measured on replica A at c=1: %d requests before the admin load, then
-requests one after another for as long as the load runs.
-`, p.workers, p.writes, p.proxyN)
-	if p.bareBin != "" {
-		fmt.Fprintf(&b, `The control is a bare reverse proxy (cmd/bareproxy, the baseline of the overhead section) to the same
-simulator, sent one request in turn with replica A in both phases (the order alternating). It does no
-admin work, so its slowdown is what the saturated machine alone does to a proxy's tail on these two
-cores, where the replicas, the database server, the simulator and the load generator all run (in a
-deployment they would not share replica A's cores). A stall is a request over 1 s, or replica A's p99
-growing more than %.0fx and more than %.2f times the control's growth: the admin work holding up the
-proxy path beyond the CPU it takes.
-`, slowdownGoal, controlMargin)
-	}
-	if p.rate > 0 {
-		fmt.Fprintf(&b, "The admin clients were paced to at most %.0f writes per second in all (--rate).\n", p.rate)
-	}
-	if p.listener {
-		b.WriteString(`The listener-only replica (--listener) is a fourth one on PostgreSQL that takes no admin write and no
-proxied request: its CPU, counted until it has applied the last change, is what applying the others'
-changes on NOTIFY costs a replica, alone.
-`)
-	}
-	if p.profileTop != "" {
-		fmt.Fprintf(&b, `Each proxy was CPU-profiled through its /debug/pprof/ (PROXY_DEBUG_PPROF=true) in one-second
-windows while the load ran; the CPU each process used and the profile tops are in %s.
-`, p.profileTop)
-	}
+	fmt.Fprintf(&b, "\n%d admin clients, %d writes per store, %d quiet c=1 requests (method: the section's notes).\n", p.workers, p.writes, p.proxyN)
 	return b.String()
 }

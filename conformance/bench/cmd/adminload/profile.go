@@ -22,24 +22,15 @@ type profiles struct {
 	before   bench.CPUClock
 	started  time.Time
 	replicas []*bench.Profiler
-	trace    *bench.Profiler
-	// listener profiles the listener-only replica (--listener).
-	listener *bench.Profiler
 }
 
 // startProfiles starts profiling when --profile-top is set (else it
 // returns nil, whose report is empty).
-func startProfiles(ctx context.Context, p params, tmp string, res result, admins []string, listener, token string, pids map[string]int) (*profiles, error) {
+func startProfiles(ctx context.Context, p params, tmp string, res result, admins []string, token string, pids map[string]int) (*profiles, error) {
 	if p.profileTop == "" {
 		return nil, nil
 	}
-	dir := p.profileDir
-	if dir == "" {
-		dir = tmp
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
+	dir := tmp
 	pr := &profiles{label: res.label, dir: dir, pids: pids}
 	store := "sqlite"
 	if res.replicas > 1 {
@@ -48,16 +39,6 @@ func startProfiles(ctx context.Context, p params, tmp string, res result, admins
 	for i, a := range admins {
 		pr.replicas = append(pr.replicas, &bench.Profiler{AdminURL: a, Token: token, Window: time.Second,
 			Dir: dir, Prefix: fmt.Sprintf("adminload-%s-proxy-%d", store, i)})
-	}
-	if p.profileTrace {
-		pr.trace = &bench.Profiler{AdminURL: admins[0], Token: token, Window: time.Second, Trace: true,
-			Dir: dir, Prefix: fmt.Sprintf("adminload-%s-proxy-0", store)}
-		pr.trace.Start(ctx)
-	}
-	if listener != "" {
-		pr.listener = &bench.Profiler{AdminURL: listener, Token: token, Window: time.Second,
-			Dir: dir, Prefix: fmt.Sprintf("adminload-%s-listener", store)}
-		pr.listener.Start(ctx)
 	}
 	pr.before, pr.started = bench.ReadCPUClock(pids), time.Now()
 	for _, r := range pr.replicas {
@@ -112,30 +93,8 @@ func (pr *profiles) report(ctx context.Context) (string, error) {
 	if err := top("proxy-0, by cumulative time", files[0], true); err != nil {
 		return "", err
 	}
-	if pr.trace != nil {
-		traces, err := pr.trace.Stop()
-		if err != nil {
-			return "", err
-		}
-		sched, err := bench.SchedProfiles(ctx, traces)
-		if err != nil {
-			return "", err
-		}
-		if err := top("proxy-0: waiting for a processor (scheduler latency from execution traces), by cumulative time", sched, true); err != nil {
-			return "", err
-		}
-	}
 	if len(files) > 1 {
 		if err := top("the other replicas merged, by flat time", slices.Concat(files[1:]...), false); err != nil {
-			return "", err
-		}
-	}
-	if pr.listener != nil {
-		f, err := pr.listener.Stop()
-		if err != nil {
-			return "", err
-		}
-		if err := top("the listener-only replica, by cumulative time", f, true); err != nil {
 			return "", err
 		}
 	}

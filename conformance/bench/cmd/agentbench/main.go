@@ -193,11 +193,11 @@ func run(ctx context.Context, args []string) error {
 	fmt.Fprintf(&b, "| measure | calls | p50 | p99 | CPU a call | target | met |\n|---|---:|---:|---:|---:|---|---|\n")
 	for _, pc := range pools {
 		d := creates[pc.pool]
-		fmt.Fprintf(&b, "| CreateVolume, %s: %s | %d | %s | %s | %s | p50 < %s | %s |\n", pc.label, pc.note, len(d), msText(pct(d, 50)), msText(pct(d, 99)), msText(cpu[pc.pool]), msText(createTarget), met(pct(d, 50) < createTarget))
+		fmt.Fprintf(&b, "| CreateVolume, %s: %s | %d | %s | %s | %s | p50 < %s | %s |\n", pc.label, pc.note, len(d), msText(pct(d, 50)), msText(pct(d, 99)), msText(cpu[pc.pool]), msText(createTarget), bench.MetMark(pct(d, 50) < createTarget))
 	}
 	fmt.Fprintf(&b, "| ListPools (the controller's readiness check before each create; 3 pools, each asked at once) | %d | %s | %s | | | |\n", len(listPools), msText(pct(listPools, 50)), msText(pct(listPools, 99)))
 	fmt.Fprintf(&b, "| one simulated tool call (`vgs`, a process of pillar-agent-sim) | %d | %s | %s | | | |\n", len(tool), msText(pct(tool, 50)), msText(pct(tool, 99)))
-	fmt.Fprintf(&b, "| empty gRPC call (health check), mTLS, one connection | %d | %s | %s | | p99 < %s | %s |\n", len(rttTLS), us(pct(rttTLS, 50)), us(pct(rttTLS, 99)), msText(rttTarget), met(pct(rttTLS, 99) < rttTarget))
+	fmt.Fprintf(&b, "| empty gRPC call (health check), mTLS, one connection | %d | %s | %s | | p99 < %s | %s |\n", len(rttTLS), us(pct(rttTLS, 50)), us(pct(rttTLS, 99)), msText(rttTarget), bench.MetMark(pct(rttTLS, 99) < rttTarget))
 	fmt.Fprintf(&b, "| empty gRPC call, plaintext (baseline) | %d | %s | %s | | | |\n", len(rttPlain), us(pct(rttPlain, 50)), us(pct(rttPlain, 99)))
 	fmt.Fprintf(&b, "\nmTLS ÷ plaintext, p99: %.2fx. CreateVolume p50 in simulated tool calls: LVM thin %.1f, LVM linear %.1f, ZFS %.1f.\n",
 		ratio(pct(rttTLS, 99), pct(rttPlain, 99)),
@@ -262,11 +262,4 @@ func ratio(a, b time.Duration) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "**missed**"
 }

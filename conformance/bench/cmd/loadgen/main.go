@@ -44,7 +44,6 @@ func run(ctx context.Context, args []string) error {
 	bedrockOut := fs.String("bedrock-out", "", "write the Bedrock section here")
 	tailBin := fs.String("tail-proxy", "", "only the tail analysis: run this traced build of bin/proxy (conformance/bench/cmd/tracedproxy) through an interleaved series and break its slowest 1% down by what the gateway was doing")
 	tailOut := fs.String("tail-out", "", "write the tail analysis here")
-	abProxy := fs.String("control-proxy", "", "the control path is a second gateway built from this binary (seeded like bin/proxy) instead of a second bareproxy, so two builds meet the same rounds: an A/B of a change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,13 +77,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	targets := s.targets
-	if *abProxy != "" {
-		ab, err := st.StartProxy(bench.ProxyOptions{Label: "control-proxy", Bin: *abProxy, Upstream: s.sim.VendorUpstream()})
-		if err != nil {
-			return err
-		}
-		targets[bench.Control] = bench.Target{Name: "control", BaseURL: ab.URL, Key: ab.Key}
-	}
 	rep, err := bench.Run(ctx, c, targets, p, bench.Logf)
 	if err != nil {
 		return err
@@ -229,11 +221,7 @@ func tail(ctx context.Context, st *bench.Stack, c *bench.Client, bareBin, traced
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Where the slowest 1%% of the gateway's requests waited\n\n")
-	fmt.Fprintf(&b, "A separate interleaved run (%d rounds of each kind) against `tracedproxy`, bin/proxy with a Go execution\n", n)
-	b.WriteString("trace of its whole run. Each request of the gateway path is a wall-clock window (the load generator's\n")
-	b.WriteString("send to its last byte, or to the first event), matched against the trace through its clock snapshots.\n")
-	b.WriteString("A window overlaps an activity when at least 20 µs of the activity fall inside it; \"largest overlap\"\n")
-	b.WriteString("is the activity that covered most of the window. Figures on this traced run (the trace itself costs time):\n\n")
+	fmt.Fprintf(&b, "A separate interleaved run (%d rounds of each kind) against `tracedproxy` (method: the section's notes):\n\n", n)
 	b.WriteString(ir.Table())
 	b.WriteString("\nNon-streaming:\n\n")
 	b.WriteString(bench.TailTable(bd[0], bd[1]))

@@ -276,16 +276,5 @@ func markdown(rs []result, n int) string {
 		fmt.Fprintf(&b, "%s %.1f MB", r.store, r.baseMB)
 	}
 	b.WriteString(".\n")
-	b.WriteString(`
-Method (conformance/bench/cmd/rebuild; the same as ` + "`BenchmarkRebuildAtScale`" + ` in impl/gateway/snapshot). The rows are
-written in bulk (impl/testing/scaleseed: every upstream an API-key upstream with a sealed credential,
-every principal with its built-in router, the custom chains pinning two upstreams each), then the
-configuration is read and the snapshot built n times in this process, with the garbage collector set
-as bin/proxy sets it (server.TuneGC: GOGC=400 unless GOGC is set); then each kind of change is
-committed n times, each followed by one incremental rebuild (timed: the change's commit is not), and the
-last snapshot is checked against a full build (snapshot.Describe). Snapshot heap: the live heap
-after a build once its configuration read is dropped. CPU per rebuild counts this process only (on
-PostgreSQL the server's share is not in it) and includes garbage collection.
-`)
 	return b.String()
 }

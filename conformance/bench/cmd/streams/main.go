@@ -13,11 +13,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,26 +37,7 @@ type params struct {
 	warmup     int
 	binDir     string
 	out        string
-	profileDir string
-	proxyEnv   envFlag
 	tolG, tolF int
-}
-
-// envFlag collects repeated --proxy-env NAME=VALUE settings.
-type envFlag map[string]string
-
-func (e *envFlag) String() string { return fmt.Sprint(map[string]string(*e)) }
-
-func (e *envFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want NAME=VALUE, got %q", v)
-	}
-	if *e == nil {
-		*e = envFlag{}
-	}
-	(*e)[k] = val
-	return nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -73,8 +52,6 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&p.tolF, "tolerance-fds", 4, "descriptors likewise")
 	fs.StringVar(&p.binDir, "bin-dir", "bin", "directory of bin/proxy and bin/sim")
 	fs.StringVar(&p.out, "out", "", "write the markdown section here")
-	fs.Var(&p.proxyEnv, "proxy-env", "NAME=VALUE in the proxy's environment (repeatable; e.g. GOGC=200 to compare collector settings)")
-	fs.StringVar(&p.profileDir, "profile-dir", "", "start the proxy with /debug/pprof and save its heap and goroutine profiles here while all streams are open")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +75,7 @@ func run(ctx context.Context, args []string) error {
 	defer os.RemoveAll(dir)
 	st := bench.NewStack(p.binDir, dir)
 	defer st.Stop()
-	s, err := start(st, p.profileDir != "", p.proxyEnv)
+	s, err := start(st)
 	if err != nil {
 		return err
 	}
@@ -115,19 +92,12 @@ type stack struct {
 	proxy *bench.Proxy
 }
 
-func start(st *bench.Stack, pprof bool, extraEnv map[string]string) (*stack, error) {
+func start(st *bench.Stack) (*stack, error) {
 	sim, err := st.StartSim()
 	if err != nil {
 		return nil, err
 	}
-	env := map[string]string{}
-	for k, v := range extraEnv {
-		env[k] = v
-	}
-	if pprof {
-		env["PROXY_DEBUG_PPROF"] = "true"
-	}
-	px, err := st.StartProxy(bench.ProxyOptions{Env: env, Upstream: sim.VendorUpstream()})
+	px, err := st.StartProxy(bench.ProxyOptions{Upstream: sim.VendorUpstream()})
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +173,7 @@ func burst(ctx context.Context, c *http.Client, url, key, fault, reqBody string,
 				errs[i] = fmt.Errorf("status %d", res.StatusCode)
 				return
 			}
-			r, err := bench.ReadSSE(res.Body, func() { ttfe[i] = time.Since(t0); opened.Add(1) })
+			r, err := bench.ReadSSE(res.Body, nil, func() { ttfe[i] = time.Since(t0); opened.Add(1) })
 			switch {
 			case err != nil:
 				errs[i] = err
@@ -261,11 +231,6 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 		return nil, err
 	}
 	r.idle = r.clean
-	if p.profileDir != "" {
-		if err := s.saveProfiles(p.profileDir, "idle-"); err != nil {
-			return nil, err
-		}
-	}
 
 	// held runs n streams that pause after their first event, samples the
 	// proxy once all n are open, and checks none had ended by then.
@@ -295,11 +260,6 @@ func measure(ctx context.Context, s *stack, p params, logf func(string, ...any))
 				return nil, fmt.Errorf("%d streams had ended before the sample: raise --hold above %v", done.Load(), p.hold)
 			}
 			r.open = o
-			if p.profileDir != "" {
-				if err := s.saveProfiles(p.profileDir, "open-"); err != nil {
-					return nil, err
-				}
-			}
 		}
 		<-fin
 		c.CloseIdleConnections()
@@ -369,39 +329,6 @@ func (s *stack) settled(ok func(bench.ProcSample) bool) (bench.ProcSample, error
 	}
 }
 
-// saveProfiles fetches the proxy's heap (after a collection, so in-use is
-// live memory; taken after the RSS sample) and goroutine profiles into dir
-// as <prefix>heap.pb.gz and <prefix>goroutine.pb.gz, for go tool pprof
-// (-base the idle ones for what the open streams hold and allocated).
-func (s *stack) saveProfiles(dir, prefix string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, name := range []string{"heap", "goroutine"} {
-		req, err := http.NewRequest(http.MethodGet, s.proxy.AdminURL+"/debug/pprof/"+name+"?gc=1", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+s.proxy.Admin.Token)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return fmt.Errorf("profile %s: %w", name, err)
-		}
-		b, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			return fmt.Errorf("profile %s: %w", name, err)
-		}
-		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("profile %s: status %d (is debug.pprof on?)", name, res.StatusCode)
-		}
-		if err := os.WriteFile(filepath.Join(dir, prefix+name+".pb.gz"), b, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (r *results) markdown(p params) string {
 	d99, p99 := bench.Percentile(r.direct, .99), bench.Percentile(r.proxied, .99)
 	d50, p50 := bench.Percentile(r.direct, .50), bench.Percentile(r.proxied, .50)
@@ -426,22 +353,7 @@ func (r *results) markdown(p params) string {
 	fmt.Fprintf(&b, "| of which per open stream: Go heap in use / goroutine stacks | %.1f / %.1f KB | | |\n",
 		bench.PerStreamKB(r.idle.HeapKB, r.open.HeapKB, r.n), bench.PerStreamKB(r.idle.StackKB, r.open.StackKB, r.n))
 	fmt.Fprintf(&b, "\nLeaks: %s.\n", leak)
-	fmt.Fprintf(&b, `
-Method (conformance/bench/cmd/streams). bin/sim and bin/proxy (fresh SQLite, one upstream, one
-principal) on loopback, every process on the same 2 cores. After a warm-up of %d streams the simulator is restarted
-(closing the proxy's pooled upstream connections) and the proxy is sampled idle (also the leak
-baseline): VmRSS from /proc/<pid>/status, open descriptors in /proc/<pid>/fd, go_goroutines from
-its /metrics. Then %d streams are opened at once, each on its own connection, first straight to the
-simulator and then through the proxy; the simulator pauses each after its first event
-(x-sim-fault first_event_delay_ms=%d), so all are open together, and the proxy is sampled once every
-stream has its first event (RSS per stream = growth over idle ÷ streams). Time to first event runs
-from the request's start (a new connection each) to the end of message_start. Every stream must be a
-200 ending in message_stop with every event, or the run fails. CPU per event: the same %d streams
-run twice without pause, with %d and %d content deltas each (%d and %d events); the proxy's
-user+system time (/proc/<pid>/stat) of the second run minus the first, over the extra events, so
-per-connection and per-request work cancels. Leaks: the simulator is stopped (closing the proxy's
-idle upstream connections), then the proxy must be back within %d goroutines and %d descriptors
-of its idle sample.
-`, p.warmup, r.n, p.hold.Milliseconds(), r.n, p.few, p.many, r.fewEvents, r.manyEvts, p.tolG, p.tolF)
+	fmt.Fprintf(&b, "\n%d streams held %v after a warm-up of %d; CPU runs of %d and %d events a stream (method: the section's notes).\n",
+		r.n, p.hold, p.warmup, r.fewEvents, r.manyEvts)
 	return b.String()
 }

@@ -410,15 +410,22 @@ async function principalsPage() {
     el("td", {}, [...(p.default_limits || []).map((l) => `${l.max} ${l.kind} / ${l.window_secs}s`),
       ...(p.max_in_flight ? [`at most ${p.max_in_flight} in flight (then queued)`] : [])].join(", ") || "none"),
     el("td", {}, p.cache_keepalive && p.cache_keepalive.enabled ? "on" : "off"),
+    // Capture keeps this principal's prompts and answers (docs/capture.md):
+    // marked, so no one turns it on unseen.
+    el("td", { "data-capture": p.capture_exchanges ? "on" : "off" }, p.capture_exchanges ? el("strong", { class: "capture-on" }, "captured") : "off"),
     el("td", {},
       el("button", { type: "button", "data-read": true, onclick: () => principalDetail(p.id) }, "Keys & chain"), " ",
       el("button", { type: "button", onclick: async () => {
         try { await api("POST", `/admin/v1/principals/${p.id}/${p.enabled ? "disable" : "enable"}`, undefined, { "If-Match": `"${p.revision}"` }); route(); } catch (e) { showError(e); }
-      } }, p.enabled ? "Disable" : "Enable"))));
+      } }, p.enabled ? "Disable" : "Enable"), " ",
+      el("button", { type: "button", "data-capture-toggle": p.name, onclick: async () => {
+        try { await api("PATCH", `/admin/v1/principals/${p.id}`, { capture_exchanges: !p.capture_exchanges }, { "If-Match": `"${p.revision}"` }); route(); } catch (e) { showError(e); }
+      } }, p.capture_exchanges ? "Stop capturing" : "Capture exchanges"))));
   const form = el("form", { class: "inline", id: "principal-create", onsubmit: async (ev) => {
     ev.preventDefault();
     const body = { name: $("#pr-name").value, kind: "machine", allowed_models: $("#pr-models").value.split(",").map((s) => s.trim()).filter(Boolean) };
     if ($("#pr-ka").checked) body.cache_keepalive = { enabled: true };
+    if ($("#pr-capture").checked) body.capture_exchanges = true;
     const rpm = $("#pr-rpm").value.trim();
     if (rpm) body.default_limits = [{ kind: "requests", window_secs: 60, max: Number(rpm) }];
     const cap = $("#pr-cap").value.trim();
@@ -430,10 +437,12 @@ async function principalsPage() {
   field("Requests per minute (empty: no limit)", el("input", { id: "pr-rpm", type: "number", min: "1" })),
   field("Max in flight, past it queued (empty: no cap)", el("input", { id: "pr-cap", type: "number", min: "0", max: "10000" })),
   el("label", {}, "Prompt-cache keep-alive", el("input", { id: "pr-ka", type: "checkbox" })),
+  el("label", { title: "Keeps request and response bodies, sealed, for the capture retention; readable by admin, operator and auditor" },
+    "Capture exchanges (bodies kept)", el("input", { id: "pr-capture", type: "checkbox" })),
   el("button", { class: "primary", type: "submit" }, "Create principal"));
   return [
     el("section", { "aria-labelledby": "h-prs" }, el("h2", { id: "h-prs" }, "Principals"),
-      table(["Name", "State", "Allowed models", "Limits", "Keep-alive", "Actions"], rows)),
+      table(["Name", "State", "Allowed models", "Limits", "Keep-alive", "Capture", "Actions"], rows)),
     el("section", { "aria-labelledby": "h-prc" }, el("h2", { id: "h-prc" }, "New principal"), form),
     el("section", { id: "principal-detail", hidden: true })];
 }
@@ -810,6 +819,12 @@ async function requestsPage() {
     el("td", { "data-dialect": e.dialect || "" }, e.stream ? "stream" : "—", e.dialect === "openai" ? el("div", { class: "hint" }, "OpenAI") : null),
     el("td", { class: "num" }, num(e.input_tokens)), el("td", { class: "num" }, num(e.output_tokens)),
     el("td", { class: "num" }, num(e.cache_read_input_tokens)), el("td", { class: "num" }, ms(e.ttfb_ms)), el("td", { class: "num" }, ms(e.duration_ms)),
+    // A captured exchange is marked for everyone who reads the log; only
+    // a role holding capture can open its bodies. Cost stays the last
+    // column.
+    el("td", {}, !e.captured ? "" : can("capture")
+      ? el("button", { type: "button", class: "captured", "data-read": true, "data-exchange": e.id, onclick: () => openExchange(e.id) }, "captured")
+      : el("span", { class: "captured hint", title: "The bodies of this request were captured; your role may not read them." }, "captured")),
     el("td", { class: "num", title: e.price_version ? `priced with catalog ${e.price_version}` : "not priced" }, e.cost_usd === null ? "—" : "$" + e.cost_usd)));
   const pager = el("div", { class: "row pager" },
     el("button", { type: "button", id: "log-newer", "data-read": true, disabled: !cursor, onclick: () => { logCursors.pop(); go({ cursor: logCursors[logCursors.length - 1] }); } }, "← Newer"),
@@ -817,8 +832,25 @@ async function requestsPage() {
     el("span", { class: "hint" }, `${page.events.length} requests on this page, newest first`));
   return [
     el("section", { "aria-labelledby": "h-rl" }, el("h2", { id: "h-rl" }, "Request log"), form),
-    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "First byte", "Duration", "Cost"], rows)
-      : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager)];
+    el("section", {}, page.events.length ? table(["At (UTC)", "Principal", "Upstream", "Model", "Status", "Mode", "Input", "Output", "Cache read", "First byte", "Duration", "Bodies", "Cost"], rows)
+      : el("p", { class: "hint", id: "log-empty" }, "No request matches."), pager),
+    el("section", { id: "exchange", hidden: true, "aria-labelledby": "h-ex" })];
+}
+
+// openExchange shows a captured exchange's bodies; the server audits the
+// read. The bodies are shown as text, never as HTML.
+async function openExchange(id) {
+  const panel = $("#exchange");
+  try {
+    const { data: x } = await api("GET", `/admin/v1/request-events/${encodeURIComponent(id)}/exchange`);
+    panel.replaceChildren(el("h2", { id: "h-ex" }, `Captured exchange ${x.event_id}`),
+      ...(x.truncated ? [el("p", { class: "hint", id: "exchange-truncated" }, "A body was longer than the capture cap and is cut short.")] : []),
+      el("h3", {}, "Request as received"), el("pre", { class: "body", id: "exchange-request" }, x.request),
+      el("h3", {}, "Response as sent"), el("pre", { class: "body", id: "exchange-response" }, x.response),
+      el("button", { type: "button", "data-read": true, onclick: () => { panel.hidden = true; panel.replaceChildren(); } }, "Close"));
+    panel.hidden = false;
+    panel.scrollIntoView();
+  } catch (e) { showError(e); }
 }
 
 // --------------------------------------------------------------- audit

@@ -346,7 +346,7 @@ func (s *Store) ListUsageRollups(ctx context.Context, since time.Time) ([]store.
 	return rs, s.d.classify(err)
 }
 
-var pruneColumn = map[string]string{"request_events": "at", "audit_log": "at", "upstream_affinity": "last_used_at"}
+var pruneColumn = map[string]string{"request_events": "at", "audit_log": "at", "upstream_affinity": "last_used_at", "captured_exchanges": "at"}
 
 func (s *Store) Prune(ctx context.Context, table string, before time.Time) (int64, error) {
 	col, ok := pruneColumn[table]

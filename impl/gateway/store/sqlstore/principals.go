@@ -11,7 +11,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-const principalCols = `id, name, kind, enabled, revision, allowed_models, default_limits, cache_keepalive, created_at, updated_at, max_in_flight`
+const principalCols = `id, name, kind, enabled, revision, allowed_models, default_limits, cache_keepalive, created_at, updated_at, max_in_flight, capture_exchanges`
 
 func scanPrincipal(r scanner, p *store.Principal) error {
 	var c principalScan
@@ -28,7 +28,7 @@ type principalScan struct {
 
 func (c *principalScan) scan(r scanner, p *store.Principal) error {
 	if err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Enabled, &p.Revision, &c.models, &c.limits, &c.ka,
-		reqTime{&p.CreatedAt}, reqTime{&p.UpdatedAt}, &p.MaxInFlight); err != nil {
+		reqTime{&p.CreatedAt}, reqTime{&p.UpdatedAt}, &p.MaxInFlight, &p.CaptureExchanges); err != nil {
 		return err
 	}
 	var ok bool
@@ -48,7 +48,7 @@ func (c *principalScan) scan(r scanner, p *store.Principal) error {
 }
 
 // principalJoin reads principalCols joined (a full read's).
-var principalJoin = newJoinSpec("principals", principalCols, "enabled revision created_at updated_at max_in_flight", "cache_keepalive", "id", false, "", 0)
+var principalJoin = newJoinSpec("principals", principalCols, "enabled revision created_at updated_at max_in_flight capture_exchanges", "cache_keepalive", "id", false, "", 0)
 
 var principalTable = &table[store.Principal]{
 	sel: "SELECT " + principalCols + " FROM principals ", byID: "WHERE id = ?", order: " ORDER BY created_at, id",
@@ -98,9 +98,9 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) (*store.
 	ch.touch(changePrincipal, id)
 	err := s.tx(ctx, ch, func(tx *txn) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO principals (id, name, kind, enabled, revision, allowed_models, default_limits,
-			cache_keepalive, created_at, updated_at, max_in_flight) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`,
+			cache_keepalive, created_at, updated_at, max_in_flight, capture_exchanges) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`,
 			id, p.Name, p.Kind, p.Enabled, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits),
-			jsonOptional(p.CacheKeepalive), s.d.t(now), s.d.t(now), p.MaxInFlight); err != nil {
+			jsonOptional(p.CacheKeepalive), s.d.t(now), s.d.t(now), p.MaxInFlight, p.CaptureExchanges); err != nil {
 			return err
 		}
 		// Every principal starts with the built-in router at order 0.
@@ -132,8 +132,8 @@ func (s *Store) updatePrincipal(ctx context.Context, id string, expect int64, se
 }
 
 func (s *Store) UpdatePrincipal(ctx context.Context, id string, expect int64, p store.Principal) (*store.Principal, error) {
-	return s.updatePrincipal(ctx, id, expect, "name = ?, kind = ?, allowed_models = ?, default_limits = ?, cache_keepalive = ?, max_in_flight = ?",
-		p.Name, p.Kind, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits), jsonOptional(p.CacheKeepalive), p.MaxInFlight)
+	return s.updatePrincipal(ctx, id, expect, "name = ?, kind = ?, allowed_models = ?, default_limits = ?, cache_keepalive = ?, max_in_flight = ?, capture_exchanges = ?",
+		p.Name, p.Kind, jsonModels(p.AllowedModels), jsonLimits(p.DefaultLimits), jsonOptional(p.CacheKeepalive), p.MaxInFlight, p.CaptureExchanges)
 }
 
 func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p store.PrincipalPatch) (*store.Principal, error) {
@@ -160,6 +160,9 @@ func (s *Store) PatchPrincipal(ctx context.Context, id string, expect int64, p s
 	}
 	if p.MaxInFlight != nil {
 		add("max_in_flight", *p.MaxInFlight)
+	}
+	if p.CaptureExchanges != nil {
+		add("capture_exchanges", *p.CaptureExchanges)
 	}
 	return s.updatePrincipal(ctx, id, expect, set, args...)
 }

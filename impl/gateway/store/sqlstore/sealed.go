@@ -52,6 +52,15 @@ var sealedColumns = []sealedColumn{
 			return []any{v.WebhookID}, err
 		},
 	},
+	{
+		kind:   store.SealedCapturedExchange,
+		query:  "SELECT event_id, principal_id, sealed FROM captured_exchanges ORDER BY event_id",
+		update: "UPDATE captured_exchanges SET sealed = ? WHERE event_id = ?",
+		scan: func(rows scanner, v *store.Sealed) ([]any, error) {
+			err := rows.Scan(&v.ExchangeID, &v.PrincipalID, &v.Ciphertext)
+			return []any{v.ExchangeID}, err
+		},
+	},
 }
 
 const upstreamCredentials = "SELECT id, kind, base_url, oauth_token_url, credential FROM upstreams WHERE credential IS NOT NULL ORDER BY id"

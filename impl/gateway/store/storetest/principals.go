@@ -14,6 +14,7 @@ func exercisePrincipals(t *testing.T, open Opener) {
 	t.Run("Principals", func(t *testing.T) { run(t, open, testPrincipals) })
 	t.Run("PrincipalConcurrency", func(t *testing.T) { run(t, open, testPrincipalConcurrency) })
 	t.Run("PrincipalMaxInFlight", func(t *testing.T) { run(t, open, testPrincipalMaxInFlight) })
+	t.Run("PrincipalCaptureExchanges", func(t *testing.T) { run(t, open, testPrincipalCaptureExchanges) })
 }
 
 // P-PR-1, P-PR-4, P-PR-5, P-PR-6, P-PR-7.
@@ -187,5 +188,49 @@ func testPrincipalMaxInFlight(t *testing.T, open Opener) {
 	}
 	if !found {
 		t.Fatal("the configuration read lost the cap")
+	}
+}
+
+// A principal's capture switch: off unless given, set by a create,
+// cleared by an update that leaves it out, set by a patch and kept by a
+// patch that does not name it, read by the configuration load (the
+// request path's source).
+func testPrincipalCaptureExchanges(t *testing.T, open Opener) {
+	b := setup(t, open)
+	if p := must(b.st.CreatePrincipal(b.ctx, principal("plain"))); p.CaptureExchanges {
+		t.Fatal("capture on by default")
+	}
+	spec := principal("audited")
+	spec.CaptureExchanges = true
+	p := must(b.st.CreatePrincipal(b.ctx, spec))
+	if !p.CaptureExchanges || !must(b.st.GetPrincipal(b.ctx, p.ID)).CaptureExchanges {
+		t.Fatal("created with capture, read without")
+	}
+	up := must(b.st.UpdatePrincipal(b.ctx, p.ID, p.Revision, principal("audited")))
+	if up.CaptureExchanges {
+		t.Fatal("an update without capture kept it on")
+	}
+	on := true
+	pp := must(b.st.PatchPrincipal(b.ctx, p.ID, up.Revision, store.PrincipalPatch{CaptureExchanges: &on}))
+	if !pp.CaptureExchanges || pp.Revision != up.Revision+1 {
+		t.Fatalf("patched %+v", pp)
+	}
+	name := "renamed"
+	if kept := must(b.st.PatchPrincipal(b.ctx, p.ID, pp.Revision, store.PrincipalPatch{Name: &name})); !kept.CaptureExchanges {
+		t.Fatal("a patch of another field turned capture off")
+	}
+	found := false
+	for _, c := range must(b.st.LoadConfig(b.ctx)).Principals {
+		if c.ID == p.ID {
+			found = c.CaptureExchanges
+		}
+	}
+	if !found {
+		t.Fatal("the configuration read lost the capture switch")
+	}
+	for _, c := range must(b.st.ListPrincipals(b.ctx)) {
+		if c.ID == p.ID && !c.CaptureExchanges {
+			t.Fatal("the list lost the capture switch")
+		}
 	}
 }

@@ -30,6 +30,7 @@ func sealedFixture(t *testing.T, b *bundle) (up, deleted string, ka string) {
 	placeholder.Snapshot = []byte{0}
 	must(b.st.UpsertKeepAliveSession(b.ctx, placeholder))
 	must(b.st.CreateWebhook(b.ctx, store.Webhook{ID: "wh_r", Name: "r", URL: "https://hooks.example/a", Secret: []byte("ct-webhook"), Enabled: true}))
+	must(0, b.st.InsertCapturedExchanges(b.ctx, []store.CapturedExchange{{EventID: "ev_r", PrincipalID: "pr_r", At: now, Sealed: []byte("ct-exchange")}}))
 	return u.ID, d.ID, s.ID
 }
 
@@ -57,6 +58,8 @@ func testResealAll(t *testing.T, open Opener) {
 			seen = append(seen, v.Kind+":"+string(v.Ciphertext))
 		case store.SealedWebhookSecret:
 			seen = append(seen, v.Kind+":"+v.WebhookID+":"+v.BaseURL+":"+string(v.Ciphertext))
+		case store.SealedCapturedExchange:
+			seen = append(seen, v.Kind+":"+v.ExchangeID+":"+v.PrincipalID+":"+string(v.Ciphertext))
 		}
 		return append([]byte("new-"), v.Ciphertext...), nil
 	}))
@@ -67,9 +70,10 @@ func testResealAll(t *testing.T, open Opener) {
 		store.SealedUpstreamCredential + ":" + deleted + ":ct-gone",
 		store.SealedUpstreamCredential + ":" + up + ":ct-live",
 		store.SealedWebhookSecret + ":wh_r:https://hooks.example/a:ct-webhook",
+		store.SealedCapturedExchange + ":ev_r:pr_r:ct-exchange",
 	}
 	sort.Strings(want)
-	if n != 5 || len(seen) != 5 {
+	if n != 6 || len(seen) != 6 {
 		t.Fatalf("resealed %d: %q, want %q", n, seen, want)
 	}
 	for i := range want {
@@ -88,6 +92,9 @@ func testResealAll(t *testing.T, open Opener) {
 	}
 	if w := must(b.st.GetWebhook(b.ctx, "wh_r")); string(w.Secret) != "new-ct-webhook" {
 		t.Fatalf("webhook secret after reseal %q", w.Secret)
+	}
+	if x := must(b.st.GetCapturedExchange(b.ctx, "ev_r")); string(x.Sealed) != "new-ct-exchange" {
+		t.Fatalf("captured exchange after reseal %q", x.Sealed)
 	}
 	if g := must(b.st.ConfigGeneration(b.ctx)); g != gen {
 		t.Fatalf("generation %d after reseal, want %d unchanged", g, gen)
@@ -119,6 +126,9 @@ func testResealAllAborts(t *testing.T, open Opener) {
 	}
 	if w := must(b.st.GetWebhook(b.ctx, "wh_r")); string(w.Secret) != "ct-webhook" {
 		t.Fatalf("webhook secret changed by an aborted reseal: %q", w.Secret)
+	}
+	if x := must(b.st.GetCapturedExchange(b.ctx, "ev_r")); string(x.Sealed) != "ct-exchange" {
+		t.Fatalf("captured exchange changed by an aborted reseal: %q", x.Sealed)
 	}
 }
 

@@ -95,6 +95,7 @@ func Exercise(t *testing.T, open Opener) {
 	exerciseSealed(t, open)
 	exerciseOrigins(t, open)
 	exerciseWebhooks(t, open) // alert webhooks and alert episodes
+	exerciseCaptures(t, open) // captured exchanges
 	exerciseIdentity(t, open) // scoped admin tokens and the readable audit trail
 }
 
