@@ -24,7 +24,9 @@ filter='!bench'
 storage_focus=()
 if [ "${1:-}" = --storage ]; then
   filter='S-AG-14 || storage-e2e'
-  storage_focus=(-storage-e2e-focus='External Storage \[Driver: pillar-' -storage-e2e-timeout=150m)
+  # Ginkgo's own suite limit (1 h by default) must outlast the storage run,
+  # or it deletes the cluster under the last specs.
+  storage_focus=(-storage-e2e-focus='External Storage \[Driver: pillar-' -storage-e2e-timeout=150m -ginkgo.timeout=175m)
 fi
 
 bash scripts/docker.sh

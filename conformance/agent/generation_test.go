@@ -78,4 +78,47 @@ var _ = Describe("Export generations", func() {
 			Expect(stale).To(HaveKeyWithValue("method="+method, 1.0), method)
 		}
 	})
+
+	It("still refuses a request decided before the agent restarted (the generations are on the node's disk)", func() {
+		a := h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G"})
+		c := a.Client()
+		_, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "tank", Name: "pvc-restart", SizeBytes: 64 * mib})
+		Expect(err).NotTo(HaveOccurred())
+		ex, err := c.ExportVolume(h.Ctx(), &agentv1.ExportVolumeRequest{Pool: "tank", Name: "pvc-restart", AllowedHosts: []string{hostA}, SingleHost: true})
+		Expect(err).NotTo(HaveOccurred())
+		seenByOld := ex.Export.Generation
+		// The newer publication: A force-detached, B attached.
+		dn, err := c.DenyHost(h.Ctx(), &agentv1.DenyHostRequest{Pool: "tank", Name: "pvc-restart", HostNqn: hostA, Generation: seenByOld})
+		Expect(err).NotTo(HaveOccurred())
+		ex, err = c.ExportVolume(h.Ctx(), &agentv1.ExportVolumeRequest{Pool: "tank", Name: "pvc-restart", AllowedHosts: []string{hostB}, SingleHost: true, Generation: dn.Export.Generation})
+		Expect(err).NotTo(HaveOccurred())
+		current := ex.Export.Generation
+
+		// The agent crashes and comes back; its exports are in the target,
+		// its generations in its state directory.
+		a.Restart(true)
+		Expect(h.LogEvents(a.Proc, "msg", "exports_recovered")).To(ContainElement(HaveKeyWithValue("generations", BeNumerically("==", 1))))
+		c = a.Client()
+		list, err := c.ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "tank"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(list.Volumes).To(HaveLen(1))
+		Expect(list.Volumes[0].Export.Generation).To(Equal(current), "the restarted agent reports the generation it had")
+
+		// The old leader's unpublish of B and publish to A, decided before.
+		_, err = c.DenyHost(h.Ctx(), &agentv1.DenyHostRequest{Pool: "tank", Name: "pvc-restart", HostNqn: hostB, Generation: seenByOld})
+		Expect(codeOf(err)).To(Equal(codes.Aborted), "%v", err)
+		_, err = c.ExportVolume(h.Ctx(), &agentv1.ExportVolumeRequest{Pool: "tank", Name: "pvc-restart", AllowedHosts: []string{hostA}, Generation: seenByOld})
+		Expect(codeOf(err)).To(Equal(codes.Aborted), "%v", err)
+		list, err = c.ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "tank"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(list.Volumes[0].Export.AllowedHosts).To(Equal([]string{hostB}), "B is still the only host")
+
+		// Deleting the volume drops its generation; the file stays small.
+		_, err = c.UnexportVolume(h.Ctx(), &agentv1.UnexportVolumeRequest{Pool: "tank", Name: "pvc-restart", Generation: current})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-restart"})
+		Expect(err).NotTo(HaveOccurred())
+		a.Restart(false)
+		Expect(h.LogEvents(a.Proc, "msg", "exports_recovered")).To(ContainElement(HaveKeyWithValue("generations", BeNumerically("==", 0))))
+	})
 })

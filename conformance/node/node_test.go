@@ -554,3 +554,43 @@ var _ = DescribeTable("a restored snapshot and a clone are staged beside their m
 	Entry("ext4", "ext4"),
 	Entry("xfs", "xfs"),
 )
+
+// fsBytes is the size of the filesystem mounted at p.
+func fsBytes(p string) int64 {
+	var st unix.Statfs_t
+	Expect(unix.Statfs(p, &st)).To(Succeed())
+	return int64(st.Blocks) * st.Bsize
+}
+
+// A copy made at a larger size than its source (a claim restored from a
+// snapshot, or cloned, with a larger request) has the larger device and,
+// until grown, the source's filesystem: the stage grows it, as Kubernetes'
+// storage suite expects ("should provision correct filesystem size when
+// restoring snapshot to larger size pvc").
+var _ = DescribeTable("a restored snapshot and a clone larger than their source are staged with the larger filesystem",
+	func(fs string) {
+		cap := mountCap(fs)
+		id, _, staging := volume("pvc-grow-src-"+fs, cap, 320<<20)
+		Expect(os.WriteFile(filepath.Join(staging, "hello"), []byte("from the source"), 0o644)).To(Succeed())
+		unix.Sync()
+		snap, err := ctrl.CreateSnapshot(background, &csi.CreateSnapshotRequest{SourceVolumeId: id, Name: "grow-snap-" + fs})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			_, err := ctrl.DeleteSnapshot(background, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		_, _, restored := volumeFrom("pvc-grow-restored-"+fs, cap, 640<<20, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}})
+		_, _, clone := volumeFrom("pvc-grow-clone-"+fs, cap, 640<<20, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}})
+		source := fsBytes(staging)
+		for _, p := range []string{restored, clone} {
+			Expect(fsBytes(p)).To(BeNumerically(">", source+256<<20), "%s: the filesystem of the 640 MiB copy of a 320 MiB volume", p)
+			b, err := os.ReadFile(filepath.Join(p, "hello"))
+			Expect(err).NotTo(HaveOccurred(), "%s", p)
+			Expect(string(b)).To(Equal("from the source"))
+		}
+	},
+	Entry("ext4", "ext4"),
+	Entry("xfs", "xfs"),
+)

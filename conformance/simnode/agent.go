@@ -73,8 +73,10 @@ func Agent(tools string) []agent.Option {
 
 // open prepares dir: state/ (the simulated pools and volume groups,
 // volumes as sparse files under state/dev), bin/ (the tools, links to
-// the tools executable) and configfs.json (the target's tree, kept
-// across restarts as the kernel keeps it).
+// the tools executable), configfs.json (the target's tree, kept
+// across restarts as the kernel keeps it) and agent/ (the agent's
+// --state-dir on this node's disk, so agents on simulated nodes never
+// share one).
 func open(dir, nvmetRoot, poolSize, tools string, cfg *agentconfig.Config) (agent.Storage, error) {
 	if a, err := filepath.Abs(dir); err == nil {
 		dir = a
@@ -128,5 +130,6 @@ func open(dir, nvmetRoot, poolSize, tools string, cfg *agentconfig.Config) (agen
 		Runner:     &backend.ExecRunner{Dir: bin, Env: []string{storagetools.StateEnv + "=" + host.Dir()}},
 		DeviceRoot: host.DeviceRoot(),
 		Target:     cfs,
+		StateDir:   filepath.Join(dir, "agent"),
 	}, nil
 }

@@ -149,7 +149,7 @@ func TestAgentPodTranslatesToAPrivilegedHostBundle(t *testing.T) {
 	b := translate(t, p, "agent", "agent", chartpod.Node{Name: "node-a"})
 	s := b.Spec
 	privileged(t, s)
-	want := []string{"/usr/local/bin/pillar-agent", "--config=/etc/pillar-csi/agent/config.yaml", "--listen=:9500", "--health-listen=:9502"}
+	want := []string{"/usr/local/bin/pillar-agent", "--config=/etc/pillar-csi/agent/config.yaml", "--listen=:9500", "--health-listen=:9502", "--state-dir=/var/lib/pillar-csi/agent"}
 	if !slices.Equal(s.Process.Args, want) {
 		t.Errorf("args %q, want %q (the image's entrypoint and the chart's args)", s.Process.Args, want)
 	}
@@ -158,6 +158,8 @@ func TestAgentPodTranslatesToAPrivilegedHostBundle(t *testing.T) {
 	}
 	// The backends of the values reach the agent as its config file.
 	wantBind(t, s, "/etc/pillar-csi/agent", "/scratch/configmap/config", "rprivate", "ro")
+	// The generations outlive the container on the host's disk.
+	wantBind(t, s, "/var/lib/pillar-csi/agent", "/var/lib/pillar-csi/agent", "rprivate", "rw")
 	cfg := string(b.Files["/scratch/configmap/config/config.yaml"])
 	if !strings.Contains(cfg, "volumeGroup: vgchart") || !strings.Contains(cfg, "pool: tankchart") {
 		t.Errorf("agent config file:\n%s", cfg)

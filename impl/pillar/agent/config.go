@@ -24,6 +24,7 @@ type Config struct {
 	NvmetPortID   int
 	ToolsDir      string
 	DeviceRoot    string
+	StateDir      string
 	LogLevel      string
 	Version       bool
 	MetricsListen string // issue 20.8: Prometheus /metrics listen address
@@ -50,6 +51,7 @@ func parseConfig(args []string, stderr io.Writer, o *options) (*Config, error) {
 	fs.IntVar(&c.NvmetPortID, "nvmet-port-id", 1, "configfs id of the target port the agent owns")
 	fs.StringVar(&c.ToolsDir, "tools-dir", "", "directory holding zfs, zpool and the LVM tools (default: PATH)")
 	fs.StringVar(&c.DeviceRoot, "device-root", "/dev", "directory standing for /dev in device paths")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/pillar-csi/agent", "directory of what outlives a restart of the agent: the exports' generations, so requests decided before a restart are still refused as stale (empty: kept in memory only)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address of the Prometheus /metrics endpoint (pool capacity, exports, call durations); empty disables it")

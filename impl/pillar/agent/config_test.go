@@ -25,7 +25,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{ConfigFile: "/etc/pillar-csi/agent/config.yaml", Listen: ":9500", NvmetRoot: nvmet.DefaultRoot,
-		NvmetAddress: "0.0.0.0", NvmetPort: 4420, NvmetPortID: 1, DeviceRoot: "/dev", LogLevel: "info"}
+		NvmetAddress: "0.0.0.0", NvmetPort: 4420, NvmetPortID: 1, DeviceRoot: "/dev", StateDir: "/var/lib/pillar-csi/agent", LogLevel: "info"}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("defaults %+v, want %+v", *c, want)
 	}

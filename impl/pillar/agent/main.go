@@ -33,12 +33,13 @@ import (
 var Version = "dev"
 
 // Storage is what the backends and the exporter run on. A zero field
-// keeps the node's own: the tools on PATH (or --tools-dir), --device-root
-// and the kernel's configfs.
+// keeps the node's own: the tools on PATH (or --tools-dir), --device-root,
+// the kernel's configfs and --state-dir.
 type Storage struct {
 	Runner     backend.Runner
 	DeviceRoot string
 	Target     nvmet.FS
+	StateDir   string
 }
 
 // Option changes how Main wires the agent. Production passes none; the
@@ -136,6 +137,9 @@ func openStorage(c *Config, cfg *agentconfig.Config, log *slog.Logger, o *option
 	if s.Target == nil {
 		s.Target = nvmet.OSFS{}
 	}
+	if s.StateDir == "" {
+		s.StateDir = c.StateDir
+	}
 	return s, nil
 }
 
@@ -153,7 +157,10 @@ func serve(ctx context.Context, c *Config, cfg *agentconfig.Config, log *slog.Lo
 		family = "ipv6"
 	}
 	exp := &nvmet.Exporter{FS: st.Target, Root: c.NvmetRoot, Port: nvmet.Port{ID: c.NvmetPortID, Address: c.NvmetAddress, Service: c.NvmetPort, Family: family}}
-	srv := New(Options{Backends: backends, Exporter: exp, Logger: log, Version: Version})
+	srv, err := New(Options{Backends: backends, Exporter: exp, Logger: log, Version: Version, StateDir: st.StateDir})
+	if err != nil {
+		return err
+	}
 
 	var opts []grpc.ServerOption
 	interceptors := []grpc.UnaryServerInterceptor{LogCalls(log)}
@@ -192,7 +199,7 @@ func serve(ctx context.Context, c *Config, cfg *agentconfig.Config, log *slog.Lo
 	// Exports live in the kernel and outlive the agent; report what a
 	// restart found so an operator sees nothing was lost.
 	if targets, err := exp.List(); err == nil {
-		log.Info("exports_recovered", "count", len(targets))
+		log.Info("exports_recovered", "count", len(targets), "generations", srv.gens.len(), "state_dir", st.StateDir)
 	}
 	h, _ := srv.GetHealth(ctx, nil)
 	for _, p := range h.GetPools() {

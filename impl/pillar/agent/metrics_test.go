@@ -21,7 +21,7 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	srv := New(Options{Backends: backend.Set{}, Exporter: &nvmet.Exporter{FS: nvmet.OSFS{}, Root: root + "/missing"}})
+	srv := mustNew(t, Options{Backends: backend.Set{}, Exporter: &nvmet.Exporter{FS: nvmet.OSFS{}, Root: root + "/missing"}})
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(srv, reg)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`

@@ -46,7 +46,7 @@ func TestListPoolsDiscoversAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{Backends: set, Exporter: &nvmet.Exporter{FS: nvmet.OSFS{}, Root: t.TempDir()}})
+	srv := mustNew(t, Options{Backends: set, Exporter: &nvmet.Exporter{FS: nvmet.OSFS{}, Root: t.TempDir()}})
 	resp, err := srv.ListPools(context.Background(), &agentv1.ListPoolsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,4 +61,13 @@ func TestListPoolsDiscoversAtOnce(t *testing.T) {
 	if len(names) != 3 || names[0] != "vga" || names[1] != "vgb" || names[2] != "vgc" {
 		t.Fatalf("pools %v, want vga, vgb, vgc", names)
 	}
+}
+
+func mustNew(t *testing.T, o Options) *Server {
+	t.Helper()
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

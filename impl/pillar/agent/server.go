@@ -44,9 +44,8 @@ type Server struct {
 	locks keylock.Set
 
 	// gens are the exports' generations by subsystem NQN (see
-	// checkGeneration); read and changed under the volume's lock.
-	gensMu sync.Mutex
-	gens   map[string]uint64
+	// checkGeneration); changed under the volume's lock.
+	gens *generations
 	// fences counts hosts cut off from an export they could reach;
 	// stale counts requests refused for an old generation, by method.
 	fences atomic.Uint64
@@ -64,17 +63,25 @@ type Options struct {
 	// is exported (zvol links appear asynchronously through udev); 10 s
 	// when zero.
 	DeviceWait time.Duration
+	// StateDir keeps what must outlive a restart of the agent: the
+	// exports' generations. Empty keeps them in memory only.
+	StateDir string
 }
 
-// New returns a server over the configured backends and exporter.
-func New(o Options) *Server {
+// New returns a server over the configured backends and exporter, with
+// the generations StateDir recorded.
+func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.DeviceWait == 0 {
 		o.DeviceWait = 10 * time.Second
 	}
-	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait}
+	gens, err := loadGenerations(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{backends: o.Backends, exporter: o.Exporter, log: o.Logger, version: o.Version, devWait: o.DeviceWait, gens: gens}, nil
 }
 
 func (s *Server) lock(pool, name string) func() {
@@ -241,11 +248,7 @@ func (s *Server) export(t *nvmet.Target) *agentv1.Export {
 	}
 }
 
-func (s *Server) generation(nqn string) uint64 {
-	s.gensMu.Lock()
-	defer s.gensMu.Unlock()
-	return s.gens[nqn]
-}
+func (s *Server) generation(nqn string) uint64 { return s.gens.get(nqn) }
 
 // checkGeneration refuses a request decided on an older generation of the
 // volume's export than the agent holds: it was overtaken by a later
@@ -266,17 +269,17 @@ func (s *Server) checkGeneration(id, method string, gen uint64) error {
 	return status.Errorf(codes.Aborted, "stale request: volume %s's export is at generation %d, the request was decided at %d (read the export again and decide anew)", id, cur, gen)
 }
 
-// advance records a change of the export: one past the larger of the
-// agent's generation and the caller's (a restarted agent starts at 0 and
-// takes up the callers' count).
-func (s *Server) advance(id string, gen uint64) {
-	nqn := nvmet.NQN(id)
-	s.gensMu.Lock()
-	defer s.gensMu.Unlock()
-	if s.gens == nil {
-		s.gens = map[string]uint64{}
+// advance records a change of the export before it is made: one past
+// the larger of the agent's generation and the caller's (an agent
+// without a state directory starts at 0 after a restart and takes up the
+// callers' count). When the record cannot be written the change is not
+// made (UNAVAILABLE).
+func (s *Server) advance(id string, gen uint64) error {
+	if err := s.gens.advance(nvmet.NQN(id), gen); err != nil {
+		s.log.Error("generation_not_recorded", "export", id, "error", err.Error())
+		return status.Errorf(codes.Unavailable, "volume %s: %v", id, err)
 	}
-	s.gens[nqn] = max(s.gens[nqn], gen) + 1
+	return nil
 }
 
 // FenceCounts are the counters of the fence metric: hosts cut off, and
@@ -340,6 +343,11 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 	}
 	if err := b.DeleteVolume(ctx, req.GetName()); err != nil {
 		return nil, s.statusOf(err)
+	}
+	// A deleted volume's generation guards nothing; a failure to drop it
+	// only leaves an entry behind.
+	if err := s.gens.forget(nvmet.NQN(nvmet.ExportID(req.GetPool(), req.GetName()))); err != nil {
+		s.log.Warn("generation_not_forgotten", "pool", req.GetPool(), "volume", req.GetName(), "error", err.Error())
 	}
 	s.log.Info("volume_deleted", "pool", req.GetPool(), "volume", req.GetName())
 	return &agentv1.DeleteVolumeResponse{}, nil
@@ -441,6 +449,9 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 			return nil, err
 		}
 	}
+	if err := s.advance(id, req.GetGeneration()); err != nil {
+		return nil, err
+	}
 	if _, err := s.exporter.Export(id, v.DevicePath); err != nil {
 		return nil, s.statusOf(err)
 	}
@@ -449,7 +460,6 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 			return nil, s.statusOf(err)
 		}
 	}
-	s.advance(id, req.GetGeneration())
 	t, err := s.exporter.Get(id)
 	if err != nil {
 		return nil, s.statusOf(err)
@@ -505,10 +515,12 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 	if err := s.checkGeneration(id, "UnexportVolume", req.GetGeneration()); err != nil {
 		return nil, err
 	}
+	if err := s.advance(id, req.GetGeneration()); err != nil {
+		return nil, err
+	}
 	if err := s.exporter.Unexport(id); err != nil {
 		return nil, s.statusOf(err)
 	}
-	s.advance(id, req.GetGeneration())
 	s.log.Info("volume_unexported", "pool", req.GetPool(), "volume", req.GetName())
 	return &agentv1.UnexportVolumeResponse{}, nil
 }
@@ -526,12 +538,19 @@ func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (
 	if err := s.checkGeneration(id, "AllowHost", req.GetGeneration()); err != nil {
 		return nil, err
 	}
+	if t, err := s.exported(req.GetPool(), req.GetName()); err != nil {
+		return nil, s.statusOf(err)
+	} else if t == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s/%s is not exported", req.GetPool(), req.GetName())
+	}
+	if err := s.advance(id, req.GetGeneration()); err != nil {
+		return nil, err
+	}
 	if err := s.exporter.AllowHost(id, req.GetHostNqn()); errors.Is(err, fs.ErrNotExist) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s/%s is not exported", req.GetPool(), req.GetName())
 	} else if err != nil {
 		return nil, s.statusOf(err)
 	}
-	s.advance(id, req.GetGeneration())
 	t, err := s.exporter.Get(id)
 	if err != nil {
 		return nil, s.statusOf(err)
@@ -558,12 +577,17 @@ func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*a
 	if err != nil {
 		return nil, s.statusOf(err)
 	}
+	fence := before != nil && slices.Contains(before.Hosts, req.GetHostNqn())
+	if fence {
+		if err := s.advance(id, req.GetGeneration()); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.exporter.DenyHost(id, req.GetHostNqn()); err != nil {
 		return nil, s.statusOf(err)
 	}
-	if before != nil && slices.Contains(before.Hosts, req.GetHostNqn()) {
+	if fence {
 		s.fences.Add(1)
-		s.advance(id, req.GetGeneration())
 	}
 	resp := &agentv1.DenyHostResponse{}
 	t, err := s.exporter.Get(id)

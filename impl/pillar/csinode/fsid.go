@@ -3,8 +3,10 @@ package csinode
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	utilexec "k8s.io/utils/exec"
@@ -76,6 +78,61 @@ func ownExt4UUID(ex utilexec.Interface, dev, volumeID string) (changed bool, err
 	}
 	if out, err := ex.Command("tune2fs", args...).CombinedOutput(); err != nil {
 		return false, fmt.Errorf("tune2fs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return true, nil
+}
+
+// growExt4 grows the ext4 filesystem on the unmounted dev to the device
+// when the device is larger: a copy made at a larger size than its source
+// starts with the source's filesystem. Offline, before the mount, because
+// growing a mounted ext4 needs CAP_SYS_RESOURCE, which the node plugin may
+// lack; resize2fs requires a forced check of an unmounted filesystem
+// first. A device that holds no ext4 is left alone.
+func growExt4(ex utilexec.Interface, dev string) (grown bool, err error) {
+	out, err := ex.Command("dumpe2fs", "-h", dev).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "Bad magic number") || strings.Contains(string(out), "Couldn't find valid filesystem superblock") {
+			return false, nil
+		}
+		return false, fmt.Errorf("dumpe2fs -h %s: %w: %s", dev, err, strings.TrimSpace(string(out)))
+	}
+	var blocks, blockSize int64
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "Block count":
+			blocks, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		case "Block size":
+			blockSize, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	if blocks == 0 || blockSize == 0 {
+		return false, fmt.Errorf("dumpe2fs -h %s: no block count and size in its output", dev)
+	}
+	out, err = ex.Command("blockdev", "--getsize64", dev).CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("blockdev --getsize64 %s: %w: %s", dev, err, strings.TrimSpace(string(out)))
+	}
+	size, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return false, fmt.Errorf("blockdev --getsize64 %s: %q: %w", dev, out, err)
+	}
+	if size < (blocks+1)*blockSize {
+		return false, nil
+	}
+	// e2fsck exits 1 when it corrected something (a copy taken while its
+	// source was mounted has a journal to replay), which is no failure.
+	if out, err := ex.Command("e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
+		var ee utilexec.ExitError
+		if !errors.As(err, &ee) || ee.ExitStatus() > 1 {
+			return false, fmt.Errorf("e2fsck -f -p %s: %w: %s", dev, err, strings.TrimSpace(string(out)))
+		}
+	}
+	if out, err := ex.Command("resize2fs", dev).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("resize2fs %s: %w: %s", dev, err, strings.TrimSpace(string(out)))
 	}
 	return true, nil
 }

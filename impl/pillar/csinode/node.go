@@ -269,7 +269,8 @@ func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v c
 	if fs == "" {
 		fs = DefaultFS
 	}
-	if fs == "ext4" && req.GetVolumeContext()[CtxCopyOf] != "" {
+	copied := req.GetVolumeContext()[CtxCopyOf] != ""
+	if fs == "ext4" && copied {
 		changed, err := ownExt4UUID(s.Mounter.Exec, dev, v.String())
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "new filesystem UUID for copy %s: %v", v, err)
@@ -277,10 +278,27 @@ func (s *Server) stage(ctx context.Context, req *csi.NodeStageVolumeRequest, v c
 		if changed {
 			s.Logger.Info("filesystem_uuid_set", "volume_id", v.String(), "device", dev, "uuid", FilesystemUUID(v.String()))
 		}
+		grown, err := growExt4(s.Mounter.Exec, dev)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "grow the filesystem of copy %s to its volume: %v", v, err)
+		}
+		if grown {
+			s.Logger.Info("filesystem_grown", "volume_id", v.String(), "device", dev, "fs_type", fs)
+		}
 	}
 	opts := mountOptions(fs, req.GetVolumeCapability().GetMount().GetMountFlags())
 	if err := s.Mounter.FormatAndMount(dev, staging, fs, opts); err != nil {
 		return nil, status.Errorf(codes.Internal, "format and mount %s (%s) at %s: %v", dev, fs, staging, err)
+	}
+	if fs == "xfs" && copied {
+		// XFS grows only mounted; a no-op when the copy is the source's size.
+		if _, err := mountutils.NewResizeFs(s.Mounter.Exec).Resize(dev, staging); err != nil {
+			// Unmounted again, so a retry grows it instead of finding it staged.
+			if uerr := s.Mounter.Unmount(staging); uerr != nil {
+				s.Logger.Error("stage_unmount_failed", "volume_id", v.String(), "error", uerr.Error())
+			}
+			return nil, status.Errorf(codes.Internal, "grow the filesystem of copy %s to its volume: %v", v, err)
+		}
 	}
 	s.Logger.Info("volume_staged", "volume_id", v.String(), "device", dev, "fs_type", fs, "staging_path", staging)
 	return &csi.NodeStageVolumeResponse{}, nil
