@@ -23,3 +23,23 @@ func Hex4(b []byte, at int) (rune, bool) {
 	}
 	return r, true
 }
+
+// Simple is the byte a two-character escape \c stands for; false for \u
+// (read with Hex4) and for anything JSON does not allow after a backslash.
+func Simple(c byte) (byte, bool) {
+	switch c {
+	case '"', '\\', '/':
+		return c, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
+}
