@@ -319,14 +319,7 @@ func (d *jsonReader) members(value func(key []byte) bool) bool {
 	if !d.eat('{') {
 		return false
 	}
-	for first := true; ; first = false {
-		d.space()
-		if d.eat('}') {
-			return true
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return false
-		}
+	return d.list('}', func() bool {
 		key, ok := d.key()
 		if !ok {
 			return false
@@ -336,7 +329,23 @@ func (d *jsonReader) members(value func(key []byte) bool) bool {
 			return false
 		}
 		d.space()
-		if !value(key) {
+		return value(key)
+	})
+}
+
+// list reads the items of an object or array whose opening bracket is
+// read, up to end, calling item for each with the reader at it; false on
+// a syntax error or when item returns false.
+func (d *jsonReader) list(end byte, item func() bool) bool {
+	for first := true; ; first = false {
+		d.space()
+		if d.eat(end) {
+			return true
+		}
+		if !first && (!d.eat(',') || !d.spaceThen()) {
+			return false
+		}
+		if !item() {
 			return false
 		}
 	}
@@ -598,14 +607,7 @@ func (d *jsonReader) skip(depth int) bool {
 			end = ']'
 		}
 		d.pos++
-		for first := true; ; first = false {
-			d.space()
-			if d.eat(end) {
-				return true
-			}
-			if !first && (!d.eat(',') || !d.spaceThen()) {
-				return false
-			}
+		return d.list(end, func() bool {
 			if c == '{' {
 				if d.pos >= len(d.data) || d.data[d.pos] != '"' || !d.skipString() {
 					return false
@@ -616,10 +618,8 @@ func (d *jsonReader) skip(depth int) bool {
 				}
 				d.space()
 			}
-			if !d.skip(depth + 1) {
-				return false
-			}
-		}
+			return d.skip(depth + 1)
+		})
 	case '"':
 		return d.skipString()
 	case 't':

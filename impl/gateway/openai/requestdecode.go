@@ -39,18 +39,9 @@ func (d *requestDecoder) elements(elem func() bool) bool {
 	if !d.eat('[') {
 		return false
 	}
-	for first := true; ; first = false {
-		d.space()
-		if d.eat(']') {
-			return true
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return false
-		}
-		if d.pos >= len(d.data) || d.data[d.pos] != '{' || !elem() {
-			return false
-		}
-	}
+	return d.list(']', func() bool {
+		return d.pos < len(d.data) && d.data[d.pos] == '{' && elem()
+	})
 }
 
 func (d *requestDecoder) request(req *chatRequest) bool {
