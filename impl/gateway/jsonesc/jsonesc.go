@@ -1,6 +1,7 @@
 // Package jsonesc reads JSON string escapes for the gateway's hand-written
-// scanners (the request scanner and the admin API's bounds check), which
-// must decode a key or value exactly as encoding/json does.
+// scanners (the relay's request scanner, the OpenAI adapter's one-pass
+// decoders and the admin API's bounds check), which must decode a key or
+// value exactly as encoding/json does.
 package jsonesc
 
 // Hex4 reads the four hex digits of a \u escape at b[at:].
