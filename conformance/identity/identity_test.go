@@ -72,7 +72,7 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	box, _ := secret.New(make([]byte, 32))
-	adm.Config.Handler = admin.New(admin.Deps{Store: st, Sealer: box, Now: clk.Now, SignIn: s.Handler(),
+	adm.Config.Handler = admin.New(admin.Deps{Store: st, Sealer: box, Clock: clk, SignIn: s.Handler(),
 		Auth: []admin.Authenticator{admin.StaticToken{Token: breakGlass}, s}})
 	adm.Start()
 	t.Cleanup(adm.Close)

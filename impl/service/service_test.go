@@ -102,19 +102,39 @@ func TestGroupStopsInReverseOrder(t *testing.T) {
 }
 
 // The context given to Start ending does not stop the loops: only Stop
-// does, so shutdown order stays the Group's.
+// does, so shutdown order stays the Group's. After the start context is
+// cancelled the loop still answers, and its own context is still live
+// (cancelling a parent cancels its children before cancel returns).
 func TestGroupIgnoresStartContext(t *testing.T) {
 	t.Parallel()
 	g := &service.Group{}
 	ended := make(chan struct{})
-	g.Add("a", func(ctx context.Context) { <-ctx.Done(); close(ended) })
+	ask := make(chan chan error)
+	g.Add("a", func(ctx context.Context) {
+		defer close(ended)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case reply := <-ask:
+				reply <- ctx.Err()
+			}
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Start(ctx)
 	cancel()
+	reply := make(chan error)
 	select {
+	case ask <- reply:
 	case <-ended:
 		t.Fatal("the loop ended with the start context")
-	default:
+	}
+	if err := <-reply; err != nil {
+		t.Fatalf("the loop's context ended with the start context: %v", err)
+	}
+	if got := g.Running(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("running %v after the start context ended", got)
 	}
 	g.Stop()
 	<-ended

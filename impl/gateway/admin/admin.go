@@ -21,9 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Sealer encrypts credentials at rest.
@@ -73,8 +75,10 @@ type Deps struct {
 	Auth []Authenticator
 	// Registerer takes the API's own metrics (optional).
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Logger (nil: discards) and Clock (nil: the real clock) are defaulted
+	// by service.Options.
+	Logger *slog.Logger
+	Clock  clock.Clock
 	// Getenv reads the server's environment (api_key_env).
 	Getenv func(string) string
 	// KeyEnvAllow are the variables api_key_env may name besides those
@@ -180,19 +184,15 @@ const maxBody = 1 << 20
 
 // New returns the admin handler.
 func New(d Deps) http.Handler {
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	o := service.Options{Logger: d.Logger, Clock: d.Clock}.WithDefaults()
+	d.Logger, d.Clock = o.Logger, o.Clock
 	if d.Getenv == nil {
 		d.Getenv = func(string) string { return "" }
 	}
 	a := &api{Deps: d, mux: http.NewServeMux(), metrics: newAuditMetrics(d.Registerer)}
 	a.authn = append(a.authn, d.Auth...)
 	if d.Store != nil {
-		a.authn = append(a.authn, scopedTokens{st: d.Store, now: d.Now})
+		a.authn = append(a.authn, scopedTokens{st: d.Store, clock: d.Clock})
 	}
 	for _, rt := range append(a.routes(), a.identityRoutes()...) {
 		h := rt.h

@@ -24,6 +24,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/lockedbuf"
 )
 
@@ -69,7 +71,7 @@ type options struct {
 	// upstreamQueues and principalQueues report slots in use and queued.
 	upstreamQueues, principalQueues admin.Queues
 	// clock is the API's clock (default now); the store keeps now.
-	clock func() time.Time
+	clock *fakeclock.Clock
 	// reg takes the API's metrics.
 	reg prometheus.Registerer
 	// hostCloud allows host_credentials (--allow-host-cloud-credentials).
@@ -109,7 +111,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := snapshot.NewRuntime(st, box, nil, func() time.Time { return now })
+	rt := snapshot.NewRuntime(st, box, service.Options{Clock: fakeclock.New(now)})
 	e := &env{t: t, st: st, dbPath: dbPath, rt: rt, box: box, logs: &lockedbuf.Buffer{}, getenvCalls: map[string]int{}}
 	var apiStore store.Store = st
 	if o.wrap != nil {
@@ -130,14 +132,14 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 	if o.auth != nil {
 		auth = o.auth
 	}
-	clock := func() time.Time { return now }
+	clock := fakeclock.New(now)
 	if o.clock != nil {
 		clock = o.clock
 	}
 	h := admin.New(admin.Deps{
 		Store: apiStore, Sealer: box, Opener: box, Runtime: runtime, Auth: auth, Registerer: o.reg,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:    clock,
+		Clock:  clock,
 		Getenv: func(k string) string {
 			e.getenvMu.Lock()
 			defer e.getenvMu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // roleToken creates a scoped token of role through the break-glass token.
@@ -187,8 +188,8 @@ func TestViewerNeverSeesSecrets(t *testing.T) {
 // admin manages them.
 func TestScopedTokens(t *testing.T) {
 	t.Parallel()
-	var clock = now
-	e := setup(t, func(o *options) { o.clock = func() time.Time { return clock } })
+	clock := fakeclock.New(now)
+	e := setup(t, func(o *options) { o.clock = clock })
 	r := e.do("POST", "/admin/v1/admin-tokens", map[string]any{"name": "ci", "role": "operator", "expires_in_secs": 600})
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)
@@ -228,9 +229,9 @@ func TestScopedTokens(t *testing.T) {
 		t.Fatalf("%d tokens after refusals", n)
 	}
 	// Expiry is checked on every request.
-	clock = now.Add(600 * time.Second)
+	clock.Set(now.Add(600 * time.Second))
 	wantErr(t, e.do("GET", "/admin/v1/status", nil, bearer(tok)...), 401, "unauthorized")
-	clock = now
+	clock.Set(now)
 	if r := e.do("GET", "/admin/v1/status", nil, bearer(tok)...); r.status != 200 {
 		t.Fatalf("before expiry: %d", r.status)
 	}

@@ -275,7 +275,7 @@ func (a *api) limitResets(w http.ResponseWriter, r *http.Request) error {
 			return fromStore(err, resUpstream, id)
 		}
 	}
-	writeJSON(w, http.StatusOK, observationResponse(id, v, a.Now()))
+	writeJSON(w, http.StatusOK, observationResponse(id, v, a.Clock.Now()))
 	return nil
 }
 
@@ -297,10 +297,10 @@ func (a *api) claimLimitReset(w http.ResponseWriter, r *http.Request) error {
 		e := oauthErr(err, id)
 		var ae *APIError
 		if v != nil && errors.As(e, &ae) {
-			ae.Details = map[string]any{"observation": observationResponse(id, v, a.Now())}
+			ae.Details = map[string]any{"observation": observationResponse(id, v, a.Clock.Now())}
 		}
 		return e
 	}
-	writeJSON(w, http.StatusOK, ClaimResponse{Outcome: "reset", Observation: observationResponse(id, v, a.Now())})
+	writeJSON(w, http.StatusOK, ClaimResponse{Outcome: "reset", Observation: observationResponse(id, v, a.Clock.Now())})
 	return nil
 }

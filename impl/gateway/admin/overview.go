@@ -19,7 +19,7 @@ const liveHours = 2
 // usage returns hourly usage of [from, to): rollups for the hours before
 // the live ones, a read-time aggregation of request events for the rest.
 func (a *api) usage(r *http.Request, from, to time.Time) ([]store.UsageRollup, time.Time, error) {
-	live := a.Now().UTC().Truncate(time.Hour).Add(-(liveHours - 1) * time.Hour)
+	live := a.Clock.Now().UTC().Truncate(time.Hour).Add(-(liveHours - 1) * time.Hour)
 	if live.Before(from) {
 		live = from
 	}
@@ -84,7 +84,7 @@ func (a *api) traffic(w http.ResponseWriter, r *http.Request) error {
 		}
 		hours = n
 	}
-	to := a.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	to := a.Clock.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 	from := to.Add(-time.Duration(hours) * time.Hour)
 	rows, live, err := a.usage(r, from, to)
 	if err != nil {
@@ -237,7 +237,7 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request) error {
 	if len(r.URL.Query()) > 0 {
 		return invalid("this endpoint takes no query parameters")
 	}
-	now := a.Now().UTC()
+	now := a.Clock.Now().UTC()
 	out := OverviewResponse{NowUnixSecs: now.Unix(), TodayByModel: []ModelUsage{}, TodayByPrincipal: []PrincipalUsage{}, Upstreams: []UpstreamHealth{}}
 
 	// The last hour: exact counts from an aggregation, latency from a sample.

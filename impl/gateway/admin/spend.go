@@ -142,7 +142,7 @@ func acceptsCSV(accept string) bool {
 // rollups; the live hours and the partial hours at the edges from the
 // request events, so recent traffic is included.
 func (a *api) usageReport(w http.ResponseWriter, r *http.Request) error {
-	now := a.Now().UTC()
+	now := a.Clock.Now().UTC()
 	p, err := parseUsageParams(r, now)
 	if err != nil {
 		return err

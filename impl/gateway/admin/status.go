@@ -147,7 +147,7 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storageUnavailable(err)
 	}
-	now := a.Now()
+	now := a.Clock.Now()
 	out.Routing = make([]UpstreamRouting, 0, len(ups))
 	bound := a.sessionsBound(now)
 	for i := range ups {
@@ -196,7 +196,7 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storageUnavailable(err)
 	}
-	out := ExportResponse{ExportedAtUnixSecs: unix(a.Now()), ConfigGeneration: cfg.Generation,
+	out := ExportResponse{ExportedAtUnixSecs: unix(a.Clock.Now()), ConfigGeneration: cfg.Generation,
 		Upstreams: []UpstreamResponse{}, Principals: []ExportPrincipal{}}
 	for i := range cfg.Upstreams {
 		out.Upstreams = append(out.Upstreams, upstreamResponse(&cfg.Upstreams[i]))
@@ -326,7 +326,7 @@ type UsageRollupResponse struct {
 // usageRollups serves the hourly rollups the usage_rollup job computed
 // (since_unix_secs, default the last 24 hours), oldest first.
 func (a *api) usageRollups(w http.ResponseWriter, r *http.Request) error {
-	since := a.Now().Add(-24 * time.Hour).Unix()
+	since := a.Clock.Now().Add(-24 * time.Hour).Unix()
 	if v := r.URL.Query().Get("since_unix_secs"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
@@ -35,8 +36,8 @@ func newAdminToken() (plain, display string, hash []byte) {
 // scopedTokens authenticates the scoped tokens in the store; the answer
 // reflects a revocation or expiry at the next request.
 type scopedTokens struct {
-	st  store.IdentityStore
-	now func() time.Time
+	st    store.IdentityStore
+	clock clock.Clock
 }
 
 func (s scopedTokens) Authenticate(r *http.Request) (Identity, bool) {
@@ -46,7 +47,7 @@ func (s scopedTokens) Authenticate(r *http.Request) (Identity, bool) {
 	}
 	h := sha256.Sum256([]byte(got))
 	t, err := s.st.AdminTokenByHash(r.Context(), h[:])
-	if err != nil || t.RevokedAt != nil || !s.now().Before(t.ExpiresAt) {
+	if err != nil || t.RevokedAt != nil || !s.clock.Now().Before(t.ExpiresAt) {
 		return Identity{}, false
 	}
 	role, ok := ParseRole(t.Role)
@@ -101,7 +102,7 @@ func (a *api) createAdminToken(w http.ResponseWriter, r *http.Request) error {
 	by, _ := IdentityFrom(r.Context())
 	plain, display, hash := newAdminToken()
 	t, err := a.Store.CreateAdminToken(r.Context(), store.AdminToken{Name: b.Name, Role: b.Role, Prefix: display, Hash: hash,
-		ExpiresAt: a.Now().Add(life), CreatedBy: actorName(by)})
+		ExpiresAt: a.Clock.Now().Add(life), CreatedBy: actorName(by)})
 	if err != nil {
 		return fromStore(err, resAdminToken, "")
 	}

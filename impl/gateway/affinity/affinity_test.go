@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 func keyN(i int) Key { return HeaderKey("pr_1", fmt.Sprintf("session-%d", i)) }
@@ -162,9 +164,9 @@ func (m *memStore) SyncAffinity(_ context.Context, moves []store.SessionMove, si
 func TestSharerCarriesMovesAcrossReplicas(t *testing.T) {
 	db := &memStore{rows: map[string]store.SessionMove{}}
 	t0 := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { return t0.Add(time.Second) }
+	o := service.Options{Clock: fakeclock.New(t0.Add(time.Second))}
 	a, b := NewTable(), NewTable()
-	sa, sb := NewSharer(a, db, now, nil), NewSharer(b, db, now, nil)
+	sa, sb := NewSharer(a, db, o), NewSharer(b, db, o)
 	k := keyN(7)
 	a.Land(k, "up_b", "up_a", t0)
 
@@ -202,4 +204,39 @@ func TestMovedDoesNotAllocate(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
+}
+
+// syncedStore reports the start of each sync's read window.
+type syncedStore struct {
+	*memStore
+	since chan time.Time
+}
+
+func (s syncedStore) SyncAffinity(ctx context.Context, moves []store.SessionMove, since time.Time) ([]store.SessionMove, error) {
+	out, err := s.memStore.SyncAffinity(ctx, moves, since)
+	s.since <- since
+	return out, err
+}
+
+// Run syncs each time the interval passes on the injected clock, and the
+// read window follows that clock: the first reads back IdleWindow, the
+// next from readOverlap before the previous.
+func TestSharerRunsOnTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	c := fakeclock.New(time.Time{})
+	db := syncedStore{&memStore{rows: map[string]store.SessionMove{}}, make(chan time.Time)}
+	s := NewSharer(NewTable(), db, service.Options{Clock: c})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, DefaultShareInterval) }()
+	first := fakeclock.Start.Add(DefaultShareInterval)
+	for _, want := range []time.Time{first.Add(-IdleWindow), first.Add(-readOverlap)} {
+		<-c.Armed()
+		c.Advance(DefaultShareInterval)
+		if got := <-db.since; !got.Equal(want) {
+			t.Fatalf("sync read since %v, want %v", got, want)
+		}
+	}
+	cancel()
+	<-done
 }

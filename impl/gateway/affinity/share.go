@@ -2,10 +2,8 @@ package affinity
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/service"
 )
@@ -30,26 +28,22 @@ const readOverlap = 10 * time.Second
 // chooses the same upstream anyway whenever it sees the same upstreams
 // usable, because the choice is the rendezvous order.
 type Sharer struct {
+	service.Base
 	table *Table
 	st    Store
-	now   func() time.Time
-	log   *slog.Logger
 	since time.Time
 }
 
 // NewSharer returns a sharer of table. The first Sync reads the moves of
 // the sessions still remembered (IdleWindow).
-func NewSharer(table *Table, st Store, now func() time.Time, log *slog.Logger) *Sharer {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Sharer{table: table, st: st, now: now, log: log}
+func NewSharer(table *Table, st Store, o service.Options) *Sharer {
+	return service.Init(o, &Sharer{table: table, st: st})
 }
 
 // Sync stores the pending moves, learns every replica's new ones and
 // forgets idle sessions. On a failure the pending moves are kept.
 func (s *Sharer) Sync(ctx context.Context) error {
-	now := s.now()
+	now := s.Clock.Now()
 	since := s.since
 	if since.IsZero() {
 		since = now.Add(-IdleWindow)
@@ -62,7 +56,7 @@ func (s *Sharer) Sync(ctx context.Context) error {
 	got, err := s.st.SyncAffinity(ctx, rows, since)
 	if err != nil {
 		s.table.Requeue(moves)
-		s.log.Warn("sharing session affinity failed; retrying", "error", err)
+		s.Logger.Warn("sharing session affinity failed; retrying", "error", err)
 		return err
 	}
 	for _, r := range got {
@@ -77,5 +71,5 @@ func (s *Sharer) Sync(ctx context.Context) error {
 
 // Run syncs every interval until ctx ends.
 func (s *Sharer) Run(ctx context.Context, interval time.Duration) {
-	service.Every(ctx, clock.Real{}, interval, func(ctx context.Context) { _ = s.Sync(ctx) }) // Sync logs its own failures
+	service.Every(ctx, s.Clock, interval, func(ctx context.Context) { _ = s.Sync(ctx) }) // Sync logs its own failures
 }

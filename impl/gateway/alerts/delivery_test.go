@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // A condition firing reaches every webhook through the durable
@@ -94,7 +95,7 @@ func TestDeliveriesReachReceivers(t *testing.T) {
 	}
 
 	m := alerts.NewMetrics(b.reg)
-	typ := alerts.DeliveryType(alerts.Targets{Store: b.st, Box: box}, &webhook.Sender{Client: &http.Client{}, Now: time.Now}, 300*time.Millisecond, m)
+	typ := alerts.DeliveryType(alerts.Targets{Store: b.st, Box: box}, service.Init(service.Options{}, &webhook.Sender{Client: &http.Client{}}), 300*time.Millisecond, m)
 	typ.Class = scheduler.RetryClass{Name: "fast", MaxAttempts: 3, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "s.db")+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
@@ -115,7 +116,7 @@ func TestDeliveriesReachReceivers(t *testing.T) {
 		_ = sched.Stop(c)
 	})
 	e := alerts.New(alerts.Options{Snapshots: b.w, Store: b.st, Budgets: b.w, Queue: sched, ReplicaID: "replica-1",
-		Now: func() time.Time { return b.now }, Metrics: m})
+		Clock: b.clk, Metrics: m})
 	b.set(func(w *world) { w.budgets["pr_b"] = 1.0 })
 	if err := e.Evaluate(ctx); err != nil {
 		t.Fatal(err)

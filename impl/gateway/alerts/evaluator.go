@@ -83,13 +83,12 @@ func (t *Thresholds) defaults() {
 // replica runs one; the episodes they record in the store decide which
 // one notifies a change, so each change is notified once.
 type Evaluator struct {
+	service.Base
 	snaps   Snapshots
 	st      Store
 	budgets Budgets
 	queue   Enqueuer
 	replica string
-	now     func() time.Time
-	log     *slog.Logger
 	metrics *Metrics
 	th      Thresholds
 
@@ -109,40 +108,36 @@ type Options struct {
 	Snapshots Snapshots
 	Store     Store
 	// Budgets may be nil: no budget conditions.
-	Budgets    Budgets
-	Queue      Enqueuer
-	ReplicaID  string
-	Now        func() time.Time
+	Budgets   Budgets
+	Queue     Enqueuer
+	ReplicaID string
+	// Logger (nil: discards) and Clock (nil: the real clock) go to
+	// service.Init.
 	Logger     *slog.Logger
+	Clock      clock.Clock
 	Metrics    *Metrics
 	Thresholds Thresholds
 }
 
 // New returns an evaluator.
 func New(o Options) *Evaluator {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
 	o.Thresholds.defaults()
-	return &Evaluator{snaps: o.Snapshots, st: o.Store, budgets: o.Budgets, queue: o.Queue, replica: o.ReplicaID, now: o.Now,
-		log: o.Logger, metrics: o.Metrics, th: o.Thresholds, trends: map[string]*trend{}}
+	return service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, &Evaluator{snaps: o.Snapshots, st: o.Store, budgets: o.Budgets,
+		queue: o.Queue, replica: o.ReplicaID, metrics: o.Metrics, th: o.Thresholds, trends: map[string]*trend{}})
 }
 
 // Run evaluates every interval until ctx ends.
 func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
 	evaluate := func(ctx context.Context) {
 		if err := e.Evaluate(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("alert evaluation incomplete", "err", err)
+			e.Logger.Warn("alert evaluation incomplete", "err", err)
 		}
 	}
 	evaluate(ctx)
-	service.Every(ctx, clock.Real{}, interval, evaluate)
+	service.Every(ctx, e.Clock, interval, evaluate)
 }
 
 // Evaluate observes every condition once, records each change of state
@@ -152,7 +147,7 @@ func (e *Evaluator) Evaluate(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer e.metrics.evaluations.Inc()
-	now := e.now()
+	now := e.Clock.Now()
 	s := e.snaps.Current()
 	if s == nil {
 		return nil
@@ -376,7 +371,7 @@ func (e *Evaluator) notify(ctx context.Context, hooks []store.Webhook, o observa
 		key := fmt.Sprintf("%s:%s:%d:%s", h.ID, st.Key, st.Episode, status)
 		if _, _, err := e.queue.Enqueue(ctx, scheduler.Enqueue{Type: webhook.JobType, IdempotencyKey: key, Payload: p}); err != nil {
 			e.metrics.deliveries.WithLabelValues(OutcomeNotEnqueued).Inc()
-			e.log.Error("alert delivery not enqueued", "webhook", h.ID, "alert", st.Key, "status", status, "err", err)
+			e.Logger.Error("alert delivery not enqueued", "webhook", h.ID, "alert", st.Key, "status", status, "err", err)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // opener "decrypts" a value that starts with its associated data.
@@ -140,7 +141,7 @@ func build(gen int64, refused bool) *snapshot.Snapshot {
 type bench struct {
 	w   *world
 	st  worldStore
-	now time.Time
+	clk *fakeclock.Clock
 	reg *prometheus.Registry
 }
 
@@ -152,7 +153,7 @@ func setup(t *testing.T) *bench {
 	}
 	t.Cleanup(func() { st.Close() })
 	w := &world{snap: build(10, false), stored: 10, quotas: map[string]*store.QuotaObservation{}, budgets: map[string]float64{"pr_a": 0.1, "pr_b": 0.1}}
-	b := &bench{w: w, st: worldStore{st, w}, now: time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
+	b := &bench{w: w, st: worldStore{st, w}, clk: fakeclock.New(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry()}
 	ctx := context.Background()
 	for _, h := range []store.Webhook{
 		{ID: "wh_all", Name: "all", URL: "https://hooks.example/all", Secret: []byte("x"), Enabled: true},
@@ -172,7 +173,7 @@ func (b *bench) evaluator(replica string) *alerts.Evaluator {
 		reg = b.reg
 	}
 	return alerts.New(alerts.Options{Snapshots: b.w, Store: b.st, Budgets: b.w, Queue: b.w, ReplicaID: replica,
-		Now: func() time.Time { return b.now }, Metrics: alerts.NewMetrics(reg)})
+		Clock: b.clk, Metrics: alerts.NewMetrics(reg)})
 }
 
 func (b *bench) set(f func(w *world)) {
@@ -188,13 +189,13 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 	b := setup(t)
 	e := b.evaluator("replica-1")
 	ctx := context.Background()
-	resets := b.now.Add(3 * 24 * time.Hour)
-	fiveReset := b.now.Add(2 * time.Hour)
+	resets := b.clk.Now().Add(3 * 24 * time.Hour)
+	fiveReset := b.clk.Now().Add(2 * time.Hour)
 	// 7-day window at 50 %, growing 1 % every 10 minutes: 100 % within
 	// the 72 h left. The 5-hour window at 95 %.
 	poll := func(step int) {
 		b.set(func(w *world) {
-			w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.now,
+			w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.clk.Now(),
 				FiveHour: store.QuotaWindow{Utilization: 95, ResetsAt: &fiveReset},
 				SevenDay: store.QuotaWindow{Utilization: 50 + float64(step), ResetsAt: &resets}}
 		})
@@ -220,7 +221,7 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 		t.Fatalf("first evaluation delivered\n%q\nwant\n%q", got, want)
 	}
 	for _, ev := range evs {
-		if ev.Rule == "" || ev.Episode != 1 || ev.Replica != "replica-1" || ev.Summary == "" || ev.Value == nil || !ev.At.Equal(b.now) {
+		if ev.Rule == "" || ev.Episode != 1 || ev.Replica != "replica-1" || ev.Summary == "" || ev.Value == nil || !ev.At.Equal(b.clk.Now()) {
 			t.Errorf("event %+v", ev)
 		}
 		if ev.Alert == alerts.UpstreamQuotaHigh && *ev.Value != 0.95 {
@@ -230,7 +231,7 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 	// Ten minutes apart: the lag older than the grace fires, and once
 	// the 7-day samples span 30 minutes the forecast does.
 	for step := 1; step <= 3; step++ {
-		b.now = b.now.Add(10 * time.Minute)
+		b.clk.Advance(10 * time.Minute)
 		poll(step)
 		if err := e.Evaluate(ctx); err != nil {
 			t.Fatal(err)
@@ -257,9 +258,9 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 		w.budgets["pr_a"], w.budgets["pr_b"] = 0.2, 0.2
 	})
 	for step := 4; step <= 40; step++ {
-		b.now = b.now.Add(10 * time.Minute)
+		b.clk.Advance(10 * time.Minute)
 		b.set(func(w *world) {
-			w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.now,
+			w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.clk.Now(),
 				FiveHour: store.QuotaWindow{Utilization: 10, ResetsAt: &resets},
 				SevenDay: store.QuotaWindow{Utilization: 53, ResetsAt: &resets}}
 		})
@@ -299,9 +300,9 @@ func TestGoneSubjectResolves(t *testing.T) {
 	b := setup(t)
 	e := b.evaluator("replica-1")
 	ctx := context.Background()
-	resets := b.now.Add(time.Hour)
+	resets := b.clk.Now().Add(time.Hour)
 	b.set(func(w *world) {
-		w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.now, SevenDay: store.QuotaWindow{Utilization: 95, ResetsAt: &resets}}
+		w.quotas["up_max"] = &store.QuotaObservation{UpstreamID: "up_max", ObservedAt: b.clk.Now(), SevenDay: store.QuotaWindow{Utilization: 95, ResetsAt: &resets}}
 	})
 	if err := e.Evaluate(ctx); err != nil {
 		t.Fatal(err)
@@ -346,7 +347,7 @@ func TestReplicasNotifyOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		b.now = b.now.Add(2 * time.Minute)
+		b.clk.Advance(2 * time.Minute)
 	}
 	got, _ := b.w.take(t)
 	want := []string{
@@ -387,4 +388,29 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 	}
 	t.Fatalf("no series %s%q", name, labels)
 	return 0
+}
+
+// Run evaluates at once and then each time the interval passes on the
+// injected clock, stamping the events with that clock's time.
+func TestRunEvaluatesOnTheInjectedClock(t *testing.T) {
+	b := setup(t)
+	e := b.evaluator("replica-1")
+	start := b.clk.Now()
+	b.set(func(w *world) { w.budgets["pr_b"] = 1.0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, time.Minute) }()
+	<-b.clk.Armed() // the first evaluation has returned
+	if got, evs := b.w.take(t); len(got) == 0 || !evs[0].At.Equal(start) {
+		t.Fatalf("first evaluation: %q %+v", got, evs)
+	}
+	b.set(func(w *world) { w.budgets["pr_b"] = 0 })
+	b.clk.Advance(time.Minute)
+	<-b.clk.Armed()
+	got, evs := b.w.take(t)
+	if len(got) == 0 || !strings.HasSuffix(got[0], ":resolved") || !evs[0].At.Equal(start.Add(time.Minute)) {
+		t.Fatalf("evaluation after the interval: %q %+v", got, evs)
+	}
+	cancel()
+	<-done
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Job type names.
@@ -38,9 +39,10 @@ var DefaultRetention = Retention{RequestEvents: 30 * 24 * time.Hour, AuditLog: 9
 
 // Deps are what the jobs need.
 type Deps struct {
+	// Options' clock stamps and bounds the jobs' work (nil: the real one).
+	service.Options
 	Store     store.Store
 	Metrics   *scheduler.Metrics
-	Now       func() time.Time
 	Retention Retention
 	// Upstreams yields the current upstreams with opened credentials.
 	Upstreams func() []*snapshot.Upstream
@@ -70,9 +72,7 @@ func Interval(overrides map[string]time.Duration, name string) time.Duration {
 
 // Types returns the singleton job types for the scheduler.
 func Types(d Deps) []scheduler.Type {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Options = d.Options.WithDefaults()
 	// The metadata refresh sends the upstream's credential: no redirect
 	// may take it to another origin.
 	d.HTTP = credential.Client(d.HTTP, time.Minute)
@@ -91,7 +91,7 @@ func Types(d Deps) []scheduler.Type {
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
 				// Recompute the last two hours: late events land in closed
 				// buckets, and recomputation is idempotent.
-				now := d.Now()
+				now := d.Clock.Now()
 				n, err := d.Store.RollupUsage(ctx, now.Add(-2*time.Hour), now.Add(time.Hour))
 				if err != nil {
 					return "", fmt.Errorf("rollup: %w", err)
@@ -103,7 +103,7 @@ func Types(d Deps) []scheduler.Type {
 			}},
 		{Name: Prune, Class: scheduler.Maintenance, Every: every(Prune), Timeout: 10 * time.Minute,
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) {
-				now := d.Now()
+				now := d.Clock.Now()
 				keep := map[string]time.Duration{"request_events": d.Retention.RequestEvents, "audit_log": d.Retention.AuditLog, "upstream_affinity": d.Retention.UpstreamAffinity,
 					"captured_exchanges": d.Retention.CapturedExchanges}
 				total := int64(0)

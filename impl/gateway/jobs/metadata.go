@@ -47,7 +47,7 @@ func refreshModels(ctx context.Context, d Deps) (scheduler.Outcome, error) {
 		}
 		models, err := fetchModels(ctx, d.HTTP, u)
 		if err == nil {
-			now := d.Now()
+			now := d.Clock.Now()
 			var ms []store.UpstreamModel
 			for _, m := range models {
 				ms = append(ms, store.UpstreamModel{ModelID: m.ID, DisplayName: m.DisplayName, RefreshedAt: now})
@@ -147,7 +147,7 @@ func fetchCatalog(ctx context.Context, d Deps) (scheduler.Outcome, error) {
 	if err := json.Unmarshal(body, &doc); err != nil || doc.Version == "" || doc.Models == nil {
 		return "", fmt.Errorf("%w: price catalog is not {version, models}", scheduler.ErrPermanent)
 	}
-	changed, err := d.Store.PutPriceCatalog(ctx, store.PriceCatalog{Version: doc.Version, ETag: res.Header.Get("ETag"), Body: body, FetchedAt: d.Now()})
+	changed, err := d.Store.PutPriceCatalog(ctx, store.PriceCatalog{Version: doc.Version, ETag: res.Header.Get("ETag"), Body: body, FetchedAt: d.Clock.Now()})
 	if err != nil {
 		return "", err
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // The metadata refresh asks routable upstreams only: the token of one
@@ -47,7 +49,7 @@ func TestMetadataRefreshSkipsRefusedRefreshGrant(t *testing.T) {
 		{ID: live.ID, Kind: store.KindVendorOAuth, BaseURL: srv.URL, Enabled: true, CredentialKind: "oauth", Credential: "live-token"},
 	}
 	m := scheduler.NewMetrics(prometheus.NewRegistry())
-	d := Deps{Store: st, Metrics: m, Now: func() time.Time { return now }, HTTP: srv.Client(), Upstreams: func() []*snapshot.Upstream { return ups }}
+	d := Deps{Options: service.Options{Clock: fakeclock.New(now)}, Store: st, Metrics: m, HTTP: srv.Client(), Upstreams: func() []*snapshot.Upstream { return ups }}
 	out, err := refreshModels(context.Background(), d)
 	if err != nil || out != scheduler.OutcomeDone {
 		t.Fatalf("outcome %q err %v", out, err)

@@ -42,7 +42,7 @@ func TestParseBudget(t *testing.T) {
 // says budget, and costs count only against usd limits.
 func TestBudgetRefusesWhenSpent(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"usd","window_secs":3600,"limit":"1.00"},{"kind":"tokens","window_secs":3600,"max":1000000}]`)
 	l.AddCost("pr_a", ls, money.PerDollar-1)
 	if r := l.Admit("pr_a", ls); r != nil {
@@ -62,12 +62,12 @@ func TestBudgetRefusesWhenSpent(t *testing.T) {
 		t.Fatalf("retry after %v", r.RetryAfter)
 	}
 	// Tokens never reach a budget, and the tokens limit is untouched by cost.
-	l2 := limits.New(limits.Options{Now: clk.Now})
+	l2 := limits.New(limits.Options{Clock: clk})
 	l2.AddTokens("pr_a", ls, 5_000_000_000)
 	if r := l2.Admit("pr_a", ls); r == nil || r.Limit.Kind != limits.Tokens {
 		t.Fatalf("tokens: %+v", r)
 	}
-	l3 := limits.New(limits.Options{Now: clk.Now})
+	l3 := limits.New(limits.Options{Clock: clk})
 	l3.AddCost("pr_a", parse(t, `[{"kind":"tokens","window_secs":3600,"max":1}]`), money.PerDollar)
 	if l3.Admit("pr_a", parse(t, `[{"kind":"tokens","window_secs":3600,"max":1}]`)) != nil {
 		t.Fatal("a cost counted against a tokens limit")
@@ -79,7 +79,7 @@ func TestBudgetRefusesWhenSpent(t *testing.T) {
 // what those in-flight requests cost, and nothing more is admitted after.
 func TestBudgetOvershootBoundedByInFlight(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"usd","window_secs":3600,"limit":"1.00"}]`)
 	const inFlight, each = 8, 300_000_000 // $0.30 each
 	var admitted sync.WaitGroup
@@ -117,8 +117,8 @@ func TestBudgetOvershootBoundedByInFlight(t *testing.T) {
 func TestBudgetSharedBetweenReplicas(t *testing.T) {
 	st := openSQLite(t)
 	clk := newClock()
-	a := limits.New(limits.Options{Store: st, Now: clk.Now})
-	b := limits.New(limits.Options{Store: st, Now: clk.Now})
+	a := limits.New(limits.Options{Store: st, Clock: clk})
+	b := limits.New(limits.Options{Store: st, Clock: clk})
 	ls := parse(t, `[{"kind":"usd","window_secs":86400,"limit":"25.00"}]`)
 	ctx := context.Background()
 	a.AddCost("pr_a", ls, 20*money.PerDollar)
@@ -140,7 +140,7 @@ func TestBudgetSharedBetweenReplicas(t *testing.T) {
 // principal with only non-budget limits.
 func TestBudgetUsedIsTheFullestBudgetsShare(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"usd","window_secs":3600,"limit":"10.00"},{"kind":"usd","window_secs":86400,"limit":"4.00"},{"kind":"requests","window_secs":60,"max":1}]`)
 	if r, ok := l.BudgetUsed("pr_a", ls); !ok || r != 0 {
 		t.Fatalf("unspent: %v %v", r, ok)

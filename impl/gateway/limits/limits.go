@@ -165,10 +165,9 @@ func (c *cell) count() int64 { return c.shared + c.inflight + c.pending }
 
 // Limiter counts and checks. The zero value is not usable; use New.
 type Limiter struct {
+	service.Base
 	st    Store
-	now   func() time.Time
 	every time.Duration
-	log   *slog.Logger
 
 	mu      sync.Mutex
 	cells   map[key]*cell
@@ -181,22 +180,18 @@ type Options struct {
 	Store Store
 	// SyncEvery is the sync period (default 1 s).
 	SyncEvery time.Duration
-	Now       func() time.Time
-	Logger    *slog.Logger
+	// Logger (nil: discards) and Clock (nil: the real clock) go to
+	// service.Init.
+	Logger *slog.Logger
+	Clock  clock.Clock
 }
 
 // New returns a Limiter; Run syncs it.
 func New(o Options) *Limiter {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	if o.SyncEvery <= 0 {
 		o.SyncEvery = time.Second
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &Limiter{st: o.Store, now: o.Now, every: o.SyncEvery, log: o.Logger, cells: map[key]*cell{}}
+	return service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, &Limiter{st: o.Store, every: o.SyncEvery, cells: map[key]*cell{}})
 }
 
 // Refusal says which limit refused a request and when to retry.
@@ -243,7 +238,7 @@ func (l *Limiter) AdmitStatus(principal string, ls []Limit, st *Status) *Refusal
 	if len(ls) == 0 {
 		return nil
 	}
-	now := l.now()
+	now := l.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var worst *Refusal
@@ -324,7 +319,7 @@ func (l *Limiter) add(principal string, ls []Limit, kind Kind, n int64) {
 	if n <= 0 {
 		return
 	}
-	now := l.now()
+	now := l.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, lim := range ls {
@@ -344,7 +339,7 @@ func (l *Limiter) BudgetUsed(principal string, ls []Limit) (ratio float64, ok bo
 	if !slices.ContainsFunc(ls, func(lim Limit) bool { return lim.Kind == USD && lim.Max > 0 }) {
 		return 0, false
 	}
-	now := l.now()
+	now := l.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, lim := range ls {
@@ -419,7 +414,7 @@ func retryAfter(cur, prev int64, frac float64, lim Limit) time.Duration {
 // Run syncs every period until ctx ends, then once more, so counts taken
 // just before a shutdown reach the other replicas.
 func (l *Limiter) Run(ctx context.Context) {
-	service.Every(ctx, clock.Real{}, l.every, func(ctx context.Context) { _ = l.Sync(ctx) }) // Sync logs its own failures
+	service.Every(ctx, l.Clock, l.every, func(ctx context.Context) { _ = l.Sync(ctx) }) // Sync logs its own failures
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = l.Sync(fctx)
 	cancel()
@@ -429,7 +424,7 @@ func (l *Limiter) Run(ctx context.Context) {
 // cluster totals back. On a storage error the counts stay pending and the
 // limiter keeps enforcing what it knows.
 func (l *Limiter) Sync(ctx context.Context) error {
-	now := l.now()
+	now := l.Clock.Now()
 	l.mu.Lock()
 	var deltas []store.LimitWindow
 	for k, c := range l.cells {
@@ -462,13 +457,13 @@ func (l *Limiter) Sync(ctx context.Context) error {
 		}
 		if !l.failing {
 			// Once per outage, not once a second.
-			l.log.Warn("limit windows not synced; enforcing this replica's counts until the database is back", "error", err)
+			l.Logger.Warn("limit windows not synced; enforcing this replica's counts until the database is back", "error", err)
 			l.failing = true
 		}
 		return err
 	}
 	if l.failing {
-		l.log.Info("limit windows synced again")
+		l.Logger.Info("limit windows synced again")
 		l.failing = false
 	}
 	for _, c := range l.cells {

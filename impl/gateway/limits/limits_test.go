@@ -58,7 +58,7 @@ func TestParse(t *testing.T) {
 
 func TestRequestsSlidingWindow(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":3}]`)
 	for i := 0; i < 3; i++ {
 		if r := l.Admit("pr_a", ls); r != nil {
@@ -101,7 +101,7 @@ func TestRequestsSlidingWindow(t *testing.T) {
 
 func TestTokensAndSeveralLimits(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":100},{"kind":"tokens","window_secs":3600,"max":1000}]`)
 	if l.Admit("pr_a", ls) != nil {
 		t.Fatal("first request refused")
@@ -132,7 +132,7 @@ func TestTokensAndSeveralLimits(t *testing.T) {
 // far have passed.
 func TestAdmitStatus(t *testing.T) {
 	clk := newClock()
-	l := limits.New(limits.Options{Now: clk.Now})
+	l := limits.New(limits.Options{Clock: clk})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":3},{"kind":"requests","window_secs":3600,"max":100},{"kind":"tokens","window_secs":60,"max":1000}]`)
 	var st limits.Status
 	if r := l.AdmitStatus("pr_a", ls, &st); r != nil {
@@ -188,8 +188,8 @@ func openSQLite(t *testing.T) store.Store {
 func TestReplicasShareCounts(t *testing.T) {
 	st := openSQLite(t)
 	clk := newClock()
-	a := limits.New(limits.Options{Store: st, Now: clk.Now})
-	b := limits.New(limits.Options{Store: st, Now: clk.Now})
+	a := limits.New(limits.Options{Store: st, Clock: clk})
+	b := limits.New(limits.Options{Store: st, Clock: clk})
 	ls := parse(t, `[{"kind":"requests","window_secs":60,"max":4},{"kind":"tokens","window_secs":60,"max":1000}]`)
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
@@ -240,7 +240,7 @@ func TestSyncFailureKeepsCounts(t *testing.T) {
 	st := &failing{Store: openSQLite(t), fail: true}
 	clk := newClock()
 	var logs bytes.Buffer
-	a := limits.New(limits.Options{Store: st, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	a := limits.New(limits.Options{Store: st, Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ls := parse(t, `[{"kind":"requests","window_secs":3600,"max":2}]`)
 	ctx := context.Background()
 	a.Admit("pr_a", ls)
@@ -292,6 +292,48 @@ func TestRunSyncsOnStop(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].Count != 1 {
 		t.Fatalf("stored %v (%v) after stop", rows, err)
 	}
+}
+
+// synced reports each sync's reading of the clock and its deltas.
+type synced chan syncCall
+
+type syncCall struct {
+	count int64
+	at    time.Time
+}
+
+func (s synced) SyncLimitWindows(_ context.Context, deltas []store.LimitWindow, now time.Time) ([]store.LimitWindow, error) {
+	for _, d := range deltas {
+		s <- syncCall{d.Count, now}
+	}
+	return nil, nil
+}
+
+// Run syncs each time SyncEvery passes on the injected clock, counting
+// what was admitted since, and not before.
+func TestRunSyncsOnTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	st := make(synced, 1)
+	l := limits.New(limits.Options{Store: st, SyncEvery: time.Minute, Clock: clk})
+	ls := parse(t, `[{"kind":"requests","window_secs":3600,"max":5}]`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	start := clk.Now()
+	for i := 1; i <= 2; i++ {
+		l.Admit("pr_a", ls)
+		<-clk.Armed()
+		if len(st) != 0 {
+			t.Fatal("synced before SyncEvery passed")
+		}
+		clk.Advance(time.Minute)
+		if d := <-st; d.count != 1 || !d.at.Equal(start.Add(time.Duration(i)*time.Minute)) {
+			t.Fatalf("sync %d: count %d read at %v", i, d.count, d.at)
+		}
+	}
+	cancel()
+	<-done
 }
 
 func BenchmarkAdmit(b *testing.B) {

@@ -7,10 +7,11 @@ package notify
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Channel is the notification channel configuration changes are announced on.
@@ -18,9 +19,9 @@ const Channel = "pillar_config"
 
 // Listener holds one LISTEN session.
 type Listener struct {
+	service.Base
 	connString string
 	channel    string
-	log        *slog.Logger
 	onChange   func(ctx context.Context, payload string)
 	// MinBackoff and MaxBackoff bound reconnect delays.
 	MinBackoff, MaxBackoff time.Duration
@@ -30,12 +31,9 @@ type Listener struct {
 }
 
 // New returns a Listener; Run starts it.
-func New(connString, channel string, log *slog.Logger, onChange func(ctx context.Context, payload string)) *Listener {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Listener{connString: connString, channel: channel, log: log, onChange: onChange,
-		MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}
+func New(connString, channel string, o service.Options, onChange func(ctx context.Context, payload string)) *Listener {
+	return service.Init(o, &Listener{connString: connString, channel: channel, onChange: onChange,
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second})
 }
 
 // Run listens until ctx ends.
@@ -52,13 +50,23 @@ func (l *Listener) Run(ctx context.Context) {
 		if l.Connected != nil {
 			l.Connected(false)
 		}
-		l.log.Warn("config notification session lost; reconnecting", "error", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
+		l.Logger.Warn("config notification session lost; reconnecting", "error", err, "backoff", backoff)
+		if !l.wait(ctx, backoff) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, l.MaxBackoff)
+	}
+}
+
+// wait waits d on the clock; false when ctx ended first.
+func (l *Listener) wait(ctx context.Context, d time.Duration) bool {
+	t, c := l.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c:
+		return true
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
@@ -24,7 +26,7 @@ func TestListenerDeliversAndReconnects(t *testing.T) {
 	channel := fmt.Sprintf("pillar_test_%d", time.Now().UnixNano()%1e9)
 	got := make(chan string, 16)
 	conns := make(chan bool, 16)
-	l := New(url, channel, nil, func(_ context.Context, p string) { got <- p })
+	l := New(url, channel, service.Options{}, func(_ context.Context, p string) { got <- p })
 	l.MinBackoff = 10 * time.Millisecond
 	l.Connected = func(up bool) { conns <- up }
 	go l.Run(ctx)
@@ -74,4 +76,34 @@ func TestListenerDeliversAndReconnects(t *testing.T) {
 	expect("")
 	notify("9")
 	expect("9")
+}
+
+// A session that cannot be opened is retried after a backoff armed on the
+// injected clock, doubling from MinBackoff up to MaxBackoff, each retry
+// announcing the loss.
+func TestListenerBacksOffOnTheClock(t *testing.T) {
+	t.Parallel()
+	c := fakeclock.New(time.Time{})
+	l := New("postgres://%zz", Channel, service.Options{Clock: c}, func(context.Context, string) {
+		t.Error("a session that never connected delivered")
+	})
+	l.MinBackoff, l.MaxBackoff = time.Second, 5*time.Second
+	losses := make(chan bool, 1)
+	l.Connected = func(up bool) { losses <- up }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	for _, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		if up := <-losses; up {
+			t.Fatal("reported connected")
+		}
+		if d := <-c.Armed(); d != want {
+			t.Fatalf("backoff %v, want %v", d, want)
+		}
+		c.Advance(want)
+	}
+	<-losses
+	<-c.Armed()
+	cancel()
+	<-done
 }

@@ -9,12 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/service"
@@ -46,21 +44,14 @@ type Getter interface {
 
 // Installer keeps the local copy current.
 type Installer struct {
+	service.Base
 	st  Getter
-	log *slog.Logger
-	now func() time.Time
 	cur atomic.Pointer[Catalog]
 }
 
 // NewInstaller returns an installer with nothing installed.
-func NewInstaller(st Getter, log *slog.Logger, now func() time.Time) *Installer {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Installer{st: st, log: log, now: now}
+func NewInstaller(st Getter, o service.Options) *Installer {
+	return service.Init(o, &Installer{st: st})
 }
 
 // Current returns the installed catalog, or nil.
@@ -82,11 +73,11 @@ func (i *Installer) Sync(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	i.cur.Store(&Catalog{Version: c.Version, InstalledAt: i.now(), Models: models, Body: c.Body})
-	i.log.Info("price catalog installed", "version", c.Version, "models", len(models))
+	i.cur.Store(&Catalog{Version: c.Version, InstalledAt: i.Clock.Now(), Models: models, Body: c.Body})
+	i.Logger.Info("price catalog installed", "version", c.Version, "models", len(models))
 	if len(skipped) > 0 {
 		// Those models' requests are recorded without a cost.
-		i.log.Warn("price catalog entries without a usable input or output price", "version", c.Version, "models", skipped)
+		i.Logger.Warn("price catalog entries without a usable input or output price", "version", c.Version, "models", skipped)
 	}
 	return true, nil
 }
@@ -95,11 +86,11 @@ func (i *Installer) Sync(ctx context.Context) (bool, error) {
 func (i *Installer) Run(ctx context.Context, interval time.Duration) {
 	install := func(ctx context.Context) {
 		if _, err := i.Sync(ctx); err != nil && ctx.Err() == nil {
-			i.log.Warn("price catalog install", "error", err)
+			i.Logger.Warn("price catalog install", "error", err)
 		}
 	}
 	install(ctx)
-	service.Every(ctx, clock.Real{}, interval, install)
+	service.Every(ctx, i.Clock, interval, install)
 }
 
 // parseModels reads the catalog's models exactly (numbers as text, never

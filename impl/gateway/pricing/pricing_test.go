@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pillarhq/pillar/impl/gateway/money"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 type fakeGetter struct{ c *store.PriceCatalog }
@@ -26,7 +29,7 @@ func (f *fakeGetter) GetPriceCatalog(context.Context) (*store.PriceCatalog, erro
 func TestInstallerFollowsStoredVersion(t *testing.T) {
 	t.Parallel()
 	g := &fakeGetter{}
-	i := NewInstaller(g, nil, nil)
+	i := NewInstaller(g, service.Options{})
 	if ok, err := i.Sync(context.Background()); ok || err != nil || i.Current() != nil {
 		t.Fatalf("nothing stored: %v %v", ok, err)
 	}
@@ -48,7 +51,7 @@ func TestInstallerFollowsStoredVersion(t *testing.T) {
 
 func installed(t *testing.T, body string) *Catalog {
 	t.Helper()
-	i := NewInstaller(&fakeGetter{c: &store.PriceCatalog{Version: "v9", Body: json.RawMessage(body)}}, nil, nil)
+	i := NewInstaller(&fakeGetter{c: &store.PriceCatalog{Version: "v9", Body: json.RawMessage(body)}}, service.Options{})
 	if ok, err := i.Sync(context.Background()); !ok || err != nil {
 		t.Fatalf("install: %v %v", ok, err)
 	}
@@ -137,7 +140,7 @@ func TestMeter(t *testing.T) {
 // BenchmarkMeterPrice is the per-event cost of pricing on the usage
 // recorder's goroutine (off the request path).
 func BenchmarkMeterPrice(b *testing.B) {
-	i := NewInstaller(&fakeGetter{c: &store.PriceCatalog{Version: "v1", Body: json.RawMessage(`{"models":{"m":{"input":3,"output":15,"cache_write":3.75,"cache_read":0.3}}}`)}}, nil, nil)
+	i := NewInstaller(&fakeGetter{c: &store.PriceCatalog{Version: "v1", Body: json.RawMessage(`{"models":{"m":{"input":3,"output":15,"cache_write":3.75,"cache_read":0.3}}}`)}}, service.Options{})
 	if _, err := i.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -148,4 +151,41 @@ func BenchmarkMeterPrice(b *testing.B) {
 		e := ev
 		m.Price(&e)
 	}
+}
+
+// fed hands each sync the catalog the test sends.
+type fed chan *store.PriceCatalog
+
+func (f fed) GetPriceCatalog(ctx context.Context) (*store.PriceCatalog, error) {
+	select {
+	case c := <-f:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Run installs at once, then each time the interval passes on the
+// injected clock, stamping the catalog with that clock's time.
+func TestInstallerRunsOnTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	c := fakeclock.New(time.Time{})
+	g := make(fed)
+	i := NewInstaller(g, service.Options{Clock: c})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); i.Run(ctx, time.Hour) }()
+	for n, v := range []string{"v1", "v2"} {
+		if n > 0 {
+			c.Advance(time.Hour)
+		}
+		g <- &store.PriceCatalog{Version: v, Body: json.RawMessage(`{"models":{}}`)}
+		<-c.Armed() // the install before it has returned
+		want := fakeclock.Start.Add(time.Duration(n) * time.Hour)
+		if cur := i.Current(); cur.Version != v || !cur.InstalledAt.Equal(want) {
+			t.Fatalf("installed %s at %v, want %s at %v", cur.Version, cur.InstalledAt, v, want)
+		}
+	}
+	cancel()
+	<-done
 }

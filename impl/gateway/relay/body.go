@@ -37,7 +37,8 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (b []byte, he
 		// deadline never reaches the response.
 		// Both always succeed on net/http's HTTP/1 and HTTP/2 writers,
 		// the only ones that implement the interface.
-		_ = d.SetReadDeadline(h.now().Add(h.bodyReadTimeout))
+		// A network deadline: the poller reads the wall clock, never ours.
+		_ = d.SetReadDeadline(time.Now().Add(h.bodyReadTimeout))
 		defer func() { _ = d.SetReadDeadline(time.Time{}) }()
 	}
 	b = make([]byte, 0, size)

@@ -181,7 +181,9 @@ type readDeadliner interface{ SetReadDeadline(time.Time) error }
 // after the answer instead of being reused.
 func dontWaitForBody(w any) {
 	if d, ok := w.(readDeadliner); ok {
-		_ = d.SetReadDeadline(time.Now()) // a writer that cannot is reused as before
+		// A network deadline, so the wall clock; a writer that cannot is
+		// reused as before.
+		_ = d.SetReadDeadline(time.Now())
 	}
 }
 

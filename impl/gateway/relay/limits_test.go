@@ -12,6 +12,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/limits"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -27,7 +28,7 @@ func TestDefaultLimitsRefuseWith429(t *testing.T) {
 	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"requests","window_secs":60,"max":2}]`)
 	// The start of a minute: the retry-after is exact.
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	lim := limits.New(limits.Options{Now: func() time.Time { return now }})
+	lim := limits.New(limits.Options{Clock: fakeclock.New(now)})
 	rec := &memRecorder{}
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
@@ -96,7 +97,7 @@ func TestShortLimitWaitIsRetryable(t *testing.T) {
 	cfg := fixtureConfig(apiKeyUpstream("up_1", up.URL, "sk-upstream"))
 	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"requests","window_secs":10,"max":1}]`)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	lim := limits.New(limits.Options{Now: func() time.Time { return now }})
+	lim := limits.New(limits.Options{Clock: fakeclock.New(now)})
 	srv := httptest.NewServer(New(Options{Source: fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))}, Recorder: &memRecorder{}, Limiter: lim}))
 	t.Cleanup(srv.Close)
 	hdr := map[string]string{"x-api-key": "sk-good"}
@@ -137,7 +138,7 @@ func TestPrincipalLimitHeadersReplaceUpstreams(t *testing.T) {
 	cfg := fixtureConfig(apiKeyUpstream("up_1", up.URL, "sk-upstream"))
 	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"tokens","window_secs":3600,"max":50000},{"kind":"requests","window_secs":60,"max":10}]`)
 	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
-	lim := limits.New(limits.Options{Now: func() time.Time { return now }})
+	lim := limits.New(limits.Options{Clock: fakeclock.New(now)})
 	srv := httptest.NewServer(New(Options{Source: fakeSource{snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))}, Recorder: &memRecorder{}, Limiter: lim}))
 	t.Cleanup(srv.Close)
 	hdr := map[string]string{"x-api-key": "sk-good"}

@@ -34,9 +34,7 @@ type resilient struct {
 
 func newResilient(t *testing.T, s *snapshot.Snapshot, o Options) *resilient {
 	t.Helper()
-	// The fake clock starts at the real time: the request body's read
-	// deadline is set on the connection from the relay's clock.
-	r := &resilient{rec: &memRecorder{}, reg: prometheus.NewRegistry(), clock: fakeclock.New(time.Now())}
+	r := &resilient{rec: &memRecorder{}, reg: prometheus.NewRegistry(), clock: fakeclock.New(time.Time{})}
 	o.Source, o.Recorder, o.Metrics = fakeSource{s}, r.rec, NewMetrics(r.reg)
 	if o.Clock == nil {
 		o.Clock = r.clock
@@ -383,6 +381,22 @@ func TestStalledBodyHitsReadDeadline(t *testing.T) {
 	}
 	if evs := rs.waitEvents(t, 1); evs[0].ErrorType != "invalid_request_error" {
 		t.Fatalf("event %+v", evs[0])
+	}
+}
+
+// The body read deadline is a network deadline, which the kernel's poller
+// compares with the wall clock: a relay on a fake clock far from it still
+// reads a body larger than the server's buffer, whose reads reach the
+// connection.
+func TestBodyReadDeadlineIsOnTheWallClock(t *testing.T) {
+	t.Parallel()
+	sn := &seen{}
+	up := upstreamServer(t, sn, nil)
+	past := fakeclock.New(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+	rs := newResilient(t, fixture(apiKeyUpstream("up_1", up.URL, "sk-upstream")), Options{Clock: past, BodyReadTimeout: time.Minute})
+	resp, b := post(t, rs.srv.URL+"/v1/messages", map[string]string{"x-api-key": "sk-good"}, `{"model":"claude-test","max_tokens":5,"pad":"`+strings.Repeat("x", 256<<10)+`"}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, b)
 	}
 }
 

@@ -155,7 +155,7 @@ func TestTraceBudgetRefusalSpanTree(t *testing.T) {
 	cfg.Principals[0].DefaultLimits = json.RawMessage(`[{"kind":"usd","window_secs":86400,"limit":"1.00"}]`)
 	snap := snapshot.Build(cfg, plainOpener{}, time.Unix(0, 0))
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	lim := limits.New(limits.Options{Now: func() time.Time { return now }})
+	lim := limits.New(limits.Options{Clock: fakeclock.New(now)})
 	p := snap.Principal("pr_a")
 	lim.AddCost(p.ID, p.Limits, 2*money.PerDollar)
 	srv, c := traced(t, snap, Options{Limiter: lim}, true)

@@ -2,11 +2,9 @@ package routing
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/service"
 )
@@ -28,21 +26,17 @@ const DefaultShareInterval = time.Second
 // the upstream and learns it from the provider's answer itself; the client
 // does not see it (the request fails over before its first byte).
 type Sharer struct {
+	service.Base
 	board *Board
 	st    CooldownStore
-	now   func() time.Time
-	log   *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]time.Time // learnt here, not stored yet
 }
 
 // NewSharer returns a sharer and the board it shares.
-func NewSharer(st CooldownStore, now func() time.Time, log *slog.Logger) *Sharer {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Sharer{st: st, now: now, log: log, pending: map[string]time.Time{}}
+func NewSharer(st CooldownStore, o service.Options) *Sharer {
+	s := service.Init(o, &Sharer{st: st, pending: map[string]time.Time{}})
 	s.board = NewBoard(s.note)
 	return s
 }
@@ -66,12 +60,12 @@ func (s *Sharer) Sync(ctx context.Context) error {
 	learnt := s.pending
 	s.pending = map[string]time.Time{}
 	s.mu.Unlock()
-	all, err := s.st.SyncCooldowns(ctx, learnt, s.now())
+	all, err := s.st.SyncCooldowns(ctx, learnt, s.Clock.Now())
 	if err != nil {
 		for id, until := range learnt {
 			s.note(id, until)
 		}
-		s.log.Warn("sharing upstream cooldowns failed; retrying", "error", err)
+		s.Logger.Warn("sharing upstream cooldowns failed; retrying", "error", err)
 		return err
 	}
 	for id, until := range all {
@@ -81,7 +75,7 @@ func (s *Sharer) Sync(ctx context.Context) error {
 	// windows here for the usage thresholds.
 	wins, err := s.st.ListQuotaWindows(ctx)
 	if err != nil {
-		s.log.Warn("reading the polled usage windows failed; retrying", "error", err)
+		s.Logger.Warn("reading the polled usage windows failed; retrying", "error", err)
 		return err
 	}
 	for id, w := range wins {
@@ -92,5 +86,5 @@ func (s *Sharer) Sync(ctx context.Context) error {
 
 // Run syncs every interval until ctx ends.
 func (s *Sharer) Run(ctx context.Context, interval time.Duration) {
-	service.Every(ctx, clock.Real{}, interval, func(ctx context.Context) { _ = s.Sync(ctx) }) // Sync logs its own failures
+	service.Every(ctx, s.Clock, interval, func(ctx context.Context) { _ = s.Sync(ctx) }) // Sync logs its own failures
 }

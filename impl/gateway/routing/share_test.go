@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // memCooldowns is a CooldownStore in memory, shared by "replicas".
@@ -47,9 +49,9 @@ func (m *memCooldowns) SyncCooldowns(_ context.Context, learnt map[string]time.T
 func TestSharerSharesCooldownsBetweenReplicas(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
+	o := service.Options{Clock: fakeclock.New(now)}
 	st := &memCooldowns{m: map[string]time.Time{}}
-	a, b := NewSharer(st, clock, nil), NewSharer(st, clock, nil)
+	a, b := NewSharer(st, o), NewSharer(st, o)
 	ctx := context.Background()
 
 	a.Board().CoolDown("up_1", now.Add(time.Minute))
@@ -96,7 +98,7 @@ func TestSharerReadsUsageWindows(t *testing.T) {
 	db := &memCooldowns{m: map[string]time.Time{}, wins: map[string]store.QuotaWindows{
 		"up_a": {FiveHour: store.QuotaWindow{Utilization: 95, ResetsAt: &reset}, SevenDay: store.QuotaWindow{Utilization: 40}},
 	}}
-	s := NewSharer(db, func() time.Time { return now }, nil)
+	s := NewSharer(db, service.Options{Clock: fakeclock.New(now)})
 	b := s.Board()
 	if b.OverThreshold("up_a", 90, 0, now) {
 		t.Fatal("over threshold before the usage was read")
@@ -123,4 +125,37 @@ func TestSharerReadsUsageWindows(t *testing.T) {
 			t.Errorf("thresholds %d/%d at %v: over %v, want %v", c.max5h, c.max7d, c.at.Sub(now), got, c.over)
 		}
 	}
+}
+
+// signalled reports each cooldown sync's reading of the clock.
+type signalled struct {
+	*memCooldowns
+	synced chan time.Time
+}
+
+func (s signalled) SyncCooldowns(ctx context.Context, learnt map[string]time.Time, now time.Time) (map[string]time.Time, error) {
+	out, err := s.memCooldowns.SyncCooldowns(ctx, learnt, now)
+	s.synced <- now
+	return out, err
+}
+
+// Run syncs each time the interval passes on the injected clock, reading
+// the time from it, and returns when ctx ends.
+func TestSharerRunsOnTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	c := fakeclock.New(time.Time{})
+	st := signalled{&memCooldowns{m: map[string]time.Time{}}, make(chan time.Time)}
+	s := NewSharer(st, service.Options{Clock: c})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, DefaultShareInterval) }()
+	for i := 1; i <= 2; i++ {
+		<-c.Armed()
+		c.Advance(DefaultShareInterval)
+		if at := <-st.synced; !at.Equal(fakeclock.Start.Add(time.Duration(i) * DefaultShareInterval)) {
+			t.Fatalf("sync %d read %v, want the fake clock's time", i, at)
+		}
+	}
+	cancel()
+	<-done
 }

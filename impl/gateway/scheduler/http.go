@@ -76,7 +76,7 @@ func (s *Scheduler) StatusNow(r *http.Request) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
+	now := s.Clock.Now()
 	for _, t := range s.Types() {
 		st.JobTypes = append(st.JobTypes, JobTypeInfo{JobType: t.Name, RetryClass: t.Class.Name, MaxAttempts: t.Class.MaxAttempts})
 		if t.Every > 0 {

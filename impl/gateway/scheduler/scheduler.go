@@ -21,6 +21,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pillarhq/pillar/impl/clock"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Kind is the River kind every gateway job is stored under; the job type
@@ -144,8 +147,7 @@ type client interface {
 
 // Scheduler owns the River client, the handlers and the cron producer.
 type Scheduler struct {
-	log     *slog.Logger
-	now     func() time.Time
+	service.Base
 	metrics *Metrics
 	types   map[string]*Type
 	client  client
@@ -168,8 +170,11 @@ type Scheduler struct {
 
 // Options configures a Scheduler.
 type Options struct {
+	// Logger (nil: discards) and Clock (nil: the real clock) go to
+	// service.Init. The clock picks cron ticks and times runs; River
+	// makes jobs available by the wall clock.
 	Logger  *slog.Logger
-	Now     func() time.Time
+	Clock   clock.Clock
 	Metrics *Metrics
 	// Workers is how many jobs this replica runs at once.
 	Workers int
@@ -187,12 +192,6 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	if o.Workers <= 0 {
 		o.Workers = 4
 	}
@@ -211,7 +210,7 @@ func (s *Scheduler) riverConfig(o Options) *river.Config {
 	river.AddWorker(workers, doorbellWorker{})
 	return &river.Config{
 		ID:                   o.ID,
-		Logger:               slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Logger:               slog.New(minLevel{s.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		RetryPolicy:          retryPolicy{s},
@@ -245,7 +244,7 @@ func availableWhenDue(_ context.Context, p *rivertype.JobInsertParams) error {
 
 func newScheduler(types []Type, o Options) (*Scheduler, error) {
 	o.defaults()
-	s := &Scheduler{log: o.Logger, now: o.Now, metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}, rescueAfter: o.RescueAfter, tracer: o.Tracer}
+	s := service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, &Scheduler{metrics: o.Metrics, types: map[string]*Type{}, cronNext: map[string]time.Time{}, rescueAfter: o.RescueAfter, tracer: o.Tracer})
 	var names []string
 	for i := range types {
 		t := types[i]
@@ -334,7 +333,7 @@ func (s *Scheduler) armFromTable(ctx context.Context) {
 	res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(Kind).States(notStarted...).
 		OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(armFromTableLimit))
 	if err != nil {
-		s.log.Warn("scheduler alarm: list queued jobs (the poll still finds them)", "error", err)
+		s.Logger.Warn("scheduler alarm: list queued jobs (the poll still finds them)", "error", err)
 		return
 	}
 	now, overdue := time.Now(), false
@@ -367,16 +366,8 @@ func TickKey(jobType string, tick time.Time) string {
 // cron pushes each due tick of every periodic type. Every replica does the
 // same; the unique (type, key) constraint keeps one job per tick.
 func (s *Scheduler) cron(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		s.PushDueTicks(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	s.PushDueTicks(ctx)
+	service.Every(ctx, s.Clock, time.Second, s.PushDueTicks)
 }
 
 // PushDueTicks enqueues, for every periodic type, the current tick (due
@@ -386,7 +377,7 @@ func (s *Scheduler) cron(ctx context.Context) {
 // type has a queued job; a stall leaves it in the past. Exported so tests
 // drive the producer with their clock.
 func (s *Scheduler) PushDueTicks(ctx context.Context) {
-	now := s.now()
+	now := s.Clock.Now()
 	for name, t := range s.types {
 		if t.Every <= 0 {
 			continue
@@ -404,13 +395,13 @@ func (s *Scheduler) PushDueTicks(ctx context.Context) {
 			inserted, _, err := s.Enqueue(ctx, Enqueue{Type: name, IdempotencyKey: TickKey(name, at), Payload: t.Payload, RunAt: at})
 			if err != nil {
 				if ctx.Err() == nil {
-					s.log.Warn("cron push", "job_type", name, "error", err)
+					s.Logger.Warn("cron push", "job_type", name, "error", err)
 				}
 				break
 			}
 			if !inserted {
 				// Another replica pushed this tick first: expected, not an error.
-				s.log.Debug("cron tick already pushed by another replica (unique violation expected)", "job_type", name, "tick", at.Unix())
+				s.Logger.Debug("cron tick already pushed by another replica (unique violation expected)", "job_type", name, "tick", at.Unix())
 			}
 			s.mu.Lock()
 			s.cronNext[name] = at
@@ -481,18 +472,18 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		// A job type this build does not know: fail without retry.
 		return river.JobCancel(fmt.Errorf("unknown job type %q", name))
 	}
-	start := s.now()
+	start := s.Clock.Now()
 	s.metrics.count(name, "started")
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.count(name, "panicked")
-			s.log.Error("job panicked", "job_type", name, "job_id", job.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			s.Logger.Error("job panicked", "job_type", name, "job_id", job.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = fmt.Errorf("panic: %v", r)
 			if job.Attempt >= job.MaxAttempts {
 				s.metrics.failed(name)
 			}
 		}
-		s.metrics.duration(name, s.now().Sub(start))
+		s.metrics.duration(name, s.Clock.Now().Sub(start))
 	}()
 	out, herr := s.handle(ctx, t, Job{
 		ID: job.ID, Type: name, IdempotencyKey: job.Args.IdempotencyKey, Payload: job.Args.Payload,
@@ -501,14 +492,14 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	if herr != nil {
 		if errors.Is(herr, ErrPermanent) || job.Attempt >= job.MaxAttempts {
 			s.metrics.failed(name)
-			s.log.Warn("job failed", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
+			s.Logger.Warn("job failed", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
 			if errors.Is(herr, ErrPermanent) {
 				return river.JobCancel(errors.New(Redact(herr.Error())))
 			}
 			return errors.New(Redact(herr.Error()))
 		}
 		s.metrics.count(name, "retry")
-		s.log.Info("job will retry", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
+		s.Logger.Info("job will retry", "job_type", name, "job_id", job.ID, "attempt", job.Attempt, "error", Redact(herr.Error()))
 		return errors.New(Redact(herr.Error()))
 	}
 	switch out {
@@ -532,7 +523,7 @@ func (p retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	if t := p.s.types[a.JobType]; t != nil {
 		class = t.Class
 	}
-	at := p.s.now().Add(class.NextDelay(job.Attempt))
+	at := p.s.Clock.Now().Add(class.NextDelay(job.Attempt))
 	if p.s.alarm != nil {
 		p.s.alarm.arm(at)
 	}

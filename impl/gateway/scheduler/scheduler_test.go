@@ -23,6 +23,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	_ "modernc.org/sqlite"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
@@ -88,7 +89,7 @@ func eachDriver(t *testing.T, body func(t *testing.T, d driver)) {
 	}
 }
 
-func setup(t *testing.T, d driver, shared string, now func() time.Time, extra ...Type) *bundle {
+func setup(t *testing.T, d driver, shared string, clk clock.Clock, extra ...Type) *bundle {
 	t.Helper()
 	b := &bundle{reg: prometheus.NewRegistry()}
 	b.metrics = NewMetrics(b.reg)
@@ -111,7 +112,7 @@ func setup(t *testing.T, d driver, shared string, now func() time.Time, extra ..
 			Handler: func(context.Context, Job) (Outcome, error) { panic("boom") }},
 	}
 	types = append(types, extra...)
-	s, err := d.open(t, shared, types, Options{Metrics: b.metrics, Now: now, PollInterval: 20 * time.Millisecond})
+	s, err := d.open(t, shared, types, Options{Metrics: b.metrics, Clock: clk, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +280,8 @@ func testCronOneJobPerTick(t *testing.T, d driver) {
 		runs.Add(1)
 		return OutcomeDone, nil
 	}}
-	a := setup(t, d, path, clk.Now, hourly)
-	b := setup(t, d, path, clk.Now, hourly)
+	a := setup(t, d, path, clk, hourly)
+	b := setup(t, d, path, clk, hourly)
 	for i := 0; i < 3; i++ {
 		a.s.PushDueTicks(context.Background())
 		b.s.PushDueTicks(context.Background())
@@ -324,7 +325,7 @@ func testNextRunAt(t *testing.T, d driver) {
 	hourly := Type{Name: "test:hourly", Class: Maintenance, Every: time.Hour, Handler: func(context.Context, Job) (Outcome, error) {
 		return OutcomeDone, nil
 	}}
-	b := setup(t, d, d.shared(t), clk.Now, hourly)
+	b := setup(t, d, d.shared(t), clk, hourly)
 	ctx := context.Background()
 	b.s.PushDueTicks(ctx)
 	status := func() RecurringJob {

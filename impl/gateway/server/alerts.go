@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/alerts"
@@ -20,7 +19,7 @@ import (
 type alertDeliveries struct{ s *scheduler.Scheduler }
 
 func (d alertDeliveries) SendTest(ctx context.Context, webhookID string) (int64, error) {
-	now := time.Now().UTC()
+	now := d.s.Clock.Now().UTC()
 	body, _ := json.Marshal(alerts.Event{Alert: "test", Status: alerts.StatusTest, At: now,
 		Summary: "a test delivery asked for from the admin API"})
 	p, _ := json.Marshal(webhook.Payload{WebhookID: webhookID, Event: body})

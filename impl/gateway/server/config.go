@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/cli"
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/relay"
@@ -27,6 +28,9 @@ type Config struct {
 	DatabaseURL string `yaml:"database_url"`
 	// db is DatabaseURL as Validate parsed it: the one parse it gets.
 	db DatabaseURL
+	// clock is the one clock of every service and loop; nil (always but
+	// in tests) is the real clock.
+	clock clock.Clock
 	// ReconcileInterval is how often the reconciler polls for missed changes.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	// Alerts: how often each replica evaluates the alert conditions and

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Driver is the database engine a database URL names.
@@ -153,9 +154,9 @@ func (s *storage) newScheduler(ctx context.Context, pool int, types []scheduler.
 
 // changeListener hears the changes other replicas commit (PostgreSQL
 // LISTEN). Nil on SQLite: one process, no other replica to hear.
-func (s *storage) changeListener(log *slog.Logger, onChange func(ctx context.Context, payload string)) *notify.Listener {
+func (s *storage) changeListener(o service.Options, onChange func(ctx context.Context, payload string)) *notify.Listener {
 	if s.db.Driver != Postgres {
 		return nil
 	}
-	return notify.New(s.db.DSN, notify.Channel, log, onChange)
+	return notify.New(s.db.DSN, notify.Channel, o, onChange)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admin"
 	"github.com/pillarhq/pillar/impl/gateway/admission"
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
@@ -42,8 +43,10 @@ import (
 // gateway is the runtime start assembles on the opened storage: what the
 // handlers, the scheduler and the background loops share.
 type gateway struct {
-	cfg    *Config
-	log    *slog.Logger
+	cfg *Config
+	log *slog.Logger
+	// clock is the one clock every service and loop reads.
+	clock  clock.Clock
 	getenv func(string) string
 	stor   *storage
 	box    *secret.Box
@@ -99,7 +102,7 @@ type gateway struct {
 // around it. It starts nothing that outlives it; on an error the caller
 // closes the storage.
 func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
-	g := &gateway{cfg: cfg, log: log, getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
+	g := &gateway{cfg: cfg, log: log, clock: clock.Or(cfg.clock), getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
 	if err != nil {
@@ -107,7 +110,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	}
 	g.plugs = plugs
 	st := stor.st
-	g.rt = snapshot.NewRuntime(st, box, log.With("component", "snapshot"), time.Now)
+	g.rt = snapshot.NewRuntime(st, box, g.opts("snapshot"))
 	g.rt.Stage = stagePlugins(st, plugs, log.With("component", "plugins"))
 	if err := g.rt.Refresh(ctx); err != nil {
 		_ = plugs.Close(ctx)
@@ -123,7 +126,7 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 		return nil, err
 	}
 	// default_limits: counted in memory, shared through the database.
-	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits")})
+	g.lim = limits.New(limits.Options{Store: st, Logger: log.With("component", "limits"), Clock: g.clock})
 	// A replica starting (or restarting) enforces the cluster's counts
 	// from its first request; a failure is logged and retried each second.
 	_ = g.lim.Sync(ctx)
@@ -131,25 +134,31 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.reg.MustRegister(gauges.New(g.rt, st, g.lim, log.With("component", "gauges")))
 	// The price installer comes before the recorder, which prices each
 	// event with the catalog installed when it is recorded.
-	g.prices = pricing.NewInstaller(st, g.log.With("component", "pricing"), time.Now)
+	g.prices = pricing.NewInstaller(st, g.opts("pricing"))
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
 	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
 	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
-	g.share = routing.NewSharer(st, time.Now, log.With("component", "routing"))
+	g.share = routing.NewSharer(st, g.opts("routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
 	_ = g.share.Sync(ctx)
 	g.sessions = affinity.NewTable()
-	g.shareSessions = affinity.NewSharer(g.sessions, st, time.Now, log.With("component", "affinity"))
+	g.shareSessions = affinity.NewSharer(g.sessions, st, g.opts("affinity"))
 	// …and the sessions moved within the prompt cache's lifetime.
 	_ = g.shareSessions.Sync(ctx)
-	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, time.Now))
+	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock.Now))
 	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
 	g.captures = capture.NewSink(st, box, captureQueue, capture.NewMetrics(g.reg), log.With("component", "capture"))
 	g.buildServices()
 	return g, nil
+}
+
+// opts are a service's options: the gateway's one clock and its logger
+// named for the component.
+func (g *gateway) opts(component string) service.Options {
+	return service.Options{Logger: g.log.With("component", component), Clock: g.clock}
 }
 
 // captureQueue bounds the captured exchanges waiting for the sink's
@@ -198,9 +207,9 @@ func (g *gateway) buildServices() {
 	cfg, st := g.cfg, g.stor.st
 	g.schedMetrics = scheduler.NewMetrics(g.reg)
 	g.dest = &egress.Policy{AllowPrivate: cfg.AllowPrivateUpstreams}
-	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.getenv, g.dest.Client(30*time.Second))
+	g.subs = newSubscriptions(cfg, st, g.box, g.rt, g.log, g.clock, g.getenv, g.dest.Client(30*time.Second))
 	g.subs.warmer.Shape = shapeWarmup(st, g.plugs)
-	g.ka = service.Init(service.Options{Logger: g.log.With("component", "keepalive")}, &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
+	g.ka = service.Init(g.opts("keepalive"), &keepalive.Service{Store: st, Box: g.box, Metrics: keepalive.NewMetrics(g.reg),
 		Purged: g.schedMetrics.PromptCachePurgeRemoved, Upstream: func(id string) *snapshot.Upstream { return g.rt.Current().Upstream(id) },
 		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
@@ -213,12 +222,12 @@ func (g *gateway) buildServices() {
 // schedulerTypes are the durable job types of the gateway and its services.
 func (g *gateway) schedulerTypes() []scheduler.Type {
 	cfg := g.cfg
-	types := jobs.Types(jobs.Deps{Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
+	types := jobs.Types(jobs.Deps{Options: g.opts("jobs"), Store: g.stor.st, Metrics: g.schedMetrics, Retention: cfg.Retention, CatalogURL: cfg.PriceCatalogURL, HTTP: g.jobsHTTP,
 		Every: cfg.JobIntervals, Upstreams: func() []*snapshot.Upstream { return g.rt.Current().Upstreams }})
 	types = append(types, g.subs.types(cfg)...)
 	// Alert deliveries go where operators point, through the destination
 	// policy like every other outbound call.
-	send := &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout), Now: time.Now}
+	send := service.Init(g.opts("webhook"), &webhook.Sender{Client: g.dest.Client(cfg.Alerts.DeliveryTimeout)})
 	deliver := alerts.DeliveryType(alerts.Targets{Store: g.stor.st, Box: g.box}, send, cfg.Alerts.DeliveryTimeout, g.alertMetrics)
 	// The entity class's curve (30 s doubling to 10 min) from RetryBase.
 	deliver.Class.Base, deliver.Class.Max = cfg.Alerts.RetryBase, 20*cfg.Alerts.RetryBase
@@ -230,7 +239,7 @@ func (g *gateway) schedulerTypes() []scheduler.Type {
 // connections. It does not fail: see below.
 func (g *gateway) startScheduler(ctx context.Context) {
 	cfg, types := g.cfg, g.schedulerTypes()
-	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
+	o := scheduler.Options{Logger: g.log.With("component", "scheduler"), Clock: g.clock, Metrics: g.schedMetrics, Workers: cfg.SchedulerWorkers, ID: cfg.ReplicaID,
 		RescueAfter: cfg.SchedulerRescueAfter, Tracer: g.tracing.Tracer()}
 	sched, closeSched, err := g.stor.newScheduler(ctx, cfg.Database.SchedulerPool, types, o)
 	if err == nil {
@@ -246,7 +255,7 @@ func (g *gateway) startScheduler(ctx context.Context) {
 		// endpoints answer 503 scheduler_unavailable; other replicas'
 		// schedulers run the jobs.
 		g.log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
-		sched, closeSched = scheduler.Down(types, scheduler.Options{Metrics: g.schedMetrics}, err), func() {}
+		sched, closeSched = scheduler.Down(types, scheduler.Options{Clock: g.clock, Metrics: g.schedMetrics}, err), func() {}
 		g.bindScheduler(sched)
 	}
 	g.sched, g.closeSched = sched, closeSched
@@ -257,7 +266,7 @@ func (g *gateway) bindScheduler(s *scheduler.Scheduler) {
 	g.subs.bind(s)
 	g.ka.Jobs = s
 	g.alerts = alerts.New(alerts.Options{Snapshots: g.rt, Store: g.stor.st, Budgets: g.lim, Queue: s, ReplicaID: g.cfg.ReplicaID,
-		Logger: g.log.With("component", "alerts"), Metrics: g.alertMetrics})
+		Logger: g.log.With("component", "alerts"), Clock: g.clock, Metrics: g.alertMetrics})
 }
 
 // handlers are what the listeners serve.
@@ -268,11 +277,11 @@ type handlers struct {
 // handlers builds the proxy path and the admin API.
 func (g *gateway) handlers(sec *secrets) handlers {
 	cfg := g.cfg
-	startedAt := time.Now()
+	startedAt := g.clock.Now()
 	outbound := relay.NewTransport()
 	outbound.DialContext = g.dest.DialContext // security: the destination policy at connect time
 	relayOpts := relay.Options{
-		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"),
+		Transport: outbound, Source: g.rt, Recorder: g.rec, Observer: g.ka, Plugins: g.plugs, Limiter: g.lim, Metrics: g.relayMetrics, Logger: g.log.With("component", "relay"), Clock: g.clock,
 		Board: g.board, Affinity: g.sessions, Admission: g.admission, UpstreamCaps: g.upstreamCaps,
 		Capture: g.captures,
 	}
@@ -284,7 +293,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
 		Store: g.stor.st, Sealer: g.box, Opener: g.box, Runtime: g.adminRuntime(), Lane: g.writeLane(), Auth: sec.auth, Registerer: g.reg, SignIn: sec.signIn,
-		Logger: g.log.With("component", "admin"), Now: time.Now, Getenv: g.getenv,
+		Logger: g.log.With("component", "admin"), Clock: g.clock, Getenv: g.getenv,
 		Version: Version, ReplicaID: cfg.ReplicaID, StartedAt: startedAt, PriceCatalog: installedCatalog{g.prices},
 		Tracing: tracingStatus(cfg.Tracing),
 		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
@@ -345,7 +354,7 @@ func (g *gateway) loops() *service.Group {
 	l.Add("pricing", every(g.prices.Run, cfg.ReconcileInterval))
 	// Other replicas announce committed changes; the reconciler above
 	// repairs any notification this session misses.
-	if n := g.stor.changeListener(g.log.With("component", "notify"), g.applyChange); n != nil {
+	if n := g.stor.changeListener(g.opts("notify"), g.applyChange); n != nil {
 		l.Add("notify", n.Run)
 	}
 	return l

@@ -31,7 +31,7 @@ func newHTTPServer(h http.Handler, l ListenerLimits, errLog *log.Logger) *http.S
 func boundBody(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d > 0 && r.Body != nil && r.Body != http.NoBody {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d)) // a network deadline: the wall clock
 		}
 		h.ServeHTTP(w, r)
 	})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/jobs"
 	"github.com/pillarhq/pillar/impl/gateway/oauth"
 	"github.com/pillarhq/pillar/impl/gateway/quota"
@@ -32,10 +33,10 @@ type subscriptions struct {
 
 // httpc reaches the provider's OAuth, usage and warm-up endpoints (through
 // the destination policy).
-func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot.Runtime, log *slog.Logger, getenv func(string) string, httpc *http.Client) *subscriptions {
+func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot.Runtime, log *slog.Logger, clk clock.Clock, getenv func(string) string, httpc *http.Client) *subscriptions {
 	client := &oauth.Client{HTTP: httpc, ClientID: cfg.OAuth.ClientID}
 	s := &subscriptions{log: log}
-	s.Service = service.Init(service.Options{Logger: log.With("component", "oauth")}, &oauth.Service{Store: st, Box: box, Client: client,
+	s.Service = service.Init(service.Options{Logger: log.With("component", "oauth"), Clock: clk}, &oauth.Service{Store: st, Box: box, Client: client,
 		RedirectURI: cfg.OAuth.RedirectURI, Scopes: cfg.OAuth.Scopes,
 		Changed: func(ctx context.Context) {
 			if err := rt.Refresh(ctx); err != nil {
@@ -47,9 +48,9 @@ func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot
 		RefreshRetry: scheduler.RetryClass{Name: scheduler.Entity.Name, MaxAttempts: scheduler.Entity.MaxAttempts,
 			Base: cfg.OAuth.RefreshRetryBase, Max: cfg.OAuth.RefreshRetryBase * 20},
 	})
-	s.warmer = service.Init(service.Options{Logger: log.With("component", "warmup")}, &warmup.Warmer{Store: st, Tokens: s.Service, HTTP: httpc,
+	s.warmer = service.Init(service.Options{Logger: log.With("component", "warmup"), Clock: clk}, &warmup.Warmer{Store: st, Tokens: s.Service, HTTP: httpc,
 		Model: cfg.Warmup.Model, FreshFor: cfg.Warmup.FreshFor, Failpoint: failpoints(getenv("PROXY_FAILPOINTS"))})
-	s.quota = service.Init(service.Options{Logger: log.With("component", "quota")}, &quota.Service{Store: st, Tokens: s.Service, Client: client, StaleAfter: cfg.UsageStaleAfter})
+	s.quota = service.Init(service.Options{Logger: log.With("component", "quota"), Clock: clk}, &quota.Service{Store: st, Tokens: s.Service, Client: client, StaleAfter: cfg.UsageStaleAfter})
 	return s
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
@@ -57,7 +58,7 @@ func openReplicas(t *testing.T, driver string) *replicas {
 		}
 	}
 	t.Cleanup(func() { r.a.Close(); r.b.Close() })
-	r.rt = snapshot.NewRuntime(r.b, r.box, nil, r.clk.Now)
+	r.rt = snapshot.NewRuntime(r.b, r.box, service.Options{Clock: r.clk})
 	return r
 }
 
@@ -318,8 +319,9 @@ func TestReconcileForcesFullRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { r.rt.Reconcile(ctx, time.Millisecond); close(done) }()
+	go func() { r.rt.Reconcile(ctx, snapshot.FullRebuildEvery); close(done) }()
 	defer func() { cancel(); <-done }()
+	<-r.clk.Armed()
 	r.clk.Advance(snapshot.FullRebuildEvery)
 	waitfor.Until(t, "a full rebuild after FullRebuildEvery", func() error {
 		if _, f := r.rt.Rebuilds(); f != 2 {

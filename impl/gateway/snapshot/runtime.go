@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/service"
 )
@@ -39,10 +37,9 @@ const FullRebuildEvery = 5 * time.Minute
 // reads configuration, builds a snapshot (routing tables included) and swaps
 // it in. Writers serialise on a mutex; readers only load the pointer.
 type Runtime struct {
+	service.Base
 	loader Loader
 	opener Opener
-	log    *slog.Logger
-	now    func() time.Time
 
 	cur atomic.Pointer[Snapshot]
 	mu  sync.Mutex // serialises rebuilds, never taken by readers
@@ -75,15 +72,9 @@ type Runtime struct {
 }
 
 // NewRuntime returns a runtime with an empty snapshot; call Refresh to load.
-func NewRuntime(loader Loader, opener Opener, log *slog.Logger, now func() time.Time) *Runtime {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	r := &Runtime{loader: loader, opener: opener, log: log, now: now}
-	r.cur.Store(Build(&store.Config{}, nil, now()))
+func NewRuntime(loader Loader, opener Opener, o service.Options) *Runtime {
+	r := service.Init(o, &Runtime{loader: loader, opener: opener})
+	r.cur.Store(Build(&store.Config{}, nil, r.Clock.Now()))
 	return r
 }
 
@@ -177,15 +168,15 @@ func (r *Runtime) fullEvery() time.Duration {
 // the periodic full load reset it.
 func (r *Runtime) rebuild(ctx context.Context, full bool) error {
 	dl, ok := r.loader.(DeltaLoader)
-	if !full && ok && r.cfg != nil && r.now().Sub(r.lastFull) < r.fullEvery() {
+	if !full && ok && r.cfg != nil && r.Clock.Now().Sub(r.lastFull) < r.fullEvery() {
 		err := r.rebuildDelta(ctx, dl)
 		if err == nil {
 			return nil
 		}
 		if errors.Is(err, store.ErrDeltaUnavailable) {
-			r.log.Info("configuration delta unavailable; loading in full", "reason", err)
+			r.Logger.Info("configuration delta unavailable; loading in full", "reason", err)
 		} else {
-			r.log.Warn("configuration delta failed; loading in full", "error", err)
+			r.Logger.Warn("configuration delta failed; loading in full", "error", err)
 		}
 	}
 	return r.rebuildFull(ctx)
@@ -208,7 +199,7 @@ func (r *Runtime) rebuildDelta(ctx context.Context, dl DeltaLoader) error {
 	if r.Stage != nil {
 		r.Stage(ctx, cfg)
 	}
-	s := Apply(r.cur.Load(), cfg, d, r.opener, r.now())
+	s := Apply(r.cur.Load(), cfg, d, r.opener, r.Clock.Now())
 	r.deltas.Add(1)
 	// Upstreams the delta did not touch keep their apply outcome, already
 	// recorded; the touched ones come with their stored status.
@@ -219,7 +210,7 @@ func (r *Runtime) rebuildDelta(ctx context.Context, dl DeltaLoader) error {
 func (r *Runtime) rebuildFull(ctx context.Context) error {
 	// Until this read succeeds there is no base a delta may trust.
 	r.cfg = nil
-	read := r.now()
+	read := r.Clock.Now()
 	cfg, err := r.loader.LoadConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("load configuration: %w", err)
@@ -230,14 +221,14 @@ func (r *Runtime) rebuildFull(ctx context.Context) error {
 		// a backup): the snapshot stays, as before, until the store moves
 		// past it; and no delta is applied to a history that diverged,
 		// so the next rebuild reads in full again.
-		r.log.Warn("stored configuration generation is behind the snapshot's; keeping the snapshot",
+		r.Logger.Warn("stored configuration generation is behind the snapshot's; keeping the snapshot",
 			"stored", cfg.Generation, "snapshot", old.Generation)
 		return nil
 	}
 	if r.Stage != nil {
 		r.Stage(ctx, cfg)
 	}
-	s := Build(cfg, r.opener, r.now())
+	s := Build(cfg, r.opener, r.Clock.Now())
 	r.lastFull = read
 	// The base the next delta applies to keeps no keys (see rebuildDelta).
 	r.install(ctx, cfg.WithoutKeys(), s, cfg.Upstreams)
@@ -249,7 +240,7 @@ func (r *Runtime) rebuildFull(ctx context.Context) error {
 func (r *Runtime) install(ctx context.Context, cfg *store.Config, s *Snapshot, upstreams []store.Upstream) {
 	r.cur.Store(s)
 	r.cfg = cfg
-	r.log.Debug("snapshot swapped", "generation", s.Generation)
+	r.Logger.Debug("snapshot swapped", "generation", s.Generation)
 	r.recordApply(ctx, upstreams, s)
 	if r.OnSwap != nil {
 		r.OnSwap(s)
@@ -272,14 +263,14 @@ func (r *Runtime) RefreshIfChanged(ctx context.Context) (bool, error) {
 func (r *Runtime) fullDue() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.now().Sub(r.lastFull) >= r.fullEvery()
+	return r.Clock.Now().Sub(r.lastFull) >= r.fullEvery()
 }
 
 // recordApply writes each upstream's apply outcome into its status when it
 // changed. Status writes are background writes: they bump neither the spec
 // revision nor the config generation, so they cannot trigger a rebuild loop.
 func (r *Runtime) recordApply(ctx context.Context, upstreams []store.Upstream, s *Snapshot) {
-	now := r.now().Truncate(time.Second)
+	now := r.Clock.Now().Truncate(time.Second)
 	for _, u := range upstreams {
 		msg, failed := s.Errors[u.ID]
 		st := u.Status
@@ -298,7 +289,7 @@ func (r *Runtime) recordApply(ctx context.Context, upstreams []store.Upstream, s
 			st.LastApplyAt = &now
 		}
 		if err := r.loader.SetUpstreamStatus(ctx, u.ID, st); err != nil {
-			r.log.Warn("record upstream apply status", "upstream_id", u.ID, "error", err)
+			r.Logger.Warn("record upstream apply status", "upstream_id", u.ID, "error", err)
 		}
 	}
 }
@@ -307,18 +298,18 @@ func (r *Runtime) recordApply(ctx context.Context, upstreams []store.Upstream, s
 // moved, repairing any missed change notification; when no full load ran
 // for FullRebuildEvery it forces one. It returns when ctx ends.
 func (r *Runtime) Reconcile(ctx context.Context, interval time.Duration) {
-	service.Every(ctx, clock.Real{}, interval, func(ctx context.Context) {
+	service.Every(ctx, r.Clock, interval, func(ctx context.Context) {
 		if r.fullDue() {
 			if err := r.RefreshFull(ctx); err != nil {
-				r.log.Warn("reconcile: full rebuild", "error", err)
+				r.Logger.Warn("reconcile: full rebuild", "error", err)
 			}
 			return
 		}
 		changed, err := r.RefreshIfChanged(ctx)
 		if err != nil {
-			r.log.Warn("reconcile", "error", err)
+			r.Logger.Warn("reconcile", "error", err)
 		} else if changed {
-			r.log.Info("reconciler applied a missed change", "generation", r.Current().Generation)
+			r.Logger.Info("reconciler applied a missed change", "generation", r.Current().Generation)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/credential"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
@@ -174,7 +175,7 @@ func (f *fakeLoader) set(c *store.Config) {
 func TestRuntimeRefreshAndReconcile(t *testing.T) {
 	t.Parallel()
 	l := &fakeLoader{cfg: baseConfig(1)}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	if rt.Current().Generation != 0 {
 		t.Fatal("initial snapshot not empty")
 	}
@@ -214,7 +215,7 @@ func TestRuntimeRefreshAndReconcile(t *testing.T) {
 func TestReadersDoNotWaitForRefresh(t *testing.T) {
 	t.Parallel()
 	l := &fakeLoader{cfg: baseConfig(1), block: make(chan struct{})}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	done := make(chan error)
 	go func() { done <- rt.Refresh(context.Background()) }()
 	waitfor.True(t, "the rebuild to read the store", func() bool { return l.loads.Load() > 0 })
@@ -230,7 +231,7 @@ func TestReadersDoNotWaitForRefresh(t *testing.T) {
 func TestRefreshNeverGoesBackwards(t *testing.T) {
 	t.Parallel()
 	l := &fakeLoader{cfg: baseConfig(5)}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	rt.Refresh(context.Background())
 	l.set(baseConfig(4))
 	rt.Refresh(context.Background())
@@ -245,7 +246,7 @@ func TestRefreshNeverGoesBackwards(t *testing.T) {
 func TestConcurrentRefreshesShareOneRebuild(t *testing.T) {
 	t.Parallel()
 	l := &fakeLoader{cfg: baseConfig(1), block: make(chan struct{})}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	first := make(chan error)
 	go func() { first <- rt.Refresh(context.Background()) }()
 	waitfor.True(t, "the rebuild to read the store", func() bool { return l.loads.Load() > 0 })
@@ -292,7 +293,7 @@ func TestRefreshPastReadsNothingOnceReached(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := &fakeLoader{cfg: baseConfig(1)}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	if err := rt.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func (g chanGate) Release() { <-g }
 func TestRefreshInWaitsForTheGateAndShares(t *testing.T) {
 	t.Parallel()
 	l := &fakeLoader{cfg: baseConfig(1)}
-	rt := NewRuntime(l, xorOpener{}, nil, nil)
+	rt := NewRuntime(l, xorOpener{}, service.Options{})
 	gate := make(chanGate, 1)
 	ctx := context.Background()
 	if err := gate.Acquire(ctx); err != nil { // an admin write holds the gate

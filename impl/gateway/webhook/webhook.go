@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // JobType is the scheduler job type of one delivery.
@@ -101,9 +102,10 @@ type Payload struct {
 }
 
 // Sender posts signed bodies.
+// Build it with service.Init, whose clock stamps the signatures.
 type Sender struct {
+	service.Base
 	Client *http.Client
-	Now    func() time.Time
 }
 
 // Send posts body to the target once. A 2xx answer is delivered; 408,
@@ -115,7 +117,7 @@ func (s *Sender) Send(ctx context.Context, t *Target, body []byte) error {
 		return fmt.Errorf("webhook request: %v: %w", err, scheduler.ErrPermanent)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(SignatureHeader, Sign(t.Secret, s.Now(), body))
+	req.Header.Set(SignatureHeader, Sign(t.Secret, s.Clock.Now(), body))
 	resp, err := s.Client.Do(req)
 	if err != nil {
 		// Without the URL: a receiver's URL may carry its own secret (chat

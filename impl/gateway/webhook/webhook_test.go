@@ -13,6 +13,8 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/scheduler"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 var (
@@ -21,7 +23,7 @@ var (
 )
 
 func sender() *webhook.Sender {
-	return &webhook.Sender{Client: &http.Client{}, Now: func() time.Time { return at }}
+	return service.Init(service.Options{Clock: fakeclock.New(at)}, &webhook.Sender{Client: &http.Client{}})
 }
 
 type targets map[string]*webhook.Target
