@@ -15,3 +15,17 @@ func TestHex4(t *testing.T) {
 		}
 	}
 }
+
+func TestSimple(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'} {
+		if got, ok := Simple(in); !ok || got != want {
+			t.Errorf("Simple(%q) = %q, %v", in, got, ok)
+		}
+	}
+	for _, in := range []byte{'u', 'x', '0', 'N', '\'', ' '} {
+		if _, ok := Simple(in); ok {
+			t.Errorf("Simple(%q) accepted", in)
+		}
+	}
+}

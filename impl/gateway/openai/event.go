@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/pillarhq/pillar/impl/gateway/jsonesc"
 )
 
 // upstreamEvent is what the stream's translation reads of one upstream
@@ -177,47 +179,10 @@ var eventMembers = [...][]string{
 	eventError:        {"type", "message"},
 }
 
-// object reads an object of the kind at d.pos into e.
+// object reads an object of the kind at d.pos into e; members the kind
+// does not name are skipped.
 func (d *eventDecoder) object(e *upstreamEvent, kind int) bool {
-	d.space()
-	if !d.eat('{') {
-		return false
-	}
-	var seen uint8
-	for first := true; ; first = false {
-		d.space()
-		if d.eat('}') {
-			return true
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return false
-		}
-		key, ok := d.key()
-		if !ok {
-			return false
-		}
-		d.space()
-		if !d.eat(':') {
-			return false
-		}
-		d.space()
-		m := member(eventMembers[kind], key)
-		if m < 0 {
-			if !d.skip(0) {
-				return false
-			}
-			continue
-		}
-		// encoding/json lets the last of repeated members win, merging
-		// objects: left to it.
-		if seen&(1<<m) != 0 {
-			return false
-		}
-		seen |= 1 << m
-		if !d.value(e, kind, m) {
-			return false
-		}
-	}
+	return d.fields(eventMembers[kind], true, func(m int) bool { return d.value(e, kind, m) })
 }
 
 // value reads the value of member m of an object of the kind, with the
@@ -345,6 +310,67 @@ func member(names []string, key []byte) int {
 	return -1
 }
 
+// members reads an object at d.pos, calling value for each member with
+// its key and the reader at its value; false on a syntax error, a key
+// that key leaves to encoding/json, or when value returns false. The one
+// object loop of both decoders.
+func (d *jsonReader) members(value func(key []byte) bool) bool {
+	d.space()
+	if !d.eat('{') {
+		return false
+	}
+	return d.list('}', func() bool {
+		key, ok := d.key()
+		if !ok {
+			return false
+		}
+		d.space()
+		if !d.eat(':') {
+			return false
+		}
+		d.space()
+		return value(key)
+	})
+}
+
+// list reads the items of an object or array whose opening bracket is
+// read, up to end, calling item for each with the reader at it; false on
+// a syntax error or when item returns false.
+func (d *jsonReader) list(end byte, item func() bool) bool {
+	for first := true; ; first = false {
+		d.space()
+		if d.eat(end) {
+			return true
+		}
+		if !first && (!d.eat(',') || !d.spaceThen()) {
+			return false
+		}
+		if !item() {
+			return false
+		}
+	}
+}
+
+// fields reads an object of members among names (at most 32), calling
+// value for each with its index (matched by member) and the reader at its
+// value. Any other member is skipped when skipOthers, refused otherwise.
+// A repeated member is refused: encoding/json lets the last one win,
+// merging objects, which is left to it.
+func (d *jsonReader) fields(names []string, skipOthers bool, value func(m int) bool) bool {
+	var seen uint32
+	return d.members(func(key []byte) bool {
+		m := member(names, key)
+		if m < 0 {
+			return skipOthers && d.skip(0)
+		}
+		if seen&(1<<m) != 0 {
+			return false
+		}
+		seen |= 1 << m
+		return value(m)
+	})
+}
+
 func (d *jsonReader) space() {
 	for d.pos < len(d.data) {
 		switch d.data[d.pos] {
@@ -450,39 +476,17 @@ func (d *jsonReader) escape() bool {
 	if d.pos+1 >= len(d.data) {
 		return false
 	}
-	switch d.data[d.pos+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+	if _, ok := jsonesc.Simple(d.data[d.pos+1]); ok {
 		d.pos += 2
 		return true
-	case 'u':
-		if _, ok := hex4(d.data[d.pos+2:]); ok {
+	}
+	if d.data[d.pos+1] == 'u' {
+		if _, ok := jsonesc.Hex4(d.data, d.pos+2); ok {
 			d.pos += 6
 			return true
 		}
 	}
 	return false
-}
-
-// hex4 reads the four hex digits of a \u escape.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }
 
 // unquote decodes a string's checked body into the scratch buffer: escapes
@@ -495,39 +499,28 @@ func (d *jsonReader) unquote(raw []byte) []byte {
 		c := raw[i]
 		switch {
 		case c == '\\':
-			switch c = raw[i+1]; c {
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r, _ := hex4(raw[i+2:])
-				i += 6
-				if utf16.IsSurrogate(r) {
-					// Joined with a following \u escape when the two make a
-					// pair; otherwise replaced, the next escape read alone.
-					hi := r
-					r = utf8.RuneError
-					if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
-						lo, _ := hex4(raw[i+2:])
-						if p := utf16.DecodeRune(hi, lo); p != utf8.RuneError {
-							r = p
-							i += 6
-						}
+			if e, ok := jsonesc.Simple(raw[i+1]); ok {
+				b = append(b, e)
+				i += 2
+				continue
+			}
+			// The body is checked: any other escape is \u.
+			r, _ := jsonesc.Hex4(raw, i+2)
+			i += 6
+			if utf16.IsSurrogate(r) {
+				// Joined with a following \u escape when the two make a
+				// pair; otherwise replaced, the next escape read alone.
+				hi := r
+				r = utf8.RuneError
+				if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+					lo, _ := jsonesc.Hex4(raw, i+2)
+					if p := utf16.DecodeRune(hi, lo); p != utf8.RuneError {
+						r = p
+						i += 6
 					}
 				}
-				b = utf8.AppendRune(b, r)
-				continue
-			default: // '"', '\\', '/'
-				b = append(b, c)
 			}
-			i += 2
+			b = utf8.AppendRune(b, r)
 		case c < utf8.RuneSelf:
 			b = append(b, c)
 			i++
@@ -581,36 +574,21 @@ func (d *jsonReader) integer() (int64, bool) {
 // named name (compared as written, as a map's keys are); ok is false for
 // anything but an object of plain keys, found when the member is there.
 func (d *jsonReader) lastMember(name string) (val []byte, found, ok bool) {
-	d.space()
-	if !d.eat('{') {
-		return nil, false, false
-	}
-	for first := true; ; first = false {
-		d.space()
-		if d.eat('}') {
-			d.space()
-			return val, found, d.pos == len(d.data)
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return nil, false, false
-		}
-		key, ok := d.key()
-		if !ok {
-			return nil, false, false
-		}
-		d.space()
-		if !d.eat(':') {
-			return nil, false, false
-		}
-		d.space()
+	ok = d.members(func(key []byte) bool {
 		start := d.pos
 		if !d.skip(1) {
-			return nil, false, false
+			return false
 		}
 		if string(key) == name {
 			val, found = d.data[start:d.pos], true
 		}
+		return true
+	})
+	if !ok {
+		return nil, false, false
 	}
+	d.space()
+	return val, found, d.pos == len(d.data)
 }
 
 // maxSkipDepth bounds the nesting the decoder skips; deeper values are
@@ -629,14 +607,7 @@ func (d *jsonReader) skip(depth int) bool {
 			end = ']'
 		}
 		d.pos++
-		for first := true; ; first = false {
-			d.space()
-			if d.eat(end) {
-				return true
-			}
-			if !first && (!d.eat(',') || !d.spaceThen()) {
-				return false
-			}
+		return d.list(end, func() bool {
 			if c == '{' {
 				if d.pos >= len(d.data) || d.data[d.pos] != '"' || !d.skipString() {
 					return false
@@ -647,10 +618,8 @@ func (d *jsonReader) skip(depth int) bool {
 				}
 				d.space()
 			}
-			if !d.skip(depth + 1) {
-				return false
-			}
-		}
+			return d.skip(depth + 1)
+		})
 	case '"':
 		return d.skipString()
 	case 't':

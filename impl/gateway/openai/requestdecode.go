@@ -33,61 +33,19 @@ var (
 	optionsMembers  = []string{"include_usage", "include_obfuscation"}
 )
 
-// members reads an object, calling value for each member named in names
-// (by index) with the reader at its value; false on anything else.
-func (d *requestDecoder) members(names []string, value func(m int) bool) bool {
-	d.space()
-	if !d.eat('{') {
-		return false
-	}
-	var seen uint32
-	for first := true; ; first = false {
-		d.space()
-		if d.eat('}') {
-			return true
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return false
-		}
-		key, ok := d.key()
-		if !ok {
-			return false
-		}
-		d.space()
-		if !d.eat(':') {
-			return false
-		}
-		d.space()
-		m := member(names, key)
-		if m < 0 || seen&(1<<m) != 0 || !value(m) {
-			return false
-		}
-		seen |= 1 << m
-	}
-}
-
 // elements reads an array of objects, calling elem for each with the
 // reader at it; a null element is left to encoding/json.
 func (d *requestDecoder) elements(elem func() bool) bool {
 	if !d.eat('[') {
 		return false
 	}
-	for first := true; ; first = false {
-		d.space()
-		if d.eat(']') {
-			return true
-		}
-		if !first && (!d.eat(',') || !d.spaceThen()) {
-			return false
-		}
-		if d.pos >= len(d.data) || d.data[d.pos] != '{' || !elem() {
-			return false
-		}
-	}
+	return d.list(']', func() bool {
+		return d.pos < len(d.data) && d.data[d.pos] == '{' && elem()
+	})
 }
 
 func (d *requestDecoder) request(req *chatRequest) bool {
-	return d.members(requestMembers, func(m int) bool {
+	return d.fields(requestMembers, false, func(m int) bool {
 		switch m {
 		case 0:
 			return d.strPtr(&req.Model)
@@ -121,7 +79,7 @@ func (d *requestDecoder) request(req *chatRequest) bool {
 			}
 			req.StreamOptions = new(streamOptions)
 			so := req.StreamOptions
-			return d.members(optionsMembers, func(m int) bool {
+			return d.fields(optionsMembers, false, func(m int) bool {
 				if m == 0 {
 					return d.boolPtr(&so.IncludeUsage)
 				}
@@ -147,7 +105,7 @@ func (d *requestDecoder) request(req *chatRequest) bool {
 }
 
 func (d *requestDecoder) message(msg *chatMessage) bool {
-	return d.members(messageMembers, func(m int) bool {
+	return d.fields(messageMembers, false, func(m int) bool {
 		switch m {
 		case 0:
 			return d.strValue(&msg.Role)
@@ -163,7 +121,7 @@ func (d *requestDecoder) message(msg *chatMessage) bool {
 			return d.elements(func() bool {
 				msg.ToolCalls = append(msg.ToolCalls, toolCall{})
 				tc := &msg.ToolCalls[len(msg.ToolCalls)-1]
-				return d.members(toolCallMembers, func(m int) bool {
+				return d.fields(toolCallMembers, false, func(m int) bool {
 					switch m {
 					case 0:
 						return d.strValue(&tc.ID)
@@ -171,7 +129,7 @@ func (d *requestDecoder) message(msg *chatMessage) bool {
 						return d.strValue(&tc.Type)
 					}
 					// A struct value: null leaves it as it is.
-					return d.null() || d.members(functionMembers, func(m int) bool {
+					return d.null() || d.fields(functionMembers, false, func(m int) bool {
 						if m == 0 {
 							return d.strValue(&tc.Function.Name)
 						}
@@ -188,7 +146,7 @@ func (d *requestDecoder) message(msg *chatMessage) bool {
 }
 
 func (d *requestDecoder) tool(t *chatTool) bool {
-	return d.members(toolMembers, func(m int) bool {
+	return d.fields(toolMembers, false, func(m int) bool {
 		if m == 0 {
 			return d.strValue(&t.Type)
 		}
@@ -202,7 +160,7 @@ func (d *requestDecoder) tool(t *chatTool) bool {
 			Strict      *bool           `json:"strict"`
 		}{}
 		fn := t.Function
-		return d.members(toolFnMembers, func(m int) bool {
+		return d.fields(toolFnMembers, false, func(m int) bool {
 			switch m {
 			case 0:
 				return d.strValue(&fn.Name)

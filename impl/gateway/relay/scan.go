@@ -194,19 +194,11 @@ func unquote(s []byte) (string, bool) {
 			}
 			e := s[i+1]
 			i += 2
+			if b, ok := jsonesc.Simple(e); ok {
+				out = append(out, b)
+				continue
+			}
 			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
 			case 'u':
 				r, ok := jsonesc.Hex4(s, i)
 				if !ok {
