@@ -209,8 +209,9 @@ func (t *tool) zfsDestroySnapshot(name string, deferred bool) int {
 			d.DeferDestroy = true
 			return 0
 		}
-		// libzfs's message for EEXIST from lzc_destroy_snaps.
-		t.errorf("cannot destroy snapshot %s: snapshot is cloned\n", name)
+		// zfs(8) finds the clones before it asks the kernel, and lists them
+		// (OpenZFS 2.1 under qemu, conformance/kernel/guest).
+		t.errorf("cannot destroy '%s': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n%s\n", name, strings.Join(clones, "\n"))
 		return zfsFailed
 	}
 	t.removeDataset(name)

@@ -159,7 +159,7 @@ func TestZFS(t *testing.T) {
 			{cmd: "zfs snapshot tank/src@lone"},
 			{cmd: "zfs clone tank/src@s tank/c1"},
 			{cmd: "zfs clone tank/src@s tank/c2"},
-			{cmd: "zfs destroy tank/src@s", exit: 1, err: "cannot destroy snapshot tank/src@s: snapshot is cloned\n"},
+			{cmd: "zfs destroy tank/src@s", exit: 1, err: "cannot destroy 'tank/src@s': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\ntank/c1\ntank/c2\n"},
 			{cmd: "zfs destroy -d tank/src@s"},
 			{cmd: "zfs destroy -d tank/src@s"},
 			{cmd: "zfs list -H -t snapshot -o name,defer_destroy -r tank", out: "tank/src@lone\toff\ntank/src@s\ton\n"},

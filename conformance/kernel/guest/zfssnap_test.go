@@ -32,7 +32,7 @@ func TestZFSDeferredSnapshotDestroy(t *testing.T) {
 	native := pool + "/k8s/src@snap"
 	out, err := try("zfs", "destroy", native)
 	t.Logf("zfs destroy %s: %v\n%s", native, err, out)
-	if err == nil || out != "cannot destroy snapshot "+native+": snapshot is cloned" {
+	if err == nil || out != "cannot destroy '"+native+"': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n"+pool+"/k8s/restored" {
 		t.Fatalf("plain destroy of a cloned snapshot: %v %q", err, out)
 	}
 
