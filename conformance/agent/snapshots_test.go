@@ -13,10 +13,14 @@ import (
 // status codes a controller acts on (docs/decisions.md, "Snapshots and
 // clones"). Data round trips are the shared backend suite's.
 var _ = Describe("Snapshots and clones", func() {
-	var c agentv1.AgentServiceClient
+	var (
+		a *h.Agent
+		c agentv1.AgentServiceClient
+	)
 
 	BeforeEach(func() {
-		c = h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G"}).Client()
+		a = h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G"})
+		c = a.Client()
 	})
 
 	create := func(pool, name string, size int64, params map[string]string, src *agentv1.VolumeSource) (*agentv1.Volume, error) {
@@ -30,7 +34,7 @@ var _ = Describe("Snapshots and clones", func() {
 		return &agentv1.VolumeSource{Source: &agentv1.VolumeSource_Volume{Volume: n}}
 	}
 
-	It("snapshots and restores on ZFS, keeping dependents: FAILED_PRECONDITION until they go", func() {
+	It("snapshots and restores on ZFS; a deleted snapshot is gone at once and ZFS drops it with its last restored volume", func() {
 		src, err := create("tank", "pvc-src", 64*mib, nil, nil)
 		Expect(err).NotTo(HaveOccurred())
 		s, err := c.CreateSnapshot(h.Ctx(), &agentv1.CreateSnapshotRequest{Pool: "tank", Name: "snap-a", SourceVolume: "pvc-src"})
@@ -43,9 +47,9 @@ var _ = Describe("Snapshots and clones", func() {
 		_, err = c.CreateSnapshot(h.Ctx(), &agentv1.CreateSnapshotRequest{Pool: "tank", Name: "snap-b", SourceVolume: "pvc-missing"})
 		Expect(codeOf(err)).To(Equal(codes.NotFound), "%v", err)
 
-		r, err := create("tank", "pvc-restored", 0, map[string]string{"compression": "lz4"}, fromSnap("snap-a"))
+		r, err := create("tank", "pvc-restored", 128*mib, map[string]string{"compression": "lz4"}, fromSnap("snap-a"))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(r.SizeBytes).To(Equal(src.SizeBytes))
+		Expect(r.SizeBytes).To(Equal(128 * mib))
 		_, err = create("tank", "pvc-small", 16*mib, nil, fromSnap("snap-a"))
 		Expect(codeOf(err)).To(Equal(codes.OutOfRange), "%v", err)
 		_, err = create("tank", "pvc-none", 0, nil, fromSnap("snap-missing"))
@@ -53,32 +57,38 @@ var _ = Describe("Snapshots and clones", func() {
 		_, err = create("tank", "pvc-restored", 0, nil, fromVol("pvc-src"))
 		Expect(codeOf(err)).To(Equal(codes.AlreadyExists), "%v", err)
 
-		_, err = c.DeleteSnapshot(h.Ctx(), &agentv1.DeleteSnapshotRequest{Pool: "tank", Name: "snap-a"})
-		Expect(codeOf(err)).To(Equal(codes.FailedPrecondition), "%v", err)
-		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-src"})
-		Expect(codeOf(err)).To(Equal(codes.FailedPrecondition), "%v", err)
-
 		list, err := c.ListSnapshots(h.Ctx(), &agentv1.ListSnapshotsRequest{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(list.Snapshots).To(HaveLen(1))
 		Expect(list.Snapshots[0]).To(HaveField("SourceVolume", "pvc-src"))
 
-		for _, step := range []func() error{
-			func() error {
-				_, err := c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-restored"})
-				return err
-			},
-			func() error {
-				_, err := c.DeleteSnapshot(h.Ctx(), &agentv1.DeleteSnapshotRequest{Pool: "tank", Name: "snap-a"})
-				return err
-			},
-			func() error {
-				_, err := c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-src"})
-				return err
-			},
-		} {
-			Expect(step()).To(Succeed())
+		// The external storage suite's order: the snapshot goes while the
+		// volume restored from it (larger than it) lives.
+		for i := 0; i < 2; i++ {
+			_, err = c.DeleteSnapshot(h.Ctx(), &agentv1.DeleteSnapshotRequest{Pool: "tank", Name: "snap-a"})
+			Expect(err).NotTo(HaveOccurred(), "delete #%d", i+1)
 		}
+		list, err = c.ListSnapshots(h.Ctx(), &agentv1.ListSnapshotsRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(list.Snapshots).To(BeEmpty())
+		_, err = create("tank", "pvc-late", 0, nil, fromSnap("snap-a"))
+		Expect(codeOf(err)).To(Equal(codes.NotFound), "%v", err)
+		zfsSnaps := func() string {
+			return a.Storage("zfs", "list", "-H", "-t", "snapshot", "-o", "name,defer_destroy", "-r", "tank")
+		}
+		Expect(zfsSnaps()).To(Equal("tank/k8s/vols/pvc-src@snap-a\ton\n"), "ZFS keeps the snapshot for its clone, marked")
+		vols, err := c.ListVolumes(h.Ctx(), &agentv1.ListVolumesRequest{Pool: "tank"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vols.Volumes).To(ContainElement(HaveField("Name", "pvc-restored")))
+
+		// The source holds the kept snapshot until the restored volume goes.
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-src"})
+		Expect(codeOf(err)).To(Equal(codes.FailedPrecondition), "%v", err)
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-restored"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(zfsSnaps()).To(BeEmpty(), "the last clone took the deferred snapshot with it")
+		_, err = c.DeleteVolume(h.Ctx(), &agentv1.DeleteVolumeRequest{Pool: "tank", Name: "pvc-src"})
+		Expect(err).NotTo(HaveOccurred())
 	})
 
 	It("snapshots thin LVs independently of their origin and refuses linear ones with INVALID_ARGUMENT", func() {

@@ -80,6 +80,9 @@ type dataset struct {
 	// Creation is when the dataset was created, in Unix seconds; zero
 	// for datasets from before snapshots were simulated.
 	Creation int64 `json:"creation,omitempty"`
+	// DeferDestroy marks a snapshot `zfs destroy -d` could not destroy
+	// because clones depend on it; the last clone's destroy takes it too.
+	DeferDestroy bool `json:"deferDestroy,omitempty"`
 }
 
 type volumeGroup struct {

@@ -195,21 +195,46 @@ func (t *tool) zfsClone(args []string) int {
 	return 0
 }
 
-// zfsDestroySnapshot destroys ds@snap, refusing while clones depend on it.
-func (t *tool) zfsDestroySnapshot(name string) int {
+// zfsDestroySnapshot destroys ds@snap. While clones depend on it, it is
+// refused, or with -d (defer) marked defer_destroy=on and left for the
+// last clone's destroy to take.
+func (t *tool) zfsDestroySnapshot(name string, deferred bool) int {
 	d, ok := t.st.Datasets[name]
 	if !ok || d.Type != typeSnapshot {
 		t.errorf("could not find any snapshots to destroy; check snapshot names.\n")
 		return zfsFailed
 	}
 	if clones := t.clonesOf(name); len(clones) > 0 {
-		// libzfs's message for EEXIST from lzc_destroy_snaps.
-		t.errorf("cannot destroy snapshot %s: snapshot is cloned\n", name)
+		if deferred {
+			d.DeferDestroy = true
+			return 0
+		}
+		// zfs(8) finds the clones before it asks the kernel, and lists them
+		// (OpenZFS 2.1 under qemu, conformance/kernel/guest).
+		t.errorf("cannot destroy '%s': snapshot has dependent clones\nuse '-R' to destroy the following datasets:\n%s\n", name, strings.Join(clones, "\n"))
 		return zfsFailed
 	}
-	os.Remove(t.host.zfsSnapPath(name))
-	delete(t.st.Datasets, name)
+	t.removeDataset(name)
 	return 0
+}
+
+// removeDataset drops a dataset and its backing file; a clone's origin
+// marked for deferred destroy goes with its last clone, as in ZFS.
+func (t *tool) removeDataset(ds string) {
+	d, ok := t.st.Datasets[ds]
+	if !ok {
+		return
+	}
+	switch d.Type {
+	case typeVolume:
+		removeBacking(t.host.zvolPath(ds), filepath.Join(t.host.DeviceRoot(), "zvol"))
+	case typeSnapshot:
+		os.Remove(t.host.zfsSnapPath(ds))
+	}
+	delete(t.st.Datasets, ds)
+	if o, ok := t.st.Datasets[d.Origin]; ok && o.DeferDestroy && len(t.clonesOf(d.Origin)) == 0 {
+		t.removeDataset(d.Origin)
+	}
 }
 
 // lvcreateSnapshot simulates `lvcreate -s [-n name] [-k|--setactivationskip

@@ -2,8 +2,6 @@ package storagetools
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -428,7 +426,7 @@ func (t *tool) zfsCreate(args []string) int {
 
 func (t *tool) zfsDestroy(args []string) int {
 	opts, pos, err := parseOpts(args, []option{
-		{name: "f", short: 'f'}, {name: "r", short: 'r'}, {name: "R", short: 'R'}, {name: "v", short: 'v'},
+		{name: "d", short: 'd'}, {name: "f", short: 'f'}, {name: "r", short: 'r'}, {name: "R", short: 'R'}, {name: "v", short: 'v'},
 	})
 	if err != nil || len(pos) != 1 {
 		if err == nil {
@@ -443,7 +441,11 @@ func (t *tool) zfsDestroy(args []string) int {
 		return zfsUsage
 	}
 	if strings.Contains(name, "@") {
-		return t.zfsDestroySnapshot(name)
+		return t.zfsDestroySnapshot(name, opts.has("d"))
+	}
+	if opts.has("d") {
+		t.errorf("fakestorage: destroy -d of a filesystem or volume is not simulated\n")
+		return zfsUsage
 	}
 	if _, ok := t.st.Datasets[name]; !ok {
 		t.errorf("cannot open '%s': dataset does not exist\n", name)
@@ -480,13 +482,7 @@ func (t *tool) zfsDestroy(args []string) int {
 		victims = append(victims, name)
 	}
 	for _, ds := range victims {
-		switch t.st.Datasets[ds].Type {
-		case typeVolume:
-			removeBacking(t.host.zvolPath(ds), filepath.Join(t.host.DeviceRoot(), "zvol"))
-		case typeSnapshot:
-			os.Remove(t.host.zfsSnapPath(ds))
-		}
-		delete(t.st.Datasets, ds)
+		t.removeDataset(ds)
 	}
 	return 0
 }
@@ -592,6 +588,7 @@ var zfsListColumns = map[string]string{
 	"referenced": "REFER", "refer": "REFER", "volsize": "VOLSIZE", "volblocksize": "VOLBLOCK",
 	"refreservation": "REFRESERV", "refreserv": "REFRESERV", "reservation": "RESERV", "reserv": "RESERV",
 	"mountpoint": "MOUNTPOINT", "guid": "GUID", "origin": "ORIGIN", "creation": "CREATION",
+	"defer_destroy": "DEFER_DESTROY",
 }
 
 func (t *tool) zfsList(args []string) int {
@@ -784,6 +781,14 @@ func (t *tool) zfsListValue(ds, col string, parsable bool) string {
 		return "/" + ds
 	case "guid":
 		return strconv.FormatUint(d.GUID, 10)
+	case "defer_destroy":
+		switch {
+		case d.Type != typeSnapshot:
+			return "-"
+		case d.DeferDestroy:
+			return "on"
+		}
+		return "off"
 	}
 	if volumeOnlyProps[col] && d.Type != typeVolume {
 		return "-"

@@ -11,9 +11,11 @@ import (
 
 // Snapshot semantics differ by backend (docs/decisions.md, "Snapshots and
 // clones"): ZFS clones depend on their origin snapshot, so a volume with
-// snapshots and a snapshot with restored volumes are ErrInUse until their
-// dependents go; LVM thin snapshots are independent of their origin; linear
-// LVs have no snapshots at all.
+// snapshots is ErrInUse until they go, and a snapshot with restored volumes
+// is deleted at once for every caller while ZFS keeps it (deferred
+// destroy) until the last of them goes, holding its source volume until
+// then; LVM thin snapshots are independent of their origin; linear LVs
+// have no snapshots at all.
 type snapshotKind int
 
 const (
@@ -213,16 +215,34 @@ var snapshotCases = []testCase{
 		r := createFrom(t, f, "from-kept", 0, backend.Source{Snapshot: "kept"})
 		if kind == snapshotsDependent {
 			wantErr(t, "DeleteVolume of a volume with snapshots", f.Backend.DeleteVolume(ctx, "base"), backend.ErrInUse)
-			wantErr(t, "DeleteSnapshot of a snapshot with a restored volume", f.Backend.DeleteSnapshot(ctx, "kept"), backend.ErrInUse)
-			wantData(t, r, 2*mib, before)
-			for _, step := range []func() error{
-				func() error { return f.Backend.DeleteVolume(ctx, "from-kept") },
-				func() error { return f.Backend.DeleteSnapshot(ctx, "kept") },
-				func() error { return f.Backend.DeleteVolume(ctx, "base") },
-			} {
-				if err := step(); err != nil {
-					t.Fatalf("deleting dependents first: %v", err)
+			for i := 0; i < 2; i++ {
+				if err := f.Backend.DeleteSnapshot(ctx, "kept"); err != nil {
+					t.Fatalf("DeleteSnapshot #%d of a snapshot with a restored volume: %v", i+1, err)
 				}
+			}
+			_, err := f.Backend.GetSnapshot(ctx, "kept")
+			wantErr(t, "GetSnapshot of a deleted snapshot kept for its clone", err, backend.ErrNotFound)
+			if snaps := must[[]backend.Snapshot](t, "ListSnapshots")(f.Backend.ListSnapshots(ctx)); len(snaps) != 0 {
+				t.Fatalf("ListSnapshots after delete = %+v, want none", snaps)
+			}
+			_, err = f.Backend.CreateVolumeFrom(ctx, "from-deleted", 0, backend.Source{Snapshot: "kept"}, f.Params)
+			wantErr(t, "a restore from a deleted snapshot", err, backend.ErrNotFound)
+			_, err = f.Backend.CreateSnapshot(ctx, "kept", "base")
+			wantErr(t, "the name of a deleted snapshot ZFS still keeps", err, backend.ErrAlreadyExists)
+			wantData(t, r, 2*mib, before)
+			// ZFS keeps the snapshot for its clone, so the source waits.
+			wantErr(t, "DeleteVolume of the source of a kept snapshot", f.Backend.DeleteVolume(ctx, "base"), backend.ErrInUse)
+			wantData(t, src, 2*mib, before)
+			if err := f.Backend.DeleteVolume(ctx, "from-kept"); err != nil {
+				t.Fatalf("DeleteVolume of the restored volume: %v", err)
+			}
+			// Its last clone gone, ZFS destroyed the snapshot: the source
+			// has no dependents left.
+			if err := f.Backend.DeleteVolume(ctx, "base"); err != nil {
+				t.Fatalf("DeleteVolume of the source once the restored volume went: %v", err)
+			}
+			if vols := must[[]backend.Volume](t, "ListVolumes")(f.Backend.ListVolumes(ctx)); len(vols) != 0 {
+				t.Fatalf("volumes left: %s", names(vols))
 			}
 			return
 		}

@@ -16,16 +16,22 @@ import (
 // Snapshots are ZFS snapshots of the zvols (<dataset>@<name>); a volume
 // restored from one is a `zfs clone` of it, and a clone of a volume is a
 // clone of a hidden snapshot (<source>@pillar-clone-<name>) taken for it.
-// A clone keeps its origin snapshot, so ZFS refuses to destroy a snapshot
-// with clones or a volume with snapshots: both are ErrInUse (the CSI
-// FAILED_PRECONDITION), never a silent `destroy -R`. Deleting a volume
-// made from another volume also destroys its hidden origin snapshot.
-// docs/decisions.md, "Snapshots and clones", says why.
+// A clone keeps its origin snapshot, so a snapshot is deleted with
+// `zfs destroy -d`: with volumes restored from it, ZFS marks it
+// defer_destroy=on and destroys it with the last of them. A marked
+// snapshot is deleted for every caller (never listed, found or restored
+// from), so snapshots and restored volumes are independent as Kubernetes
+// expects; its source volume still has it and stays ErrInUse (the CSI
+// FAILED_PRECONDITION) until the restored volumes go, never a silent
+// `destroy -R`. Deleting a volume made from another volume also destroys
+// its hidden origin snapshot. docs/decisions.md, "Snapshots and clones",
+// says why.
 
-const snapColumns = "name,volsize,creation"
+const snapColumns = "name,volsize,creation,defer_destroy"
 
-// parseSnapshots reads `zfs list -Hp -t snapshot -o name,volsize,creation`
-// and keeps the visible snapshots of this backend's volumes.
+// parseSnapshots reads `zfs list -Hp -t snapshot -o name,volsize,creation,defer_destroy`
+// and keeps the visible snapshots of this backend's volumes: not hidden
+// clone origins, not snapshots already deleted but kept for their clones.
 func (b *Backend) parseSnapshots(out []byte) ([]backend.Snapshot, error) {
 	var snaps []backend.Snapshot
 	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
@@ -33,11 +39,11 @@ func (b *Backend) parseSnapshots(out []byte) ([]backend.Snapshot, error) {
 			continue
 		}
 		f := strings.Split(line, "\t")
-		if len(f) != 3 {
+		if len(f) != 4 {
 			return nil, fmt.Errorf("zfs list: unexpected line %q", line)
 		}
 		ds, name, ok := strings.Cut(f[0], "@")
-		if !ok || path.Dir(ds) != b.root() || strings.HasPrefix(name, backend.HiddenSnapshotPrefix) {
+		if !ok || path.Dir(ds) != b.root() || strings.HasPrefix(name, backend.HiddenSnapshotPrefix) || f[3] == "on" {
 			continue
 		}
 		size, err1 := strconv.ParseInt(f[1], 10, 64)
@@ -133,7 +139,16 @@ func (b *Backend) CreateSnapshot(ctx context.Context, name, source string) (back
 			return backend.Snapshot{}, fmt.Errorf("zfs: snapshot %s: %w", native, err)
 		}
 	}
-	return b.GetSnapshot(ctx, name)
+	s, found, err := b.findSnapshot(ctx, name)
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	if !found {
+		// The name is held by a deleted snapshot that ZFS keeps until the
+		// volumes restored from it are deleted.
+		return backend.Snapshot{}, fmt.Errorf("zfs: snapshot %s was deleted and is kept until the volumes restored from it are deleted; choose another name: %w", native, backend.ErrAlreadyExists)
+	}
+	return s, nil
 }
 
 func (b *Backend) DeleteSnapshot(ctx context.Context, name string) error {
@@ -144,13 +159,13 @@ func (b *Backend) DeleteSnapshot(ctx context.Context, name string) error {
 	if err != nil || !found {
 		return err
 	}
-	if _, err := b.run.Run(ctx, "zfs", "destroy", s.Native); err != nil {
+	// -d destroys a snapshot without clones at once and marks one with
+	// clones for ZFS to destroy with its last clone, in one step: no
+	// window between checking for clones and destroying.
+	if _, err := b.run.Run(ctx, "zfs", "destroy", "-d", s.Native); err != nil {
 		err = classify(err)
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil
-		}
-		if errors.Is(err, backend.ErrInUse) {
-			return fmt.Errorf("zfs: snapshot %s has volumes restored from it (ZFS clones depend on their origin); delete them first: %w", s.Native, err)
 		}
 		return fmt.Errorf("zfs: destroy %s: %w", s.Native, err)
 	}

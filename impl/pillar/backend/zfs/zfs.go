@@ -384,7 +384,7 @@ func (b *Backend) DeleteVolume(ctx context.Context, name string) error {
 			return fmt.Errorf("zfs: destroy %s: %w", ds, err)
 		}
 		if !transientBusy(err) {
-			return fmt.Errorf("zfs: volume %s has snapshots or clones (ZFS keeps them dependent on it); delete them first: %w", ds, err)
+			return fmt.Errorf("zfs: volume %s has snapshots or clones, or deleted snapshots ZFS keeps for the volumes restored from them (they depend on it); delete those first: %w", ds, err)
 		}
 		if waited >= b.busyWait {
 			return fmt.Errorf("zfs: destroy %s: %w", ds, err)
