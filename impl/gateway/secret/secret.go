@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pillarhq/pillar/impl/atomicfile"
 )
 
 // KeySize is the master key length in bytes.
@@ -142,34 +144,12 @@ func ReadSecretFile(path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// WriteFileAtomic writes data to path with mode 0600 through a temporary file
-// and a rename, so readers see either the old or the new content, never a
-// partial file. O_EXCL on the temporary name keeps two writers apart.
+// WriteFileAtomic writes data to path with mode 0600 (creating its
+// directory 0700), so readers see the old content or the new, never a
+// partial file.
 func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, 0o600)
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/pillarhq/pillar/impl/atomicfile"
 )
 
 // generationsFile is the file under the state directory that holds the
@@ -113,38 +115,12 @@ func (g *generations) set(nqn string, gen uint64) error {
 	return nil
 }
 
-// writeFileAtomic replaces path with v's JSON: a temporary file synced
-// and renamed over it, then the directory synced, so a crash leaves the
-// old file or the new one, never a part.
+// writeFileAtomic replaces path with v's JSON; a crash leaves the old
+// file or the new one, never a part.
 func writeFileAtomic(path string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".generations-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, b, 0o600)
 }
