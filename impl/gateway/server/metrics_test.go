@@ -15,13 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/gauges"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 )
 
-// newTestGateway builds the runtime the proxy serves from, on a SQLite
-// file: the registry is the one /metrics serves.
-func newTestGateway(t *testing.T) *gateway {
+// buildTestGateway builds the runtime on a fresh SQLite file, with clk
+// as the server's clock when it is not nil; closed when the test ends.
+func buildTestGateway(t *testing.T, clk clock.Clock) (*gateway, store.Store) {
 	t.Helper()
 	dir := t.TempDir()
 	e := env(map[string]string{"PROXY_ADMIN_TOKEN": "adm-token-for-tests"})
@@ -29,6 +30,7 @@ func newTestGateway(t *testing.T) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.clock = clk
 	log := slog.New(slog.DiscardHandler)
 	sec, err := loadSecrets(cfg, e)
 	if err != nil {
@@ -44,9 +46,17 @@ func newTestGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.rec.Close(); _ = g.plugs.Close(context.Background()); stor.st.Close() })
+	return g, stor.st
+}
+
+// newTestGateway builds the runtime the proxy serves from, on a SQLite
+// file: the registry is the one /metrics serves.
+func newTestGateway(t *testing.T) *gateway {
+	t.Helper()
+	g, st := buildTestGateway(t, nil)
 	// Vectors are gathered once they have a child: a recorded request
 	// through an upstream gives the labelled series of the proxy path one.
-	up, err := stor.st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "primary", Kind: store.KindVendorAPIKey,
+	up, err := st.CreateUpstream(context.Background(), store.UpstreamSpec{Name: "primary", Kind: store.KindVendorAPIKey,
 		BaseURL: "https://api.example", Enabled: true})
 	if err != nil {
 		t.Fatal(err)
