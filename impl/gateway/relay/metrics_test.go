@@ -82,11 +82,9 @@ func TestUpstreamErrorsAndTimeToFirstByte(t *testing.T) {
 		w.Write([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`))
 	}))
 	t.Cleanup(overloaded.Close)
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closed.Close() // nothing listens: a connect error
 	var sn seen
 	good := upstreamServer(t, &sn, nil)
-	cfg := fixtureConfig(apiKeyUpstream("up_dead", closed.URL, "sk-upstream"), apiKeyUpstream("up_busy", overloaded.URL, "sk-upstream"),
+	cfg := fixtureConfig(apiKeyUpstream("up_dead", refusingURL, "sk-upstream"), apiKeyUpstream("up_busy", overloaded.URL, "sk-upstream"),
 		apiKeyUpstream("up_good", good.URL, "sk-upstream"))
 	rec := &memRecorder{}
 	reg := prometheus.NewRegistry()

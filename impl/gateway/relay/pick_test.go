@@ -133,12 +133,10 @@ func TestFailoverOnServerErrors(t *testing.T) {
 	}
 	t.Run("connection refused", func(t *testing.T) {
 		t.Parallel()
-		closed := httptest.NewServer(http.NotFoundHandler())
-		closed.Close()
 		good, goodHits := answering(t, 200, nil)
 		now := fakeclock.New(time.Unix(0, 0))
 		url, _ := routedHandler(t, now, Options{},
-			oauthUpstream("up_o", closed.URL, `{"access_token":"tok"}`), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
+			oauthUpstream("up_o", refusingURL, `{"access_token":"tok"}`), apiKeyUpstream("up_k", good.URL, "sk-upstream"))
 		if resp, b := send(t, url); resp.StatusCode != 200 || goodHits.Load() != 1 {
 			t.Fatalf("%d %s", resp.StatusCode, b)
 		}

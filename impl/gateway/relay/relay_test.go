@@ -194,6 +194,14 @@ func (s *seen) add(r *http.Request) {
 	s.mu.Unlock()
 }
 
+// refusingURL is an upstream that refuses connections. Port 1 is
+// privileged and outside the ephemeral range, so no test server and no
+// outbound connection is ever given it. A closed test server's address is
+// no such place: the kernel hands its port to the next listener, often
+// another parallel test's upstream, which then counts a request it never
+// expected.
+const refusingURL = "http://127.0.0.1:1"
+
 // upstreamServer answers like a provider: JSON or an SSE stream whose events
 // are released one by one through the returned channel when gate is set.
 func upstreamServer(t *testing.T, sn *seen, gate chan struct{}) *httptest.Server {
