@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -77,10 +76,10 @@ var _ = Describe("Alert webhooks", func() {
 	It("sends an upstream whose credential is unusable once when it fires and once when it resolves, signed; retries a slow receiver; dead-letters a receiver that is down", func() {
 		secrets := map[string]string{"/ok": "whsec-ok-0123456789", "/slow": "whsec-slow-0123456789", "/down": "whsec-down-0123456789"}
 		recv := newReceiver(secrets)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		Expect(err).NotTo(HaveOccurred())
-		downURL := "http://" + l.Addr().String() + "/down"
-		l.Close() // nothing listens there any more
+		// Nothing listens on port 1, and no listener is ever given it (it is
+		// privileged and outside the ephemeral range); a closed listener's
+		// port is handed to the next one opened on the machine.
+		downURL := "http://127.0.0.1:1/down"
 
 		px := h.StartProxy(h.ProxyOptions{Args: []string{"--alerts-evaluate-interval", "200ms", "--alerts-delivery-timeout", "500ms",
 			"--alerts-retry-base", "100ms"}})
