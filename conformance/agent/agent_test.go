@@ -7,7 +7,6 @@ package agent_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -318,10 +317,7 @@ var _ = Describe("Volumes and exports", Label("S-AG-10"), func() {
 
 var _ = Describe("Health", func() {
 	It("answers the kubelet's liveness probe on plain HTTP while it serves", func() {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		Expect(err).NotTo(HaveOccurred())
-		addr := l.Addr().String()
-		l.Close()
+		addr := h.FreeAddr()
 		h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G", Args: []string{"--health-listen", addr}})
 		Eventually(func() (int, error) {
 			resp, err := http.Get("http://" + addr + "/healthz")

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,38 +46,6 @@ func ModuleRoot() string {
 		}
 	}
 	return dir
-}
-
-var (
-	handedMu sync.Mutex
-	handed   = map[string]bool{}
-)
-
-// FreeAddr returns a loopback address with a port free right now, never
-// one it returned before in this process: the kernel may hand a port just
-// closed out again, and two listeners of one spec must not get the same.
-func FreeAddr() string {
-	addr, err := ListenAddr()
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	return addr
-}
-
-// ListenAddr is FreeAddr for code outside a spec (the bench commands).
-func ListenAddr() (string, error) {
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if !handed[addr] {
-			handed[addr] = true
-			return addr, nil
-		}
-	}
 }
 
 // RandomHex returns n random bytes as hex.

@@ -48,11 +48,11 @@ func quickStart() []string {
 	return blocks
 }
 
+// freePort is a port for the README's proxy to listen on (see h.FreeAddr).
 func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(h.FreeAddr())
 	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return port
 }
 
 // shell runs a block with bash in dir; its whole process group is killed
