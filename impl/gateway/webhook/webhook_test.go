@@ -91,14 +91,14 @@ func TestDeliveryFailuresAreClassed(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv
 	}
-	down := status(200)
-	down.Close()
-	down.URL += "/hooks/T000/SECRETPATHTOKEN"
+	// Nothing listens on port 1, and no listener is ever given it; a closed
+	// server's port would be handed to one of the servers below.
+	const downURL = "http://127.0.0.1:1/hooks/T000/SECRETPATHTOKEN"
 	cases := map[string]struct {
 		url       string
 		permanent bool
 	}{
-		"down": {down.URL, false},
+		"down": {downURL, false},
 		"500":  {status(500).URL, false},
 		"503":  {status(503).URL, false},
 		"429":  {status(429).URL, false},
