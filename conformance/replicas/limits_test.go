@@ -22,7 +22,7 @@ var _ = Describe("Principal default_limits across replicas", func() {
 			"default_limits": []any{map[string]any{"kind": "requests", "window_secs": 3600, "max": 6}}}, 201)
 		_, key := a.IssueKey(m["id"].(string))
 		for _, r := range c.replicas {
-			Eventually(func() int { return status(r, key) }, 2*time.Second, 10*time.Millisecond).Should(Equal(200))
+			Eventually(func() int { return status(r, key) }, settle, 10*time.Millisecond).Should(Equal(200))
 		}
 		for _, r := range c.replicas {
 			Expect(status(r, key)).To(Equal(200))

@@ -47,7 +47,7 @@ var _ = Describe("Outages", func() {
 		pr := a.CreatePrincipal("app", "*")
 		_, key := a.IssueKey(pr)
 		for _, r := range c.replicas {
-			Eventually(func() int { return status(r, key) }, time.Second, 10*time.Millisecond).Should(Equal(200))
+			Eventually(func() int { return status(r, key) }, settle, 10*time.Millisecond).Should(Equal(200))
 		}
 		slow := `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"one two three four five"}]}`
 		open := func(p *h.Proxy) (*http.Response, *bufio.Reader) {

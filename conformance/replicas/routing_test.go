@@ -56,7 +56,7 @@ var _ = Describe("Routing across replicas", func() {
 		// Replica 1 is waited for through its admin API: a request through
 		// it would meet the 429 itself.
 		for _, r := range c.replicas {
-			Eventually(func() bool { return caughtUp(r) }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+			Eventually(func() bool { return caughtUp(r) }, settle, 20*time.Millisecond).Should(BeTrue())
 		}
 		c.sim.Fault(map[string]any{"path": "/v1/messages", "status": 429, "retry_after": 3600})
 
@@ -64,7 +64,7 @@ var _ = Describe("Routing across replicas", func() {
 		Expect(c.sim.MessagesWith()).To(HaveLen(1))
 		Expect(cooldownOf(c.replicas[0], limited)).NotTo(BeNil())
 		// Shared through the database within the sync interval (a second).
-		Eventually(func() any { return cooldownOf(c.replicas[1], limited) }, 5*time.Second, 50*time.Millisecond).ShouldNot(BeNil())
+		Eventually(func() any { return cooldownOf(c.replicas[1], limited) }, settle, 50*time.Millisecond).ShouldNot(BeNil())
 		for range 5 {
 			Expect(status(c.replicas[1], key)).To(Equal(200))
 		}
@@ -82,7 +82,7 @@ var _ = Describe("Routing across replicas", func() {
 		}
 		_, key := a.IssueKey(a.CreatePrincipal("app", "*"))
 		for _, r := range c.replicas {
-			Eventually(func() bool { return caughtUp(r) }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+			Eventually(func() bool { return caughtUp(r) }, settle, 20*time.Millisecond).Should(BeTrue())
 		}
 		served := func(marker string) []int {
 			out := make([]int, len(sims))
@@ -116,7 +116,7 @@ var _ = Describe("Routing across replicas", func() {
 		moved[home] = 0
 		next := one(moved)
 		// Replica 1 reads the move (and the cooldown) within the sync interval.
-		Eventually(func() any { return routingEntry(c.replicas[1], ids[next])["sessions_bound"] }, 5*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(1))
+		Eventually(func() any { return routingEntry(c.replicas[1], ids[next])["sessions_bound"] }, settle, 50*time.Millisecond).Should(BeEquivalentTo(1))
 		// Once the cooldown is over both replicas keep the session where it moved.
 		for _, r := range c.replicas {
 			Eventually(func() any { return routingEntry(r, ids[home])["cooldown_until_unix_secs"] }, 10*time.Second, 100*time.Millisecond).Should(BeNil())
