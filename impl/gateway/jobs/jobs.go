@@ -82,6 +82,14 @@ func Types(d Deps) []scheduler.Type {
 		}
 		return DefaultEvery[name]
 	}
+	if d.Metrics != nil {
+		// The prune job counts every table it trims; each series exists
+		// from the start, so whether a prune ran before a scrape does not
+		// change the label set.
+		for _, table := range store.PrunableTables {
+			d.Metrics.PruneRowsRemoved.WithLabelValues(table)
+		}
+	}
 	return []scheduler.Type{
 		{Name: MetadataRefresh, Class: scheduler.Probe, Every: every(MetadataRefresh), Timeout: 2 * time.Minute,
 			Handler: func(ctx context.Context, j scheduler.Job) (scheduler.Outcome, error) { return refreshModels(ctx, d) }},
