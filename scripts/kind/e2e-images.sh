@@ -52,13 +52,14 @@ docker tag "pillar/agnhost:$h" "$agnhost"
 deploy=$(dirname "$manifest")/../../e2e/testing-manifests/storage-csi/any-volume-datasource/hello-populator-deploy.yaml
 populator=$(sed -n 's/^[[:space:]]*image: \(.*hello-populator:.*\)$/\1/p' "$deploy")
 [ "$(echo "$populator" | wc -w)" = 1 ] || die "no single hello-populator image in $deploy"
-rm -rf "$ctx"/*
-CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$ctx/hello-populator" ./sim/cmd/hello-populator || die "building the hello-populator stand-in failed"
-printf 'FROM pillar/busybox:local\nCOPY hello-populator /hello-populator\nENTRYPOINT ["/hello-populator"]\n' >"$ctx/Dockerfile"
-h=$( { cat "$ctx/hello-populator" "$ctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
+pctx=$(mktemp -d)
+trap 'rm -rf "$ctx" "$pctx"' EXIT
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$pctx/hello-populator" ./sim/cmd/hello-populator || die "building the hello-populator stand-in failed"
+printf 'FROM pillar/busybox:local\nCOPY hello-populator /hello-populator\nENTRYPOINT ["/hello-populator"]\n' >"$pctx/Dockerfile"
+h=$( { cat "$pctx/hello-populator" "$pctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
 if ! exists "pillar/hello-populator:$h"; then
   step "docker build pillar/hello-populator:$h"
-  DOCKER_BUILDKIT=0 docker build -q -t "pillar/hello-populator:$h" "$ctx" >/dev/null 2>"$ctx/log" || { cat "$ctx/log" >&2; die "docker build pillar/hello-populator failed"; }
+  DOCKER_BUILDKIT=0 docker build -q -t "pillar/hello-populator:$h" "$pctx" >/dev/null 2>"$pctx/log" || { cat "$pctx/log" >&2; die "docker build pillar/hello-populator failed"; }
 fi
 docker tag "pillar/hello-populator:$h" "$populator"
 printf '%s\n' "$busybox" "$glibc" "$nginx" "$agnhost" "$populator"
