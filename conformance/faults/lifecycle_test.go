@@ -180,8 +180,13 @@ var _ = Describe("Lifecycle faults", func() {
 			conn   net.Conn
 			dialed time.Time
 		}
-		var conns []held
-		for round := 0; round < 4; round++ {
+		const rounds = 4
+		n := rounds * (len(sends) + len(adminSends))
+		conns := make([]held, 0, n)
+		took := make([]time.Duration, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for round := 0; round < rounds; round++ {
 			for addr, list := range map[string][]string{w.px.ProxyAddr: sends, w.px.AdminAddr: adminSends} {
 				for _, s := range list {
 					dialed := time.Now()
@@ -190,12 +195,20 @@ var _ = Describe("Lifecycle faults", func() {
 					DeferCleanup(c.Close)
 					_, err = io.WriteString(c, s)
 					Expect(err).NotTo(HaveOccurred())
+					// Read from the start, so the close is timed when it
+					// happens, not when the dialling of the others is done.
+					i := len(conns)
 					conns = append(conns, held{c, dialed})
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						errs[i] = closedByServer(c)
+						took[i] = time.Since(dialed)
+					}()
 				}
 			}
 		}
-		// Every connection is read at once, so each one's close is timed
-		// when it happens. Each bound runs 1 s from the connection's start
+		// Each bound runs 1 s from the connection's start
 		// (headers), from its headers (body) or from its answer (idle),
 		// all sent or given right after the dial: the server must close
 		// each within 1 s of its dial, plus the tolerance below.
@@ -206,17 +219,6 @@ var _ = Describe("Lifecycle faults", func() {
 		// next bound a misconfiguration would give (the defaults are 10 s,
 		// 60 s and 120 s).
 		const tolerance = 500 * time.Millisecond
-		took := make([]time.Duration, len(conns))
-		errs := make([]error, len(conns))
-		var wg sync.WaitGroup
-		for i, c := range conns {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = closedByServer(c.conn)
-				took[i] = time.Since(c.dialed)
-			}()
-		}
 		wg.Wait()
 		for i, c := range conns {
 			Expect(errs[i]).NotTo(HaveOccurred())
