@@ -39,7 +39,14 @@ type Stream struct {
 
 // NewStream returns the translator of one answer.
 func NewStream(info Info, created int64) *Stream {
-	return &Stream{info: info, created: created, model: info.Model}
+	s := new(Stream)
+	s.start(info, created)
+	return s
+}
+
+// start readies s for a new answer.
+func (s *Stream) start(info Info, created int64) {
+	*s = Stream{info: info, created: created, model: info.Model}
 }
 
 // Feed reads upstream bytes (any split) and appends the chunks they
