@@ -159,6 +159,15 @@ func FuzzTranslate(f *testing.F) {
 			t.Fatalf("%s: no model in info", in)
 		}
 		checkMessagesBody(t, in, out)
+		// The relay takes the model and the stream flag from Info
+		// instead of scanning the body: they must be the body's.
+		var top struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+		}
+		if json.Unmarshal(out, &top) != nil || top.Model != info.Model || top.Stream != info.Stream {
+			t.Fatalf("%s: info %+v, body %s", in, info, out)
+		}
 	})
 }
 

@@ -115,6 +115,10 @@ func (x *Writer) Translate(body []byte) ([]byte, error) {
 	return out, nil
 }
 
+// Requested gives the model and the stream flag of the request
+// translated, as they stand in the Messages body.
+func (x *Writer) Requested() (model string, stream bool) { return x.info.Model, x.info.Stream }
+
 func (x *Writer) Header() http.Header { return x.w.Header() }
 
 func (x *Writer) WriteHeader(code int) {
