@@ -66,8 +66,8 @@ type Writer struct {
 	st     Stream
 	body   []byte
 	// pending: chunks were written since the last flush. A flush with
-	// none would send the headers alone, a write and a wake-up of the
-	// client more before its first chunk than the Messages path costs.
+	// none would send the headers alone: a write and a wake-up of the
+	// client more before its first chunk.
 	pending  bool
 	finished bool
 }
@@ -168,8 +168,8 @@ func (x *Writer) Flush() {
 // connection, as the writer underneath does.
 func (x *Writer) SetReadDeadline(t time.Time) error {
 	if d, ok := x.w.(interface{ SetReadDeadline(time.Time) error }); ok {
-		// net/http's writer, directly: a ResponseController is made
-		// on the heap for every request.
+		// net/http's writer, directly: a ResponseController would
+		// be allocated for every request.
 		return d.SetReadDeadline(t)
 	}
 	return http.NewResponseController(x.w).SetReadDeadline(t)
