@@ -107,17 +107,17 @@ func appendToolCall(out []byte, tc *toolCallOut) []byte {
 	return append(out, "}}"...)
 }
 
-// appendString appends v as a JSON string. Printable ASCII other than the
+// appendString appends v (a string, or its bytes) as a JSON string. Printable ASCII other than the
 // quote, the backslash and the characters encoding/json escapes for HTML
 // is copied as is; any other string is left to encoding/json, so the
 // escaping (control characters, invalid UTF-8, U+2028/U+2029, HTML) is
 // its own.
-func appendString(out []byte, v string) []byte {
+func appendString[T string | []byte](out []byte, v T) []byte {
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			// A copy, so that v does not escape on the fast path.
-			b, _ := json.Marshal(strings.Clone(v)) // of a string: cannot fail
+			b, _ := json.Marshal(strings.Clone(string(v))) // of a string: cannot fail
 			return append(out, b...)
 		}
 	}

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -134,8 +135,17 @@ func FuzzTranslate(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}],"stop":["x"],"temperature":0.5}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required","parallel_tool_calls":false}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":""}],"refusal":"no"},{"role":"developer","content":[]}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}`))
+	f.Add([]byte(`{"model":"m<&>\u2028","messages":[{"role":"user","content":"\u00e9\n\"x\""}],"temperature":1e-7,"top_p":0.000001,"user":"u>","service_tier":"auto","stream":true,"stream_options":{"include_usage":true},"stop":"s&","tools":[{"type":"function","function":{"name":"f","description":"d<","parameters":{"type":"object", "properties":{"a<":{}}}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, info, err := Translate(in)
+		// The appended body is byte for byte encoding/json's, and
+		// refusals are the same.
+		ref := new(translation)
+		ref.reference = true
+		refOut, refInfo, refErr := ref.translate(in)
+		if !bytes.Equal(out, refOut) || info != refInfo || !reflect.DeepEqual(err, refErr) {
+			t.Fatalf("%s: appended body differs from encoding/json's:\n%s %+v %+v\n%s %+v %+v", in, out, info, err, refOut, refInfo, refErr)
+		}
 		if err != nil {
 			if err.Status != 400 || err.Type != "invalid_request_error" || err.Message == "" || err.Code == "" {
 				t.Fatalf("%s: refusal %+v", in, err)
@@ -149,6 +159,15 @@ func FuzzTranslate(f *testing.F) {
 			t.Fatalf("%s: no model in info", in)
 		}
 		checkMessagesBody(t, in, out)
+		// The relay takes the model and the stream flag from Info
+		// instead of scanning the body: they must be the body's.
+		var top struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+		}
+		if json.Unmarshal(out, &top) != nil || top.Model != info.Model || top.Stream != info.Stream {
+			t.Fatalf("%s: info %+v, body %s", in, info, out)
+		}
 	})
 }
 

@@ -312,7 +312,16 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 		return nil, Info{}, err
 	}
 	placeCacheBreakpoints(out)
-	b, err := json.Marshal(out)
+	var b []byte
+	var err error
+	if t.reference {
+		b, err = json.Marshal(out)
+	} else {
+		// Room for the body and what the translation adds to it (the
+		// cache breakpoint, the content blocks' wrapping): one
+		// allocation, as json.Marshal's copy of its buffer was.
+		b, err = appendRequest(make([]byte, 0, len(body)+len(body)/2+128), out)
+	}
 	if err != nil {
 		return nil, Info{}, invalid("", "invalid_value", "request cannot be translated: %v", err)
 	}
@@ -326,6 +335,9 @@ type translation struct {
 	req chatRequest
 	out msgRequest
 	rd  bytes.Reader
+	// reference writes the body with encoding/json, the reference the
+	// appended encoding is fuzzed against.
+	reference bool
 }
 
 var translations = sync.Pool{New: func() any { return new(translation) }}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
@@ -15,10 +16,13 @@ import (
 type Stream struct {
 	info    Info
 	created int64
-	id      string
-	model   string
-	usage   msgUsage
-	finish  string
+	// id is the chunks' id, in idBuf while it fits: a stream is made per
+	// answer, and its first chunk need not wait for an allocation.
+	id     []byte
+	idBuf  [48]byte
+	model  string
+	usage  msgUsage
+	finish string
 	// tools maps a content block's index to its tool call's index among
 	// the answer's tool calls (OpenAI counts tool calls only); -1 marks
 	// the json_response block whose input is the content.
@@ -26,7 +30,10 @@ type Stream struct {
 	calls int
 	// line holds an incomplete line between two Feed calls.
 	line []byte
-	data []byte
+	// data gathers an event's data lines, in a buffer of dataBufs
+	// (dataPtr) while the stream holds one.
+	data    []byte
+	dataPtr *[]byte
 	// Done: the answer ended (message_stop) and [DONE] was written.
 	// Failed: an error chunk was written; nothing follows it.
 	Done, Failed bool
@@ -39,7 +46,14 @@ type Stream struct {
 
 // NewStream returns the translator of one answer.
 func NewStream(info Info, created int64) *Stream {
-	return &Stream{info: info, created: created, model: info.Model}
+	s := new(Stream)
+	s.start(info, created)
+	return s
+}
+
+// start readies s for a new answer.
+func (s *Stream) start(info Info, created int64) {
+	*s = Stream{info: info, created: created, model: info.Model}
 }
 
 // Feed reads upstream bytes (any split) and appends the chunks they
@@ -60,7 +74,39 @@ func (s *Stream) Feed(out, p []byte) []byte {
 		out = s.lineDone(out, bytes.TrimSuffix(line, []byte{'\r'}))
 		s.line = s.line[:0]
 	}
+	s.releaseData()
 	return out
+}
+
+// dataBufs holds the buffers an event's data lines are gathered in. An
+// event usually arrives in one read, so its buffer is taken and given
+// back within one Feed: a stream holds one only while an event is split
+// between reads, and its first event is not gathered into a buffer grown
+// from nothing.
+var dataBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+// gather appends an event's data line to s.data.
+func (s *Stream) gather(d []byte) {
+	if s.dataPtr == nil {
+		s.dataPtr = dataBufs.Get().(*[]byte)
+		s.data = (*s.dataPtr)[:0]
+	}
+	if len(s.data) > 0 {
+		s.data = append(s.data, '\n')
+	}
+	s.data = append(s.data, d...)
+}
+
+// releaseData gives the data buffer back once no event is half gathered.
+func (s *Stream) releaseData() {
+	if s.dataPtr == nil || len(s.data) > 0 {
+		return
+	}
+	if cap(s.data) <= maxChunkBuf {
+		*s.dataPtr = s.data[:0]
+		dataBufs.Put(s.dataPtr)
+	}
+	s.data, s.dataPtr = nil, nil
 }
 
 func (s *Stream) lineDone(out, line []byte) []byte {
@@ -71,11 +117,7 @@ func (s *Stream) lineDone(out, line []byte) []byte {
 			s.data = s.data[:0]
 		}
 	case bytes.HasPrefix(line, []byte("data:")):
-		d := bytes.TrimPrefix(line[5:], []byte{' '})
-		if len(s.data) > 0 {
-			s.data = append(s.data, '\n')
-		}
-		s.data = append(s.data, d...)
+		s.gather(bytes.TrimPrefix(line[5:], []byte{' '}))
 	}
 	// event: lines are not needed: every data payload names its type.
 	return out
@@ -121,7 +163,8 @@ func (s *Stream) event(out, data []byte) []byte {
 	switch string(e.Type) {
 	case "message_start":
 		if e.HasMessage {
-			s.id, s.usage = "chatcmpl-"+string(bytes.TrimPrefix(e.MessageID, []byte("msg_"))), e.MessageUsage
+			s.id = append(append(s.idBuf[:0], "chatcmpl-"...), bytes.TrimPrefix(e.MessageID, []byte("msg_"))...)
+			s.usage = e.MessageUsage
 			if len(e.MessageModel) > 0 && string(e.MessageModel) != s.model {
 				s.model = string(e.MessageModel)
 			}
@@ -233,7 +276,7 @@ func (s *Stream) chunk(out []byte, delta *chatDelta, finish *string) []byte {
 		fr := strings.Clone(*finish)
 		f = &fr
 	}
-	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+	c := completion{ID: string(s.id), Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 		Choices: []choice{{Index: 0, Delta: &d, FinishReason: f}}}
 	return s.emit(out, &c)
 }
@@ -244,7 +287,7 @@ func (s *Stream) usageChunk(out []byte) []byte {
 		out = s.appendUsageChunk(out)
 		return append(out, "\n\n"...)
 	}
-	c := completion{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+	c := completion{ID: string(s.id), Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 		Choices: []choice{}, Usage: usageOf(s.usage)}
 	return s.emit(out, &c)
 }
@@ -284,6 +327,7 @@ func (s *Stream) End(out []byte) []byte {
 		s.line = s.line[:0]
 	}
 	out = s.lineDone(out, nil)
+	s.releaseData()
 	return s.Fail(out, streamFailure("the upstream stream ended before the answer was complete"))
 }
 

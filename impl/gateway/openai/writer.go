@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
@@ -59,11 +60,42 @@ type Writer struct {
 	info   Info
 	reqErr *Error
 
-	status   int
-	stream   *Stream
-	body     []byte
-	out      []byte
+	status int
+	// stream is st once the answer is known to be an event stream.
+	stream *Stream
+	st     Stream
+	body   []byte
+	// pending: chunks were written since the last flush. A flush with
+	// none would send the headers alone: a write and a wake-up of the
+	// client more before its first chunk.
+	pending  bool
 	finished bool
+}
+
+// chunkBufs holds the buffers a stream's chunks are built in, taken for
+// one write at a time: a stream spends most of its life waiting for its
+// next event and holds none while it does, and a new stream's first
+// chunk is not built in a buffer grown from nothing.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+// maxChunkBuf bounds the buffers kept for reuse: a burst of events makes
+// a large one, which is dropped rather than pinned.
+const maxChunkBuf = 64 << 10
+
+// writeChunks builds the chunks add appends and writes them to the client.
+func (x *Writer) writeChunks(add func(out []byte) []byte) error {
+	bp := chunkBufs.Get().(*[]byte)
+	out := add((*bp)[:0])
+	var err error
+	if len(out) > 0 {
+		_, err = x.w.Write(out)
+		x.pending = true
+	}
+	if cap(out) <= maxChunkBuf {
+		*bp = out[:0]
+		chunkBufs.Put(bp)
+	}
+	return err
 }
 
 // NewWriter returns the writer translating into w.
@@ -83,6 +115,10 @@ func (x *Writer) Translate(body []byte) ([]byte, error) {
 	return out, nil
 }
 
+// Requested gives the model and the stream flag of the request
+// translated, as they stand in the Messages body.
+func (x *Writer) Requested() (model string, stream bool) { return x.info.Model, x.info.Stream }
+
 func (x *Writer) Header() http.Header { return x.w.Header() }
 
 func (x *Writer) WriteHeader(code int) {
@@ -92,7 +128,8 @@ func (x *Writer) WriteHeader(code int) {
 	x.status = code
 	h := x.w.Header()
 	if x.kind == Chat && code == http.StatusOK && strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
-		x.stream = NewStream(x.info, x.now().Unix())
+		x.st.start(x.info, x.now().Unix())
+		x.stream = &x.st
 		h.Del("Content-Length")
 		x.w.WriteHeader(code)
 	}
@@ -106,21 +143,22 @@ func (x *Writer) Write(p []byte) (int, error) {
 		x.body = append(x.body, p...)
 		return len(p), nil
 	}
-	x.out = x.stream.Feed(x.out[:0], p)
-	if len(x.out) > 0 {
-		if _, err := x.w.Write(x.out); err != nil {
-			return 0, err
-		}
+	if err := x.writeChunks(func(out []byte) []byte { return x.stream.Feed(out, p) }); err != nil {
+		return 0, err
 	}
 	return len(p), nil
 }
 
-// Flush passes a stream's chunks on; a collected answer is complete when
-// flushed, so it is translated and sent.
+// Flush passes a stream's chunks on, when there are any; a collected
+// answer is complete when flushed, so it is translated and sent.
 func (x *Writer) Flush() {
 	if x.stream == nil {
 		x.finish()
+	} else if !x.pending {
+		// The upstream's bytes completed no event yet.
+		return
 	}
+	x.pending = false
 	if f, ok := x.w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -129,6 +167,11 @@ func (x *Writer) Flush() {
 // SetReadDeadline bounds reads of the request body on the client's
 // connection, as the writer underneath does.
 func (x *Writer) SetReadDeadline(t time.Time) error {
+	if d, ok := x.w.(interface{ SetReadDeadline(time.Time) error }); ok {
+		// net/http's writer, directly: a ResponseController would
+		// be allocated for every request.
+		return d.SetReadDeadline(t)
+	}
 	return http.NewResponseController(x.w).SetReadDeadline(t)
 }
 
@@ -144,10 +187,7 @@ func (x *Writer) Finish() {
 			return
 		}
 		x.finished = true
-		x.out = x.stream.End(x.out[:0])
-		if len(x.out) > 0 {
-			_, _ = x.w.Write(x.out) // a client that is gone cannot be told
-		}
+		_ = x.writeChunks(x.stream.End) // a client that is gone cannot be told
 		return
 	}
 	x.finish()

@@ -372,14 +372,17 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, ep endpoint, q *
 		h.reply(w, r, bodyError(err), &refused)
 		return false
 	}
+	var model string
+	var stream bool
 	if q.chat != nil {
 		if body, err = h.translate(q, body); err != nil {
 			h.reply(w, r, translateError(err), &refused)
 			return false
 		}
-	}
-	model, stream, err := scanRequest(body)
-	if err != nil {
+		// The translation read the model and the stream flag and wrote
+		// the body itself: scanning it again would find the same.
+		model, stream = q.chat.Requested()
+	} else if model, stream, err = scanRequest(body); err != nil {
 		h.reply(w, r, proxyerr.InvalidRequest(err.Error()), &refused)
 		return false
 	}
