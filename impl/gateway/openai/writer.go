@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
@@ -55,7 +56,7 @@ const (
 type Writer struct {
 	w      http.ResponseWriter
 	kind   Kind
-	now    func() time.Time
+	clock  clock.Clock // dates the completions (their created field)
 	info   Info
 	reqErr *Error
 
@@ -67,8 +68,8 @@ type Writer struct {
 }
 
 // NewWriter returns the writer translating into w.
-func NewWriter(w http.ResponseWriter, kind Kind, now func() time.Time) *Writer {
-	return &Writer{w: w, kind: kind, now: now}
+func NewWriter(w http.ResponseWriter, kind Kind, clk clock.Clock) *Writer {
+	return &Writer{w: w, kind: kind, clock: clk}
 }
 
 // Translate translates the chat request body; the answer is translated for
@@ -92,7 +93,7 @@ func (x *Writer) WriteHeader(code int) {
 	x.status = code
 	h := x.w.Header()
 	if x.kind == Chat && code == http.StatusOK && strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
-		x.stream = NewStream(x.info, x.now().Unix())
+		x.stream = NewStream(x.info, x.clock.Now().Unix())
 		h.Del("Content-Length")
 		x.w.WriteHeader(code)
 	}
@@ -174,7 +175,7 @@ func (x *Writer) finish() {
 	case status == http.StatusOK:
 		var err error
 		if x.kind == Chat {
-			body, err = Completion(body, x.info, x.now().Unix())
+			body, err = Completion(body, x.info, x.clock.Now().Unix())
 		} else {
 			body, err = ModelList(body)
 		}

@@ -318,22 +318,22 @@ func defaultRelayConfig() RelayConfig { return defaults().Relay }
 
 // admission returns the controller of the principals' caps this
 // configuration governs; observe feeds the queue metrics.
-func (c RelayConfig) admission(observe func(time.Duration, bool)) *admission.Controller {
+func (c RelayConfig) admission(clk clock.Clock, observe func(time.Duration, bool)) *admission.Controller {
 	n := c.QueueLength
 	if n == 0 {
 		n = -1 // none wait
 	}
-	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Observe: observe})
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Clock: clk, Observe: observe})
 }
 
 // upstreamCaps returns the controller of the upstreams' max_in_flight:
 // the same queue length and wait as a principal's (docs/routing.md).
-func (c RelayConfig) upstreamCaps() *admission.Controller {
+func (c RelayConfig) upstreamCaps(clk clock.Clock) *admission.Controller {
 	n := c.QueueLength
 	if n == 0 {
 		n = -1 // none wait
 	}
-	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Subject: "upstream"})
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Clock: clk, Subject: "upstream"})
 }
 
 // apply sets the relay.Options fields this configuration governs. The

@@ -104,7 +104,7 @@ type gateway struct {
 func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
 	g := &gateway{cfg: cfg, log: log, clock: clock.Or(cfg.clock), getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
+	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, Clock: g.clock, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
 	if err != nil {
 		return nil, fmt.Errorf("plugin runtime: %w", err)
 	}
@@ -137,9 +137,9 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.prices = pricing.NewInstaller(st, g.opts("pricing"))
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
-	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
+	g.admission = g.cfg.Relay.admission(g.clock, g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
-	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
+	g.upstreamCaps = g.cfg.Relay.upstreamCaps(g.clock)
 	g.share = routing.NewSharer(st, g.opts("routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
@@ -148,8 +148,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.shareSessions = affinity.NewSharer(g.sessions, st, g.opts("affinity"))
 	// …and the sessions moved within the prompt cache's lifetime.
 	_ = g.shareSessions.Sync(ctx)
-	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock.Now))
-	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
+	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock))
+	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Clock: g.clock, Price: meter.Price, OnEvent: g.onEvent})
 	g.captures = capture.NewSink(st, box, captureQueue, capture.NewMetrics(g.reg), log.With("component", "capture"))
 	g.buildServices()
 	return g, nil

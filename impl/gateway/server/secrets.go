@@ -179,7 +179,7 @@ func (sec *secrets) startSignIn(ctx context.Context, cfg *Config, getenv func(st
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := sso.New(dctx, c, sso.Options{Logger: log.With("component", "sso")})
+	s, err := sso.New(dctx, c, sso.Options{Logger: log.With("component", "sso"), Clock: cfg.clock})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // BenchmarkAdminWrites is an admin client's create and patch and the delta
@@ -22,7 +23,7 @@ func BenchmarkAdminWrites(b *testing.B) {
 			st := openTemp(b)
 			d := *sqlite.Dialect
 			d.SkipPrepare = !prepared
-			storetest.BenchAdminWrites(b, sqlstore.New(st.DB(), &d, nil, nil))
+			storetest.BenchAdminWrites(b, sqlstore.New(st.DB(), &d, service.Options{}))
 		})
 	}
 }
