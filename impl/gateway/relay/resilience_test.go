@@ -21,6 +21,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // resilient is a relay under test with its recorder, metrics and clock.
@@ -54,33 +55,15 @@ func (r *resilient) waitEvents(t *testing.T, n int) []store.RequestEvent {
 	return evs
 }
 
+// counter is the series' value, 0 before it exists.
 func (r *resilient) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
+	fs, err := promtest.Gather(r.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				ok := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						ok = true
-					}
-				}
-				if !ok {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := fs.Value(name, labels...)
+	return v
 }
 
 // sseEvents writes n well-formed stream events and flushes.
