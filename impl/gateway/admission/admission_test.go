@@ -21,7 +21,8 @@ func waitQueued(c *Controller, p string, n int) {
 }
 
 // A burst of 20 from one principal with a cap of 4 is served in full, at
-// most 4 at a time, in arrival order, without a refusal (issue 33.6).
+// most 4 at a time, in arrival order, without a refusal: a client that fans
+// out is served in turn rather than rate limited.
 func TestBurstIsServedInArrivalOrderWithinTheCap(t *testing.T) {
 	t.Parallel()
 	c := New(Options{QueueLength: 32})

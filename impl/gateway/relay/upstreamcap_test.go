@@ -116,7 +116,7 @@ func sendNumbered(t *testing.T, url string, n int, hdr map[string]string) (*http
 
 // A burst against an upstream of max_in_flight 2 never has more than 2 at
 // that upstream: the rest spill to the next upstream of the plan, served
-// at once, not queued (issue 33.6, per-upstream cap).
+// at once, not queued (docs/routing.md, "Concurrency caps and the queue").
 func TestUpstreamCapSpillsABurstToTheNextUpstream(t *testing.T) {
 	t.Parallel()
 	a, b := holding(t), holding(t)

@@ -75,8 +75,9 @@ type gateway struct {
 	// upstreamCaps enforces the upstreams' max_in_flight with a queue.
 	upstreamCaps *admission.Controller
 
-	// Security (issue 19.2): every outbound client to upstreams dials
-	// through the destination policy; the listeners join it.
+	// Every outbound client to upstreams dials through the destination
+	// policy, so no upstream reaches what the operator did not allow
+	// (docs/operations.md, "Upstream destinations"); the listeners join it.
 	dest         *egress.Policy
 	subs         *subscriptions
 	ka           *keepalive.Service
@@ -214,7 +215,7 @@ func (g *gateway) buildServices() {
 		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	g.alertMetrics = alerts.NewMetrics(g.reg)
-	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
+	// The lazy refresh a request asks for is bounded and counted.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
 	g.subs.Service.Tracer = g.tracing.Tracer()
 }
@@ -249,11 +250,10 @@ func (g *gateway) startScheduler(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		// scheduler area (issue 18.6): a scheduler that cannot start (its
-		// migration, its pool) must not take the proxy down: this replica
-		// serves without it, svc_scheduler_init_failure 1, the scheduler
-		// endpoints answer 503 scheduler_unavailable; other replicas'
-		// schedulers run the jobs.
+		// A scheduler that cannot start (its migration, its pool) must not
+		// take the proxy down: this replica serves without it,
+		// svc_scheduler_init_failure 1, the scheduler endpoints answer 503
+		// scheduler_unavailable; other replicas' schedulers run the jobs.
 		g.log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
 		sched, closeSched = scheduler.Down(types, scheduler.Options{Clock: g.clock, Metrics: g.schedMetrics}, err), func() {}
 		g.bindScheduler(sched)
@@ -288,7 +288,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
 	// A request meeting an expired or refused OAuth token asks the OAuth
-	// service for a refresh (issue 18.5) and fails over meanwhile.
+	// service for a refresh and fails over meanwhile (docs/oauth.md).
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
@@ -298,8 +298,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Tracing: tracingStatus(cfg.Tracing),
 		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
 		UpstreamQueues: g.upstreamCaps, PrincipalQueues: g.admission,
-		// Security (issue 19.1, 19.2): what api_key_env may read and where
-		// upstreams may point.
+		// What api_key_env may read and where upstreams may point, checked
+		// when an operator writes them (docs/operations.md, "Security").
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		HostCloudCredentials: cfg.AllowHostCloudCredentials,
 		Extra:                g.adminExtra(h.metrics), Alerts: alertDeliveries{g.sched},

@@ -51,10 +51,10 @@ type Writer interface {
 //
 // The write period is a fraction of the flush interval so that the work
 // comes in small transactions spread over the interval rather than one
-// burst per interval, which at c=1 (about 1.4 ms every 200 ms) overlapped
-// a third of the proxy's slowest 1% of requests (issue 24). Smaller bursts
-// overlap more requests, each by less; WriteEvery = FlushInterval gives
-// back one write per interval.
+// burst per interval, which the proxy's slowest requests overlapped
+// (docs/decisions.md, "Usage writes spread over the flush interval").
+// Smaller bursts overlap more requests, each by less; WriteEvery =
+// FlushInterval gives back one write per interval.
 type Recorder struct {
 	w Writer
 	// Base's clock times the writes (WriteEvery).

@@ -52,7 +52,8 @@ func TestMetricsSharedRegistry(t *testing.T) {
 	}
 }
 
-// Topology is advertised only when asked for (issue 20.8).
+// Topology is advertised only when asked for: only the node plugin reports
+// segments (docs/pillar-csi.md, "Topology and capacity").
 func TestIdentityAdvertisesTopology(t *testing.T) {
 	has := func(i *Identity) bool {
 		resp, err := i.GetPluginCapabilities(context.Background(), nil)

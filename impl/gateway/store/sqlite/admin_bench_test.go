@@ -12,7 +12,7 @@ import (
 // BenchmarkAdminWrites is an admin client's create and patch and the delta
 // read they cause, on the default database, with the store's statements
 // prepared (as it runs) and, for the ratio, unprepared (parsed every run,
-// as before issue 22.5).
+// as the store ran before it prepared them).
 func BenchmarkAdminWrites(b *testing.B) {
 	for _, prepared := range []bool{true, false} {
 		name := "prepared"

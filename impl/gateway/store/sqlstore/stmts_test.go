@@ -127,7 +127,7 @@ func adminRound(t *testing.T, st *sqlstore.Store, i int) {
 
 // After its first runs, the store's admin writes and delta reads hand
 // SQLite no statement to parse: each is prepared once and re-used
-// (issue 22.5: parsing was a quarter of the proxy's CPU under admin load).
+// (parsing was a large share of the proxy's CPU under admin load).
 func TestStatementsParsedOnce(t *testing.T) {
 	t.Parallel()
 	st, parses := openCounting(t, sqlite.Dialect)
