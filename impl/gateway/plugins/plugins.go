@@ -549,9 +549,6 @@ func (r *Runtime) reap() {
 		}
 		r.reapTicks.Add(1)
 		r.liveMu.Lock()
-		if r.ticking {
-			r.ticker.Reset(r.o.CallTimeout)
-		}
 		for in := range r.live {
 			w := in.call.Load()
 			if w&stateMask != running {
@@ -569,6 +566,11 @@ func (r *Runtime) reap() {
 				in.stopped.Store(true)
 				in.call.Store(w)
 			}
+		}
+		// Re-armed once the tick is handled, so a test that waits for the
+		// arming sees its effect.
+		if r.ticking {
+			r.ticker.Reset(r.o.CallTimeout)
 		}
 		r.liveMu.Unlock()
 	}
