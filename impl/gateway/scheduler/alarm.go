@@ -19,10 +19,13 @@ import (
 const SQLitePollInterval = 5 * time.Second
 
 const (
-	// followUpAfter: a second wake after each due time, for a job River's
-	// job scheduler made available a little late (its 5 s tick delayed by
-	// load, or the first tick after start-up, which waits for leadership
-	// and a stagger of up to 1 s).
+	// followUpAfter spaces the wakes after a due time while the job has
+	// not started. River's job scheduler makes a scheduled job available on
+	// its 5 s tick, looking 5 s ahead: a job due sooner than that after its
+	// insert (a short retry, a job enqueued for 3 s later) may become
+	// available only after its due time, and the first tick after start-up
+	// waits for leadership. Nothing tells the producer then, so the alarm
+	// keeps ringing until the job starts (or the poll would find it anyway).
 	followUpAfter = 1500 * time.Millisecond
 	// maxArmed bounds the due times held; past it the poll covers the rest.
 	maxArmed = 100_000
@@ -61,22 +64,55 @@ type alarm struct {
 	ring    func(ctx context.Context) error
 	log     *slog.Logger
 	changed chan struct{}
+	// followUp spaces the wakes after a due time (followUpAfter); giveUp is
+	// how long past its due time a job is followed: the poll interval, after
+	// which the producer's own poll has found it.
+	followUp, giveUp time.Duration
 
 	mu  sync.Mutex
 	due dueHeap
+	// waiting holds the jobs whose due time has passed and that have not
+	// started, by id, with their due times.
+	waiting map[int64]time.Time
+	// followUpArmed: one follow-up is in due; one chain serves every job.
+	followUpArmed bool
 }
 
-func newAlarm(log *slog.Logger, ring func(ctx context.Context) error) *alarm {
-	return &alarm{ring: ring, log: log, changed: make(chan struct{}, 1)}
+func newAlarm(log *slog.Logger, ring func(ctx context.Context) error, giveUp time.Duration) *alarm {
+	return &alarm{ring: ring, log: log, changed: make(chan struct{}, 1),
+		followUp: followUpAfter, giveUp: giveUp, waiting: map[int64]time.Time{}}
 }
 
-// arm schedules a wake at at. Times not in the future need none: River
-// fetches right after an insert of a job due now.
-func (a *alarm) arm(at time.Time) {
+// arm schedules a wake at at for job id (0: a time, no job to follow).
+// Times not in the future need none: River fetches right after an insert
+// of a job due now.
+func (a *alarm) arm(at time.Time, id int64) {
 	if !at.After(time.Now()) {
 		return
 	}
-	a.push(dueAt{at: at})
+	a.push(dueAt{at: at, id: id})
+}
+
+// follow keeps waking for job id, already due at due (a job found
+// overdue at start-up), until it starts.
+func (a *alarm) follow(due time.Time, id int64) {
+	a.mu.Lock()
+	if len(a.waiting) < maxArmed {
+		a.waiting[id] = due
+	}
+	again := !a.followUpArmed
+	a.followUpArmed = true
+	a.mu.Unlock()
+	if again {
+		a.push(dueAt{at: time.Now().Add(a.followUp), followUp: true})
+	}
+}
+
+// started ends the follow-up of job id: its attempt began.
+func (a *alarm) started(id int64) {
+	a.mu.Lock()
+	delete(a.waiting, id)
+	a.mu.Unlock()
 }
 
 func (a *alarm) push(d dueAt) {
@@ -105,19 +141,33 @@ func (a *alarm) next() (time.Time, bool) {
 	return a.due[0].at, true
 }
 
-// popDue removes the times reached by now and reports whether any was;
-// a first wake leaves a follow-up behind.
+// popDue removes the times reached by now and reports whether any was.
+// A first wake leaves a follow-up behind; follow-ups go on while a job
+// woken for has not started, for at most giveUp past its due time.
 func (a *alarm) popDue(now time.Time) bool {
 	a.mu.Lock()
-	popped, followUp := false, false
+	popped, first := false, false
 	for len(a.due) > 0 && !a.due[0].at.After(now) {
 		d := heap.Pop(&a.due).(dueAt)
 		popped = true
-		followUp = followUp || !d.followUp
+		first = first || !d.followUp
+		if d.followUp {
+			a.followUpArmed = false
+		}
+		if d.id != 0 && len(a.waiting) < maxArmed {
+			a.waiting[d.id] = d.at
+		}
 	}
+	for id, due := range a.waiting {
+		if now.Sub(due) > a.giveUp {
+			delete(a.waiting, id)
+		}
+	}
+	again := popped && (first || len(a.waiting) > 0) && !a.followUpArmed
+	a.followUpArmed = a.followUpArmed || again
 	a.mu.Unlock()
-	if followUp {
-		a.push(dueAt{at: now.Add(followUpAfter), followUp: true})
+	if again {
+		a.push(dueAt{at: now.Add(a.followUp), followUp: true})
 	}
 	return popped
 }
@@ -153,6 +203,7 @@ func (a *alarm) run(ctx context.Context) {
 
 type dueAt struct {
 	at       time.Time
+	id       int64 // the job woken for; 0: none known
 	followUp bool
 }
 

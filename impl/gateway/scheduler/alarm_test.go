@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
 // neverPoll stands for a poll interval no test outlives: a job that runs
@@ -156,14 +158,14 @@ func TestSQLiteJobQueuedBeforeStartRunsByItsDueTime(t *testing.T) {
 func TestAlarmRingsAtDueTimesAndFollowsUp(t *testing.T) {
 	t.Parallel()
 	rang := make(chan time.Time, 8)
-	a := newAlarm(slog.New(slog.DiscardHandler), func(context.Context) error { rang <- time.Now(); return nil })
+	a := newAlarm(slog.New(slog.DiscardHandler), func(context.Context) error { rang <- time.Now(); return nil }, neverPoll)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.run(ctx)
 	start := time.Now()
-	a.arm(start.Add(-time.Second)) // due already: River's insert fetched it
-	a.arm(start.Add(300 * time.Millisecond))
-	a.arm(start.Add(100 * time.Millisecond)) // earlier than the armed one: re-arms the timer
+	a.arm(start.Add(-time.Second), 0) // due already: River's insert fetched it
+	a.arm(start.Add(300*time.Millisecond), 0)
+	a.arm(start.Add(100*time.Millisecond), 0) // earlier than the armed one: re-arms the timer
 	want := []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 100*time.Millisecond + followUpAfter}
 	for i, w := range want {
 		select {
@@ -183,6 +185,60 @@ func TestAlarmRingsAtDueTimesAndFollowsUp(t *testing.T) {
 	if n > 1 {
 		t.Fatalf("%d wakes still armed, want at most one follow-up", n)
 	}
+}
+
+// River's job scheduler may make a job available only after its due time
+// (it ticks every 5 s, looking 5 s ahead, so a job due sooner than that
+// after its insert can miss the tick before it; the first tick waits for
+// leadership). The alarm then keeps waking the producer until the job
+// starts, and stops once it has.
+func TestAlarmFollowsAJobUntilItStarts(t *testing.T) {
+	t.Parallel()
+	const availableAfter = 4 // rings before the job is available
+	var a *alarm
+	var rings atomic.Int32
+	begun := make(chan struct{})
+	a = newAlarm(slog.New(slog.DiscardHandler), func(context.Context) error {
+		if rings.Add(1) == availableAfter {
+			a.started(7) // the producer fetched it: its attempt began
+			close(begun)
+		}
+		return nil
+	}, neverPoll)
+	a.followUp = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.run(ctx)
+	a.arm(time.Now().Add(50*time.Millisecond), 7)
+	select {
+	case <-begun:
+	case <-time.After(wakeBound):
+		t.Fatalf("the job never started: %d rings, the alarm stopped following it", rings.Load())
+	}
+	waitfor.True(t, "the follow-ups to stop once the job started", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.due) == 0 && len(a.waiting) == 0 && !a.followUpArmed
+	})
+}
+
+// A job that never starts here (another process took it, or every worker
+// is busy) is followed only for the poll interval: past it the producer's
+// own poll finds it.
+func TestAlarmStopsFollowingAfterThePollInterval(t *testing.T) {
+	t.Parallel()
+	var rings atomic.Int32
+	a := newAlarm(slog.New(slog.DiscardHandler), func(context.Context) error { rings.Add(1); return nil }, 200*time.Millisecond)
+	a.followUp = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.run(ctx)
+	a.arm(time.Now().Add(10*time.Millisecond), 9)
+	waitfor.True(t, "the alarm to give the job up", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return rings.Load() > 1 && len(a.due) == 0 && len(a.waiting) == 0 && !a.followUpArmed
+	})
 }
 
 // A job whose RunAt has already come (the current cron tick at start-up, a

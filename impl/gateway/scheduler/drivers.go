@@ -67,7 +67,7 @@ func NewSQLite(ctx context.Context, db *sql.DB, types []Type, o Options) (*Sched
 		o.PollInterval = SQLitePollInterval
 	}
 	o.defaults()
-	s.alarm = newAlarm(s.Logger, s.ring)
+	s.alarm = newAlarm(s.Logger, s.ring, o.PollInterval)
 	c, err := river.NewClient(drv, s.riverConfig(o))
 	if err != nil {
 		return nil, err

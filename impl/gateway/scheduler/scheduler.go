@@ -288,9 +288,9 @@ func (s *Scheduler) Enqueue(ctx context.Context, e Enqueue) (inserted bool, jobI
 	if err != nil {
 		return false, 0, fmt.Errorf("enqueue %s: %w", e.Type, err)
 	}
-	if s.alarm != nil {
-		// A duplicate too: its row may be the one scheduled at RunAt.
-		s.alarm.arm(e.RunAt)
+	if s.alarm != nil && res.Job.State == rivertype.JobStateScheduled {
+		// A duplicate too: its row may be the one still scheduled.
+		s.alarm.arm(res.Job.ScheduledAt, res.Job.ID)
 	}
 	return !res.UniqueSkippedAsDuplicate, res.Job.ID, nil
 }
@@ -327,8 +327,8 @@ func (s *Scheduler) ring(ctx context.Context) error {
 
 // armFromTable arms the due times of jobs queued before this process
 // started (the first armFromTableLimit by due time; the poll covers the
-// rest). Jobs already due are woken once River's job scheduler, which
-// starts with leadership, has had time to make them available.
+// rest). Jobs already due are followed: woken until they start, since
+// River's job scheduler makes them available only once it has leadership.
 func (s *Scheduler) armFromTable(ctx context.Context) {
 	res, err := s.client.JobList(ctx, river.NewJobListParams().Kinds(Kind).States(notStarted...).
 		OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(armFromTableLimit))
@@ -336,16 +336,13 @@ func (s *Scheduler) armFromTable(ctx context.Context) {
 		s.Logger.Warn("scheduler alarm: list queued jobs (the poll still finds them)", "error", err)
 		return
 	}
-	now, overdue := time.Now(), false
+	now := time.Now()
 	for _, j := range res.Jobs {
 		if j.ScheduledAt.After(now) {
-			s.alarm.arm(j.ScheduledAt)
+			s.alarm.arm(j.ScheduledAt, j.ID)
 		} else {
-			overdue = true
+			s.alarm.follow(now, j.ID)
 		}
-	}
-	if overdue {
-		s.alarm.arm(now.Add(followUpAfter))
 	}
 }
 
@@ -466,6 +463,9 @@ func (w *worker) Timeout(job *river.Job[Args]) time.Duration {
 
 func (w *worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	s := w.s
+	if s.alarm != nil {
+		s.alarm.started(job.ID)
+	}
 	name := job.Args.JobType
 	t := s.types[name]
 	if t == nil {
@@ -525,7 +525,7 @@ func (p retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	}
 	at := p.s.Clock.Now().Add(class.NextDelay(job.Attempt))
 	if p.s.alarm != nil {
-		p.s.alarm.arm(at)
+		p.s.alarm.arm(at, job.ID)
 	}
 	return at
 }
