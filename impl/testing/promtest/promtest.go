@@ -6,6 +6,7 @@ package promtest
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -50,6 +51,25 @@ func (fs Families) Value(name string, labels ...string) (v float64, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// Series is every series of family name by its labels, written
+// name=value and joined by commas in the exposition's (name) order ("" for
+// an unlabelled series), each with its value as Value reads it; empty when
+// the family is absent.
+func (fs Families) Series(name string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range fs[name].GetMetric() {
+		var key strings.Builder
+		for i, l := range m.GetLabel() {
+			if i > 0 {
+				key.WriteByte(',')
+			}
+			key.WriteString(l.GetName() + "=" + l.GetValue())
+		}
+		out[key.String()] = value(m)
+	}
+	return out
 }
 
 func carries(m *dto.Metric, labels []string) bool {

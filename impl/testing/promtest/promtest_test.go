@@ -3,6 +3,7 @@ package promtest_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -70,6 +71,24 @@ func TestValueFromRegistryAndText(t *testing.T) {
 		if got := promtest.TextValue(t, text, c.name, c.labels...); got != c.want {
 			t.Errorf("text %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+}
+
+// Series lists a family's series by their joined labels.
+func TestSeries(t *testing.T) {
+	fs, err := promtest.Parse(body(t, registry(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"code=200,upstream=a": 3, "code=503,upstream=a": 1, "code=200,upstream=b": 5}
+	if got := fs.Series("t_requests_total"); !maps.Equal(got, want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	if got := fs.Series("t_queue"); !maps.Equal(got, map[string]float64{"": -2.5}) {
+		t.Errorf("unlabelled gauge %v", got)
+	}
+	if got := fs.Series("t_missing_total"); len(got) != 0 {
+		t.Errorf("absent family %v", got)
 	}
 }
 
