@@ -69,7 +69,7 @@ type Writer struct {
 
 // NewWriter returns the writer translating into w.
 func NewWriter(w http.ResponseWriter, kind Kind, clk clock.Clock) *Writer {
-	return &Writer{w: w, kind: kind, clock: clk}
+	return &Writer{w: w, kind: kind, clock: clock.Or(clk)}
 }
 
 // Translate translates the chat request body; the answer is translated for
