@@ -12,6 +12,13 @@
 #   scripts/e2e-kind.sh --storage every spec of Kubernetes' external storage suite
 #                                 (make e2e-storage) instead of make test's subset,
 #                                 and of the kind specs only the one it needs
+#   scripts/e2e-kind.sh --storage [--focus REGEX] [--with LABELS] [--keep]
+#       --focus REGEX   only the external storage specs whose full name
+#                       matches REGEX (a Ginkgo focus), to re-run a few
+#       --with LABELS   also the kind specs matching this Ginkgo label
+#                       expression (e.g. 'snapshots && zfs')
+#       --keep          leave the cluster running (delete it with
+#                       `go run sigs.k8s.io/kind delete cluster --name pillar-e2e`)
 # Both runs write the external storage suite's counts to
 # bin/artifacts/kind/storage-e2e.md and its log beside it.
 set -euo pipefail
@@ -23,10 +30,21 @@ filter='!bench'
 [ "${1:-}" = --bench ] && filter='bench || S-AG-14'
 storage_focus=()
 if [ "${1:-}" = --storage ]; then
+  shift
   filter='S-AG-14 || storage-e2e'
+  focus='External Storage \[Driver: pillar-'
+  extra=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --focus) [ $# -ge 2 ] || die "--focus needs a regular expression"; focus=$2; shift 2 ;;
+      --with) [ $# -ge 2 ] || die "--with needs a label expression"; filter="$filter || ($2)"; shift 2 ;;
+      --keep) extra+=(-keep-cluster); shift ;;
+      *) die "unknown option $1 (see the head of $0)" ;;
+    esac
+  done
   # Ginkgo's own suite limit (1 h by default) must outlast the storage run,
   # or it deletes the cluster under the last specs.
-  storage_focus=(-storage-e2e-focus='External Storage \[Driver: pillar-' -storage-e2e-timeout=150m -ginkgo.timeout=175m)
+  storage_focus=(-storage-e2e-focus="$focus" -storage-e2e-timeout=150m -ginkgo.timeout=175m "${extra[@]}")
 fi
 
 bash scripts/docker.sh

@@ -285,16 +285,16 @@ func restoreFromSnapshot(prefix, class string) {
 // snapshotSpecs run inside the ordered pillar-csi container, after the
 // agent and its stores are Ready.
 func snapshotSpecs() {
-	It("restores an LVM thin claim from a VolumeSnapshot and deletes the thin snapshot with it", func() {
+	It("restores an LVM thin claim from a VolumeSnapshot and deletes the thin snapshot with it", Label("snapshots", "lvm-thin"), func() {
 		restoreFromSnapshot("snap-thin", "pillar-thin")
 	})
 
-	It("restores a ZFS claim from a VolumeSnapshot and deletes the VolumeSnapshot while the restored claim lives", func() {
+	It("restores a ZFS claim from a VolumeSnapshot and deletes the VolumeSnapshot while the restored claim lives", Label("snapshots", "zfs"), func() {
 		ensureStorageClass(ctx(), "pillar-zfs", "zvol", nil)
 		restoreFromSnapshot("snap-zfs", "pillar-zfs")
 	})
 
-	It("refuses a VolumeSnapshot of a linear LVM claim, saying why on the VolumeSnapshot", func() {
+	It("refuses a VolumeSnapshot of a linear LVM claim, saying why on the VolumeSnapshot", Label("snapshots", "lvm-linear"), func() {
 		c := ctx()
 		ensureStorageClass(c, "pillar-linear", "thin", map[string]string{"provisioningMode": "linear"})
 		_, err := kc.Client.CoreV1().PersistentVolumeClaims(appNS).Create(c, pvc("snap-linear", "pillar-linear", "32Mi", false), metav1.CreateOptions{})

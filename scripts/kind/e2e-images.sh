@@ -8,6 +8,9 @@
 #   busybox, glibc-dns-testing, nginx  the project's busybox and Debian base
 #   agnhost                            busybox plus agnhost built from the same
 #                                      Kubernetes module (scripts/kind/e2e-binary.sh)
+#   hello-populator                    busybox plus the stand-in sim/cmd/hello-populator
+#                                      (the populator of "any volume data source";
+#                                      reference from the module's manifest)
 # Needs scripts/images.sh to have run. Prints the references, one a line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,4 +45,21 @@ if ! exists "pillar/agnhost:$h"; then
   DOCKER_BUILDKIT=0 docker build -q -t "pillar/agnhost:$h" "$ctx" >/dev/null 2>"$ctx/log" || { cat "$ctx/log" >&2; die "docker build pillar/agnhost failed"; }
 fi
 docker tag "pillar/agnhost:$h" "$agnhost"
-printf '%s\n' "$busybox" "$glibc" "$nginx" "$agnhost"
+
+# The populator the "any volume data source" spec deploys: its module is
+# not on the Go module proxy, so sim/cmd/hello-populator stands in under
+# the reference of the spec's manifest (docs/sidecars.md).
+deploy=$(dirname "$manifest")/../../e2e/testing-manifests/storage-csi/any-volume-datasource/hello-populator-deploy.yaml
+populator=$(sed -n 's/^[[:space:]]*image: \(.*hello-populator:.*\)$/\1/p' "$deploy")
+[ "$(echo "$populator" | wc -w)" = 1 ] || die "no single hello-populator image in $deploy"
+pctx=$(mktemp -d)
+trap 'rm -rf "$ctx" "$pctx"' EXIT
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$pctx/hello-populator" ./sim/cmd/hello-populator || die "building the hello-populator stand-in failed"
+printf 'FROM pillar/busybox:local\nCOPY hello-populator /hello-populator\nENTRYPOINT ["/hello-populator"]\n' >"$pctx/Dockerfile"
+h=$( { cat "$pctx/hello-populator" "$pctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
+if ! exists "pillar/hello-populator:$h"; then
+  step "docker build pillar/hello-populator:$h"
+  DOCKER_BUILDKIT=0 docker build -q -t "pillar/hello-populator:$h" "$pctx" >/dev/null 2>"$pctx/log" || { cat "$pctx/log" >&2; die "docker build pillar/hello-populator failed"; }
+fi
+docker tag "pillar/hello-populator:$h" "$populator"
+printf '%s\n' "$busybox" "$glibc" "$nginx" "$agnhost" "$populator"
