@@ -72,8 +72,8 @@ var _ = Describe("Export generations", func() {
 		Expect(err).NotTo(HaveOccurred())
 
 		m := scrape(addr)
-		Expect(m["pillar_agent_fences_total"].values).To(HaveKeyWithValue("", 2.0), "node A denied twice")
-		stale := m["pillar_agent_stale_requests_total"].values
+		Expect(m.Series("pillar_agent_fences_total")).To(HaveKeyWithValue("", 2.0), "node A denied twice")
+		stale := m.Series("pillar_agent_stale_requests_total")
 		for _, method := range []string{"ExportVolume", "AllowHost", "DenyHost", "UnexportVolume"} {
 			Expect(stale).To(HaveKeyWithValue("method="+method, 1.0), method)
 		}

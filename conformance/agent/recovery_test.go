@@ -7,17 +7,15 @@ package agent_test
 import (
 	"io"
 	"net/http"
-	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 	agentv1 "github.com/pillarhq/pillar/impl/pillar/agentapi/v1"
 	"github.com/pillarhq/pillar/impl/pillar/csiids"
 	"github.com/pillarhq/pillar/impl/pillar/kubecontroller"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 var _ = Describe("Storage node reboot", func() {
@@ -76,43 +74,18 @@ var _ = Describe("Storage node reboot", func() {
 	})
 })
 
-// scrape reads the agent's /metrics as metric families.
-func scrape(addr string) map[string]*familyView {
+// scrape reads the agent's /metrics.
+func scrape(addr string) promtest.Families {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	Expect(resp.StatusCode).To(Equal(http.StatusOK))
 	body, err := io.ReadAll(resp.Body)
 	Expect(err).NotTo(HaveOccurred())
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	fams, err := promtest.Parse(body)
 	Expect(err).NotTo(HaveOccurred(), string(body))
-	out := map[string]*familyView{}
-	for name, f := range fams {
-		v := &familyView{values: map[string]float64{}}
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			key := strings.Join(labels, ",")
-			switch {
-			case m.GetGauge() != nil:
-				v.values[key] = m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				v.values[key] = m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				v.values[key] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-		out[name] = v
-	}
-	return out
+	return fams
 }
-
-// familyView is one family's values by their joined labels (a
-// histogram's by its sample count).
-type familyView struct{ values map[string]float64 }
 
 var _ = Describe("Metrics", func() {
 	It("serves pool capacity, exports and call durations on --metrics-listen", func() {
@@ -120,14 +93,14 @@ var _ = Describe("Metrics", func() {
 		a := h.StartAgent(h.AgentOptions{Config: twoBackends, PoolSize: "4G", Args: []string{"--metrics-listen", addr}})
 		c := a.Client()
 		m := scrape(addr)
-		Expect(m["pillar_agent_exports"].values).To(HaveKeyWithValue("", 0.0))
-		Expect(m["pillar_agent_target_ready"].values).To(HaveKeyWithValue("", 1.0))
-		freeBefore := m["pillar_agent_pool_free_bytes"].values["kind=zfs,pool=tank"]
+		Expect(m.Series("pillar_agent_exports")).To(HaveKeyWithValue("", 0.0))
+		Expect(m.Series("pillar_agent_target_ready")).To(HaveKeyWithValue("", 1.0))
+		freeBefore := m.Series("pillar_agent_pool_free_bytes")["kind=zfs,pool=tank"]
 		Expect(freeBefore).To(BeNumerically(">", 3*gib))
-		Expect(m["pillar_agent_pool_total_bytes"].values).To(HaveKey("kind=lvm,pool=vg0"))
-		Expect(m["pillar_agent_pool_healthy"].values).To(And(HaveKeyWithValue("kind=zfs,pool=tank", 1.0), HaveKeyWithValue("kind=lvm,pool=vg0", 1.0)))
+		Expect(m.Series("pillar_agent_pool_total_bytes")).To(HaveKey("kind=lvm,pool=vg0"))
+		Expect(m.Series("pillar_agent_pool_healthy")).To(And(HaveKeyWithValue("kind=zfs,pool=tank", 1.0), HaveKeyWithValue("kind=lvm,pool=vg0", 1.0)))
 		// The thin pool's metadata usage, and no such series for ZFS.
-		Expect(m["pillar_agent_thin_pool_metadata_used_ratio"].values).To(Equal(map[string]float64{"pool=vg0,thin_pool=thinpool": 0}))
+		Expect(m.Series("pillar_agent_thin_pool_metadata_used_ratio")).To(Equal(map[string]float64{"pool=vg0,thin_pool=thinpool": 0}))
 
 		_, err := c.CreateVolume(h.Ctx(), &agentv1.CreateVolumeRequest{Pool: "tank", Name: "pvc-m", SizeBytes: 256 * mib})
 		Expect(err).NotTo(HaveOccurred())
@@ -137,17 +110,17 @@ var _ = Describe("Metrics", func() {
 		Expect(err).To(HaveOccurred())
 
 		m = scrape(addr)
-		Expect(m["pillar_agent_exports"].values).To(HaveKeyWithValue("", 1.0))
-		Expect(m["pillar_agent_pool_free_bytes"].values["kind=zfs,pool=tank"]).To(BeNumerically("<=", freeBefore-float64(256*mib)))
-		total := m["pillar_agent_pool_total_bytes"].values["kind=zfs,pool=tank"]
-		Expect(m["pillar_agent_pool_used_bytes"].values["kind=zfs,pool=tank"]).To(Equal(total - m["pillar_agent_pool_free_bytes"].values["kind=zfs,pool=tank"]))
-		ops := m["pillar_agent_operations_seconds"].values
+		Expect(m.Series("pillar_agent_exports")).To(HaveKeyWithValue("", 1.0))
+		Expect(m.Series("pillar_agent_pool_free_bytes")["kind=zfs,pool=tank"]).To(BeNumerically("<=", freeBefore-float64(256*mib)))
+		total := m.Series("pillar_agent_pool_total_bytes")["kind=zfs,pool=tank"]
+		Expect(m.Series("pillar_agent_pool_used_bytes")["kind=zfs,pool=tank"]).To(Equal(total - m.Series("pillar_agent_pool_free_bytes")["kind=zfs,pool=tank"]))
+		ops := m.Series("pillar_agent_operations_seconds")
 		Expect(ops).To(HaveKeyWithValue("grpc_status_code=OK,method=CreateVolume", 1.0))
 		Expect(ops).To(HaveKeyWithValue("grpc_status_code=OK,method=ExportVolume", 1.0))
 		Expect(ops).To(HaveKeyWithValue("grpc_status_code=NotFound,method=ExportVolume", 1.0))
 
 		// After a reboot the gauge shows the emptied target.
 		a.Reboot()
-		Expect(scrape(addr)["pillar_agent_exports"].values).To(HaveKeyWithValue("", 0.0))
+		Expect(scrape(addr).Series("pillar_agent_exports")).To(HaveKeyWithValue("", 0.0))
 	})
 })

@@ -27,6 +27,7 @@ import (
 	_ "github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/impl/gateway/cloud"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 	"github.com/pillarhq/pillar/sim/provider"
 )
 
@@ -230,25 +231,16 @@ func TestBedrockThrottlingIsARateLimitWithACooldown(t *testing.T) {
 	}
 }
 
-// counted is svc_proxy_cloud_requests_total{kind,outcome} in reg.
+// counted is svc_proxy_cloud_requests_total{kind,outcome} in reg (0
+// before it exists).
 func counted(t *testing.T, reg *prometheus.Registry, kind, outcome string) float64 {
 	t.Helper()
-	fams, err := reg.Gather()
+	fs, err := promtest.Gather(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if f.GetName() == "svc_proxy_cloud_requests_total" && labels["kind"] == kind && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := fs.Value("svc_proxy_cloud_requests_total", "kind", kind, "outcome", outcome)
+	return v
 }
 
 func TestBedrockStreamExceptionIsAnErrorEvent(t *testing.T) {

@@ -20,7 +20,7 @@ func jobsEnded(a *h.Admin, jobType string) float64 {
 	GinkgoHelper()
 	n := 0.0
 	for _, st := range []string{"done", "noop", "skip", "retry", "panicked"} {
-		n += metric(a, "svc_scheduler_jobs_total", "job_type", jobType, "status", st)
+		n += a.Metric("svc_scheduler_jobs_total", "job_type", jobType, "status", st)
 	}
 	return n
 }
@@ -75,7 +75,7 @@ var _ = Describe("OAuth refresh grant refused: background jobs", func() {
 			Expect(w.admin.JSON("PATCH", "/admin/v1/upstreams/"+w.upstream, map[string]any{"warmup_enabled": true}, 200, "If-Match", hd.Get("ETag"))).
 				To(HaveKeyWithValue("warmup_enabled", true))
 			Eventually(func() float64 {
-				return metric(w.admin, "svc_scheduler_jobs_total", "job_type", "adaptive:warmup", "status", "noop")
+				return w.admin.Metric("svc_scheduler_jobs_total", "job_type", "adaptive:warmup", "status", "noop")
 			}, 20*time.Second, 100*time.Millisecond).
 				Should(BeNumerically(">=", 1))
 			st, _, b := w.admin.Do("POST", "/admin/v1/upstreams/"+w.upstream+"/limit-resets/claim", nil)
@@ -88,7 +88,7 @@ var _ = Describe("OAuth refresh grant refused: background jobs", func() {
 			}
 			after := w.sim.Requests()[mark:]
 			Expect(credentialed(after)).To(BeEmpty(), fmt.Sprintf("%d requests reached the provider with the revoked credential", len(credentialed(after))))
-			Expect(metric(w.admin, "svc_scheduler_metadata_refresh_status_total", "status", "refresh_refused")).To(BeNumerically(">=", 3))
+			Expect(w.admin.Metric("svc_scheduler_metadata_refresh_status_total", "status", "refresh_refused")).To(BeNumerically(">=", 3))
 			Expect(h.LogEvents(w.px.Proc, "action", "attempt_skipped", "outcome", "refresh_refused", "upstream_id", w.upstream)).NotTo(BeEmpty())
 
 			// The flow run again: the jobs use the new credential.

@@ -113,8 +113,7 @@ var _ = Describe("Scheduler faults", func() {
 			st, _, b := h.Messages(px.ProxyURL, schedFaultBody, "x-api-key", key)
 			Expect(st).To(Equal(200), string(b))
 			// Operator: the gauge, the scheduler endpoints and the log.
-			_, _, m := a.Do("GET", "/metrics", nil)
-			Expect(string(m)).To(MatchRegexp(`(?m)^svc_scheduler_init_failure 1$`))
+			Expect(a.Metric("svc_scheduler_init_failure")).To(Equal(1.0))
 			a.ExpectError("GET", "/admin/scheduler/status", nil, 503, "scheduler_unavailable")
 			a.ExpectError("GET", "/admin/scheduler/failures", nil, 503, "scheduler_unavailable")
 			Expect(h.LogEvents(px.Proc, "level", "ERROR")).To(ContainElement(HaveKeyWithValue("msg", ContainSubstring("durable scheduler failed to start"))))

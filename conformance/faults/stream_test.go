@@ -17,8 +17,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 )
@@ -109,35 +107,6 @@ func requestEvents(a *h.Admin, n int) []map[string]any {
 	return evs
 }
 
-// metric reads one counter from the admin /metrics (0 when absent);
-// labels are name/value pairs the series must carry.
-func metric(a *h.Admin, name string, labels ...string) float64 {
-	GinkgoHelper()
-	st, _, b := a.Do("GET", "/metrics", nil)
-	Expect(st).To(Equal(200))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
-	Expect(err).NotTo(HaveOccurred())
-	fam := fams[name]
-	if fam == nil {
-		return 0
-	}
-series:
-	for _, m := range fam.Metric {
-		for i := 0; i+1 < len(labels); i += 2 {
-			ok := false
-			for _, lp := range m.Label {
-				ok = ok || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-			}
-			if !ok {
-				continue series
-			}
-		}
-		return m.Counter.GetValue()
-	}
-	return 0
-}
-
 var _ = Describe("Upstream faults on the proxy path", func() {
 	for _, d := range drivers {
 		Context(d.name, func() {
@@ -167,7 +136,7 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 					Expect(ev).To(HaveKeyWithValue("upstream_id", w.firstID))
 					Expect(ev).To(HaveKeyWithValue("stream", true))
 				}
-				Expect(metric(w.admin, "svc_proxy_upstream_interrupted_total")).To(Equal(2.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_interrupted_total")).To(Equal(2.0))
 			})
 
 			It("records a stream the upstream ends with its own error event with that error type, counted as an upstream error", func() {
@@ -187,8 +156,8 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 				Expect(ev).To(HaveKeyWithValue("error_type", "overloaded_error"))
 				Expect(ev).To(HaveKeyWithValue("status", 200.0))
 				Expect(ev).To(HaveKeyWithValue("upstream_id", w.firstID))
-				Expect(metric(w.admin, "svc_proxy_upstream_errors_total", "upstream", "first", "class", "529")).To(Equal(1.0))
-				Expect(metric(w.admin, "svc_proxy_upstream_interrupted_total")).To(Equal(0.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_errors_total", "upstream", "first", "class", "529")).To(Equal(1.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_interrupted_total")).To(Equal(0.0))
 			})
 
 			It("fails over to the next upstream when the first sends no headers within the header timeout", func() {
@@ -205,8 +174,8 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 				Expect(ev).To(HaveKeyWithValue("upstream_id", w.secondID))
 				Expect(ev).To(HaveKeyWithValue("status", 200.0))
 				Expect(ev["error_type"] == nil || ev["error_type"] == "").To(BeTrue(), "error_type %v", ev["error_type"])
-				Expect(metric(w.admin, "svc_proxy_upstream_timeouts_total", "phase", "headers")).To(Equal(1.0))
-				Expect(metric(w.admin, "svc_proxy_upstream_failovers_total")).To(Equal(1.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_timeouts_total", "phase", "headers")).To(Equal(1.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_failovers_total")).To(Equal(1.0))
 			})
 
 			It("ends a stream that goes silent past the idle deadline with an error event", func() {
@@ -223,7 +192,7 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 				ev := requestEvents(w.admin, 1)[0]
 				Expect(ev).To(HaveKeyWithValue("error_type", "stream_interrupted"))
 				Expect(ev).To(HaveKeyWithValue("upstream_id", w.firstID))
-				Expect(metric(w.admin, "svc_proxy_upstream_timeouts_total", "phase", "idle")).To(Equal(1.0))
+				Expect(w.admin.Metric("svc_proxy_upstream_timeouts_total", "phase", "idle")).To(Equal(1.0))
 			})
 
 			// Passes once the integrator wires the OAuth service's
@@ -256,10 +225,10 @@ var _ = Describe("Upstream faults on the proxy path", func() {
 
 				ev := requestEvents(admin, 1)[0]
 				Expect(ev).To(HaveKeyWithValue("upstream_id", paidID))
-				Expect(metric(admin, "svc_proxy_upstream_failovers_total")).To(Equal(1.0))
+				Expect(admin.Metric("svc_proxy_upstream_failovers_total")).To(Equal(1.0))
 				// The relay asked for a lazy refresh, and it reached the
 				// provider's token endpoint.
-				Expect(metric(admin, "svc_proxy_lazy_refresh_started_total")).To(Equal(1.0))
+				Expect(admin.Metric("svc_proxy_lazy_refresh_started_total")).To(Equal(1.0))
 				Eventually(tokenCalls, 10*time.Second, 100*time.Millisecond).Should(BeNumerically(">", before),
 					fmt.Sprintf("no refresh grant reached the token endpoint of %s", oauthID))
 			})

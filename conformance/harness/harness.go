@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/pillarhq/pillar/conformance/harness/runner"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 var binDir = flag.String("bin-dir", "", "directory holding the built binaries (default: <module root>/bin)")
@@ -231,6 +232,18 @@ func (a *Admin) Do(method, path string, body any, hdr ...string) (int, http.Head
 	st, h, b, err := a.send(method, path, body, hdr...)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return st, h, b
+}
+
+// Metric is the value of a series of the admin /metrics (labels are
+// name, value pairs the series carries; see promtest.Families.Value): 0
+// while the series does not exist, as a counter that has counted nothing.
+func (a *Admin) Metric(name string, labels ...string) float64 {
+	st, _, b := a.Do("GET", "/metrics", nil)
+	ExpectWithOffset(1, st).To(Equal(http.StatusOK), string(b))
+	fs, err := promtest.Parse(b)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	v, _ := fs.Value(name, labels...)
+	return v
 }
 
 // send is Do with a request that cannot be built returned as an error; a

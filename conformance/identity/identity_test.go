@@ -62,11 +62,11 @@ func setup(t *testing.T) *env {
 	}
 	s, err := sso.New(context.Background(), sso.Config{Issuer: isrv.URL, ClientID: clientID, ClientSecret: clientSecret, RedirectURL: base + "/auth/callback",
 		Roles:       map[string]string{"pillar-admins": "admin", "pillar-ops": "operator", "pillar-viewers": "viewer", "pillar-audit": "auditor"},
-		IdleTimeout: 30 * time.Minute, AbsoluteTimeout: 2 * time.Hour}, sso.Options{Now: clk.Now})
+		IdleTimeout: 30 * time.Minute, AbsoluteTimeout: 2 * time.Hour}, sso.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Now: clk.Now})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

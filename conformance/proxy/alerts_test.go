@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 	"github.com/pillarhq/pillar/impl/gateway/alerts"
@@ -142,8 +139,8 @@ var _ = Describe("Alert webhooks", func() {
 			// The address, never the URL: a receiver's path may hold its token.
 			Expect(f.(map[string]any)["last_error"]).NotTo(ContainSubstring(downURL))
 		}
-		Expect(counter(px, "svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDeadLetter)).To(BeEquivalentTo(2))
-		Expect(counter(px, "svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDelivered)).To(BeEquivalentTo(5))
+		Expect(px.Admin().Metric("svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDeadLetter)).To(BeEquivalentTo(2))
+		Expect(px.Admin().Metric("svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDelivered)).To(BeEquivalentTo(5))
 		recv.mu.Lock()
 		Expect(recv.bad).To(BeEmpty())
 		Expect(recv.slow).To(Equal(3)) // the timed-out attempt, then one per change
@@ -181,45 +178,15 @@ var _ = Describe("Alert webhooks", func() {
 		Expect(ev.Subject).To(Equal(alerts.Subject{Kind: "principal", ID: principal, Name: "team-a"}))
 		Expect(*ev.Value).To(BeNumerically(">=", 1))
 		// Still spent at three later evaluations: nothing more is sent.
-		Expect(gauge(px, "svc_alert_conditions_firing", "condition", alerts.PrincipalBudgetExhausted)).To(BeEquivalentTo(1))
-		evals := scalar(px, "svc_alert_evaluations_total")
-		Eventually(func() float64 { return scalar(px, "svc_alert_evaluations_total") }, 10*time.Second, 50*time.Millisecond).
+		Expect(px.Admin().Metric("svc_alert_conditions_firing", "condition", alerts.PrincipalBudgetExhausted)).To(BeEquivalentTo(1))
+		evals := px.Admin().Metric("svc_alert_evaluations_total")
+		Eventually(func() float64 { return px.Admin().Metric("svc_alert_evaluations_total") }, 10*time.Second, 50*time.Millisecond).
 			Should(BeNumerically(">=", evals+3))
 		Expect(recv.got("/budget")).To(HaveLen(1))
-		Expect(counter(px, "svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDelivered)).To(BeEquivalentTo(1))
+		Expect(px.Admin().Metric("svc_alert_webhook_deliveries_total", "outcome", alerts.OutcomeDelivered)).To(BeEquivalentTo(1))
 		Expect(recv.got("/other")).To(BeEmpty())
 		recv.mu.Lock()
 		Expect(recv.bad).To(BeEmpty())
 		recv.mu.Unlock()
 	})
 })
-
-// gauge reads the gauge series of name whose label has value (-1: none).
-func gauge(px *h.Proxy, name, label, value string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	if f := fams[name]; f != nil {
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return -1
-}
-
-// scalar reads an unlabelled counter (-1: none).
-func scalar(px *h.Proxy, name string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	if f := fams[name]; f != nil && len(f.Metric) == 1 {
-		return f.Metric[0].GetCounter().GetValue()
-	}
-	return -1
-}

@@ -56,8 +56,7 @@ var _ = Describe("Identity", func() {
 		Expect(page.Entries[0].Actor.TokenName).To(Equal("deploy-bot"))
 		Expect(string(page.Entries[0].After)).To(ContainSubstring(`"name":"u"`))
 		Expect(string(b)).NotTo(ContainSubstring("sk-ant-conformance-secret"))
-		_, _, m := a.Do("GET", "/metrics", nil)
-		Expect(string(m)).To(ContainSubstring(`svc_admin_changes_total{actor_kind="token"} 1`))
+		Expect(a.Metric("svc_admin_changes_total", "actor_kind", "token")).To(Equal(1.0))
 
 		// Revoked: refused from the next request on.
 		id := a.JSON("GET", "/admin/v1/admin-tokens", nil, 200)["tokens"].([]any)[1].(map[string]any)["id"].(string)

@@ -9,8 +9,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 )
@@ -41,43 +39,6 @@ func advanceSim(sim *h.Sim, secs float64) {
 	Expect(res.StatusCode).To(Equal(200))
 }
 
-func counter(px *h.Proxy, name, label, value string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-	for _, m := range f.Metric {
-		for _, l := range m.Label {
-			if l.GetName() == label && l.GetValue() == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-// jobsCounter reads svc_scheduler_jobs_total for one job type and status.
-func jobsCounter(px *h.Proxy, jobType, status string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	for _, m := range fams["svc_scheduler_jobs_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.Label {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["job_type"] == jobType && labels["status"] == status {
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 var _ = Describe("Prompt-cache keep-alive", func() {
 	It("keeps an idle conversation's cache warm with keep-alive; without it the cache expires", Label("P-KA-2", "P-PR-5"), func() {
 		w := newWorld()
@@ -103,7 +64,7 @@ var _ = Describe("Prompt-cache keep-alive", func() {
 		r := refreshes()[0]
 		Expect(r.Body).NotTo(ContainSubstring("first question"), "the refresh carries only the cached prefix")
 		Expect(r.Header.Get("X-Api-Key")).To(Equal(simKey))
-		Eventually(func() float64 { return counter(w.px, "svc_keepalive_refresh_total", "outcome", "refreshed") }, 10*time.Second).Should(Equal(1.0))
+		Eventually(func() float64 { return w.px.Admin().Metric("svc_keepalive_refresh_total", "outcome", "refreshed") }, 10*time.Second).Should(Equal(1.0))
 
 		// Both conversations now sit idle for longer than the TTL since their
 		// turn (on the sim's clock): the refreshed one is still cached.

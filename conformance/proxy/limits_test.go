@@ -40,7 +40,7 @@ var _ = Describe("Principal default_limits", func() {
 		Expect(apiErr.Response.Header.Get("Retry-After")).NotTo(BeEmpty())
 		Expect(apiErr.RawJSON()).To(ContainSubstring("rate_limit_error"))
 		Expect(apiErr.RawJSON()).To(ContainSubstring("10 tokens per 3600s"))
-		Expect(counter(w.px, "svc_proxy_principal_limited_total", "kind", "tokens")).To(BeNumerically(">=", 1))
+		Expect(w.px.Admin().Metric("svc_proxy_principal_limited_total", "kind", "tokens")).To(BeNumerically(">=", 1))
 
 		// Limits change with the snapshot, like everything else.
 		w.admin.JSON("PATCH", "/admin/v1/principals/"+w.principal, map[string]any{"default_limits": []any{}}, 200)

@@ -160,10 +160,12 @@ var _ = Describe("Warm-up", func() {
 		// The watchdog looked at the upstream: two runs finished after it
 		// was created (one may have begun before). An ineligible upstream
 		// leaves it nothing to do.
-		noops := func() float64 { return jobsCounter(w.px, "warmup_watchdog", "noop") }
+		noops := func() float64 {
+			return w.px.Admin().Metric("svc_scheduler_jobs_total", "job_type", "warmup_watchdog", "status", "noop")
+		}
 		from := noops()
 		Eventually(noops, 20*time.Second, 100*time.Millisecond).Should(BeNumerically(">=", from+2))
-		Expect(jobsCounter(w.px, "warmup_watchdog", "done")).To(BeZero())
+		Expect(w.px.Admin().Metric("svc_scheduler_jobs_total", "job_type", "warmup_watchdog", "status", "done")).To(BeZero())
 		Expect(w.warmups()).To(BeEmpty())
 		Expect(w.admin.Jobs("adaptive:warmup", "")).To(BeEmpty())
 	})

@@ -104,10 +104,10 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(ev["key_id"]).To(Equal(w.keyID))
 		Expect(ev["output_tokens"]).To(BeEquivalentTo(4))
 		Expect(ev["dialect"]).To(Equal("openai"))
-		Expect(counter(w.px, "svc_proxy_requests_total", "code", "200")).To(BeNumerically(">=", 1))
+		Expect(w.px.Admin().Metric("svc_proxy_requests_total", "code", "200")).To(BeNumerically(">=", 1))
 		// The first series with outcome="ok" is endpoint="chat_completions"
 		// (series are ordered by their label values).
-		Expect(counter(w.px, "svc_proxy_openai_requests_total", "outcome", "ok")).To(Equal(1.0))
+		Expect(w.px.Admin().Metric("svc_proxy_openai_requests_total", "outcome", "ok")).To(Equal(1.0))
 	})
 
 	It("streams chunks the SDK accumulates, with the usage asked for by stream_options", func() {
@@ -341,7 +341,7 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		ev := requestLog(w, 1)[0]
 		Expect(ev["dialect"]).To(Equal("openai"))
 		Expect(ev["cost_usd"]).NotTo(BeNil(), "priced like a Messages request")
-		spent := counter(px, "svc_proxy_spend_usd_total", "principal", "app")
+		spent := px.Admin().Metric("svc_proxy_spend_usd_total", "principal", "app")
 		Expect(spent).To(BeNumerically(">", 0))
 
 		// A budget of half a request's price: the next request is admitted
@@ -353,7 +353,7 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(ask()).To(Succeed())
 		// Its cost is counted against the budget before the spend metric
 		// moves: once it moved, the next request meets the spent budget.
-		Eventually(func() float64 { return counter(px, "svc_proxy_spend_usd_total", "principal", "app") },
+		Eventually(func() float64 { return px.Admin().Metric("svc_proxy_spend_usd_total", "principal", "app") },
 			5*time.Second, 20*time.Millisecond).Should(BeNumerically(">", spent))
 		var apiErr *openai.Error
 		Expect(errors.As(ask(), &apiErr)).To(BeTrue())
@@ -361,7 +361,7 @@ var _ = Describe("OpenAI Chat Completions ingress", func() {
 		Expect(apiErr.Code).To(Equal("rate_limit_exceeded"))
 		Expect(apiErr.Message).To(ContainSubstring("budget"))
 		Expect(apiErr.Response.Header.Get("X-Should-Retry")).To(Equal("false"))
-		Expect(counter(px, "svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
+		Expect(px.Admin().Metric("svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
 		refused := requestLog(w, 3)[0]
 		Expect(refused["status"]).To(BeEquivalentTo(429))
 		Expect(refused["dialect"]).To(Equal("openai"))

@@ -71,7 +71,9 @@ var _ = Describe("Credentials stay with their origin", func() {
 		px := h.StartProxy(h.ProxyOptions{Args: []string{"--job-interval", "metadata_refresh=1s"}})
 		px.Admin().CreateUpstream("sim", sim.URL, simKey)
 		// Wait for the refresh to have asked the upstream and failed.
-		Eventually(func() float64 { return counter(px, "svc_scheduler_metadata_refresh_status_total", "status", "error") }, 60*time.Second, 250*time.Millisecond).
+		Eventually(func() float64 {
+			return px.Admin().Metric("svc_scheduler_metadata_refresh_status_total", "status", "error")
+		}, 60*time.Second, 250*time.Millisecond).
 			Should(BeNumerically(">=", 1))
 		Expect(other.Requests()).To(BeEmpty(), "the metadata refresh followed the redirect with the key")
 		px.Stop()

@@ -116,7 +116,7 @@ var _ = Describe("WASM plugins", func() {
 		Expect(st).To(Equal(200), string(b))
 		Expect(w.servedBy("unknown pin")).To(Equal(simKey))
 		// ("ok" of the router slot sorts before the warm-up slot's.)
-		Expect(counter(w.px, "svc_plugin_calls_total", "outcome", "ok")).To(BeEquivalentTo(4))
+		Expect(w.px.Admin().Metric("svc_plugin_calls_total", "outcome", "ok")).To(BeEquivalentTo(4))
 	})
 
 	It("contains hostile plugins: the request fails closed, the process and other principals keep working", Label("P-REG-6"), func() {
@@ -142,7 +142,7 @@ var _ = Describe("WASM plugins", func() {
 			Expect(st).To(Equal(200), "another principal after "+mode)
 		}
 		Expect(w.px.Exited()).To(BeFalse())
-		Expect(counter(w.px, "svc_plugin_calls_total", "outcome", "garbage")).To(BeNumerically(">=", 2))
+		Expect(w.px.Admin().Metric("svc_plugin_calls_total", "outcome", "garbage")).To(BeNumerically(">=", 2))
 		// A well-behaved mode routes again with the same module.
 		w.admin.JSON("PUT", "/admin/v1/plugin-chain-entries/"+entry["id"].(string), map[string]any{"config": map[string]any{"mode": "fine"}}, 200)
 		st, b := ask(w, "claude-sonnet-4-5", "fine again")

@@ -1,15 +1,12 @@
 package proxy_test
 
 import (
-	"bytes"
 	"fmt"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 )
@@ -99,22 +96,6 @@ func (a *accounts) routingOf(id string) map[string]any {
 	return nil
 }
 
-// plainMetric is the value of an unlabelled counter or gauge (-1: absent).
-func plainMetric(px *h.Proxy, name string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	f := fams[name]
-	if f == nil || len(f.Metric) == 0 {
-		return -1
-	}
-	if c := f.Metric[0].GetCounter(); c != nil {
-		return c.GetValue()
-	}
-	return f.Metric[0].GetGauge().GetValue()
-}
-
 var _ = Describe("Routing across accounts", func() {
 	It("takes a rate-limited account out of routing until its retry-after, then fails over 502s within the budget", func() {
 		// Account 0 takes new work; 1 and 2 are standby, in that order.
@@ -126,7 +107,7 @@ var _ = Describe("Routing across accounts", func() {
 		Expect(a.served()).To(Equal([]int{1, 1, 0}), "the 429 failed over to the first standby")
 		r := a.routingOf(a.ids[0])
 		Expect(r["cooldown_until_unix_secs"]).NotTo(BeNil())
-		Expect(plainMetric(a.px, "svc_proxy_upstream_cooldowns_total")).To(Equal(1.0))
+		Expect(a.px.Admin().Metric("svc_proxy_upstream_cooldowns_total")).To(Equal(1.0))
 
 		// No request reaches the cooling account, not even to fail over.
 		for i := range 8 {
@@ -159,7 +140,7 @@ var _ = Describe("Routing across accounts", func() {
 		Expect(h.AnthropicErrorType(b)).To(Equal("rate_limit_error"))
 		Expect(retryAfter).To(BeElementOf("29", "30"), "the earlier of the two cooldowns")
 		Expect(a.served()).To(Equal([]int{1, 1}), "nothing sent to a cooling account")
-		Expect(plainMetric(a.px, "svc_proxy_all_upstreams_cooling_total")).To(Equal(1.0))
+		Expect(a.px.Admin().Metric("svc_proxy_all_upstreams_cooling_total")).To(Equal(1.0))
 	})
 
 	It("spreads new requests over equal-weight accounts", func() {
@@ -196,7 +177,7 @@ var _ = Describe("Session affinity across accounts", func() {
 		Expect(moved[home]).To(Equal(1), "one request met the 429")
 		moved[home] = 0
 		next := onlyOne(moved, 4)
-		Expect(plainMetric(a.px, "svc_proxy_affinity_moves_total")).To(Equal(1.0))
+		Expect(a.px.Admin().Metric("svc_proxy_affinity_moves_total")).To(Equal(1.0))
 
 		// The cooldown ends; the session stays where its cache now is.
 		Eventually(func() any { return a.routingOf(a.ids[home])["cooldown_until_unix_secs"] }, 10*time.Second, 100*time.Millisecond).Should(BeNil())
@@ -294,8 +275,8 @@ var _ = Describe("Concurrency caps", func() {
 			Expect(st).To(Equal(200), "request %d", i)
 		}
 		Expect(sim.MessagesWith("fan-")).To(HaveLen(20))
-		Expect(plainMetric(px, "svc_proxy_queue_refused_total")).To(Equal(0.0))
-		Expect(plainMetric(px, "svc_proxy_queued_requests")).To(Equal(0.0))
+		Expect(px.Admin().Metric("svc_proxy_queue_refused_total")).To(Equal(0.0))
+		Expect(px.Admin().Metric("svc_proxy_queued_requests")).To(Equal(0.0))
 	})
 
 	It("answers the burst past the cap 429 rate_limit_error with retry-after when no request may wait", func() {
@@ -314,6 +295,6 @@ var _ = Describe("Concurrency caps", func() {
 		}
 		Expect(limited).To(BeNumerically(">", 0))
 		Expect(sim.MessagesWith("fan-")).To(HaveLen(served), "a refused request reached the account")
-		Expect(plainMetric(px, "svc_proxy_queue_refused_total")).To(Equal(float64(limited)))
+		Expect(px.Admin().Metric("svc_proxy_queue_refused_total")).To(Equal(float64(limited)))
 	})
 })

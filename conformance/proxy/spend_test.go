@@ -79,7 +79,7 @@ var _ = Describe("Spend and budgets", func() {
 		a.ExpectError("GET", "/admin/v1/usage?group_by=team", nil, 400, "invalid_group_by")
 		a.ExpectError("GET", "/admin/v1/usage?from=10&to=5", nil, 400, "invalid_time_range")
 
-		Expect(counter(px, "svc_proxy_spend_usd_total", "principal", "team-a")).To(BeNumerically("~", float64(wantNanos)/1e9, 1e-12))
+		Expect(px.Admin().Metric("svc_proxy_spend_usd_total", "principal", "team-a")).To(BeNumerically("~", float64(wantNanos)/1e9, 1e-12))
 
 		// Bad budgets are refused.
 		a.ExpectError("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
@@ -95,7 +95,7 @@ var _ = Describe("Spend and budgets", func() {
 		p := a.JSON("PATCH", "/admin/v1/principals/"+principal, map[string]any{"default_limits": []any{
 			map[string]any{"kind": "usd", "window_secs": 86400, "limit": usd(budget)}}}, 200)
 		Expect(fmt.Sprint(p["default_limits"])).To(ContainSubstring("limit:" + usd(budget)))
-		spent := counter(px, "svc_proxy_spend_usd_total", "principal", "team-a")
+		spent := px.Admin().Metric("svc_proxy_spend_usd_total", "principal", "team-a")
 		var refused []byte
 		var rh map[string][]string
 		admitted := 0
@@ -110,7 +110,7 @@ var _ = Describe("Spend and budgets", func() {
 			// The spend metric is fed right after the principal's
 			// budget counted the cost: once it moved, the cost is in.
 			want := spent + float64(int64(admitted)*wantNanos)/1e9
-			Eventually(func() float64 { return counter(px, "svc_proxy_spend_usd_total", "principal", "team-a") },
+			Eventually(func() float64 { return px.Admin().Metric("svc_proxy_spend_usd_total", "principal", "team-a") },
 				5*time.Second, 20*time.Millisecond).Should(BeNumerically("~", want, 1e-12))
 		}
 		Expect(admitted).To(Equal(3), "requests admitted under a budget of 2.5 times a request's price")
@@ -119,7 +119,7 @@ var _ = Describe("Spend and budgets", func() {
 		Expect(string(refused)).NotTo(ContainSubstring("rate limit"))
 		Expect(rh["Retry-After"]).NotTo(BeEmpty())
 		Expect(rh["X-Should-Retry"]).To(Equal([]string{"false"})) // a day's budget is no short wait
-		Expect(counter(px, "svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
+		Expect(px.Admin().Metric("svc_proxy_principal_limited_total", "kind", "usd")).To(BeEquivalentTo(1))
 	})
 })
 

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,8 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	h "github.com/pillarhq/pillar/conformance/harness"
 )
@@ -54,24 +51,6 @@ func (c *countingAccount) letGo() {
 	if _, done := letGoOnce.LoadOrStore(c, true); !done {
 		close(c.gate)
 	}
-}
-
-// capMetric is svc_proxy_upstream_cap_total{reason}.
-func capMetric(px *h.Proxy, reason string) float64 {
-	_, _, b := px.Admin().Do("GET", "/metrics", nil)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	if f := fams["svc_proxy_upstream_cap_total"]; f != nil {
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }
 
 var _ = Describe("Upstream concurrency caps", func() {
@@ -120,7 +99,7 @@ var _ = Describe("Upstream concurrency caps", func() {
 		Expect(accts[0].most.Load()).To(BeNumerically("<=", 2))
 		Expect(accts[1].most.Load()).To(BeNumerically("<=", 2))
 		Expect(accts[0].hits.Load() + accts[1].hits.Load()).To(Equal(int32(n)))
-		Expect(capMetric(px, "queued")).To(Equal(float64(n - 4)))
-		Expect(capMetric(px, "refused")).To(Equal(0.0))
+		Expect(px.Admin().Metric("svc_proxy_upstream_cap_total", "reason", "queued")).To(Equal(float64(n - 4)))
+		Expect(px.Admin().Metric("svc_proxy_upstream_cap_total", "reason", "refused")).To(Equal(0.0))
 	})
 })

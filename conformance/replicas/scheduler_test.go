@@ -143,18 +143,10 @@ var _ = Describe("Metadata jobs", func() {
 		Eventually(func() float64 {
 			counts = map[string]float64{}
 			for _, r := range reps {
-				_, _, b := r.Admin().Do("GET", "/metrics", nil)
-				parser := expfmt.NewTextParser(model.UTF8Validation)
-				fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
-				Expect(err).NotTo(HaveOccurred())
-				for _, m := range fams["svc_scheduler_price_catalog_status_total"].Metric {
-					counts[m.Label[0].GetValue()] += m.Counter.GetValue()
+				for _, st := range []string{"noop", "applied"} {
+					counts[st] += r.Admin().Metric("svc_scheduler_price_catalog_status_total", "status", st)
 				}
-				if f := fams["svc_scheduler_metadata_refresh_status_total"]; f != nil {
-					for _, m := range f.Metric {
-						counts["metadata_"+m.Label[0].GetValue()] += m.Counter.GetValue()
-					}
-				}
+				counts["metadata_ok"] += r.Admin().Metric("svc_scheduler_metadata_refresh_status_total", "status", "ok")
 			}
 			return counts["noop"]
 		}, 20*time.Second, 200*time.Millisecond).Should(BeNumerically(">=", 1))

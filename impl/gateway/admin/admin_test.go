@@ -102,7 +102,7 @@ func setup(t *testing.T, opts ...func(*options)) *env {
 		f(&o)
 	}
 	dbPath := filepath.Join(t.TempDir(), "proxy.db")
-	st, err := sqlite.Open(context.Background(), dbPath, sqlite.Options{Now: func() time.Time { return now }})
+	st, err := sqlite.Open(context.Background(), dbPath, sqlite.Options{Clock: fakeclock.New(now)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -98,7 +99,7 @@ func TestAuditNamesWhoChangedWhat(t *testing.T) {
 	if bg := e.audit("actor_kind=break_glass"); len(bg.Entries) < 2 || bg.Entries[0].Actor.Subject != "break-glass" {
 		t.Fatalf("break-glass %+v", bg.Entries)
 	}
-	if got := counter(t, reg, "svc_admin_changes_total", "token"); got != 4 {
+	if got := promtest.Value(t, reg, "svc_admin_changes_total", "actor_kind", "token"); got != 4 {
 		// create, update, issue, delete by the token
 		t.Fatalf("svc_admin_changes_total{actor_kind=token} = %v, want 4", got)
 	}
@@ -144,25 +145,4 @@ func TestAuditPagingAndFilters(t *testing.T) {
 		t.Fatalf("auditor sees %d entries, want %d", len(p.Entries), len(full)+1)
 	}
 	wantErr(t, e.do("GET", "/admin/v1/audit", nil, bearer(e.roleToken("viewer"))...), 403, "forbidden")
-}
-
-// counter reads one series of a counter vector with one label.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == label {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s{%s}", name, label)
-	return 0
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/jsonesc"
 )
 
-// Bounds of stored free text (issue 19.4). Everything an operator stores is
-// read back by every replica's snapshot and shown in the dashboard, so none
-// of it may grow without limit.
+// Bounds of stored free text (docs/operations.md, "Input bounds").
+// Everything an operator stores is read back by every replica's snapshot
+// and shown in the dashboard, so none of it may grow without limit.
 const (
 	// maxModelID bounds a model id in allowed_models.
 	maxModelID = 256

@@ -382,7 +382,8 @@ func (a *api) issueKey(w http.ResponseWriter, r *http.Request) error {
 	}
 	var name string
 	if b.Name != nil {
-		// A given name is a real one: not empty, not blank (issue 19.4).
+		// A given name is a real one, not empty, not blank: the dashboard
+		// and the logs name the principal by it.
 		if err := validName(*b.Name); err != nil {
 			return err
 		}

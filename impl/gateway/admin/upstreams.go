@@ -230,8 +230,8 @@ func validLocation(field, raw string) error {
 }
 
 // location checks a location the proxy will connect to: its syntax, then
-// the destination policy (issue 19.2: link-local, metadata, the proxy's own
-// listeners, and private ranges unless the operator allows them).
+// the destination policy (link-local, metadata, the proxy's own listeners,
+// and private ranges unless the operator allows them).
 func (a *api) location(ctx context.Context, field, raw string) error {
 	if err := validLocation(field, raw); err != nil {
 		return err
@@ -248,7 +248,7 @@ func (a *api) location(ctx context.Context, field, raw string) error {
 // credential resolves api_key_env / api_key_value into the credential
 // sealed for upstream id at baseURL (bound to its origin, credential.AD).
 // No message repeats a value given for either field unless it is a
-// variable name the operator allowed (issue 19.5): a secret pasted into
+// variable name the operator allowed: a secret pasted into
 // api_key_env must not reach the response or the log.
 func (a *api) credential(r *http.Request, id, kind, baseURL string, env, value *string, required bool) ([]byte, error) {
 	// A variable's value is a key the caller never sees, sent to the

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/clock"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Defaults of Options.
@@ -38,17 +41,6 @@ func (r *Refusal) Error() string {
 // ErrCanceled is returned when the request's context ended while it waited.
 var ErrCanceled = errors.New("admission: request canceled while queued")
 
-// Timer is the part of *time.Timer a wait uses; tests replace it.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-}
-
-type realTimer struct{ t *time.Timer }
-
-func (r realTimer) C() <-chan time.Time { return r.t.C }
-func (r realTimer) Stop() bool          { return r.t.Stop() }
-
 // Options configures a Controller.
 type Options struct {
 	// QueueLength is how many requests of one principal may wait at once
@@ -56,9 +48,8 @@ type Options struct {
 	QueueLength int
 	// MaxWait is how long a request waits for a slot (0: DefaultMaxWait).
 	MaxWait time.Duration
-	// Now and NewTimer drive time (default: the real clock).
-	Now      func() time.Time
-	NewTimer func(time.Duration) Timer
+	// Clock times the holds and the waits (nil: the real clock).
+	Clock clock.Clock
 	// Observe, when set, is told of every wait that ended (metrics).
 	Observe func(waited time.Duration, admitted bool)
 	// Subject names what a key is in a refusal's message (default
@@ -70,10 +61,9 @@ type Options struct {
 type Controller struct {
 	queueLen int
 	maxWait  time.Duration
-	now      func() time.Time
-	newTimer func(time.Duration) Timer
 	observe  func(time.Duration, bool)
 	subject  string
+	service.Base
 
 	gates  sync.Map // principal id → *gate
 	queued atomic.Int64
@@ -81,7 +71,7 @@ type Controller struct {
 
 // New returns a Controller.
 func New(o Options) *Controller {
-	c := &Controller{queueLen: o.QueueLength, maxWait: o.MaxWait, now: o.Now, newTimer: o.NewTimer, observe: o.Observe, subject: o.Subject}
+	c := service.Init(service.Options{Clock: o.Clock}, &Controller{queueLen: o.QueueLength, maxWait: o.MaxWait, observe: o.Observe, subject: o.Subject})
 	if c.subject == "" {
 		c.subject = "principal"
 	}
@@ -93,12 +83,6 @@ func New(o Options) *Controller {
 	}
 	if c.maxWait <= 0 {
 		c.maxWait = DefaultMaxWait
-	}
-	if c.now == nil {
-		c.now = time.Now
-	}
-	if c.newTimer == nil {
-		c.newTimer = func(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 	}
 	return c
 }
@@ -139,7 +123,7 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 	if g.inFlight < limit && len(g.queue) == 0 {
 		g.inFlight++
 		g.mu.Unlock()
-		return Ticket{g: g, c: c, since: c.now()}, nil
+		return Ticket{g: g, c: c, since: c.Clock.Now()}, nil
 	}
 	if len(g.queue) >= c.queueLen {
 		r := &Refusal{Full: true, RetryAfter: g.estimate(len(g.queue)+1, limit), subject: c.subject}
@@ -156,17 +140,17 @@ func (c *Controller) Admit(ctx context.Context, principal string, limit int) (Ti
 	g.mu.Unlock()
 	defer c.queued.Add(-1)
 
-	start := c.now()
-	t := c.newTimer(c.maxWait)
+	start := c.Clock.Now()
+	t, expired := c.Clock.NewTimer(c.maxWait)
 	defer t.Stop()
 	select {
 	case <-w.ready:
 		c.waited(start, true)
-		return Ticket{g: g, c: c, since: c.now()}, nil
-	case <-t.C():
+		return Ticket{g: g, c: c, since: c.Clock.Now()}, nil
+	case <-expired:
 		if g.leave(w) {
 			c.waited(start, true)
-			return Ticket{g: g, c: c, since: c.now()}, nil
+			return Ticket{g: g, c: c, since: c.Clock.Now()}, nil
 		}
 		c.waited(start, false)
 		g.mu.Lock()
@@ -195,14 +179,14 @@ func (c *Controller) TryAdmit(key string, limit int) (Ticket, bool) {
 	defer g.mu.Unlock()
 	if g.inFlight < limit && len(g.queue) == 0 {
 		g.inFlight++
-		return Ticket{g: g, c: c, since: c.now()}, true
+		return Ticket{g: g, c: c, since: c.Clock.Now()}, true
 	}
 	return Ticket{}, false
 }
 
 func (c *Controller) waited(start time.Time, admitted bool) {
 	if c.observe != nil {
-		c.observe(c.now().Sub(start), admitted)
+		c.observe(c.Clock.Now().Sub(start), admitted)
 	}
 }
 
@@ -247,7 +231,7 @@ func (t Ticket) Release() {
 	}
 	var held time.Duration
 	if !t.since.IsZero() {
-		held = t.c.now().Sub(t.since)
+		held = t.c.Clock.Now().Sub(t.since)
 	}
 	g.mu.Lock()
 	if held > 0 {

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // waitQueued yields until principal p has n requests queued.
@@ -20,7 +21,8 @@ func waitQueued(c *Controller, p string, n int) {
 }
 
 // A burst of 20 from one principal with a cap of 4 is served in full, at
-// most 4 at a time, in arrival order, without a refusal (issue 33.6).
+// most 4 at a time, in arrival order, without a refusal: a client that fans
+// out is served in turn rather than rate limited.
 func TestBurstIsServedInArrivalOrderWithinTheCap(t *testing.T) {
 	t.Parallel()
 	c := New(Options{QueueLength: 32})
@@ -81,14 +83,11 @@ func TestBurstIsServedInArrivalOrderWithinTheCap(t *testing.T) {
 // long slots are held; another principal is not affected.
 func TestFullQueueRefusesWithAnEstimate(t *testing.T) {
 	t.Parallel()
-	now := time.Unix(1000, 0)
-	var mu sync.Mutex
-	c := New(Options{QueueLength: 1, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	clk := fakeclock.New(time.Unix(1000, 0))
+	c := New(Options{QueueLength: 1, Clock: clk})
 	ctx := context.Background()
 	tk, _ := c.Admit(ctx, "p", 1)
-	mu.Lock()
-	now = now.Add(10 * time.Second)
-	mu.Unlock()
+	clk.Advance(10 * time.Second)
 	tk.Release() // a slot held 10 s
 	tk, _ = c.Admit(ctx, "p", 1)
 	done := make(chan error, 1)
@@ -117,22 +116,21 @@ func TestFullQueueRefusesWithAnEstimate(t *testing.T) {
 	}
 }
 
-type manualTimer struct{ c chan time.Time }
-
-func (m manualTimer) C() <-chan time.Time { return m.c }
-func (m manualTimer) Stop() bool          { return true }
-
 // A wait that runs out is refused and leaves the queue; a client that
 // leaves while queued frees its place, and a slot handed to it as it
 // leaves goes on to the next.
 func TestWaitRunsOutAndCanceledWaitersLeave(t *testing.T) {
 	t.Parallel()
-	timers := make(chan manualTimer, 4)
-	c := New(Options{NewTimer: func(time.Duration) Timer { m := manualTimer{make(chan time.Time, 1)}; timers <- m; return m }})
+	clk := fakeclock.New(time.Time{})
+	c := New(Options{Clock: clk})
 	tk, _ := c.Admit(context.Background(), "p", 1)
 	res := make(chan error, 1)
 	go func() { _, err := c.Admit(context.Background(), "p", 1); res <- err }()
-	(<-timers).c <- time.Time{}
+	// The waiter's timer armed, the clock runs its wait out.
+	if d := <-clk.Armed(); d != DefaultMaxWait {
+		t.Fatalf("waiting %v, want the default %v", d, DefaultMaxWait)
+	}
+	clk.Advance(DefaultMaxWait)
 	var r *Refusal
 	if err := <-res; !errors.As(err, &r) || r.Full || r.RetryAfter < time.Second {
 		t.Fatalf("a wait that ran out: %v", err)
@@ -143,7 +141,7 @@ func TestWaitRunsOutAndCanceledWaitersLeave(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, err := c.Admit(ctx, "p", 1); res <- err }()
-	<-timers
+	<-clk.Armed()
 	waitQueued(c, "p", 1)
 	next := make(chan Ticket, 1)
 	go func() {
@@ -153,7 +151,7 @@ func TestWaitRunsOutAndCanceledWaitersLeave(t *testing.T) {
 		}
 		next <- t2
 	}()
-	<-timers
+	<-clk.Armed()
 	waitQueued(c, "p", 2)
 	cancel()
 	if err := <-res; !errors.Is(err, ErrCanceled) {

@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
 	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // A condition firing reaches every webhook through the durable
@@ -171,7 +172,7 @@ func TestDeliveriesReachReceivers(t *testing.T) {
 		t.Errorf("failures %+v, want the two dead letters only", got.Failures)
 	}
 	for outcome, want := range map[string]float64{alerts.OutcomeDelivered: 2, alerts.OutcomeDeadLetter: 2, alerts.OutcomeRetrying: 3} {
-		if v := value(t, b.reg, "svc_alert_webhook_deliveries_total", outcome); v != want {
+		if v := promtest.Value(t, b.reg, "svc_alert_webhook_deliveries_total", "outcome", outcome); v != want {
 			t.Errorf("svc_alert_webhook_deliveries_total{outcome=%q} %v, want %v", outcome, v, want)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/webhook"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // opener "decrypts" a value that starts with its associated data.
@@ -248,7 +249,7 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 			t.Fatalf("step %d delivered %q, want %q", step, got, want)
 		}
 	}
-	if v := value(t, b.reg, "svc_alert_conditions_firing", alerts.UpstreamQuotaForecastExhausted); v != 1 {
+	if v := promtest.Value(t, b.reg, "svc_alert_conditions_firing", "condition", alerts.UpstreamQuotaForecastExhausted); v != 1 {
 		t.Fatalf("svc_alert_conditions_firing forecast %v", v)
 	}
 	// Everything recovers: the credential is replaced, the replica
@@ -281,7 +282,7 @@ func TestEachConditionNotifiedOncePerEpisode(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("recovery delivered\n%q\nwant\n%q", got, want)
 	}
-	if v := value(t, b.reg, "svc_alert_notifications_total", alerts.PrincipalBudgetExhausted, alerts.StatusResolved); v != 1 {
+	if v := promtest.Value(t, b.reg, "svc_alert_notifications_total", "condition", alerts.PrincipalBudgetExhausted, "status", alerts.StatusResolved); v != 1 {
 		t.Fatalf("svc_alert_notifications_total resolved %v", v)
 	}
 	// A second episode is a new delivery.
@@ -359,35 +360,6 @@ func TestReplicasNotifyOnce(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("two replicas delivered\n%q\nwant\n%q", got, want)
 	}
-}
-
-// value reads a series of reg by its label values (in label name order).
-func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var vs []string
-			for _, l := range m.GetLabel() {
-				vs = append(vs, l.GetValue())
-			}
-			if !slices.Equal(vs, labels) {
-				continue
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no series %s%q", name, labels)
-	return 0
 }
 
 // Run evaluates at once and then each time the interval passes on the

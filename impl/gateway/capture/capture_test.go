@@ -17,6 +17,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 func newBox(t testing.TB) *secret.Box {
@@ -28,28 +29,6 @@ func newBox(t testing.TB) *secret.Box {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func captures(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "svc_proxy_captures_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no svc_proxy_captures_total{outcome=%q}", outcome)
-	return 0
 }
 
 // A buffer keeps the first limit bytes across writes, reports the cut,
@@ -129,10 +108,10 @@ func TestSinkStoresSealed(t *testing.T) {
 			t.Fatalf("%s holds a body in clear", filepath.Base(f))
 		}
 	}
-	if n := captures(t, reg, capture.OutcomeStored); n != 1 {
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeStored); n != 1 {
 		t.Fatalf("stored %v, want 1", n)
 	}
-	if n := captures(t, reg, capture.OutcomeTruncated); n != 1 {
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeTruncated); n != 1 {
 		t.Fatalf("truncated %v, want 1", n)
 	}
 }
@@ -150,15 +129,15 @@ func TestSinkDropsWhenFullAndCountsFailures(t *testing.T) {
 	sink := capture.NewSink(failingWriter{}, newBox(t), 1, capture.NewMetrics(reg), nil)
 	sink.Submit(capture.Exchange{EventID: "ev_1", PrincipalID: "pr_1"})
 	sink.Submit(capture.Exchange{EventID: "ev_2", PrincipalID: "pr_1"})
-	if n := captures(t, reg, capture.OutcomeDropped); n != 1 {
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeDropped); n != 1 {
 		t.Fatalf("dropped %v, want 1", n)
 	}
 	sink.Close()
 	sink.Run(context.Background())
-	if n := captures(t, reg, capture.OutcomeFailed); n != 1 {
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeFailed); n != 1 {
 		t.Fatalf("failed %v, want 1", n)
 	}
-	if n := captures(t, reg, capture.OutcomeStored); n != 0 {
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeStored); n != 0 {
 		t.Fatalf("stored %v, want 0", n)
 	}
 }
@@ -191,8 +170,8 @@ func TestSinkCloseWritesTheQueueThenIgnoresLateSubmits(t *testing.T) {
 		}
 		total += len(b)
 	}
-	if total != 150 || captures(t, reg, capture.OutcomeStored) != 150 {
-		t.Fatalf("wrote %d in %d batches, stored %v; want 150", total, len(w.batches), captures(t, reg, capture.OutcomeStored))
+	if total != 150 || promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeStored) != 150 {
+		t.Fatalf("wrote %d in %d batches, stored %v; want 150", total, len(w.batches), promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeStored))
 	}
 }
 
@@ -218,7 +197,7 @@ func TestSinkStoppedByContextWritesTheQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	sink.Run(ctx)
-	if n := captures(t, reg, capture.OutcomeStored); n != 3 || captures(t, reg, capture.OutcomeFailed) != 0 {
-		t.Fatalf("stored %v, failed %v; want 3 stored", n, captures(t, reg, capture.OutcomeFailed))
+	if n := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeStored); n != 3 || promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeFailed) != 0 {
+		t.Fatalf("stored %v, failed %v; want 3 stored", n, promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeFailed))
 	}
 }

@@ -49,8 +49,6 @@ type Bedrock struct {
 	// Next carries the signed request (the relay's transport, with its
 	// egress checks).
 	Next http.RoundTripper
-	// Now is the signing clock; nil means time.Now.
-	Now func() time.Time
 	// Metrics counts the outcomes (nil: not counted).
 	Metrics *Metrics
 	// Signer signs the requests; share one across requests, as it caches
@@ -121,16 +119,14 @@ func (b *Bedrock) sign(ctx context.Context, out *http.Request, body []byte) erro
 	if err != nil {
 		return fmt.Errorf("bedrock: no AWS credentials: %w", err)
 	}
-	now := time.Now
-	if b.Now != nil {
-		now = b.Now
-	}
 	sum := sha256.Sum256(body)
 	signer := b.Signer
 	if signer == nil {
 		signer = v4.NewSigner()
 	}
-	return signer.SignHTTP(ctx, creds, out, hex.EncodeToString(sum[:]), bedrockSigningName, b.Region, now())
+	// Signed at the wall clock, never the injected one: AWS refuses a
+	// signature dated minutes away from its own clock.
+	return signer.SignHTTP(ctx, creds, out, hex.EncodeToString(sum[:]), bedrockSigningName, b.Region, time.Now())
 }
 
 // countAnswer turns CountTokens' {"inputTokens":N} into count_tokens'.

@@ -45,13 +45,14 @@ func pruneTables(t *testing.T, reg *prometheus.Registry) []string {
 // prune has run yet (one that ran first used to add captured_exchanges).
 func TestPruneSeriesExistBeforeTheFirstPrune(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Now: func() time.Time { return now }})
+	clk := fakeclock.New(now)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	reg := prometheus.NewRegistry()
-	types := Types(Deps{Options: service.Options{Clock: fakeclock.New(now)}, Store: st, Metrics: scheduler.NewMetrics(reg), Retention: DefaultRetention})
+	types := Types(Deps{Options: service.Options{Clock: clk}, Store: st, Metrics: scheduler.NewMetrics(reg), Retention: DefaultRetention})
 	want := slices.Sorted(slices.Values(store.PrunableTables))
 	if got := pruneTables(t, reg); !slices.Equal(got, want) {
 		t.Fatalf("before a prune: series for %v, want %v", got, want)

@@ -35,7 +35,7 @@ func TestMetadataRefreshSkipsRefusedRefreshGrant(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Now: func() time.Time { return now }})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Clock: fakeclock.New(now)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ const kaCfg = `{"enabled":true,"refresh_lead_time_5m_secs":30,"refresh_lead_time
 func setup(t *testing.T) *env {
 	t.Helper()
 	e := &env{clk: fakeclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)), jobs: &jobs{}, reg: prometheus.NewRegistry()}
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "k.db"), sqlite.Options{Now: e.clock})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "k.db"), sqlite.Options{Clock: e.clk})
 	if err != nil {
 		t.Fatal(err)
 	}

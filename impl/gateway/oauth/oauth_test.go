@@ -117,7 +117,7 @@ func (j *jobs) Family(_ context.Context, jobType, prefix string) ([]scheduler.Jo
 func setup(t *testing.T) (*Service, *tokenServer, *jobs, *store.Upstream, *bytes.Buffer) {
 	t.Helper()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), sqlite.Options{Now: func() time.Time { return now }})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), sqlite.Options{Clock: fakeclock.New(now)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 func TestCompletionMapsAnswer(t *testing.T) {
@@ -224,7 +226,7 @@ func TestStreamCutEndsWithError(t *testing.T) {
 // The writer translates a collected JSON answer and fixes its length.
 func TestWriterTranslatesJSONAndErrors(t *testing.T) {
 	t.Parallel()
-	now := func() time.Time { return time.Unix(5, 0) }
+	now := fakeclock.New(time.Unix(5, 0))
 	rr := httptest.NewRecorder()
 	w := NewWriter(rr, Chat, now)
 	if _, err := w.Translate([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)); err != nil {
@@ -260,7 +262,7 @@ func TestWriterTranslatesJSONAndErrors(t *testing.T) {
 func TestWriterKeepsRetryAdvice(t *testing.T) {
 	t.Parallel()
 	rr := httptest.NewRecorder()
-	w := NewWriter(rr, Chat, time.Now)
+	w := NewWriter(rr, Chat, clock.Real{})
 	w.Header().Set("Retry-After", "7")
 	w.Header().Set("X-Should-Retry", "true")
 	w.WriteHeader(http.StatusTooManyRequests)

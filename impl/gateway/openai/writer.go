@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/proxyerr"
 )
 
@@ -56,7 +57,7 @@ const (
 type Writer struct {
 	w      http.ResponseWriter
 	kind   Kind
-	now    func() time.Time
+	clock  clock.Clock // dates the completions (their created field)
 	info   Info
 	reqErr *Error
 
@@ -99,8 +100,8 @@ func (x *Writer) writeChunks(add func(out []byte) []byte) error {
 }
 
 // NewWriter returns the writer translating into w.
-func NewWriter(w http.ResponseWriter, kind Kind, now func() time.Time) *Writer {
-	return &Writer{w: w, kind: kind, now: now}
+func NewWriter(w http.ResponseWriter, kind Kind, clk clock.Clock) *Writer {
+	return &Writer{w: w, kind: kind, clock: clock.Or(clk)}
 }
 
 // Translate translates the chat request body; the answer is translated for
@@ -128,7 +129,7 @@ func (x *Writer) WriteHeader(code int) {
 	x.status = code
 	h := x.w.Header()
 	if x.kind == Chat && code == http.StatusOK && strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
-		x.st.start(x.info, x.now().Unix())
+		x.st.start(x.info, x.clock.Now().Unix())
 		x.stream = &x.st
 		h.Del("Content-Length")
 		x.w.WriteHeader(code)
@@ -214,7 +215,7 @@ func (x *Writer) finish() {
 	case status == http.StatusOK:
 		var err error
 		if x.kind == Chat {
-			body, err = Completion(body, x.info, x.now().Unix())
+			body, err = Completion(body, x.info, x.clock.Now().Unix())
 		} else {
 			body, err = ModelList(body)
 		}

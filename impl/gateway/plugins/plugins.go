@@ -35,7 +35,9 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/plugins/fuel"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Exports of the plugin ABIs.
@@ -87,6 +89,8 @@ type Options struct {
 	// Unmetered runs every module under wazero's termination checks, as
 	// before metering existed (benchmarks compare the two).
 	Unmetered bool
+	// Clock ticks the reaper of metered calls (nil: the real clock).
+	Clock clock.Clock
 }
 
 // Runtime holds compiled modules, router bindings and their instance pools.
@@ -103,12 +107,14 @@ type Runtime struct {
 	obs map[string]*slotMetrics
 
 	// live holds the metered instances, which reap watches on ticks of
-	// ticker, running only while live is not empty (ticking); reapTicks
-	// counts the ticks reap handled. stopReap ends reap and reaped says
-	// it ended.
+	// ticker (a timer on Clock, re-armed after each tick), running only
+	// while live is not empty (ticking); reapTicks counts the ticks reap
+	// handled. stopReap ends reap and reaped says it ended.
+	service.Base
 	liveMu    sync.Mutex
 	live      map[*instance]struct{}
-	ticker    *time.Ticker
+	ticker    clock.Timer
+	ticks     <-chan time.Time
 	ticking   bool
 	reapTicks atomic.Uint64
 	stopReap  chan struct{}
@@ -183,7 +189,8 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	// Stopped until the first metered instance: a runtime with none
 	// (plugins unused, or every module on the checked runtime) wakes for
 	// nothing.
-	r.ticker = time.NewTicker(o.CallTimeout)
+	service.Init(service.Options{Clock: o.Clock}, r)
+	r.ticker, r.ticks = r.Clock.NewTimer(o.CallTimeout)
 	r.ticker.Stop()
 	// Last: nothing above may fail and leave it running.
 	go r.reap()
@@ -538,7 +545,7 @@ func (r *Runtime) reap() {
 		select {
 		case <-r.stopReap:
 			return
-		case <-r.ticker.C:
+		case <-r.ticks:
 		}
 		r.reapTicks.Add(1)
 		r.liveMu.Lock()
@@ -560,13 +567,19 @@ func (r *Runtime) reap() {
 				in.call.Store(w)
 			}
 		}
+		// Re-armed once the tick is handled, so a test that waits for the
+		// arming sees its effect.
+		if r.ticking {
+			r.ticker.Reset(r.o.CallTimeout)
+		}
 		r.liveMu.Unlock()
 	}
 }
 
 // watch adds a metered instance to what reap watches (or removes it),
 // starting the ticker with the first and stopping it after the last:
-// after Stop no tick is delivered, so an idle runtime's reap sleeps.
+// after Stop no tick is delivered (and reap re-arms only while ticking),
+// so an idle runtime's reap sleeps.
 func (r *Runtime) watch(in *instance, add bool) {
 	r.liveMu.Lock()
 	defer r.liveMu.Unlock()

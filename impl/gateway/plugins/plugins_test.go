@@ -18,6 +18,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/pillarhq/pillar/impl/testing/cputime"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 	"github.com/pillarhq/pillar/impl/testing/wat"
 )
 
@@ -562,29 +563,21 @@ func TestRouteDurationSampled(t *testing.T) {
 	r, reg := newRuntime(t, Options{})
 	bd := bind(t, r, compile(t, r, "pinrouterwat"), `{"upstream_id":"up_b"}`)
 	ctx := context.Background()
-	timed := func() uint64 {
-		mfs, err := reg.Gather()
+	timed := func() float64 {
+		fs, err := promtest.Gather(reg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() == "svc_plugin_call_duration_seconds" {
-				for _, m := range mf.GetMetric() {
-					if m.GetLabel()[0].GetValue() == "router" {
-						return m.GetHistogram().GetSampleCount()
-					}
-				}
-			}
-		}
-		return 0
+		n, _ := fs.Value("svc_plugin_call_duration_seconds", "slot", "router")
+		return n
 	}
 	// Sequential calls reuse the binding's one instance.
 	for i := range 2*timedEvery + 1 {
 		if out, _, err := bd.Route(ctx, &RouteRequest{}, all, nil); err != nil || ids(out) != "up_b" {
 			t.Fatalf("call %d: %v %v", i, ids(out), err)
 		}
-		if want := uint64(i/timedEvery + 1); timed() != want {
-			t.Fatalf("after call %d: %d timed, want %d", i+1, timed(), want)
+		if want := float64(i/timedEvery + 1); timed() != want {
+			t.Fatalf("after call %d: %v timed, want %v", i+1, timed(), want)
 		}
 	}
 	if got := testutil.ToFloat64(r.calls.WithLabelValues("router", "ok")); got != 2*timedEvery+1 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
 	"github.com/pillarhq/pillar/impl/testing/wat"
 )
@@ -28,12 +29,32 @@ func meteredInstance(t *testing.T, r *Runtime, d string, err error) *instance {
 	return inst
 }
 
+// reaperClock is the fake clock a runtime's reaper ticks on, with tick:
+// the clock moves one call timeout and tick returns once reap has handled
+// that tick and waits for the next. Call it only while a metered instance
+// lives (reap re-arms only then).
+func reaperClock(t *testing.T, timeout time.Duration) (*fakeclock.Clock, func()) {
+	clk := fakeclock.New(time.Time{})
+	return clk, func() {
+		// What instantiating and closing instances armed is not a tick.
+		for len(clk.Armed()) > 0 {
+			<-clk.Armed()
+		}
+		clk.Advance(timeout)
+		if d := <-clk.Armed(); d != timeout {
+			t.Fatalf("reap re-armed for %v, want the call timeout %v", d, timeout)
+		}
+	}
+}
+
 // A metered call its fuel does not stop in time (cache misses can make a
 // unit cost 60 times what the budget assumes; here the budget is simply
-// out of reach) is stopped by the reaper: its stop flag is set, the next
-// charge traps, and the call is a timeout. The instance then works again.
+// out of reach) is stopped by the reaper once the clock has run through
+// the call's ticks, not before: its stop flag is set, the next charge
+// traps, and the call is a timeout. The instance then works again.
 func TestReaperStopsAnOverrunningMeteredCall(t *testing.T) {
-	r, _ := newRuntime(t, Options{CallTimeout: 20 * time.Millisecond})
+	clk, tick := reaperClock(t, 20*time.Millisecond)
+	r, _ := newRuntime(t, Options{CallTimeout: 20 * time.Millisecond, Clock: clk})
 	ctx := context.Background()
 	d, _, err := r.Compile(ctx, wat.Assemble(t, `(module (memory (export "memory") 1)
   (func (export "pillar_abi_v2"))
@@ -48,13 +69,26 @@ func TestReaperStopsAnOverrunningMeteredCall(t *testing.T) {
 	done := make(chan error, 1)
 	inst.stack[0] = 1
 	go func() { done <- inst.run(fn, r.o.CallTimeout) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrTimeout) {
-			t.Fatalf("%v, want a timeout", err)
+	waitfor.Until(t, "the call to run", func() error {
+		if inst.call.Load()&stateMask != running {
+			return errors.New("not running yet")
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("an overrunning metered call was not stopped")
+		return nil
+	})
+	// Reap sets the stop flag before it re-arms, and the call clears it
+	// only once it has ended: after each tick the call must be running
+	// unstopped until its ticks have passed.
+	allowed := inst.ticks.Load()
+	for i := range allowed {
+		tick()
+		if inst.stopped.Load() || len(done) > 0 {
+			t.Fatalf("stopped after %d ticks; the call may run through %d", i+1, allowed)
+		}
+	}
+	// Its budget is out of reach: only the reaper ends it, one tick past.
+	tick()
+	if err := <-done; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("%v, want a timeout", err)
 	}
 	inst.stack[0] = 0
 	if err := inst.run(fn, r.o.CallTimeout); err != nil || inst.stack[0] != 7 {
@@ -174,13 +208,19 @@ func TestReaperStopsAStraightBody(t *testing.T) {
 }
 
 // The reaper's ticker runs only while a metered instance exists: a
-// runtime without one never wakes it. It starts with the first instance,
-// ticks while any lives, and stops after the last closes.
+// runtime without one never wakes it (no timer armed on its clock). It
+// starts with the first instance, ticks while any lives, and stops after
+// the last closes.
 func TestReaperIdlesWithoutMeteredInstances(t *testing.T) {
-	r, _ := newRuntime(t, Options{CallTimeout: time.Millisecond})
-	if r.reaperTicking() {
-		t.Fatal("a runtime with no metered instance ticks")
+	clk, tick := reaperClock(t, time.Millisecond)
+	r, _ := newRuntime(t, Options{CallTimeout: time.Millisecond, Clock: clk})
+	idle := func(when string) {
+		t.Helper()
+		if r.reaperTicking() || len(clk.Pending()) != 0 {
+			t.Fatalf("%s: ticking %v, timers armed %v", when, r.reaperTicking(), clk.Pending())
+		}
 	}
+	idle("no metered instance yet")
 	d, _, err := r.Compile(context.Background(), wat.Assemble(t, `(module (memory (export "memory") 1)
   (func (export "pillar_abi_v2"))
   (func (export "pillar_input") (param i32) (result i32) (i32.const 1024))
@@ -196,29 +236,22 @@ func TestReaperIdlesWithoutMeteredInstances(t *testing.T) {
 		}
 		return inst
 	}
-	// waitTicks waits for reap to handle n more ticks.
-	waitTicks := func(n uint64) {
-		want := r.reapTicks.Load() + n
-		waitfor.Until(t, fmt.Sprintf("reap to handle %d ticks", want), func() error {
-			if got := r.reapTicks.Load(); got < want {
-				return fmt.Errorf("%d handled", got)
-			}
-			return nil
-		})
-	}
 	for round := range 2 { // stopped, then started again
 		a, b := start(), start()
 		if !r.reaperTicking() {
 			t.Fatalf("round %d: not ticking with metered instances", round)
 		}
-		waitTicks(2)
+		before := r.reapTicks.Load()
+		tick()
+		tick()
+		if got := r.reapTicks.Load() - before; got != 2 {
+			t.Fatalf("round %d: reap handled %d of 2 ticks", round, got)
+		}
 		a.close()
 		if !r.reaperTicking() {
 			t.Fatalf("round %d: stopped with an instance left", round)
 		}
 		b.close()
-		if r.reaperTicking() {
-			t.Fatalf("round %d: ticking with no metered instance", round)
-		}
+		idle(fmt.Sprintf("round %d, every instance closed", round))
 	}
 }

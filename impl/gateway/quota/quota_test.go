@@ -125,13 +125,12 @@ type env struct {
 	up   *store.Upstream
 }
 
-func (e *env) clock() time.Time        { return e.clk.Now() }
 func (e *env) advance(d time.Duration) { e.clk.Advance(d) }
 
 func setup(t *testing.T) *env {
 	t.Helper()
 	e := &env{prov: &provider{account: "acct-1", coupon: "cpn-1"}, jobs: &jobs{}, clk: fakeclock.New(t0)}
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), sqlite.Options{Now: e.clock})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), sqlite.Options{Clock: e.clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func only(t *testing.T, hits map[string]int, what string) string {
 
 // A session's requests stay on one upstream; when it cools down the
 // session moves once, to one other upstream, and stays there when the
-// first comes back (issue 33.1).
+// first comes back: moving back would lose the prompt cache again.
 func TestSessionMovesOnceAndStays(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_1", "up_2", "up_3")
@@ -184,7 +184,7 @@ func TestSessionsSpreadOverUpstreams(t *testing.T) {
 
 // Past a usage threshold an upstream takes no new work while another of
 // its class can; sessions on it move (like on a cooldown); when the rest
-// of the class cools down it serves again as standby (issue 33.4).
+// of the class cools down it serves again as standby.
 func TestUsageThresholdTakesNewWorkElsewhere(t *testing.T) {
 	t.Parallel()
 	accts, ups := newAccounts(t, "up_full", "up_free")

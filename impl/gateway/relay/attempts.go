@@ -137,7 +137,7 @@ func (h *Handler) dispatch(r *http.Request, ep endpoint, cands []*snapshot.Upstr
 			}
 			continue
 		}
-		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.now()); ok && h.board.CoolDown(up.ID, until) {
+		if until, ok := routing.CooldownUntil(resp.StatusCode, resp.Header, h.Clock.Now()); ok && h.board.CoolDown(up.ID, until) {
 			if h.metrics != nil {
 				h.metrics.cooldowns.Inc()
 			}

@@ -90,10 +90,10 @@ func BenchmarkRelay(b *testing.B) {
 	benchRequests(b, benchHandler(b))
 }
 
-// BenchmarkRelayLimitedWithMetrics adds what issue 23 put on the path: a
-// principal with limits (admission, standing, anthropic-ratelimit-*
-// headers) and the metrics (time to first byte). Compare with
-// BenchmarkRelay for the cost of both.
+// BenchmarkRelayLimitedWithMetrics adds what limits and metrics put on the
+// path: a principal with limits (admission, standing,
+// anthropic-ratelimit-* headers) and the metrics (time to first byte).
+// Compare with BenchmarkRelay for the cost of both.
 func BenchmarkRelayLimitedWithMetrics(b *testing.B) {
 	cfg := fixtureConfig(apiKeyUpstream("up_1", "http://upstream.invalid", "sk-upstream"))
 	cfg.Principals[0].DefaultLimits = []byte(`[{"kind":"requests","window_secs":60,"max":1000000000},{"kind":"tokens","window_secs":3600,"max":1000000000}]`)

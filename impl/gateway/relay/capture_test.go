@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/secret"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // memCapturer keeps what the relay submits.
@@ -144,7 +145,7 @@ func TestCaptureCapTruncates(t *testing.T) {
 		t.Fatalf("opened %q / %q (truncated %v)", b.Request, b.Response, b.Truncated)
 	}
 	for outcome, want := range map[string]float64{capture.OutcomeStored: 1, capture.OutcomeTruncated: 1, capture.OutcomeDropped: 0, capture.OutcomeFailed: 0} {
-		if got := captures(t, reg, outcome); got != want {
+		if got := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", outcome); got != want {
 			t.Errorf("svc_proxy_captures_total{outcome=%q} = %v, want %v", outcome, got, want)
 		}
 	}
@@ -164,7 +165,7 @@ func TestCaptureDropsWhenSinkFull(t *testing.T) {
 			t.Fatalf("client got %d %q", w.Code, w.Body)
 		}
 	}
-	if got := captures(t, reg, capture.OutcomeDropped); got != 2 {
+	if got := promtest.Value(t, reg, "svc_proxy_captures_total", "outcome", capture.OutcomeDropped); got != 2 {
 		t.Fatalf("dropped %v, want 2", got)
 	}
 }
@@ -174,29 +175,6 @@ type memRows struct{ xs []store.CapturedExchange }
 func (m *memRows) InsertCapturedExchanges(_ context.Context, xs []store.CapturedExchange) error {
 	m.xs = append(m.xs, xs...)
 	return nil
-}
-
-// captures is svc_proxy_captures_total{outcome} as registered.
-func captures(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "svc_proxy_captures_total" {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, l := range mt.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return mt.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("svc_proxy_captures_total{outcome=%q} not registered", outcome)
-	return 0
 }
 
 // A principal without capture costs no allocation for it: the same

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // Usage series carry names, not ids, and a model label from a bounded set:
@@ -107,17 +108,7 @@ func TestUpstreamErrorsAndTimeToFirstByte(t *testing.T) {
 	if len(evs) != 1 || evs[0].FirstByteMillis < 1 || evs[0].FirstByteMillis > evs[0].DurationMillis {
 		t.Fatalf("events %+v: want one with a time to first byte within its duration", evs)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var observed uint64
-	for _, mf := range mfs {
-		if mf.GetName() == "svc_proxy_time_to_first_byte_seconds" {
-			observed = mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
-	}
-	if observed != 1 {
-		t.Fatalf("time to first byte observed %d times, want 1", observed)
+	if observed := promtest.Value(t, reg, "svc_proxy_time_to_first_byte_seconds"); observed != 1 {
+		t.Fatalf("time to first byte observed %v times, want 1", observed)
 	}
 }

@@ -262,7 +262,7 @@ func (h *Handler) land(session affinity.Key, cands []*snapshot.Upstream, up *sna
 	if session.IsZero() || h.affinity == nil {
 		return
 	}
-	if h.affinity.Land(session, up.ID, natural(session, cands, up), h.now()) && h.metrics != nil {
+	if h.affinity.Land(session, up.ID, natural(session, cands, up), h.Clock.Now()) && h.metrics != nil {
 		h.metrics.affinityMoves.Inc()
 	}
 }

@@ -63,7 +63,7 @@ func burst(t *testing.T, n, limit int, ctl *admission.Controller, letGo func(h *
 
 // A burst of 20 parallel requests from one principal capped at 4 is
 // served in full, never more than 4 at the upstream at once, without a
-// 429 (issue 33.6).
+// 429 (docs/routing.md, "Concurrency caps and the queue").
 func TestBurstWithinCapIsQueuedNotRefused(t *testing.T) {
 	t.Parallel()
 	ctl := admission.New(admission.Options{QueueLength: 32})

@@ -143,9 +143,6 @@ type Handler struct {
 	cloudsAt atomic.Pointer[snapshot.Snapshot]
 	metrics  *Metrics
 	service.Base
-	// now is Clock.Now bound once: the OpenAI writers take it per request,
-	// and a method value of an interface would be allocated each time.
-	now func() time.Time
 	// mono times the attempts' deadlines on Clock (deadline.go).
 	mono mono
 
@@ -223,7 +220,6 @@ func New(o Options) *Handler {
 		bodyReadTimeout:        orDefault(o.BodyReadTimeout, DefaultBodyReadTimeout),
 	}
 	service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, h)
-	h.now = h.Clock.Now
 	h.clouds = cloud.NewPool(o.Transport, o.Metrics.cloudMetrics(), h.Clock)
 	h.mono = mono{clk: h.Clock, base: h.Clock.Now()}
 	h.held.max = o.MaxBodyBytesInFlight
@@ -259,7 +255,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/chat/completions":
 		// OpenAI's Chat Completions, translated: the Messages pipeline
 		// writes into a writer that answers in OpenAI's shapes.
-		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.now)
+		ep, chat = epMessages, openai.NewWriter(w, openai.Chat, h.Clock)
 		defer h.finishChat(chat, &q)
 		w = chat
 		openai.Prepare(r)
@@ -273,7 +269,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
 			if openai.Dialect(r) {
-				mw := openai.NewWriter(w, openai.Models, h.now)
+				mw := openai.NewWriter(w, openai.Models, h.Clock)
 				defer h.finishOpenAI(mw, openAIModels)
 				w = mw
 				openai.Prepare(r)
@@ -295,7 +291,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stream's goroutine keeps the deepest stack it ever reached for as
 	// long as it is open, and with this split it stays in its first size
 	// class.
-	q.start, q.chat = h.now(), chat
+	q.start, q.chat = h.Clock.Now(), chat
 	if h.tracer != nil {
 		var span trace.Span
 		r, span = h.traceRequest(r, ep)
@@ -490,7 +486,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ep endpoint, q
 	ev.UpstreamModel = upstreamModel(up, ev.Model)
 	var x *Exchange
 	if h.obs != nil && ep == epMessages && p.KeepAliveEnabled {
-		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.now()}
+		x = &Exchange{PrincipalID: p.ID, KeepAlive: p.CacheKeepalive, UpstreamID: up.ID, Request: q.body, Anchor: h.Clock.Now()}
 	}
 	h.relayResponse(w, r, resp, a, up, &ev, start, x, q.standing)
 }

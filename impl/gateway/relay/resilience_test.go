@@ -21,6 +21,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // resilient is a relay under test with its recorder, metrics and clock.
@@ -54,33 +55,15 @@ func (r *resilient) waitEvents(t *testing.T, n int) []store.RequestEvent {
 	return evs
 }
 
+// counter is the series' value, 0 before it exists.
 func (r *resilient) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
+	fs, err := promtest.Gather(r.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				ok := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						ok = true
-					}
-				}
-				if !ok {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := fs.Value(name, labels...)
+	return v
 }
 
 // sseEvents writes n well-formed stream events and flushes.
@@ -139,7 +122,7 @@ func wantStreamError(t *testing.T, body string, rerr error) {
 	}
 }
 
-// Issue 18.1: an upstream cut after the first events reaches the client as
+// An upstream cut after the first events reaches the client as
 // an error event and a closed connection; the event says stream_interrupted.
 func TestStreamCutEndsWithErrorEvent(t *testing.T) {
 	t.Parallel()
@@ -164,7 +147,7 @@ func TestStreamCutEndsWithErrorEvent(t *testing.T) {
 	}
 }
 
-// Issue 18.1: a non-streaming body the upstream cuts short is a 502.
+// A non-streaming body the upstream cuts short is a 502.
 func TestTruncatedBodyIs502(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +182,7 @@ func hangingUpstream(t *testing.T, got chan<- struct{}) *httptest.Server {
 	return up
 }
 
-// Issue 18.2: no response headers within the header timeout fails over to
+// No response headers within the header timeout fails over to
 // the next upstream, as a 529 does; the streaming header timeout applies.
 func TestHeaderTimeoutFailsOver(t *testing.T) {
 	t.Parallel()
@@ -288,7 +271,7 @@ func TestHeaderTimeoutLastCandidate(t *testing.T) {
 	}
 }
 
-// Issue 18.2: a stream from which nothing arrives within the idle deadline
+// A stream from which nothing arrives within the idle deadline
 // is ended as a cut one: error event, closed connection.
 func TestIdleStreamEndsWithErrorEvent(t *testing.T) {
 	t.Parallel()
@@ -355,7 +338,7 @@ func rawRequest(t *testing.T, url, head string) string {
 	return strings.TrimSpace(line)
 }
 
-// Issue 18.3: a request without a key is answered without waiting for its
+// A request without a key is answered without waiting for its
 // body (net/http would otherwise read the unread body first).
 func TestUnauthenticatedAnsweredWithoutBody(t *testing.T) {
 	t.Parallel()
@@ -370,7 +353,7 @@ func TestUnauthenticatedAnsweredWithoutBody(t *testing.T) {
 	}
 }
 
-// Issue 18.3: an authenticated client that stalls its body is cut off by
+// An authenticated client that stalls its body is cut off by
 // the body read deadline with a 400.
 func TestStalledBodyHitsReadDeadline(t *testing.T) {
 	t.Parallel()
@@ -400,7 +383,7 @@ func TestBodyReadDeadlineIsOnTheWallClock(t *testing.T) {
 	}
 }
 
-// Issue 19.7: past the global cap on held request bodies the relay answers
+// Past the global cap on held request bodies the relay answers
 // 529 overloaded_error without reading the body; the bytes are given back.
 func TestBodyMemoryCap(t *testing.T) {
 	t.Parallel()
@@ -569,7 +552,7 @@ func TestOAuth401LastCandidate(t *testing.T) {
 	}
 }
 
-// Issue 19.3: hop-by-hop headers, those the client's Connection header
+// Hop-by-hop headers, those the client's Connection header
 // names and client-address headers stay at the proxy; an OAuth upstream's
 // rate-limit headers never reach the client, an API-key upstream's do.
 func TestHeaderHygiene(t *testing.T) {

@@ -91,7 +91,7 @@ func (h *Handler) relayResponse(w http.ResponseWriter, r *http.Request, resp *ht
 				started := tap.started
 				tap.feed(chunk)
 				if x != nil && !started && tap.started {
-					x.Anchor = h.now()
+					x.Anchor = h.Clock.Now()
 				}
 				if ev.FirstByteMillis == 0 {
 					h.firstByte(ev, start)

@@ -1,10 +1,9 @@
 package relay
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/routing"
 )
 
@@ -13,15 +12,15 @@ import (
 type routingCollector struct {
 	board            *routing.Board
 	src              Source
-	now              func() time.Time
+	clock            clock.Clock
 	cooldown, flying *prometheus.Desc
 }
 
 // NewRoutingCollector returns the collector of the upstreams' live routing
 // state (one series each per upstream of the snapshot in force, labelled
 // by name, as svc_proxy_upstream_errors_total).
-func NewRoutingCollector(b *routing.Board, src Source, now func() time.Time) prometheus.Collector {
-	return &routingCollector{board: b, src: src, now: now,
+func NewRoutingCollector(b *routing.Board, src Source, clk clock.Clock) prometheus.Collector {
+	return &routingCollector{board: b, src: src, clock: clock.Or(clk),
 		cooldown: prometheus.NewDesc("svc_proxy_upstream_cooldown_remaining_seconds",
 			"Seconds until an upstream cooling down after a 429/529 is routed to again (0: not cooling down), as this replica knows it.", []string{"upstream"}, nil),
 		flying: prometheus.NewDesc("svc_proxy_upstream_in_flight",
@@ -36,7 +35,7 @@ func (c *routingCollector) Collect(ch chan<- prometheus.Metric) {
 	if snap == nil {
 		return
 	}
-	now := c.now()
+	now := c.clock.Now()
 	for _, u := range snap.Upstreams {
 		st := c.board.Read(u.ID, now)
 		left := 0.0

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
@@ -155,25 +156,11 @@ func TestRequestSeriesConcurrentObservationsAllCount(t *testing.T) {
 	if err := <-scraped; err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, mt := range mf.GetMetric() {
-			switch {
-			case mf.GetName() == "svc_proxy_requests_total":
-				got["code "+mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
-			case mt.GetHistogram() != nil && perRequestFamilies[mf.GetName()]:
-				got[mf.GetName()] = float64(mt.GetHistogram().GetSampleCount())
-			}
-		}
-	}
 	n := float64(workers * each)
-	for k, want := range map[string]float64{"code 200": n, "code 503": n, "svc_proxy_request_duration_seconds": n, "svc_proxy_time_to_first_byte_seconds": n} {
-		if got[k] != want {
-			t.Errorf("%s = %v, want %v", k, got[k], want)
+	for _, q := range [][]string{{"svc_proxy_requests_total", "code", "200"}, {"svc_proxy_requests_total", "code", "503"},
+		{"svc_proxy_request_duration_seconds"}, {"svc_proxy_time_to_first_byte_seconds"}} {
+		if got := promtest.Value(t, reg, q[0], q[1:]...); got != n {
+			t.Errorf("%v = %v, want %v", q, got, n)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/affinity"
 	"github.com/pillarhq/pillar/impl/gateway/snapshot"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 // holder is a simulated upstream that holds every request until the test
@@ -115,7 +116,7 @@ func sendNumbered(t *testing.T, url string, n int, hdr map[string]string) (*http
 
 // A burst against an upstream of max_in_flight 2 never has more than 2 at
 // that upstream: the rest spill to the next upstream of the plan, served
-// at once, not queued (issue 33.6, per-upstream cap).
+// at once, not queued (docs/routing.md, "Concurrency caps and the queue").
 func TestUpstreamCapSpillsABurstToTheNextUpstream(t *testing.T) {
 	t.Parallel()
 	a, b := holding(t), holding(t)
@@ -202,12 +203,6 @@ func TestUpstreamsAllAtCapQueueInArrivalOrder(t *testing.T) {
 	}
 }
 
-// fireTimer is an admission timer the test fires.
-type fireTimer struct{ c chan time.Time }
-
-func (f fireTimer) C() <-chan time.Time { return f.c }
-func (f fireTimer) Stop() bool          { return true }
-
 // A wait for an upstream's slot that runs out is answered 429
 // rate_limit_error with a retry-after, and the request is never sent; a
 // full queue is answered so at once.
@@ -216,8 +211,8 @@ func TestUpstreamCapWaitRunsOutWith429(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		t.Parallel()
 		a := holding(t)
-		fire := make(chan time.Time, 1)
-		caps := admission.New(admission.Options{Subject: "upstream", NewTimer: func(time.Duration) admission.Timer { return fireTimer{fire} }})
+		clk := fakeclock.New(time.Time{})
+		caps := admission.New(admission.Options{Subject: "upstream", Clock: clk})
 		url, _, m := capHandler(t, caps, Options{}, cappedUpstream("up_a", a.srv.URL, 1))
 		t.Cleanup(a.letAll)
 		first := make(chan int, 1)
@@ -233,8 +228,10 @@ func TestUpstreamCapWaitRunsOutWith429(t *testing.T) {
 			resp, body = sendNumbered(t, url, 2, nil)
 			got <- resp
 		}()
-		until(func() bool { _, q := caps.State("up_a"); return q == 1 })
-		fire <- time.Time{}
+		// Only the queued request arms a timer on clk: once armed, its
+		// wait is run out.
+		<-clk.Armed()
+		clk.Advance(admission.DefaultMaxWait)
 		resp := <-got
 		if resp.StatusCode != 429 || !strings.Contains(body, `"type":"rate_limit_error"`) || !strings.Contains(body, "the queue wait ran out") {
 			t.Fatalf("%d %s", resp.StatusCode, body)

@@ -85,10 +85,10 @@ type Config struct {
 		// RedirectURI is where the provider sends the operator with the code.
 		RedirectURI string `yaml:"redirect_uri"`
 		Scopes      string `yaml:"scopes"`
-		// scheduler/oauth area (issue 18.5): LazyRefreshTimeout bounds a
-		// request-path token refresh (default 10s); RefreshRetryBase is the
-		// base delay of the refresh job's retry curve (default 30s, the
-		// seed's Entity class; shorter only in tests).
+		// LazyRefreshTimeout bounds a request-path token refresh (default
+		// 10s); RefreshRetryBase is the base delay of the refresh job's
+		// retry curve (default 30s, the seed's Entity class; shorter only
+		// in tests).
 		LazyRefreshTimeout time.Duration `yaml:"lazy_refresh_timeout"`
 		RefreshRetryBase   time.Duration `yaml:"refresh_retry_base"`
 	} `yaml:"oauth"`
@@ -128,7 +128,7 @@ type Config struct {
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// --- end listeners and shutdown ---
 
-	// Security (issue 19; docs/operations.md, Security): what upstreams may
+	// Security (docs/operations.md, "Security"): what upstreams may
 	// reach and read. AllowPrivateUpstreams admits loopback and private
 	// ranges as upstream destinations (simulators, in-cluster upstreams);
 	// UpstreamKeyEnvAllow lists the variables api_key_env may name besides
@@ -287,7 +287,7 @@ func CheckBudget(mainPool, schedulerPool, replicas, maxConnections int) error {
 	return nil
 }
 
-// ---- relay area (issues 18 and 19; docs/resilience.md, "Proxy path") ----
+// ---- relay area (docs/resilience.md, "Proxy path") ----
 
 // RelayConfig bounds the proxy path: how long it waits for an upstream,
 // how long it reads a client's body, and how many body bytes it holds.
@@ -318,22 +318,22 @@ func defaultRelayConfig() RelayConfig { return defaults().Relay }
 
 // admission returns the controller of the principals' caps this
 // configuration governs; observe feeds the queue metrics.
-func (c RelayConfig) admission(observe func(time.Duration, bool)) *admission.Controller {
+func (c RelayConfig) admission(clk clock.Clock, observe func(time.Duration, bool)) *admission.Controller {
 	n := c.QueueLength
 	if n == 0 {
 		n = -1 // none wait
 	}
-	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Observe: observe})
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Clock: clk, Observe: observe})
 }
 
 // upstreamCaps returns the controller of the upstreams' max_in_flight:
 // the same queue length and wait as a principal's (docs/routing.md).
-func (c RelayConfig) upstreamCaps() *admission.Controller {
+func (c RelayConfig) upstreamCaps(clk clock.Clock) *admission.Controller {
 	n := c.QueueLength
 	if n == 0 {
 		n = -1 // none wait
 	}
-	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Subject: "upstream"})
+	return admission.New(admission.Options{QueueLength: n, MaxWait: c.QueueMaxWait, Clock: clk, Subject: "upstream"})
 }
 
 // apply sets the relay.Options fields this configuration governs. The

@@ -96,9 +96,9 @@ func openStorage(ctx context.Context, cfg *Config, log *slog.Logger) (*storage, 
 
 func openStore(ctx context.Context, cfg *Config, db DatabaseURL, log *slog.Logger) (store.Store, error) {
 	if db.Driver == SQLite {
-		return sqlite.Open(ctx, db.DSN, sqlite.Options{Logger: log.With("component", "store"), AllowContract: cfg.MigrateContract})
+		return sqlite.Open(ctx, db.DSN, sqlite.Options{Logger: log.With("component", "store"), Clock: cfg.clock, AllowContract: cfg.MigrateContract})
 	}
-	return postgres.Open(ctx, db.DSN, postgres.Options{Logger: log.With("component", "store"), MaxConns: cfg.Database.MainPool, AllowContract: cfg.MigrateContract})
+	return postgres.Open(ctx, db.DSN, postgres.Options{Logger: log.With("component", "store"), Clock: cfg.clock, MaxConns: cfg.Database.MainPool, AllowContract: cfg.MigrateContract})
 }
 
 // checkServerBudget refuses to start when the configured pools and replica

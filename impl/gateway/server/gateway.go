@@ -75,8 +75,9 @@ type gateway struct {
 	// upstreamCaps enforces the upstreams' max_in_flight with a queue.
 	upstreamCaps *admission.Controller
 
-	// Security (issue 19.2): every outbound client to upstreams dials
-	// through the destination policy; the listeners join it.
+	// Every outbound client to upstreams dials through the destination
+	// policy, so no upstream reaches what the operator did not allow
+	// (docs/operations.md, "Upstream destinations"); the listeners join it.
 	dest         *egress.Policy
 	subs         *subscriptions
 	ka           *keepalive.Service
@@ -104,7 +105,7 @@ type gateway struct {
 func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.Box, getenv func(string) string, log *slog.Logger) (*gateway, error) {
 	g := &gateway{cfg: cfg, log: log, clock: clock.Or(cfg.clock), getenv: getenv, stor: stor, box: box, reg: prometheus.NewRegistry()}
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
+	plugs, err := plugins.New(ctx, plugins.Options{Registerer: g.reg, Clock: g.clock, CallTimeout: cfg.Plugins.CallTimeout, MemoryLimitPages: cfg.Plugins.MemoryLimitPages})
 	if err != nil {
 		return nil, fmt.Errorf("plugin runtime: %w", err)
 	}
@@ -137,9 +138,9 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.prices = pricing.NewInstaller(st, g.opts("pricing"))
 	meter := pricing.NewMeter(g.reg, g.prices.Current, g.principalName)
 	g.relayMetrics = relay.NewMetrics(g.reg)
-	g.admission = g.cfg.Relay.admission(g.relayMetrics.ObserveQueueWait)
+	g.admission = g.cfg.Relay.admission(g.clock, g.relayMetrics.ObserveQueueWait)
 	g.reg.MustRegister(relay.NewQueueCollector(g.admission))
-	g.upstreamCaps = g.cfg.Relay.upstreamCaps()
+	g.upstreamCaps = g.cfg.Relay.upstreamCaps(g.clock)
 	g.share = routing.NewSharer(st, g.opts("routing"))
 	g.board = g.share.Board()
 	// A replica starting learns the cooldowns running before its first request.
@@ -148,8 +149,8 @@ func buildRuntime(ctx context.Context, cfg *Config, stor *storage, box *secret.B
 	g.shareSessions = affinity.NewSharer(g.sessions, st, g.opts("affinity"))
 	// …and the sessions moved within the prompt cache's lifetime.
 	_ = g.shareSessions.Sync(ctx)
-	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock.Now))
-	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Price: meter.Price, OnEvent: g.onEvent})
+	g.reg.MustRegister(relay.NewRoutingCollector(g.board, g.rt, g.clock))
+	g.rec = usage.NewRecorder(st, usage.Options{Logger: log.With("component", "usage"), Clock: g.clock, Price: meter.Price, OnEvent: g.onEvent})
 	g.captures = capture.NewSink(st, box, captureQueue, capture.NewMetrics(g.reg), log.With("component", "capture"))
 	g.buildServices()
 	return g, nil
@@ -214,7 +215,7 @@ func (g *gateway) buildServices() {
 		HTTP: g.dest.Client(time.Minute)})
 	g.jobsHTTP = g.dest.Client(time.Minute)
 	g.alertMetrics = alerts.NewMetrics(g.reg)
-	// scheduler/oauth area (issue 18.5): the lazy refresh's bounds and metric.
+	// The lazy refresh a request asks for is bounded and counted.
 	g.subs.Service.Metrics, g.subs.Service.LazyRefreshTimeout = g.schedMetrics, cfg.OAuth.LazyRefreshTimeout
 	g.subs.Service.Tracer = g.tracing.Tracer()
 }
@@ -249,11 +250,10 @@ func (g *gateway) startScheduler(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		// scheduler area (issue 18.6): a scheduler that cannot start (its
-		// migration, its pool) must not take the proxy down: this replica
-		// serves without it, svc_scheduler_init_failure 1, the scheduler
-		// endpoints answer 503 scheduler_unavailable; other replicas'
-		// schedulers run the jobs.
+		// A scheduler that cannot start (its migration, its pool) must not
+		// take the proxy down: this replica serves without it,
+		// svc_scheduler_init_failure 1, the scheduler endpoints answer 503
+		// scheduler_unavailable; other replicas' schedulers run the jobs.
 		g.log.Error("durable scheduler failed to start; serving proxy traffic without it (svc_scheduler_init_failure 1)", "error", err)
 		sched, closeSched = scheduler.Down(types, scheduler.Options{Clock: g.clock, Metrics: g.schedMetrics}, err), func() {}
 		g.bindScheduler(sched)
@@ -288,7 +288,7 @@ func (g *gateway) handlers(sec *secrets) handlers {
 	cfg.Relay.apply(&relayOpts, cfg.Listeners) // relay area: deadlines and body cap (docs/resilience.md)
 	relayOpts.Tracer, relayOpts.Propagate, relayOpts.TraceCost = g.tracing.Tracer(), g.tracing.Propagate(), g.traceCost
 	// A request meeting an expired or refused OAuth token asks the OAuth
-	// service for a refresh (issue 18.5) and fails over meanwhile.
+	// service for a refresh and fails over meanwhile (docs/oauth.md).
 	relayOpts.Refresher = g.subs.Service
 	h := handlers{relay: relay.New(relayOpts), metrics: promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})}
 	h.admin = admin.New(admin.Deps{
@@ -298,8 +298,8 @@ func (g *gateway) handlers(sec *secrets) handlers {
 		Tracing: tracingStatus(cfg.Tracing),
 		OAuth:   g.subs, Plugins: g.plugs, Dashboard: dashboard.Handler(), Routing: g.board, Sessions: g.sessions,
 		UpstreamQueues: g.upstreamCaps, PrincipalQueues: g.admission,
-		// Security (issue 19.1, 19.2): what api_key_env may read and where
-		// upstreams may point.
+		// What api_key_env may read and where upstreams may point, checked
+		// when an operator writes them (docs/operations.md, "Security").
 		Destinations: g.dest, KeyEnvAllow: cfg.UpstreamKeyEnvAllow, ReservedEnv: reservedEnv(cfg),
 		HostCloudCredentials: cfg.AllowHostCloudCredentials,
 		Extra:                g.adminExtra(h.metrics), Alerts: alertDeliveries{g.sched},

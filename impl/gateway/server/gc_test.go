@@ -6,7 +6,8 @@ import (
 )
 
 // bin/proxy collects less often than Go's default unless GOGC says
-// otherwise (issue 24); an operator's GOGC is left alone.
+// otherwise (docs/operations.md, "Garbage collection"); an operator's GOGC
+// is left alone.
 func TestTuneGCUnlessGOGCIsSet(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)

@@ -11,9 +11,9 @@ import (
 // becomes ready to run finds a free processor instead of queueing behind
 // them. Without it, eight concurrent admin clients kept both processors of
 // a two-core replica busy, and the proxy path's goroutines waited for one
-// up to the scheduler's 10 ms preemption tick (issue 22.5; execution
-// traces of the adminload bench). On PostgreSQL a write mostly waits for
-// the server and the traces showed no such waits, so there is no lane.
+// up to the Go scheduler's preemption tick (docs/operations.md, "Admin
+// writes and the proxy path"). On PostgreSQL a write mostly waits for the
+// server and no proxied request waited behind it, so there is no lane.
 type lane struct{ sem chan struct{} }
 
 func newLane(n int) *lane { return &lane{sem: make(chan struct{}, max(1, n))} }

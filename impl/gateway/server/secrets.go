@@ -151,7 +151,8 @@ func metricsNote(tok string) string {
 }
 
 // reservedEnv are the variables api_key_env may never name besides PROXY_*:
-// the ones holding admin tokens (security, issue 19.1).
+// the ones holding admin tokens, which an upstream's credential must never
+// carry to a provider (docs/operations.md, "api_key_env").
 func reservedEnv(cfg *Config) []string {
 	var out []string
 	for _, p := range cfg.Admin.Auth.Providers {
@@ -179,7 +180,7 @@ func (sec *secrets) startSignIn(ctx context.Context, cfg *Config, getenv func(st
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := sso.New(dctx, c, sso.Options{Logger: log.With("component", "sso")})
+	s, err := sso.New(dctx, c, sso.Options{Logger: log.With("component", "sso"), Clock: cfg.clock})
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func newSubscriptions(cfg *Config, st store.Store, box *secret.Box, rt *snapshot
 			}
 		},
 		Connected: s.connected,
-		// scheduler/oauth area (issue 18.5): a shorter curve only in tests.
+		// The refresh job's retry curve: a shorter one only in tests.
 		RefreshRetry: scheduler.RetryClass{Name: scheduler.Entity.Name, MaxAttempts: scheduler.Entity.MaxAttempts,
 			Base: cfg.OAuth.RefreshRetryBase, Max: cfg.OAuth.RefreshRetryBase * 20},
 	})

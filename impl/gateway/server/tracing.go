@@ -14,7 +14,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/tracing"
 )
 
-// ---- tracing (issue 37; docs/tracing.md) ----
+// ---- tracing (docs/tracing.md) ----
 
 // startTracing starts the trace pipeline the configuration asks for (nil
 // when tracing is off).

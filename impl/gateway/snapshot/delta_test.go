@@ -42,18 +42,18 @@ func openReplicas(t *testing.T, driver string) *replicas {
 	switch driver {
 	case "sqlite":
 		path := filepath.Join(t.TempDir(), "gw.db")
-		if r.a, err = sqlite.Open(ctx, path, sqlite.Options{Now: r.clk.Now}); err != nil {
+		if r.a, err = sqlite.Open(ctx, path, sqlite.Options{Clock: r.clk}); err != nil {
 			t.Fatal(err)
 		}
-		if r.b, err = sqlite.Open(ctx, path, sqlite.Options{Now: r.clk.Now}); err != nil {
+		if r.b, err = sqlite.Open(ctx, path, sqlite.Options{Clock: r.clk}); err != nil {
 			t.Fatal(err)
 		}
 	case "postgres":
 		u := pgtest.Schema(t)
-		if r.a, err = postgres.Open(ctx, u, postgres.Options{Now: r.clk.Now}); err != nil {
+		if r.a, err = postgres.Open(ctx, u, postgres.Options{Clock: r.clk}); err != nil {
 			t.Fatal(err)
 		}
-		if r.b, err = postgres.Open(ctx, u, postgres.Options{Now: r.clk.Now}); err != nil {
+		if r.b, err = postgres.Open(ctx, u, postgres.Options{Clock: r.clk}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -83,7 +83,8 @@ func (m *routesMemo) set(k string, c []*Upstream) {
 // never leaves a principal unroutable by accident. Lists depend only on the
 // pinned ids, so principals with the same pins share one (read-only) list:
 // without that, 10,000 principals over 1,000 upstreams built 10,000 lists of
-// 1,000 (issue 22: 2.2 s and 270 MB a build).
+// 1,000, which was most of a build's time and memory (docs/benchmarks.md,
+// "Why the scale targets stand where they do").
 func (s *Snapshot) resolveRoutes(p *Principal, memo *routesMemo) {
 	route := func(pinned []string) []*Upstream { return s.memoRoute(pinned, memo) }
 	if len(p.Routers) == 0 {

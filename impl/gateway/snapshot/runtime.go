@@ -86,8 +86,9 @@ func (r *Runtime) Current() *Snapshot { return r.cur.Load() }
 // reading after a caller arrived has seen every change the caller
 // committed before calling, so the caller returns with its outcome instead
 // of reading the whole configuration again. Concurrent admin writes then
-// cost about two rebuilds rather than one each (issue 22: on SQLite eight
-// writers' serial rebuilds starved the proxy path of CPU).
+// cost about two rebuilds rather than one each: serial rebuilds, one per
+// writer, starved the proxy path of CPU on SQLite (docs/benchmarks.md,
+// "Why the scale targets stand where they do").
 func (r *Runtime) Refresh(ctx context.Context) error { return r.RefreshIn(ctx, nil) }
 
 // Gate bounds how many goroutines run CPU-heavy work at once (the server's

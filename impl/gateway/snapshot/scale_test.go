@@ -108,7 +108,7 @@ func TestSeededSnapshot(t *testing.T) {
 }
 
 // BenchmarkRebuildAtScale is one snapshot rebuild (the configuration read
-// and the build, what Runtime.Refresh does) at issue 22's size: 10,000
+// and the build, what Runtime.Refresh does) at scaleseed.Scale: 10,000
 // principals, 50,000 keys, 1,000 upstreams, 100 custom chains.
 // snapshot-MB is what the built snapshot keeps alive on the heap. It runs
 // under the collector setting of bin/proxy (server.TuneGC), as the
@@ -123,7 +123,7 @@ func BenchmarkRebuildAtScale(b *testing.B) {
 			if driver == "postgres" {
 				pgtest.URL(b)
 			}
-			s := seedStore(b, driver, scaleseed.Issue22)
+			s := seedStore(b, driver, scaleseed.Scale)
 			ctx := context.Background()
 			mb := snapshotMB(b, s)
 			cpu := cputime.Process()
@@ -143,7 +143,7 @@ func BenchmarkRebuildAtScale(b *testing.B) {
 
 // BenchmarkBuildAtScale is the build alone, from a configuration in memory.
 func BenchmarkBuildAtScale(b *testing.B) {
-	s := seedStore(b, "sqlite", scaleseed.Issue22)
+	s := seedStore(b, "sqlite", scaleseed.Scale)
 	cfg, err := s.st.LoadConfig(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -176,13 +176,13 @@ func snapshotMB(b *testing.B, s seeded) float64 {
 	return float64(after-before) / (1 << 20)
 }
 
-// BenchmarkApplyAtScale is an incremental rebuild at issue 22's size from
+// BenchmarkApplyAtScale is an incremental rebuild at scaleseed.Scale from
 // a delta read in memory: one principal's limits changed, or one upstream
 // disabled. It is what Runtime.Refresh does after the change log read
 // (Config.ApplyWithoutKeys, then Apply), the part that grows with the
 // configuration.
 func BenchmarkApplyAtScale(b *testing.B) {
-	s := seedStore(b, "sqlite", scaleseed.Issue22)
+	s := seedStore(b, "sqlite", scaleseed.Scale)
 	ctx := context.Background()
 	cfg, err := s.st.LoadConfig(ctx)
 	if err != nil {

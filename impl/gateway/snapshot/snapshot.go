@@ -149,7 +149,7 @@ type Upstream struct {
 	// Credential is the opened credential (API key, or OAuth access token).
 	Credential string
 	// CredentialExpiresAt is when an OAuth access token expires (zero when
-	// unknown or not OAuth): the relay refreshes lazily past it (issue 18).
+	// unknown or not OAuth): the relay asks for a refresh past it.
 	CredentialExpiresAt time.Time
 	// RefreshRefused: the provider refused the OAuth credential's refresh
 	// grant for good (revoked); only the OAuth flow run again (a new

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/go-jose/go-jose/v4"
+	"github.com/pillarhq/pillar/impl/clock"
 )
 
 // keyRefetchEvery is the least time between two fetches of the issuer's
@@ -29,7 +30,7 @@ const keyRefetchEvery = 10 * time.Second
 type issuerKeys struct {
 	url    string
 	client *http.Client
-	now    func() time.Time
+	clock  clock.Clock
 
 	mu      sync.Mutex
 	kids    map[string]bool
@@ -45,8 +46,8 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, e
 	k.mu.Lock()
 	set := k.set
 	if set == nil || !k.kids[kid] {
-		if k.fetched.IsZero() || k.now().Sub(k.fetched) >= keyRefetchEvery {
-			k.fetched = k.now()
+		if k.fetched.IsZero() || k.clock.Now().Sub(k.fetched) >= keyRefetchEvery {
+			k.fetched = k.clock.Now()
 			if err := k.fetchLocked(ctx); err != nil {
 				k.mu.Unlock()
 				return nil, err

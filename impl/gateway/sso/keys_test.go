@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
 type testKey struct {
@@ -65,8 +66,8 @@ func TestKeySetFetchesAreBounded(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(set)
 	}))
 	defer idp.Close()
-	now := time.Unix(1_800_000_000, 0)
-	keys := &issuerKeys{url: idp.URL, client: idp.Client(), now: func() time.Time { return now }}
+	clk := fakeclock.New(time.Unix(1_800_000_000, 0))
+	keys := &issuerKeys{url: idp.URL, client: idp.Client(), clock: clk}
 	ctx := context.Background()
 	claims := map[string]any{"sub": "alice"}
 
@@ -79,7 +80,7 @@ func TestKeySetFetchesAreBounded(t *testing.T) {
 		if _, err := keys.VerifySignature(ctx, stranger.sign(t, claims)); err == nil {
 			t.Fatal("a token of an unpublished key verified")
 		}
-		now = now.Add(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	if n := fetches.Load(); n > 2 {
 		t.Fatalf("50 tokens of an unknown key over 5 s made %d key-set fetches", n)
@@ -90,7 +91,7 @@ func TestKeySetFetchesAreBounded(t *testing.T) {
 	mu.Lock()
 	published = []testKey{k1, k2}
 	mu.Unlock()
-	now = now.Add(keyRefetchEvery)
+	clk.Advance(keyRefetchEvery)
 	for name, k := range map[string]testKey{"new": k2, "previous": k1} {
 		if _, err := keys.VerifySignature(ctx, k.sign(t, claims)); err != nil {
 			t.Fatalf("%s key during rotation: %v", name, err)
@@ -100,7 +101,7 @@ func TestKeySetFetchesAreBounded(t *testing.T) {
 	published = []testKey{k2, newTestKey(t, "k3")}
 	k3 := published[1]
 	mu.Unlock()
-	now = now.Add(keyRefetchEvery)
+	clk.Advance(keyRefetchEvery)
 	if _, err := keys.VerifySignature(ctx, k3.sign(t, claims)); err != nil {
 		t.Fatalf("after the second rotation: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/service"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"golang.org/x/oauth2"
 )
 
@@ -14,8 +16,8 @@ import (
 // (a person's own, begun last) is still completable.
 func TestPendingSignInsAreBounded(t *testing.T) {
 	t.Parallel()
-	now := time.Unix(1_800_000_000, 0)
-	s := &SSO{now: func() time.Time { return now }, logins: map[string]login{}, sessions: map[[32]byte]*session{},
+	clk := fakeclock.New(time.Unix(1_800_000_000, 0))
+	s := &SSO{Base: service.Base{Clock: clk}, logins: map[string]login{}, sessions: map[[32]byte]*session{},
 		oauth: oauth2.Config{ClientID: "c", Endpoint: oauth2.Endpoint{AuthURL: "https://idp.example/authorize"}, RedirectURL: "https://admin.example/auth/callback"}}
 	h := s.Handler()
 	begin := func() string {
@@ -43,7 +45,7 @@ func TestPendingSignInsAreBounded(t *testing.T) {
 		t.Fatal("the newest sign-in was dropped")
 	}
 	// Expired sign-ins leave as new ones begin.
-	now = now.Add(loginLife + time.Second)
+	clk.Advance(loginLife + time.Second)
 	begin()
 	if len(s.logins) != 1 {
 		t.Fatalf("%d pending sign-ins after all but one expired", len(s.logins))

@@ -22,7 +22,9 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/admin"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Config is admin.auth.oidc.
@@ -106,9 +108,8 @@ type SSO struct {
 	idTokens *oidc.IDTokenVerifier
 	access   *oidc.IDTokenVerifier
 	ctx      context.Context // carries the HTTP client for the issuer
-	now      func() time.Time
-	log      *slog.Logger
 	secure   bool
+	service.Base
 
 	mu     sync.Mutex
 	logins map[string]login
@@ -131,7 +132,8 @@ type session struct {
 
 // Options are New's dependencies.
 type Options struct {
-	Now    func() time.Time
+	// Clock dates logins, sessions and the tokens' expiry checks.
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// Client reaches the issuer (default http.DefaultClient).
 	Client *http.Client
@@ -141,12 +143,6 @@ var _ admin.Authenticator = (*SSO)(nil)
 
 // New reads the issuer's discovery document and returns the service.
 func New(ctx context.Context, cfg Config, o Options) (*SSO, error) {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 30 * time.Minute
 	}
@@ -169,8 +165,8 @@ func New(ctx context.Context, cfg Config, o Options) (*SSO, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc discovery of %s: %w", cfg.Issuer, err)
 	}
-	s := &SSO{cfg: cfg, ctx: ctx, now: o.Now, log: o.Logger, secure: strings.HasPrefix(cfg.RedirectURL, "https://"),
-		logins: map[string]login{}, sessions: map[[32]byte]*session{}}
+	s := service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, &SSO{cfg: cfg, ctx: ctx, secure: strings.HasPrefix(cfg.RedirectURL, "https://"),
+		logins: map[string]login{}, sessions: map[[32]byte]*session{}})
 	s.oauth = oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Endpoint: p.Endpoint(), RedirectURL: cfg.RedirectURL, Scopes: cfg.Scopes}
 	var meta struct {
 		JWKSURL string   `json:"jwks_uri"`
@@ -183,7 +179,7 @@ func New(ctx context.Context, cfg Config, o Options) (*SSO, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	keys := &issuerKeys{url: meta.JWKSURL, client: client, now: o.Now}
+	keys := &issuerKeys{url: meta.JWKSURL, client: client, clock: s.Clock}
 	// The algorithms the issuer announces that go-oidc supports (RS256 when
 	// it announces none).
 	var algs []string
@@ -192,8 +188,8 @@ func New(ctx context.Context, cfg Config, o Options) (*SSO, error) {
 			algs = append(algs, a)
 		}
 	}
-	s.idTokens = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.ClientID, Now: o.Now, SupportedSigningAlgs: algs})
-	s.access = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.Audience, Now: o.Now, SupportedSigningAlgs: algs})
+	s.idTokens = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.ClientID, Now: s.Clock.Now, SupportedSigningAlgs: algs})
+	s.access = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.Audience, Now: s.Clock.Now, SupportedSigningAlgs: algs})
 	return s, nil
 }
 
@@ -206,7 +202,7 @@ func (s *SSO) Authenticate(r *http.Request) (admin.Identity, bool) {
 		}
 		tok, err := s.access.Verify(r.Context(), raw)
 		if err != nil {
-			s.log.DebugContext(r.Context(), "oidc access token refused", "error", err)
+			s.Logger.DebugContext(r.Context(), "oidc access token refused", "error", err)
 			return admin.Identity{}, false
 		}
 		return s.identity(tok)
@@ -265,7 +261,7 @@ func (s *SSO) role(v any) (admin.Role, bool) {
 
 func (s *SSO) session(cookie string) (*session, bool) {
 	key := sha256.Sum256([]byte(cookie))
-	now := s.now()
+	now := s.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[key]
@@ -293,7 +289,7 @@ func (s *SSO) Handler() http.Handler {
 
 func (s *SSO) login(w http.ResponseWriter, r *http.Request) {
 	state, nonce, verifier := random(), random(), oauth2.GenerateVerifier()
-	now := s.now()
+	now := s.Clock.Now()
 	s.mu.Lock()
 	// Pending sign-ins are kept in the order they began: expired ones
 	// leave from the front, and past maxPendingLogins the oldest gives way,
@@ -327,7 +323,7 @@ func (s *SSO) callback(w http.ResponseWriter, r *http.Request) {
 	c, err := r.Cookie(loginCookie)
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Path: "/auth/", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
 	switch {
-	case state == "" || !ok || s.now().Sub(l.at) > loginLife:
+	case state == "" || !ok || s.Clock.Now().Sub(l.at) > loginLife:
 		refuse(w, http.StatusBadRequest, "invalid_sign_in_state", "this sign-in is unknown, used or expired; start again at /auth/login")
 		return
 	case err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) != 1:
@@ -339,14 +335,14 @@ func (s *SSO) callback(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := s.oauth.Exchange(s.ctx, q.Get("code"), oauth2.VerifierOption(l.verifier))
 	if err != nil {
-		s.log.WarnContext(r.Context(), "oidc code exchange failed", "error", err)
+		s.Logger.WarnContext(r.Context(), "oidc code exchange failed", "error", err)
 		refuse(w, http.StatusUnauthorized, "sign_in_failed", "the issuer did not accept the code")
 		return
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	idt, err := s.idTokens.Verify(r.Context(), raw)
 	if err != nil || subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(l.nonce)) != 1 {
-		s.log.WarnContext(r.Context(), "oidc id token refused", "error", err)
+		s.Logger.WarnContext(r.Context(), "oidc id token refused", "error", err)
 		refuse(w, http.StatusUnauthorized, "sign_in_failed", "the issuer's ID token is not valid for this sign-in")
 		return
 	}
@@ -356,7 +352,7 @@ func (s *SSO) callback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cookie := random()
-	now := s.now()
+	now := s.Clock.Now()
 	s.mu.Lock()
 	s.sessions[sha256.Sum256([]byte(cookie))] = &session{id: id, csrf: random(), created: now, seenAt: now}
 	s.mu.Unlock()

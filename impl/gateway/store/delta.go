@@ -59,7 +59,7 @@ func (c *Config) Apply(d *ConfigDelta) *Config {
 // ApplyWithoutKeys is Apply for a holder that keeps the live keys
 // elsewhere (the snapshot runtime: its snapshot holds them): the result
 // has no Keys and KeysOmitted set. A change of a principal then costs no
-// copy of every other key (50,000 at issue 22's size).
+// copy of every other key (50,000 at scaleseed.Scale).
 func (c *Config) ApplyWithoutKeys(d *ConfigDelta) *Config {
 	if d.Empty() {
 		return c.WithoutKeys()

@@ -9,7 +9,7 @@ import (
 // A scanner for the few fields Extract reads, so that reading usage out of
 // a response allocates nothing: encoding/json decoded the whole message
 // into structs for four integers, which was most of the allocations of a
-// proxied request (issue 22). Callers check json.Valid first, so these
+// proxied request. Callers check json.Valid first, so these
 // functions only ever see well-formed JSON.
 
 // field returns the raw value of key in the JSON object obj (at its top

@@ -15,7 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Pending is one finished request awaiting extraction and storage.
@@ -49,13 +51,14 @@ type Writer interface {
 //
 // The write period is a fraction of the flush interval so that the work
 // comes in small transactions spread over the interval rather than one
-// burst per interval, which at c=1 (about 1.4 ms every 200 ms) overlapped
-// a third of the proxy's slowest 1% of requests (issue 24). Smaller bursts
-// overlap more requests, each by less; WriteEvery = FlushInterval gives
-// back one write per interval.
+// burst per interval, which the proxy's slowest requests overlapped
+// (docs/decisions.md, "Usage writes spread over the flush interval").
+// Smaller bursts overlap more requests, each by less; WriteEvery =
+// FlushInterval gives back one write per interval.
 type Recorder struct {
-	w   Writer
-	log *slog.Logger
+	w Writer
+	// Base's clock times the writes (WriteEvery).
+	service.Base
 	// Requests append to one of several shards, the first free one from
 	// a random start (lockShard), so concurrent requests do not wait on
 	// each other's lock nor on the writer's.
@@ -67,7 +70,6 @@ type Recorder struct {
 	stop     chan struct{} // closed by Close
 	batch    int
 	every    time.Duration
-	ticks    <-chan time.Time // tests drive the writer's ticks; nil: a ticker of every
 	onEvent  func(store.RequestEvent)
 	price    func(*store.RequestEvent)
 	dropped  atomic.Int64
@@ -89,14 +91,14 @@ type Options struct {
 	// docs/operations.md, "Crash windows").
 	WriteEvery time.Duration
 	Logger     *slog.Logger
+	// Clock times the writes (nil: the real clock).
+	Clock clock.Clock
 	// Price, when set, fills an event's cost once its token counts are
 	// known, off the request path, before OnEvent sees it.
 	Price func(*store.RequestEvent)
 	// OnEvent, when set, sees each event once its token counts are known
 	// (principal token limits), on the recorder's goroutine.
 	OnEvent func(store.RequestEvent)
-
-	ticks <-chan time.Time // tests: the writer's ticks, in place of a ticker
 }
 
 // writesPerInterval is how many writes the default WriteEvery spreads over
@@ -119,14 +121,12 @@ func NewRecorder(w Writer, o Options) *Recorder {
 		o.WriteEvery = o.FlushInterval / writesPerInterval
 	}
 	o.WriteEvery = min(o.WriteEvery, o.FlushInterval)
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		w: w, log: o.Logger, full: make(chan struct{}, 1), stop: make(chan struct{}), batch: o.BatchSize,
-		every: o.WriteEvery, ticks: o.ticks, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
+		w: w, full: make(chan struct{}, 1), stop: make(chan struct{}), batch: o.BatchSize,
+		every: o.WriteEvery, onEvent: o.OnEvent, price: o.Price, flushReq: make(chan chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
+	service.Init(service.Options{Logger: o.Logger, Clock: o.Clock}, r)
 	// One shard per 32 events of a batch (at most 8): a full batch always
 	// fills one shard to wakeAt, so a batch is never kept waiting longer.
 	n := max(1, min(8, o.BatchSize/32))
@@ -246,12 +246,8 @@ func (r *Recorder) Close() {
 
 func (r *Recorder) run(ctx context.Context) {
 	defer close(r.done)
-	ticks := r.ticks
-	if ticks == nil {
-		t := time.NewTicker(r.every)
-		defer t.Stop()
-		ticks = t.C
-	}
+	t, ticks := r.Clock.NewTimer(r.every)
+	defer t.Stop()
 	buf := make([]store.RequestEvent, 0, r.batch)
 	// A failed batch stays in buf and is retried on the next flush, so a
 	// database restart loses no usage; beyond retryLimit the oldest go.
@@ -263,7 +259,7 @@ func (r *Recorder) run(ctx context.Context) {
 		err := r.w.InsertRequestEvents(wctx, buf)
 		cancel()
 		if err != nil {
-			r.log.Warn("write request events; will retry", "count", len(buf), "error", err)
+			r.Logger.Warn("write request events; will retry", "count", len(buf), "error", err)
 			if over := len(buf) - retryLimit; over > 0 {
 				r.dropped.Add(int64(over))
 				buf = append(buf[:0], buf[over:]...)
@@ -316,6 +312,7 @@ func (r *Recorder) run(ctx context.Context) {
 		case <-ticks:
 			drain()
 			flush()
+			t.Reset(r.every)
 		case ack := <-r.flushReq:
 			drain()
 			flush()

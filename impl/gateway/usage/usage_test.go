@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/waitfor"
 )
 
@@ -272,12 +273,21 @@ func TestRecordAfterCloseIsDropped(t *testing.T) {
 	}
 }
 
-// tick drives a writer through one write: the tick is taken when the send
-// returns, and the writer is back waiting (the write done) when a second
-// send returns.
-func tick(ticks chan time.Time) {
-	ticks <- time.Time{}
-	ticks <- time.Time{}
+// tickedRecorder is a recorder whose writes come only when tick is
+// called: tick runs the clock to the next write and returns once the
+// writer waits for the one after (the write done).
+func tickedRecorder(t *testing.T, w Writer, o Options) (r *Recorder, tick func()) {
+	t.Helper()
+	clk := fakeclock.New(time.Time{})
+	o.Clock = clk
+	r = NewRecorder(w, o)
+	if d := <-clk.Armed(); d != r.every {
+		t.Fatalf("the writer waits %v, want its write period %v", d, r.every)
+	}
+	return r, func() {
+		clk.Advance(r.every)
+		<-clk.Armed()
+	}
 }
 
 // The default writes come several times per flush interval, never less
@@ -309,13 +319,12 @@ func TestRecorderWritePeriodWithinTheFlushInterval(t *testing.T) {
 func TestRecorderEachTickWritesWhatWasQueued(t *testing.T) {
 	t.Parallel()
 	w := &memWriter{}
-	ticks := make(chan time.Time)
-	r := NewRecorder(w, Options{ticks: ticks})
+	r, tick := tickedRecorder(t, w, Options{})
 	defer r.Close()
 	for range 3 {
 		r.Record(Pending{Event: store.RequestEvent{Model: "before"}})
 	}
-	tick(ticks)
+	tick()
 	for range 2 {
 		r.Record(Pending{Event: store.RequestEvent{Model: "after"}})
 	}
@@ -326,11 +335,11 @@ func TestRecorderEachTickWritesWhatWasQueued(t *testing.T) {
 	if len(stored) != 1 || len(stored[0]) != 3 || stored[0][0].Model != "before" || r.Written() != 3 {
 		t.Fatalf("stored before the crash %v (written %d), want the 3 events recorded before the tick in one batch", stored, r.Written())
 	}
-	tick(ticks)
+	tick()
 	if w.total() != 5 || len(w.batches) != 2 {
 		t.Fatalf("after the next tick: %d events in %d batches, want 5 in 2", w.total(), len(w.batches))
 	}
-	tick(ticks) // nothing queued: no empty transaction
+	tick() // nothing queued: no empty transaction
 	if len(w.batches) != 2 {
 		t.Fatalf("an idle tick wrote a batch: %d batches", len(w.batches))
 	}
@@ -346,7 +355,7 @@ func TestRecorderWritesAFullBatchWithoutATick(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{32, 256} {
 		w := &memWriter{wrote: make(chan int, 1024)}
-		r := NewRecorder(w, Options{BatchSize: batch, ticks: make(chan time.Time)})
+		r, _ := tickedRecorder(t, w, Options{BatchSize: batch})
 		for range batch {
 			r.Record(Pending{})
 			// Let the writer take a shard as soon as it wakes, as it does

@@ -106,8 +106,7 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	e := &env{jobs: &fakeJobs{}, prov: &provider{status: 200}, logs: &bytes.Buffer{}, clk: fakeclock.New(t0)}
-	clock := e.clk.Now
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Now: clock})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), sqlite.Options{Clock: e.clk})
 	if err != nil {
 		t.Fatal(err)
 	}

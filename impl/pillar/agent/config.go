@@ -27,7 +27,7 @@ type Config struct {
 	StateDir      string
 	LogLevel      string
 	Version       bool
-	MetricsListen string // issue 20.8: Prometheus /metrics listen address
+	MetricsListen string // Prometheus /metrics listen address (empty: none)
 }
 
 // ParseConfig binds the flags (and those of the options) into a Config

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pillarhq/pillar/impl/pillar/backend"
 	"github.com/pillarhq/pillar/impl/pillar/nvmet"
+	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
 // The target's readiness and export count are read at scrape time, and
@@ -57,24 +58,9 @@ pillar_agent_target_ready 1
 	if n := testutil.CollectAndCount(m.ops); n != 2 {
 		t.Fatalf("%d series, want 2", n)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]uint64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "pillar_agent_operations_seconds" {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			var labels []string
-			for _, l := range s.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			counts[strings.Join(labels, ",")] = s.GetHistogram().GetSampleCount()
-		}
-	}
-	if counts["grpc_status_code=OK,method=ExportVolume"] != 2 || counts["grpc_status_code=FailedPrecondition,method=DeleteVolume"] != 1 {
-		t.Fatalf("sample counts %v", counts)
+	exported := promtest.Value(t, reg, "pillar_agent_operations_seconds", "method", "ExportVolume", "grpc_status_code", "OK")
+	refused := promtest.Value(t, reg, "pillar_agent_operations_seconds", "method", "DeleteVolume", "grpc_status_code", "FailedPrecondition")
+	if exported != 2 || refused != 1 {
+		t.Fatalf("sample counts: ExportVolume/OK %v, DeleteVolume/FailedPrecondition %v; want 2 and 1", exported, refused)
 	}
 }

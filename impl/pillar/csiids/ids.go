@@ -53,7 +53,7 @@ func ParseNode(id string) (Node, error) {
 }
 
 // TopologyKey is the topology segment key NodeGetInfo reports, valued
-// with the node's name (issue 20.8): it tells Kubernetes which nodes run
+// with the node's name: it tells Kubernetes which nodes run
 // the node plugin and gives the provisioner's capacity tracking its
 // segments. Volumes carry no topology: NVMe/TCP reaches a store's agent
 // from every node (docs/pillar-csi.md, "Topology and capacity").

@@ -87,7 +87,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	node := service.Init(service.Options{Logger: log}, &Server{NodeName: c.NodeID, HostNQN: ident.NQN, HostID: ident.ID, Connector: conn, Mounter: NewMounter(),
 		Reconnect: Reconnect{LossTimeoutSeconds: c.CtrlLossTmo, DelaySeconds: c.ReconnectDelay,
 			FastIOFailSeconds: c.FastIOFailTmo, KeepAliveSeconds: c.KeepAliveTmo}})
-	node.TopologyKey = csiids.TopologyKey(c.Driver) // issue 20.8
+	node.TopologyKey = csiids.TopologyKey(c.Driver) // capacity tracking needs the node's segment
 	lis, err := csiserver.Listen(c.Endpoint)
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ type Identity struct {
 	Name, Version string
 	// Controller says whether the controller service is offered.
 	Controller bool
-	// Topology says nodes report topology segments (issue 20.8), which
+	// Topology says nodes report topology segments, which
 	// the provisioner's capacity tracking needs.
 	Topology bool
 	// Ready is the Probe answer; nil means always ready.

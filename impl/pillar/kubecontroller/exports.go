@@ -1,6 +1,6 @@
 package kubecontroller
 
-// Export recovery (issue 20.2): nvmet's configfs lives in kernel memory,
+// Export recovery: nvmet's configfs lives in kernel memory,
 // so a storage node's reboot (or an agent started on a fresh target)
 // leaves every volume attached from it unexported while Kubernetes still
 // holds its VolumeAttachment. The controller, which knows the attachments

@@ -143,7 +143,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	default:
 		setCondition(&st.Conditions, a.Generation, crd.CondReady, true, "Healthy", "agent "+h.GetVersion()+" at "+addr)
 	}
-	// Export recovery (issue 20.2): a reachable agent whose target lost
+	// Export recovery: a reachable agent whose target lost
 	// its exports (a reboot) gets its attached volumes back.
 	if err == nil && h.GetTargetReady() {
 		rctx, rcancel := context.WithTimeout(ctx, time.Minute)

@@ -67,7 +67,7 @@ type deltaResult struct {
 }
 
 func run(ctx context.Context, args []string) error {
-	sz := scaleseed.Issue22
+	sz := scaleseed.Scale
 	fs := flag.NewFlagSet("rebuild", flag.ContinueOnError)
 	fs.IntVar(&sz.Principals, "principals", sz.Principals, "principals")
 	fs.IntVar(&sz.Keys, "keys", sz.Keys, "keys, spread over the principals")

@@ -7,6 +7,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkAdminWrites(b *testing.B) {
 			defer st.Close()
 			d := *postgres.Dialect
 			d.SkipPrepare = !storePrepared
-			storetest.BenchAdminWrites(b, sqlstore.New(st.DB(), &d, nil, nil))
+			storetest.BenchAdminWrites(b, sqlstore.New(st.DB(), &d, service.Options{}))
 		})
 	}
 }

@@ -24,7 +24,8 @@ const beginSnapshotRead = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 // delta on every change; through database/sql each statement was a round
 // trip of its own (8 for a principal's change, BEGIN and COMMIT
 // included): about a third of a replica's CPU went to the system calls of
-// round trips under admin load (issue 22.5).
+// round trips under admin load (docs/benchmarks.md, "Why the scale targets
+// stand where they do").
 func readBatch(ctx context.Context, db *sql.DB, qs []sqlstore.BatchQuery) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {

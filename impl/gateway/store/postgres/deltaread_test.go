@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/cputime"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
@@ -41,12 +42,12 @@ func TestBatchedDeltaEqualsStatements(t *testing.T) {
 		t.Fatal("the PostgreSQL dialect reads deltas statement by statement")
 	}
 	clk := fakeclock.New(time.Time{})
-	st, err := postgres.Open(context.Background(), pgtest.Schema(t), postgres.Options{Now: clk.Now, MaxConns: 8})
+	st, err := postgres.Open(context.Background(), pgtest.Schema(t), postgres.Options{Clock: clk, MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	storetest.DeltaReadsAgree(t, st, sqlstore.New(st.DB(), statementByStatement(), clk.Now, nil), clk)
+	storetest.DeltaReadsAgree(t, st, sqlstore.New(st.DB(), statementByStatement(), service.Options{Clock: clk}), clk)
 }
 
 // noPing keeps database/sql from pinging a connection idle for more than
@@ -103,7 +104,7 @@ func TestDeltaReadIsOneRoundTrip(t *testing.T) {
 		d    *sqlstore.Dialect
 		want int64 // 0: only logged
 	}{{"batched", postgres.Dialect, 1}, {"statement by statement", statementByStatement(), 0}} {
-		reader := sqlstore.New(db, tc.d, nil, nil)
+		reader := sqlstore.New(db, tc.d, service.Options{})
 		gen, err := st.ConfigGeneration(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +181,7 @@ func BenchmarkDeltaRead(b *testing.B) {
 			db := stdlib.OpenDB(c, noPing)
 			defer db.Close()
 			db.SetMaxOpenConns(1)
-			reader := sqlstore.New(db, tc.d, nil, nil)
+			reader := sqlstore.New(db, tc.d, service.Options{})
 			if _, err := reader.LoadConfigDelta(ctx, gen-1); err != nil { // prepares
 				b.Fatal(err)
 			}

@@ -14,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/notify"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 //go:embed migrations/*.sql
@@ -24,7 +26,7 @@ var migrationFS embed.FS
 // Options configures Open.
 type Options struct {
 	Logger   *slog.Logger
-	Now      func() time.Time
+	Clock    clock.Clock
 	MaxConns int
 	// AllowContract applies contract-phase migrations.
 	AllowContract bool
@@ -94,7 +96,7 @@ func Open(ctx context.Context, url string, o Options) (*sqlstore.Store, error) {
 		db.Close()
 		return nil, err
 	}
-	return sqlstore.New(db, Dialect, o.Now, o.Logger), nil
+	return sqlstore.New(db, Dialect, service.Options{Logger: o.Logger, Clock: o.Clock}), nil
 }
 
 var _ = stdlib.GetDefaultDriver // registers the "pgx" database/sql driver

@@ -18,7 +18,7 @@ import (
 func TestExercise(t *testing.T) {
 	pgtest.URL(t) // skips (or fails in CI) before any subtest starts
 	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
-		st, err := postgres.Open(context.Background(), pgtest.Schema(t), postgres.Options{Now: clk.Now, MaxConns: 8})
+		st, err := postgres.Open(context.Background(), pgtest.Schema(t), postgres.Options{Clock: clk, MaxConns: 8})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,8 @@ import (
 )
 
 // BenchmarkInsertRequestEvents is the request-event writer's flush on the
-// default database: one batch of n events (issue 24: its CPU burst lands
-// on the cores serving requests).
+// default database: one batch of n events (its CPU burst lands on the
+// cores serving requests).
 func BenchmarkInsertRequestEvents(b *testing.B) {
 	for _, n := range []int{1, 16, 32, 128} {
 		b.Run(itoa(n), func(b *testing.B) {
@@ -55,7 +55,7 @@ func fillEvents(evs []store.RequestEvent, cost *int64) {
 // BenchmarkFlushTail is the distribution of one flush's CPU (32 events,
 // the writer's batch at the bench's rate) as the table grows: a WAL
 // checkpoint makes the flush that crosses wal_autocheckpoint pages cost
-// several times the others (issue 24); 0 never checkpoints, for the
+// several times the others; 0 never checkpoints, for the
 // comparison. Thread CPU time, the goroutine locked to its thread: the
 // pure-Go engine runs on the caller's goroutine.
 func BenchmarkFlushTail(b *testing.B) {

@@ -12,11 +12,12 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/pillarhq/pillar/impl/clock"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 //go:embed migrations/*.sql
@@ -25,7 +26,7 @@ var migrationFS embed.FS
 // Options configures Open.
 type Options struct {
 	Logger *slog.Logger
-	Now    func() time.Time
+	Clock  clock.Clock
 	// AllowContract applies contract-phase migrations.
 	AllowContract bool
 }
@@ -119,7 +120,7 @@ func Open(ctx context.Context, path string, o Options) (*sqlstore.Store, error) 
 		db.Close()
 		return nil, err
 	}
-	return sqlstore.New(db, Dialect, o.Now, o.Logger), nil
+	return sqlstore.New(db, Dialect, service.Options{Logger: o.Logger, Clock: o.Clock}), nil
 }
 
 // Migrations returns SQLite's numbered migrations.

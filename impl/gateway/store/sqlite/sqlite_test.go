@@ -16,7 +16,7 @@ import (
 
 func TestExercise(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{Now: clk.Now})
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "proxy.db"), sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +27,7 @@ func TestExercise(t *testing.T) {
 // The private in-memory database passes the same suite (one connection).
 func TestExerciseInMemory(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T, clk *fakeclock.Clock) store.Store {
-		st, err := sqlite.Open(context.Background(), sqlite.Memory, sqlite.Options{Now: clk.Now})
+		st, err := sqlite.Open(context.Background(), sqlite.Memory, sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func (s *Store) LoadConfig(ctx context.Context) (*store.Config, error) {
 	}
 	// Only what the request path needs of a key, in no order: the
 	// snapshot hashes them into a map, and sorting and decoding every
-	// column of 50,000 rows was most of a rebuild at scale (issue 22).
+	// column of 50,000 rows was most of a rebuild at scale.
 	var keyParts [2][]store.Key
 	readKeys := func(part, n int, where string, args ...any) func(querier) error {
 		return func(tx querier) (err error) {

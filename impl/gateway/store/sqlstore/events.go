@@ -151,9 +151,9 @@ func (s *Store) InsertRequestEvents(ctx context.Context, events []store.RequestE
 	// times the CPU of the rows themselves. The statements are prepared
 	// once, for 2^k rows each (a batch of n takes one per bit of n):
 	// parsing a fresh multi-row INSERT on every flush was a third of the
-	// flush's CPU on SQLite (issue 24). They are looked up before the
-	// transaction starts, because preparing one may need a connection of
-	// its own (an in-memory database has only one).
+	// flush's CPU on SQLite. They are looked up before the transaction
+	// starts, because preparing one may need a connection of its own (an
+	// in-memory database has only one).
 	type chunk struct {
 		st *sql.Stmt
 		n  int

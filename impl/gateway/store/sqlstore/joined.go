@@ -14,7 +14,7 @@ import (
 // (group_concat), which the table's own scanner then reads a row at a
 // time from the joined values. SQLite's driver takes its connection's
 // mutex a few times on every column of every row and makes a driver value
-// of each: at issue 22's size (10,000 principals and chain entries,
+// of each: at scale (10,000 principals and chain entries,
 // 50,000 keys) a full read spent more CPU there than in SQLite itself.
 // Joined, a table costs one row of a few columns.
 //

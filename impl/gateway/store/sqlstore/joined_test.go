@@ -12,6 +12,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // A full read of joined rows (SQLite's keys, principals and chain
@@ -26,7 +27,7 @@ func TestJoinedReadIsThePlainRead(t *testing.T) {
 	st := openSQLiteFile(t)
 	d := *sqlite.Dialect
 	d.JoinRows = false
-	plain := sqlstore.New(st.DB(), &d, nil, nil)
+	plain := sqlstore.New(st.DB(), &d, service.Options{})
 	db := st.DB()
 	exec := func(q string, args ...any) {
 		t.Helper()

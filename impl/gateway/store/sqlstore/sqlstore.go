@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
+	"github.com/pillarhq/pillar/impl/service"
 )
 
 // Store implements store.Store over database/sql.
@@ -18,8 +18,8 @@ type Store struct {
 	db   *sql.DB
 	pool pool // runs statements on db, prepared (stmts.go)
 	d    *Dialect
-	now  func() time.Time
-	log  *slog.Logger
+	// Base's clock stamps the rows written (nowT); its logger is unused.
+	service.Base
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // by key or query text; guarded by stmtMu; see prepared
@@ -36,14 +36,8 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New wraps an open, migrated database.
-func New(db *sql.DB, d *Dialect, now func() time.Time, log *slog.Logger) *Store {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Store{db: db, d: d, now: now, log: log}
+func New(db *sql.DB, d *Dialect, o service.Options) *Store {
+	s := service.Init(o, &Store{db: db, d: d})
 	s.pool = pool{s}
 	return s
 }
@@ -216,7 +210,7 @@ func (s *Store) exec(ctx context.Context, tx *txn, q string, args ...any) (int64
 	return res.RowsAffected()
 }
 
-func (s *Store) nowT() time.Time { return s.now().UTC().Truncate(time.Second) }
+func (s *Store) nowT() time.Time { return s.Clock.Now().UTC().Truncate(time.Second) }
 
 // checkRevision distinguishes a missing row from a stale revision after an
 // optimistic update touched no row.

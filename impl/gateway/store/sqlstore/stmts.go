@@ -9,8 +9,9 @@ import (
 
 // Every statement the store runs through a txn or s.pool is prepared once
 // per store and re-used: modernc.org/sqlite parses and plans an unprepared
-// statement on every run, which was about a quarter of the proxy's CPU
-// under admin write load (issue 22.5). Dialect.SkipPrepare turns this off
+// statement on every run, which was a large share of the proxy's CPU
+// under admin write load (docs/benchmarks.md, "Admin API under write
+// load"). Dialect.SkipPrepare turns this off
 // where the driver keeps its own cache (pgx).
 
 // maxPrepared bounds the statements a store keeps prepared. The texts built

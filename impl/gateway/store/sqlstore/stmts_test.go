@@ -19,6 +19,7 @@ import (
 	"github.com/pillarhq/pillar/impl/gateway/store/postgres"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/pgtest"
 )
 
@@ -88,7 +89,7 @@ func openCounting(t *testing.T, d *sqlstore.Dialect) (*sqlstore.Store, *atomic.I
 	if _, err := sqlstore.Migrate(context.Background(), db, d, ms, sqlstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return sqlstore.New(db, d, nil, nil), &parses
+	return sqlstore.New(db, d, service.Options{}), &parses
 }
 
 // adminRound is what an admin client and the rebuild after it do: create
@@ -126,7 +127,7 @@ func adminRound(t *testing.T, st *sqlstore.Store, i int) {
 
 // After its first runs, the store's admin writes and delta reads hand
 // SQLite no statement to parse: each is prepared once and re-used
-// (issue 22.5: parsing was a quarter of the proxy's CPU under admin load).
+// (parsing was a large share of the proxy's CPU under admin load).
 func TestStatementsParsedOnce(t *testing.T) {
 	t.Parallel()
 	st, parses := openCounting(t, sqlite.Dialect)
@@ -252,7 +253,7 @@ func TestChangeRecordedInOneStatement(t *testing.T) {
 	var stmts atomic.Int64
 	db := sql.OpenDB(parsingConnector{u, &stmts, stdlib.GetDefaultDriver()})
 	defer db.Close()
-	st = sqlstore.New(db, postgres.Dialect, nil, nil)
+	st = sqlstore.New(db, postgres.Dialect, service.Options{})
 	p, err := st.CreatePrincipal(ctx, store.Principal{Name: "p", Kind: "machine", Enabled: true})
 	if err != nil {
 		t.Fatal(err)

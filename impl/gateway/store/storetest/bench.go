@@ -10,7 +10,7 @@ import (
 )
 
 // BenchAdminWrites measures what one admin client's pair of writes costs the
-// store (issue 22.5): a principal created, then its allowed models patched,
+// store: a principal created, then its allowed models patched,
 // then the delta of both read back as a replica's rebuild reads it. It
 // reports CPU per pair (cpu-ns/op) beside wall time: on a shared machine a
 // write's wall time is mostly waiting for a core.
