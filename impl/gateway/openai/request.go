@@ -441,17 +441,18 @@ func (r *chatRequest) refuseUnmappable() *Error {
 
 func translateTools(req *chatRequest, out *msgRequest, info *Info) *Error {
 	for i, t := range req.Tools {
-		p := "tools[" + strconv.Itoa(i) + "]"
 		if t.Type != "function" || t.Function == nil {
-			return unsupported(p+".type", "only function tools can be translated")
+			return unsupported(indexed("tools", i)+".type", "only function tools can be translated")
 		}
 		if t.Function.Name == "" {
+			p := indexed("tools", i)
 			return invalid(p+".function.name", "missing_required_parameter", "%s.function.name is required", p)
 		}
 		schema := t.Function.Parameters
 		if len(schema) == 0 || string(schema) == "null" {
 			schema = json.RawMessage(`{"type":"object","properties":{}}`)
 		} else if schema = objectSchema(schema); schema == nil {
+			p := indexed("tools", i)
 			return invalid(p+".function.parameters", "invalid_value", "%s.function.parameters must be a JSON Schema of type object", p)
 		}
 		out.Tools = append(out.Tools, msgTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
@@ -583,31 +584,18 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		p := "messages[" + strconv.Itoa(i) + "]"
-		if m.Name != nil {
-			return unsupported(p+".name", "Claude has no participant names")
-		}
-		if len(m.Audio) > 0 && string(m.Audio) != "null" {
-			return unsupported(p+".audio", "Claude does not take audio")
-		}
-		if len(m.FunctionCall) > 0 && string(m.FunctionCall) != "null" {
-			return unsupported(p+".function_call", "deprecated; use tool_calls")
-		}
-		if m.Role != "assistant" && len(m.ToolCalls) > 0 {
-			return invalid(p+".tool_calls", "invalid_value", "only assistant messages carry tool_calls")
-		}
-		if m.Role != "tool" && m.ToolCallID != nil {
-			return invalid(p+".tool_call_id", "invalid_value", "only tool messages carry tool_call_id")
+		if err := m.refuseMisplaced(i); err != nil {
+			return err
 		}
 		switch m.Role {
 		case "system", "developer":
-			blocks, err := textParts(m.Content, p+".content", false)
+			blocks, err := textParts(m.Content, i, false)
 			if err != nil {
 				return err
 			}
 			out.System = append(out.System, blocks...)
 		case "user":
-			blocks, err := userParts(m.Content, p+".content")
+			blocks, err := userParts(m.Content, i)
 			if err != nil {
 				return err
 			}
@@ -616,7 +604,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 			var blocks []block
 			if len(m.Content) > 0 && string(m.Content) != "null" {
 				var err *Error
-				if blocks, err = textParts(m.Content, p+".content", true); err != nil {
+				if blocks, err = textParts(m.Content, i, true); err != nil {
 					return err
 				}
 			}
@@ -624,44 +612,75 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 				blocks = append(blocks, textBlock(*m.Refusal))
 			}
 			for j, tc := range m.ToolCalls {
-				tp := p + ".tool_calls[" + strconv.Itoa(j) + "]"
 				if tc.Type != "function" {
-					return unsupported(tp+".type", "only function tool calls can be translated")
+					return unsupported(toolCallParam(i, j)+".type", "only function tool calls can be translated")
 				}
 				if tc.ID == "" || tc.Function.Name == "" {
+					tp := toolCallParam(i, j)
 					return invalid(tp, "missing_required_parameter", "%s needs an id and a function name", tp)
 				}
 				args := json.RawMessage(tc.Function.Arguments)
 				if strings.TrimSpace(tc.Function.Arguments) == "" {
 					args = json.RawMessage("{}")
 				} else if !isObject(args) {
+					tp := toolCallParam(i, j)
 					return invalid(tp+".function.arguments", "invalid_value", "%s.function.arguments must be a JSON object", tp)
 				}
 				blocks = append(blocks, block{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: compact(args)})
 			}
 			if len(blocks) == 0 {
-				return invalid(p+".content", "missing_required_parameter", "an assistant message needs content or tool_calls")
+				return invalid(indexed("messages", i)+".content", "missing_required_parameter", "an assistant message needs content or tool_calls")
 			}
 			appendTurn(out, "assistant", blocks)
 		case "tool":
 			if m.ToolCallID == nil || *m.ToolCallID == "" {
-				return invalid(p+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
+				return invalid(indexed("messages", i)+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
 			}
-			blocks, err := textParts(m.Content, p+".content", true)
+			blocks, err := textParts(m.Content, i, true)
 			if err != nil {
 				return err
 			}
 			appendTurn(out, "user", []block{{Type: "tool_result", ToolUseID: *m.ToolCallID, Content: blocks}})
 		case "function":
-			return unsupported(p+".role", "function messages are deprecated; use tool messages")
+			return unsupported(indexed("messages", i)+".role", "function messages are deprecated; use tool messages")
 		default:
-			return invalid(p+".role", "invalid_value", "role must be system, developer, user, assistant or tool")
+			return invalid(indexed("messages", i)+".role", "invalid_value", "role must be system, developer, user, assistant or tool")
 		}
 	}
 	if len(out.Messages) == 0 {
 		return invalid("messages", "invalid_value", "messages must contain a user message besides the system prompt")
 	}
 	return nil
+}
+
+// refuseMisplaced refuses the members a message of its role cannot carry.
+func (m *chatMessage) refuseMisplaced(i int) *Error {
+	switch {
+	case m.Name != nil:
+		return unsupported(indexed("messages", i)+".name", "Claude has no participant names")
+	case len(m.Audio) > 0 && string(m.Audio) != "null":
+		return unsupported(indexed("messages", i)+".audio", "Claude does not take audio")
+	case len(m.FunctionCall) > 0 && string(m.FunctionCall) != "null":
+		return unsupported(indexed("messages", i)+".function_call", "deprecated; use tool_calls")
+	case m.Role != "assistant" && len(m.ToolCalls) > 0:
+		return invalid(indexed("messages", i)+".tool_calls", "invalid_value", "only assistant messages carry tool_calls")
+	case m.Role != "tool" && m.ToolCallID != nil:
+		return invalid(indexed("messages", i)+".tool_call_id", "invalid_value", "only tool messages carry tool_call_id")
+	}
+	return nil
+}
+
+// Parameter names such as messages[3].content[1] are built only on the way
+// to an error: a request that translates never pays for them.
+
+func indexed(name string, i int) string { return name + "[" + strconv.Itoa(i) + "]" }
+
+func contentParam(msg int) string { return indexed("messages", msg) + ".content" }
+
+func partParam(msg, part int) string { return indexed(contentParam(msg), part) }
+
+func toolCallParam(msg, call int) string {
+	return indexed(indexed("messages", msg)+".tool_calls", call)
 }
 
 // ephemeral is the cache breakpoint every marked block shares: read only.
@@ -716,7 +735,7 @@ func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
-func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
+func textParts(raw json.RawMessage, msg int, refusals bool) ([]block, *Error) {
 	if s, ok := contentString(raw); ok {
 		if s == "" {
 			return nil, nil
@@ -725,11 +744,11 @@ func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_type", "%s must be a string or an array of content parts", p)
 	}
 	var out []block
 	for i, part := range parts {
-		pp := p + "[" + strconv.Itoa(i) + "]"
 		switch {
 		case part.Type == "text":
 			if part.Text != "" {
@@ -740,27 +759,28 @@ func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
 				out = append(out, textBlock(part.Refusal))
 			}
 		default:
-			return nil, unsupported(pp+".type", "only text parts are allowed here")
+			return nil, unsupported(partParam(msg, i)+".type", "only text parts are allowed here")
 		}
 	}
 	return out, nil
 }
 
 // userParts reads a user message's content: text and images.
-func userParts(raw json.RawMessage, p string) ([]block, *Error) {
+func userParts(raw json.RawMessage, msg int) ([]block, *Error) {
 	if s, ok := contentString(raw); ok {
 		if s == "" {
+			p := contentParam(msg)
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
 		return []block{textBlock(s)}, nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_type", "%s must be a string or an array of content parts", p)
 	}
 	var out []block
 	for i, part := range parts {
-		pp := p + "[" + strconv.Itoa(i) + "]"
 		switch part.Type {
 		case "text":
 			if part.Text != "" {
@@ -768,22 +788,24 @@ func userParts(raw json.RawMessage, p string) ([]block, *Error) {
 			}
 		case "image_url":
 			if part.ImageURL == nil {
+				pp := partParam(msg, i)
 				return nil, invalid(pp+".image_url", "missing_required_parameter", "%s.image_url is required", pp)
 			}
-			src, err := imageFrom(part.ImageURL.URL, pp+".image_url.url")
+			src, err := imageFrom(part.ImageURL.URL, msg, i)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, block{Type: "image", Source: src})
 		case "input_audio":
-			return nil, unsupported(pp+".type", "Claude does not take audio")
+			return nil, unsupported(partParam(msg, i)+".type", "Claude does not take audio")
 		case "file":
-			return nil, unsupported(pp+".type", "file parts cannot be translated")
+			return nil, unsupported(partParam(msg, i)+".type", "file parts cannot be translated")
 		default:
-			return nil, invalid(pp+".type", "invalid_value", "unknown content part type %q", part.Type)
+			return nil, invalid(partParam(msg, i)+".type", "invalid_value", "unknown content part type %q", part.Type)
 		}
 	}
 	if len(out) == 0 {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 	}
 	return out, nil
@@ -794,25 +816,26 @@ var imageMediaTypes = map[string]bool{"image/jpeg": true, "image/png": true, "im
 
 // imageFrom maps an image URL: a base64 data URL to a base64 source, an
 // https URL to a url source the provider fetches.
-func imageFrom(u, p string) (*imageSource, *Error) {
+func imageFrom(u string, msg, part int) (*imageSource, *Error) {
+	p := func() string { return partParam(msg, part) + ".image_url.url" }
 	if rest, ok := strings.CutPrefix(u, "data:"); ok {
 		meta, data, ok := strings.Cut(rest, ",")
 		mt, isB64 := strings.CutSuffix(meta, ";base64")
 		if !ok || !isB64 {
-			return nil, invalid(p, "invalid_value", "%s: a data URL must be base64-encoded (data:image/png;base64,...)", p)
+			return nil, invalid(p(), "invalid_value", "%s: a data URL must be base64-encoded (data:image/png;base64,...)", p())
 		}
 		if !imageMediaTypes[mt] {
-			return nil, invalid(p, "invalid_value", "%s: image type %q is not supported (jpeg, png, gif, webp)", p, mt)
+			return nil, invalid(p(), "invalid_value", "%s: image type %q is not supported (jpeg, png, gif, webp)", p(), mt)
 		}
 		if _, err := base64.StdEncoding.DecodeString(data); err != nil {
-			return nil, invalid(p, "invalid_value", "%s: data URL is not valid base64", p)
+			return nil, invalid(p(), "invalid_value", "%s: data URL is not valid base64", p())
 		}
 		return &imageSource{Type: "base64", MediaType: mt, Data: data}, nil
 	}
 	if strings.HasPrefix(u, "https://") && len(u) > len("https://") {
 		return &imageSource{Type: "url", URL: u}, nil
 	}
-	return nil, invalid(p, "invalid_value", "%s must be an https URL or a base64 data URL", p)
+	return nil, invalid(p(), "invalid_value", "%s must be an https URL or a base64 data URL", p())
 }
 
 // placeCacheBreakpoints marks the prompt for caching as a multi-turn
