@@ -59,6 +59,9 @@ var decodeEventSeeds = []string{
 	`{"message":[]}`, `{"message":"x"}`, `{"delta":{"text":1}}`, `{"content_block":{"input":[1,2}}`,
 	`{"type":"ping"} x`, `{"type":"ping",}`, `{,}`, `{}`, `null`, `[]`, `"x"`, `1`, ``, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
 	"{\"type\":\"a\tb\"}", `{"type":"\u12"}`, `{"type":"\x"}`, `{"a":tru}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`,
+	// Truncated inside a skipped object or array, and in an object read.
+	`{"type":"ping","a":{`, `{"type":"ping","a":{ `, `{"type":"ping","a":[`, `{"type":"ping","a":{"b":1,`, `{"type":"ping","a":[1,`,
+	`{"message":{`, `{"message":{"id":"x",`, `{"message":{"id"`, `{"message":{"id":`, `{`, `{"type":"ping"`,
 }
 
 // The single-pass decoder agrees with encoding/json on every input: when
