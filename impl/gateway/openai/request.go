@@ -174,8 +174,12 @@ type (
 		Content []block `json:"content"`
 	}
 	block struct {
-		Type         string          `json:"type"`
-		Text         string          `json:"text,omitempty"` // never empty in a text block
+		Type string `json:"type"`
+		Text string `json:"text,omitempty"` // never empty in a text block, unless text is not
+		// text is the Text of a content given as a plain string (plainText),
+		// a view into the request body in place of Text: the block lives
+		// no longer than the translation, which writes it as is.
+		text         []byte
 		Source       *imageSource    `json:"source,omitempty"`
 		ID           string          `json:"id,omitempty"`
 		Name         string          `json:"name,omitempty"`
@@ -308,7 +312,9 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	if err := translateTools(req, out, &info); err != nil {
 		return nil, Info{}, err
 	}
-	if err := translateMessages(req.Messages, out); err != nil {
+	// The reference decodes every text into a string of its own, so that
+	// FuzzTranslate compares the views with encoding/json's strings.
+	if err := translateMessages(req.Messages, out, !t.reference); err != nil {
 		return nil, Info{}, err
 	}
 	placeCacheBreakpoints(out)
@@ -578,7 +584,7 @@ func isObject(raw json.RawMessage) bool {
 // become the system prompt (in order, wherever they stand), tool results
 // user turns, and consecutive turns of one role are merged as the Messages
 // API requires alternating roles with tool results first.
-func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
+func translateMessages(msgs []chatMessage, out *msgRequest, views bool) *Error {
 	if len(msgs) == 0 {
 		return invalid("messages", "missing_required_parameter", "messages must contain at least one message")
 	}
@@ -589,13 +595,13 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 		}
 		switch m.Role {
 		case "system", "developer":
-			blocks, err := textParts(m.Content, i, false)
+			blocks, err := textParts(m.Content, i, false, views)
 			if err != nil {
 				return err
 			}
 			out.System = append(out.System, blocks...)
 		case "user":
-			blocks, err := userParts(m.Content, i)
+			blocks, err := userParts(m.Content, i, views)
 			if err != nil {
 				return err
 			}
@@ -604,7 +610,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 			var blocks []block
 			if len(m.Content) > 0 && string(m.Content) != "null" {
 				var err *Error
-				if blocks, err = textParts(m.Content, i, true); err != nil {
+				if blocks, err = textParts(m.Content, i, true, views); err != nil {
 					return err
 				}
 			}
@@ -636,7 +642,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 			if m.ToolCallID == nil || *m.ToolCallID == "" {
 				return invalid(indexed("messages", i)+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
 			}
-			blocks, err := textParts(m.Content, i, true)
+			blocks, err := textParts(m.Content, i, true, views)
 			if err != nil {
 				return err
 			}
@@ -699,6 +705,21 @@ func contentString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
+// contentText reads a content given as a string into a text block. A
+// string appendString would copy as it stands in the body (plainText) is
+// kept as a view when views: most prompts are, and each is then copied
+// once, into the Messages body, instead of first into a string.
+func contentText(raw json.RawMessage, views bool) (block, bool) {
+	if n := len(raw); views && n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainText([]byte(raw[1:n-1])) {
+		return block{Type: "text", text: raw[1 : n-1 : n-1]}, true
+	}
+	s, ok := contentString(raw)
+	return textBlock(s), ok
+}
+
+// empty reports whether a text block has no text.
+func (b *block) empty() bool { return b.Text == "" && len(b.text) == 0 }
+
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
@@ -735,12 +756,12 @@ func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
-func textParts(raw json.RawMessage, msg int, refusals bool) ([]block, *Error) {
-	if s, ok := contentString(raw); ok {
-		if s == "" {
+func textParts(raw json.RawMessage, msg int, refusals, views bool) ([]block, *Error) {
+	if b, ok := contentText(raw, views); ok {
+		if b.empty() {
 			return nil, nil
 		}
-		return []block{textBlock(s)}, nil
+		return []block{b}, nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
@@ -766,13 +787,13 @@ func textParts(raw json.RawMessage, msg int, refusals bool) ([]block, *Error) {
 }
 
 // userParts reads a user message's content: text and images.
-func userParts(raw json.RawMessage, msg int) ([]block, *Error) {
-	if s, ok := contentString(raw); ok {
-		if s == "" {
+func userParts(raw json.RawMessage, msg int, views bool) ([]block, *Error) {
+	if b, ok := contentText(raw, views); ok {
+		if b.empty() {
 			p := contentParam(msg)
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
-		return []block{textBlock(s)}, nil
+		return []block{b}, nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {

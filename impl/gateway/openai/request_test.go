@@ -349,3 +349,33 @@ func TestRefusalNamesTheParameterAtItsIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainContentStaysAView: a content string written as it stands is
+// kept as a view of the body (copied once, into the Messages body); any
+// other is decoded into a string, as encoding/json decodes it; the
+// reference translation always decodes.
+func TestPlainContentStaysAView(t *testing.T) {
+	t.Parallel()
+	raw := json.RawMessage(`"plain ~ text"`)
+	b, ok := contentText(raw, true)
+	if !ok || b.Text != "" || string(b.text) != "plain ~ text" || &b.text[0] != &raw[1] {
+		t.Fatalf("plain content: %+v, want a view of the body", b)
+	}
+	if b, ok := contentText(raw, false); !ok || b.Text != "plain ~ text" || b.text != nil {
+		t.Fatalf("plain content without views: %+v", b)
+	}
+	for in, want := range map[string]string{`"a<b"`: "a<b", `"x&y>z"`: "x&y>z", `"\u0041"`: "A", `"tab\t"`: "tab\t", "\"caf\xc3\xa9\"": "café", "\"\x7f\"": "\x7f"} {
+		b, ok := contentText(json.RawMessage(in), true)
+		if !ok || b.Text != want || b.text != nil {
+			t.Errorf("%s: %+v, want the string %q", in, b, want)
+		}
+	}
+	if b, ok := contentText(json.RawMessage(`""`), true); !ok || !b.empty() {
+		t.Errorf("empty content: %+v", b)
+	}
+	for _, in := range []string{`7`, `null`, `"open`, `["a"]`} {
+		if b, ok := contentText(json.RawMessage(in), true); ok {
+			t.Errorf("%s: read as a string: %+v", in, b)
+		}
+	}
+}
