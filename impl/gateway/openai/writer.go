@@ -15,6 +15,12 @@ import (
 // for clients that name none (OpenAI clients never do).
 const AnthropicVersion = "2023-06-01"
 
+// anthropicVersion is the header value Prepare sets, one slice shared by
+// every request instead of one allocated for each. Header values are
+// replaced or appended to, never written in place (nothing in the gateway
+// does), and its capacity of one makes an append copy it.
+var anthropicVersion = []string{AnthropicVersion}[:1:1]
+
 // Dialect reports whether a request to an endpoint both APIs have (GET
 // /v1/models) speaks OpenAI's dialect: Anthropic's API requires an
 // anthropic-version header, which every Anthropic client sends and no
@@ -29,7 +35,7 @@ func Dialect(r *http.Request) bool {
 func Prepare(r *http.Request) {
 	h := r.Header
 	if h.Get("Anthropic-Version") == "" {
-		h.Set("Anthropic-Version", AnthropicVersion)
+		h["Anthropic-Version"] = anthropicVersion
 	}
 	for _, k := range []string{"Openai-Organization", "Openai-Project", "Openai-Beta"} {
 		h.Del(k)
