@@ -213,7 +213,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var fast, ref chatRequest
-		if !decodeRequest(body, &fast) {
+		if !decodeRequest(body, &fast, new(scalars)) {
 			return
 		}
 		if err := decodeStrict(bytes.NewReader(body), &ref); err != nil {
@@ -235,7 +235,7 @@ func TestDecodeRequestTakesTheSinglePass(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","parallel_tool_calls":false,"stream":true,"stream_options":{"include_usage":true}}`,
 	} {
 		var req chatRequest
-		if !decodeRequest([]byte(body), &req) {
+		if !decodeRequest([]byte(body), &req, new(scalars)) {
 			t.Errorf("%s: left to encoding/json", body)
 		}
 	}

@@ -227,7 +227,7 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 
 func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	req, out := &t.req, &t.out
-	if !decodeRequest(body, req) {
+	if !decodeRequest(body, req, &t.mem) {
 		// What the single pass read is dropped: encoding/json decodes the
 		// body again, from nothing, and names what it refuses.
 		msgs := req.Messages[:cap(req.Messages)]
@@ -339,6 +339,7 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 // returns, so the next request can reuse their memory.
 type translation struct {
 	req chatRequest
+	mem scalars // what req's pointers point to
 	out msgRequest
 	rd  bytes.Reader
 	// reference writes the body with encoding/json, the reference the

@@ -244,9 +244,10 @@ func TestTranslationReuseKeepsNothing(t *testing.T) {
 		`{"model":"c","messages":[{"role":"user","content":"q","name":"n"}]}`,
 		`{"model":"d","messages":[{"role":"user"}]}`,
 		`{"model":"e","messages":[{"role":"user","content":"last"}]}`,
+		`{"model":"f","max_completion_tokens":3,"top_p":0.25,"temperature":0,"stream":false,"messages":[{"role":"user","content":"x"}]}`,
 	}
 	var reused translation
-	for _, order := range [][]int{{0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {0, 5, 2, 1}} {
+	for _, order := range [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {0, 6, 5, 2, 1, 6}} {
 		for _, i := range order {
 			got, gotInfo, gotErr := reused.translate([]byte(reqs[i]))
 			if !reused.reset() {
