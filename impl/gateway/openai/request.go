@@ -314,7 +314,8 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	}
 	// The reference decodes every text into a string of its own, so that
 	// FuzzTranslate compares the views with encoding/json's strings.
-	if err := translateMessages(req.Messages, out, !t.reference); err != nil {
+	t.contents.views = !t.reference
+	if err := translateMessages(req.Messages, out, &t.contents); err != nil {
 		return nil, Info{}, err
 	}
 	placeCacheBreakpoints(out)
@@ -338,10 +339,11 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 // and the Messages request built from it are marshalled before Translate
 // returns, so the next request can reuse their memory.
 type translation struct {
-	req chatRequest
-	mem scalars // what req's pointers point to
-	out msgRequest
-	rd  bytes.Reader
+	req      chatRequest
+	mem      scalars // what req's pointers point to
+	out      msgRequest
+	contents contents
+	rd       bytes.Reader
 	// reference writes the body with encoding/json, the reference the
 	// appended encoding is fuzzed against.
 	reference bool
@@ -357,14 +359,17 @@ const maxPooledTurns = 64
 // be pooled.
 func (t *translation) reset() bool {
 	in, out := t.req.Messages[:cap(t.req.Messages)], t.out.Messages[:cap(t.out.Messages)]
-	if len(in) > maxPooledTurns || len(out) > maxPooledTurns {
+	slab := t.contents.slab[:cap(t.contents.slab)]
+	if len(in) > maxPooledTurns || len(out) > maxPooledTurns || len(slab) > maxPooledTurns {
 		return false
 	}
 	// The slices are cleared whole: encoding/json decodes into the
-	// elements it finds, which must hold nothing of the last request.
+	// elements it finds, which must hold nothing of the last request,
+	// and the slab's blocks hold views of its body.
 	clear(in)
 	clear(out)
-	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}}
+	clear(slab)
+	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}, contents: contents{slab: slab[:0]}}
 	return true
 }
 
@@ -585,7 +590,7 @@ func isObject(raw json.RawMessage) bool {
 // become the system prompt (in order, wherever they stand), tool results
 // user turns, and consecutive turns of one role are merged as the Messages
 // API requires alternating roles with tool results first.
-func translateMessages(msgs []chatMessage, out *msgRequest, views bool) *Error {
+func translateMessages(msgs []chatMessage, out *msgRequest, c *contents) *Error {
 	if len(msgs) == 0 {
 		return invalid("messages", "missing_required_parameter", "messages must contain at least one message")
 	}
@@ -596,13 +601,13 @@ func translateMessages(msgs []chatMessage, out *msgRequest, views bool) *Error {
 		}
 		switch m.Role {
 		case "system", "developer":
-			blocks, err := textParts(m.Content, i, false, views)
+			blocks, err := c.textParts(m.Content, i, false)
 			if err != nil {
 				return err
 			}
 			out.System = append(out.System, blocks...)
 		case "user":
-			blocks, err := userParts(m.Content, i, views)
+			blocks, err := c.userParts(m.Content, i)
 			if err != nil {
 				return err
 			}
@@ -611,7 +616,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest, views bool) *Error {
 			var blocks []block
 			if len(m.Content) > 0 && string(m.Content) != "null" {
 				var err *Error
-				if blocks, err = textParts(m.Content, i, true, views); err != nil {
+				if blocks, err = c.textParts(m.Content, i, true); err != nil {
 					return err
 				}
 			}
@@ -643,7 +648,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest, views bool) *Error {
 			if m.ToolCallID == nil || *m.ToolCallID == "" {
 				return invalid(indexed("messages", i)+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
 			}
-			blocks, err := textParts(m.Content, i, true, views)
+			blocks, err := c.textParts(m.Content, i, true)
 			if err != nil {
 				return err
 			}
@@ -706,6 +711,24 @@ func contentString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
+// contents reads the messages' contents for one translation.
+type contents struct {
+	// views: plain strings stay views of the body (contentText).
+	views bool
+	// slab holds the blocks of contents given as strings, most requests'
+	// only kind: kept with the pooled translation, it spares each of them
+	// an allocation.
+	slab []block
+}
+
+// one gives b as a content of its own, held in the slab. Its capacity is
+// one, so a turn that grows by it moves out of the slab.
+func (c *contents) one(b block) []block {
+	c.slab = append(c.slab, b)
+	n := len(c.slab)
+	return c.slab[n-1 : n : n]
+}
+
 // contentText reads a content given as a string into a text block. A
 // string appendString would copy as it stands in the body (plainText) is
 // kept as a view when views: most prompts are, and each is then copied
@@ -757,12 +780,12 @@ func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
-func textParts(raw json.RawMessage, msg int, refusals, views bool) ([]block, *Error) {
-	if b, ok := contentText(raw, views); ok {
+func (c *contents) textParts(raw json.RawMessage, msg int, refusals bool) ([]block, *Error) {
+	if b, ok := contentText(raw, c.views); ok {
 		if b.empty() {
 			return nil, nil
 		}
-		return []block{b}, nil
+		return c.one(b), nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
@@ -788,13 +811,13 @@ func textParts(raw json.RawMessage, msg int, refusals, views bool) ([]block, *Er
 }
 
 // userParts reads a user message's content: text and images.
-func userParts(raw json.RawMessage, msg int, views bool) ([]block, *Error) {
-	if b, ok := contentText(raw, views); ok {
+func (c *contents) userParts(raw json.RawMessage, msg int) ([]block, *Error) {
+	if b, ok := contentText(raw, c.views); ok {
 		if b.empty() {
 			p := contentParam(msg)
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
-		return []block{b}, nil
+		return c.one(b), nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {

@@ -245,9 +245,12 @@ func TestTranslationReuseKeepsNothing(t *testing.T) {
 		`{"model":"d","messages":[{"role":"user"}]}`,
 		`{"model":"e","messages":[{"role":"user","content":"last"}]}`,
 		`{"model":"f","max_completion_tokens":3,"top_p":0.25,"temperature":0,"stream":false,"messages":[{"role":"user","content":"x"}]}`,
+		// String contents enough to outgrow the slab they are held in
+		// mid-request, turns merged and marked for caching among them.
+		`{"model":"g","messages":[{"role":"system","content":"s1"},{"role":"developer","content":"s2"},{"role":"user","content":"u1"},{"role":"user","content":"u2"},{"role":"assistant","content":"a1"},{"role":"user","content":"u3"},{"role":"assistant","content":"a2"},{"role":"assistant","content":"a3"},{"role":"user","content":"u<4"},{"role":"user","content":"u5"},{"role":"assistant","content":"a4"},{"role":"user","content":"u6"}]}`,
 	}
 	var reused translation
-	for _, order := range [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {0, 6, 5, 2, 1, 6}} {
+	for _, order := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {7, 6, 5, 4, 3, 2, 1, 0}, {0, 6, 7, 5, 2, 1, 7, 6}} {
 		for _, i := range order {
 			got, gotInfo, gotErr := reused.translate([]byte(reqs[i]))
 			if !reused.reset() {
