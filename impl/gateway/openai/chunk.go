@@ -113,15 +113,25 @@ func appendToolCall(out []byte, tc *toolCallOut) []byte {
 // escaping (control characters, invalid UTF-8, U+2028/U+2029, HTML) is
 // its own.
 func appendString[T string | []byte](out []byte, v T) []byte {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			// A copy, so that v does not escape on the fast path.
-			b, _ := json.Marshal(strings.Clone(string(v))) // of a string: cannot fail
-			return append(out, b...)
-		}
+	if !plainText(v) {
+		// A copy, so that v does not escape on the fast path.
+		b, _ := json.Marshal(strings.Clone(string(v))) // of a string: cannot fail
+		return append(out, b...)
 	}
 	out = append(out, '"')
 	out = append(out, v...)
 	return append(out, '"')
+}
+
+// plainText reports whether v is printable ASCII without a quote, a
+// backslash or what encoding/json escapes for HTML: encoding/json writes
+// it as it stands between quotes, and between quotes it is a JSON string
+// that decodes to itself.
+func plainText[T string | []byte](v T) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

@@ -180,9 +180,26 @@ var eventMembers = [...][]string{
 }
 
 // object reads an object of the kind at d.pos into e; members the kind
-// does not name are skipped.
+// does not name are skipped. A loop of its own rather than fields with a
+// callback: every upstream event goes through it, and the calls through
+// closures were a good part of a message_start's decoding.
 func (d *eventDecoder) object(e *upstreamEvent, kind int) bool {
-	return d.fields(eventMembers[kind], true, func(m int) bool { return d.value(e, kind, m) })
+	if !d.open() {
+		return false
+	}
+	names := eventMembers[kind]
+	var seen uint32
+	for first := true; ; first = false {
+		key, more, ok := d.nextKey(first)
+		if !ok || !more {
+			return ok
+		}
+		if m, ok := d.field(names, key, true, &seen); !ok {
+			return false
+		} else if m >= 0 && !d.value(e, kind, m) {
+			return false
+		}
+	}
 }
 
 // value reads the value of member m of an object of the kind, with the
@@ -315,22 +332,64 @@ func member(names []string, key []byte) int {
 // that key leaves to encoding/json, or when value returns false. The one
 // object loop of both decoders.
 func (d *jsonReader) members(value func(key []byte) bool) bool {
-	d.space()
-	if !d.eat('{') {
+	if !d.open() {
 		return false
 	}
-	return d.list('}', func() bool {
-		key, ok := d.key()
-		if !ok {
+	for first := true; ; first = false {
+		key, more, ok := d.nextKey(first)
+		if !ok || !more {
+			return ok
+		}
+		if !value(key) {
 			return false
 		}
-		d.space()
-		if !d.eat(':') {
-			return false
-		}
-		d.space()
-		return value(key)
-	})
+	}
+}
+
+// open reads the opening brace of an object.
+func (d *jsonReader) open() bool {
+	d.space()
+	return d.eat('{')
+}
+
+// nextKey reads an object's next member up to its value (first: none was
+// read yet): its key and more, with the reader at the value; more is false
+// at the object's end, ok false on a syntax error or a key that key leaves
+// to encoding/json. The separators are those list reads.
+func (d *jsonReader) nextKey(first bool) (key []byte, more, ok bool) {
+	d.space()
+	if d.eat('}') {
+		return nil, false, true
+	}
+	if !first && (!d.eat(',') || !d.spaceThen()) {
+		return nil, false, false
+	}
+	if key, ok = d.key(); !ok {
+		return nil, false, false
+	}
+	d.space()
+	if !d.eat(':') {
+		return nil, false, false
+	}
+	d.space()
+	return key, true, true
+}
+
+// field matches key among names (at most 32) for an object whose members
+// seen so far are in seen: its index, or -1 once a member names do not
+// hold is skipped (when skipOthers; refused otherwise). A repeated member
+// is refused: encoding/json lets the last one win, merging objects, which
+// is left to it.
+func (d *jsonReader) field(names []string, key []byte, skipOthers bool, seen *uint32) (int, bool) {
+	m := member(names, key)
+	if m < 0 {
+		return -1, skipOthers && d.skip(0)
+	}
+	if *seen&(1<<m) != 0 {
+		return -1, false
+	}
+	*seen |= 1 << m
+	return m, true
 }
 
 // list reads the items of an object or array whose opening bracket is
@@ -353,21 +412,12 @@ func (d *jsonReader) list(end byte, item func() bool) bool {
 
 // fields reads an object of members among names (at most 32), calling
 // value for each with its index (matched by member) and the reader at its
-// value. Any other member is skipped when skipOthers, refused otherwise.
-// A repeated member is refused: encoding/json lets the last one win,
-// merging objects, which is left to it.
+// value; the others are as field leaves them.
 func (d *jsonReader) fields(names []string, skipOthers bool, value func(m int) bool) bool {
 	var seen uint32
 	return d.members(func(key []byte) bool {
-		m := member(names, key)
-		if m < 0 {
-			return skipOthers && d.skip(0)
-		}
-		if seen&(1<<m) != 0 {
-			return false
-		}
-		seen |= 1 << m
-		return value(m)
+		m, ok := d.field(names, key, skipOthers, &seen)
+		return ok && (m < 0 || value(m))
 	})
 }
 
@@ -600,26 +650,45 @@ func (d *jsonReader) skip(depth int) bool {
 	if depth > maxSkipDepth || d.pos >= len(d.data) {
 		return false
 	}
+	// Loops without callbacks, as in object: the members an event's
+	// translation does not read are most of its bytes.
 	switch c := d.data[d.pos]; c {
-	case '{', '[':
-		end := byte('}')
-		if c == '[' {
-			end = ']'
-		}
+	case '{':
 		d.pos++
-		return d.list(end, func() bool {
-			if c == '{' {
-				if d.pos >= len(d.data) || d.data[d.pos] != '"' || !d.skipString() {
-					return false
-				}
-				d.space()
-				if !d.eat(':') {
-					return false
-				}
-				d.space()
+		for first := true; ; first = false {
+			d.space()
+			if d.eat('}') {
+				return true
 			}
-			return d.skip(depth + 1)
-		})
+			if !first && (!d.eat(',') || !d.spaceThen()) {
+				return false
+			}
+			if d.pos >= len(d.data) || d.data[d.pos] != '"' || !d.skipString() {
+				return false
+			}
+			d.space()
+			if !d.eat(':') {
+				return false
+			}
+			d.space()
+			if !d.skip(depth + 1) {
+				return false
+			}
+		}
+	case '[':
+		d.pos++
+		for first := true; ; first = false {
+			d.space()
+			if d.eat(']') {
+				return true
+			}
+			if !first && (!d.eat(',') || !d.spaceThen()) {
+				return false
+			}
+			if !d.skip(depth + 1) {
+				return false
+			}
+		}
 	case '"':
 		return d.skipString()
 	case 't':

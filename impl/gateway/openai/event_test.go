@@ -59,6 +59,9 @@ var decodeEventSeeds = []string{
 	`{"message":[]}`, `{"message":"x"}`, `{"delta":{"text":1}}`, `{"content_block":{"input":[1,2}}`,
 	`{"type":"ping"} x`, `{"type":"ping",}`, `{,}`, `{}`, `null`, `[]`, `"x"`, `1`, ``, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
 	"{\"type\":\"a\tb\"}", `{"type":"\u12"}`, `{"type":"\x"}`, `{"a":tru}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`,
+	// Truncated inside a skipped object or array, and in an object read.
+	`{"type":"ping","a":{`, `{"type":"ping","a":{ `, `{"type":"ping","a":[`, `{"type":"ping","a":{"b":1,`, `{"type":"ping","a":[1,`,
+	`{"message":{`, `{"message":{"id":"x",`, `{"message":{"id"`, `{"message":{"id":`, `{`, `{"type":"ping"`,
 }
 
 // The single-pass decoder agrees with encoding/json on every input: when
@@ -210,7 +213,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var fast, ref chatRequest
-		if !decodeRequest(body, &fast) {
+		if !decodeRequest(body, &fast, new(scalars)) {
 			return
 		}
 		if err := decodeStrict(bytes.NewReader(body), &ref); err != nil {
@@ -232,7 +235,7 @@ func TestDecodeRequestTakesTheSinglePass(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","parallel_tool_calls":false,"stream":true,"stream_options":{"include_usage":true}}`,
 	} {
 		var req chatRequest
-		if !decodeRequest([]byte(body), &req) {
+		if !decodeRequest([]byte(body), &req, new(scalars)) {
 			t.Errorf("%s: left to encoding/json", body)
 		}
 	}

@@ -136,6 +136,10 @@ func FuzzTranslate(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required","parallel_tool_calls":false}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":""}],"refusal":"no"},{"role":"developer","content":[]}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}`))
 	f.Add([]byte(`{"model":"m<&>\u2028","messages":[{"role":"user","content":"\u00e9\n\"x\""}],"temperature":1e-7,"top_p":0.000001,"user":"u>","service_tier":"auto","stream":true,"stream_options":{"include_usage":true},"stop":"s&","tools":[{"type":"function","function":{"name":"f","description":"d<","parameters":{"type":"object", "properties":{"a<":{}}}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`))
+	// Contents given as strings: plain ones (kept as views of the body),
+	// and each kind of byte that is not.
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"plain ~ text"},{"role":"user","content":"a<b"},{"role":"assistant","content":"x&y>z"},{"role":"user","content":"\u0041 \/ \t"},{"role":"assistant","content":"caf\u00e9 é"},{"role":"tool","tool_call_id":"c","content":"plain"},{"role":"user","content":" "},{"role":"developer","content":"\""}]}`))
+	f.Add([]byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\x7f\"},{\"role\":\"assistant\",\"content\":\"\xff\"},{\"role\":\"user\",\"content\" : \"spaced\" }]}"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, info, err := Translate(in)
 		// The appended body is byte for byte encoding/json's, and

@@ -174,8 +174,12 @@ type (
 		Content []block `json:"content"`
 	}
 	block struct {
-		Type         string          `json:"type"`
-		Text         string          `json:"text,omitempty"` // never empty in a text block
+		Type string `json:"type"`
+		Text string `json:"text,omitempty"` // never empty in a text block, unless text is not
+		// text is the Text of a content given as a plain string (plainText),
+		// a view into the request body in place of Text: the block lives
+		// no longer than the translation, which writes it as is.
+		text         []byte
 		Source       *imageSource    `json:"source,omitempty"`
 		ID           string          `json:"id,omitempty"`
 		Name         string          `json:"name,omitempty"`
@@ -223,7 +227,7 @@ func Translate(body []byte) ([]byte, Info, *Error) {
 
 func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	req, out := &t.req, &t.out
-	if !decodeRequest(body, req) {
+	if !decodeRequest(body, req, &t.mem) {
 		// What the single pass read is dropped: encoding/json decodes the
 		// body again, from nothing, and names what it refuses.
 		msgs := req.Messages[:cap(req.Messages)]
@@ -308,7 +312,10 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 	if err := translateTools(req, out, &info); err != nil {
 		return nil, Info{}, err
 	}
-	if err := translateMessages(req.Messages, out); err != nil {
+	// The reference decodes every text into a string of its own, so that
+	// FuzzTranslate compares the views with encoding/json's strings.
+	t.contents.views = !t.reference
+	if err := translateMessages(req.Messages, out, &t.contents); err != nil {
 		return nil, Info{}, err
 	}
 	placeCacheBreakpoints(out)
@@ -332,9 +339,11 @@ func (t *translation) translate(body []byte) ([]byte, Info, *Error) {
 // and the Messages request built from it are marshalled before Translate
 // returns, so the next request can reuse their memory.
 type translation struct {
-	req chatRequest
-	out msgRequest
-	rd  bytes.Reader
+	req      chatRequest
+	mem      scalars // what req's pointers point to
+	out      msgRequest
+	contents contents
+	rd       bytes.Reader
 	// reference writes the body with encoding/json, the reference the
 	// appended encoding is fuzzed against.
 	reference bool
@@ -350,14 +359,17 @@ const maxPooledTurns = 64
 // be pooled.
 func (t *translation) reset() bool {
 	in, out := t.req.Messages[:cap(t.req.Messages)], t.out.Messages[:cap(t.out.Messages)]
-	if len(in) > maxPooledTurns || len(out) > maxPooledTurns {
+	slab := t.contents.slab[:cap(t.contents.slab)]
+	if len(in) > maxPooledTurns || len(out) > maxPooledTurns || len(slab) > maxPooledTurns {
 		return false
 	}
 	// The slices are cleared whole: encoding/json decodes into the
-	// elements it finds, which must hold nothing of the last request.
+	// elements it finds, which must hold nothing of the last request,
+	// and the slab's blocks hold views of its body.
 	clear(in)
 	clear(out)
-	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}}
+	clear(slab)
+	*t = translation{req: chatRequest{Messages: in[:0]}, out: msgRequest{Messages: out[:0]}, contents: contents{slab: slab[:0]}}
 	return true
 }
 
@@ -441,17 +453,18 @@ func (r *chatRequest) refuseUnmappable() *Error {
 
 func translateTools(req *chatRequest, out *msgRequest, info *Info) *Error {
 	for i, t := range req.Tools {
-		p := "tools[" + strconv.Itoa(i) + "]"
 		if t.Type != "function" || t.Function == nil {
-			return unsupported(p+".type", "only function tools can be translated")
+			return unsupported(indexed("tools", i)+".type", "only function tools can be translated")
 		}
 		if t.Function.Name == "" {
+			p := indexed("tools", i)
 			return invalid(p+".function.name", "missing_required_parameter", "%s.function.name is required", p)
 		}
 		schema := t.Function.Parameters
 		if len(schema) == 0 || string(schema) == "null" {
 			schema = json.RawMessage(`{"type":"object","properties":{}}`)
 		} else if schema = objectSchema(schema); schema == nil {
+			p := indexed("tools", i)
 			return invalid(p+".function.parameters", "invalid_value", "%s.function.parameters must be a JSON Schema of type object", p)
 		}
 		out.Tools = append(out.Tools, msgTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
@@ -577,37 +590,24 @@ func isObject(raw json.RawMessage) bool {
 // become the system prompt (in order, wherever they stand), tool results
 // user turns, and consecutive turns of one role are merged as the Messages
 // API requires alternating roles with tool results first.
-func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
+func translateMessages(msgs []chatMessage, out *msgRequest, c *contents) *Error {
 	if len(msgs) == 0 {
 		return invalid("messages", "missing_required_parameter", "messages must contain at least one message")
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		p := "messages[" + strconv.Itoa(i) + "]"
-		if m.Name != nil {
-			return unsupported(p+".name", "Claude has no participant names")
-		}
-		if len(m.Audio) > 0 && string(m.Audio) != "null" {
-			return unsupported(p+".audio", "Claude does not take audio")
-		}
-		if len(m.FunctionCall) > 0 && string(m.FunctionCall) != "null" {
-			return unsupported(p+".function_call", "deprecated; use tool_calls")
-		}
-		if m.Role != "assistant" && len(m.ToolCalls) > 0 {
-			return invalid(p+".tool_calls", "invalid_value", "only assistant messages carry tool_calls")
-		}
-		if m.Role != "tool" && m.ToolCallID != nil {
-			return invalid(p+".tool_call_id", "invalid_value", "only tool messages carry tool_call_id")
+		if err := m.refuseMisplaced(i); err != nil {
+			return err
 		}
 		switch m.Role {
 		case "system", "developer":
-			blocks, err := textParts(m.Content, p+".content", false)
+			blocks, err := c.textParts(m.Content, i, false)
 			if err != nil {
 				return err
 			}
 			out.System = append(out.System, blocks...)
 		case "user":
-			blocks, err := userParts(m.Content, p+".content")
+			blocks, err := c.userParts(m.Content, i)
 			if err != nil {
 				return err
 			}
@@ -616,7 +616,7 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 			var blocks []block
 			if len(m.Content) > 0 && string(m.Content) != "null" {
 				var err *Error
-				if blocks, err = textParts(m.Content, p+".content", true); err != nil {
+				if blocks, err = c.textParts(m.Content, i, true); err != nil {
 					return err
 				}
 			}
@@ -624,44 +624,75 @@ func translateMessages(msgs []chatMessage, out *msgRequest) *Error {
 				blocks = append(blocks, textBlock(*m.Refusal))
 			}
 			for j, tc := range m.ToolCalls {
-				tp := p + ".tool_calls[" + strconv.Itoa(j) + "]"
 				if tc.Type != "function" {
-					return unsupported(tp+".type", "only function tool calls can be translated")
+					return unsupported(toolCallParam(i, j)+".type", "only function tool calls can be translated")
 				}
 				if tc.ID == "" || tc.Function.Name == "" {
+					tp := toolCallParam(i, j)
 					return invalid(tp, "missing_required_parameter", "%s needs an id and a function name", tp)
 				}
 				args := json.RawMessage(tc.Function.Arguments)
 				if strings.TrimSpace(tc.Function.Arguments) == "" {
 					args = json.RawMessage("{}")
 				} else if !isObject(args) {
+					tp := toolCallParam(i, j)
 					return invalid(tp+".function.arguments", "invalid_value", "%s.function.arguments must be a JSON object", tp)
 				}
 				blocks = append(blocks, block{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: compact(args)})
 			}
 			if len(blocks) == 0 {
-				return invalid(p+".content", "missing_required_parameter", "an assistant message needs content or tool_calls")
+				return invalid(indexed("messages", i)+".content", "missing_required_parameter", "an assistant message needs content or tool_calls")
 			}
 			appendTurn(out, "assistant", blocks)
 		case "tool":
 			if m.ToolCallID == nil || *m.ToolCallID == "" {
-				return invalid(p+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
+				return invalid(indexed("messages", i)+".tool_call_id", "missing_required_parameter", "a tool message needs tool_call_id")
 			}
-			blocks, err := textParts(m.Content, p+".content", true)
+			blocks, err := c.textParts(m.Content, i, true)
 			if err != nil {
 				return err
 			}
 			appendTurn(out, "user", []block{{Type: "tool_result", ToolUseID: *m.ToolCallID, Content: blocks}})
 		case "function":
-			return unsupported(p+".role", "function messages are deprecated; use tool messages")
+			return unsupported(indexed("messages", i)+".role", "function messages are deprecated; use tool messages")
 		default:
-			return invalid(p+".role", "invalid_value", "role must be system, developer, user, assistant or tool")
+			return invalid(indexed("messages", i)+".role", "invalid_value", "role must be system, developer, user, assistant or tool")
 		}
 	}
 	if len(out.Messages) == 0 {
 		return invalid("messages", "invalid_value", "messages must contain a user message besides the system prompt")
 	}
 	return nil
+}
+
+// refuseMisplaced refuses the members a message of its role cannot carry.
+func (m *chatMessage) refuseMisplaced(i int) *Error {
+	switch {
+	case m.Name != nil:
+		return unsupported(indexed("messages", i)+".name", "Claude has no participant names")
+	case len(m.Audio) > 0 && string(m.Audio) != "null":
+		return unsupported(indexed("messages", i)+".audio", "Claude does not take audio")
+	case len(m.FunctionCall) > 0 && string(m.FunctionCall) != "null":
+		return unsupported(indexed("messages", i)+".function_call", "deprecated; use tool_calls")
+	case m.Role != "assistant" && len(m.ToolCalls) > 0:
+		return invalid(indexed("messages", i)+".tool_calls", "invalid_value", "only assistant messages carry tool_calls")
+	case m.Role != "tool" && m.ToolCallID != nil:
+		return invalid(indexed("messages", i)+".tool_call_id", "invalid_value", "only tool messages carry tool_call_id")
+	}
+	return nil
+}
+
+// Parameter names such as messages[3].content[1] are built only on the way
+// to an error: a request that translates never pays for them.
+
+func indexed(name string, i int) string { return name + "[" + strconv.Itoa(i) + "]" }
+
+func contentParam(msg int) string { return indexed("messages", msg) + ".content" }
+
+func partParam(msg, part int) string { return indexed(contentParam(msg), part) }
+
+func toolCallParam(msg, call int) string {
+	return indexed(indexed("messages", msg)+".tool_calls", call)
 }
 
 // ephemeral is the cache breakpoint every marked block shares: read only.
@@ -679,6 +710,39 @@ func contentString(raw json.RawMessage) (string, bool) {
 	}
 	return s, true
 }
+
+// contents reads the messages' contents for one translation.
+type contents struct {
+	// views: plain strings stay views of the body (contentText).
+	views bool
+	// slab holds the blocks of contents given as strings, most requests'
+	// only kind: kept with the pooled translation, it spares each of them
+	// an allocation.
+	slab []block
+}
+
+// one gives b as a content of its own, held in the slab. Its capacity is
+// one, so a turn that grows by it moves out of the slab.
+func (c *contents) one(b block) []block {
+	c.slab = append(c.slab, b)
+	n := len(c.slab)
+	return c.slab[n-1 : n : n]
+}
+
+// contentText reads a content given as a string into a text block. A
+// string appendString would copy as it stands in the body (plainText) is
+// kept as a view when views: most prompts are, and each is then copied
+// once, into the Messages body, instead of first into a string.
+func contentText(raw json.RawMessage, views bool) (block, bool) {
+	if n := len(raw); views && n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainText([]byte(raw[1:n-1])) {
+		return block{Type: "text", text: raw[1 : n-1 : n-1]}, true
+	}
+	s, ok := contentString(raw)
+	return textBlock(s), ok
+}
+
+// empty reports whether a text block has no text.
+func (b *block) empty() bool { return b.Text == "" && len(b.text) == 0 }
 
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
@@ -716,20 +780,20 @@ func textBlock(s string) block { return block{Type: "text", Text: s} }
 
 // textParts reads a content that may hold only text: a string or an array of
 // text parts (and refusal parts where refusals allowed).
-func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
-	if s, ok := contentString(raw); ok {
-		if s == "" {
+func (c *contents) textParts(raw json.RawMessage, msg int, refusals bool) ([]block, *Error) {
+	if b, ok := contentText(raw, c.views); ok {
+		if b.empty() {
 			return nil, nil
 		}
-		return []block{textBlock(s)}, nil
+		return c.one(b), nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_type", "%s must be a string or an array of content parts", p)
 	}
 	var out []block
 	for i, part := range parts {
-		pp := p + "[" + strconv.Itoa(i) + "]"
 		switch {
 		case part.Type == "text":
 			if part.Text != "" {
@@ -740,27 +804,28 @@ func textParts(raw json.RawMessage, p string, refusals bool) ([]block, *Error) {
 				out = append(out, textBlock(part.Refusal))
 			}
 		default:
-			return nil, unsupported(pp+".type", "only text parts are allowed here")
+			return nil, unsupported(partParam(msg, i)+".type", "only text parts are allowed here")
 		}
 	}
 	return out, nil
 }
 
 // userParts reads a user message's content: text and images.
-func userParts(raw json.RawMessage, p string) ([]block, *Error) {
-	if s, ok := contentString(raw); ok {
-		if s == "" {
+func (c *contents) userParts(raw json.RawMessage, msg int) ([]block, *Error) {
+	if b, ok := contentText(raw, c.views); ok {
+		if b.empty() {
+			p := contentParam(msg)
 			return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 		}
-		return []block{textBlock(s)}, nil
+		return c.one(b), nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_type", "%s must be a string or an array of content parts", p)
 	}
 	var out []block
 	for i, part := range parts {
-		pp := p + "[" + strconv.Itoa(i) + "]"
 		switch part.Type {
 		case "text":
 			if part.Text != "" {
@@ -768,22 +833,24 @@ func userParts(raw json.RawMessage, p string) ([]block, *Error) {
 			}
 		case "image_url":
 			if part.ImageURL == nil {
+				pp := partParam(msg, i)
 				return nil, invalid(pp+".image_url", "missing_required_parameter", "%s.image_url is required", pp)
 			}
-			src, err := imageFrom(part.ImageURL.URL, pp+".image_url.url")
+			src, err := imageFrom(part.ImageURL.URL, msg, i)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, block{Type: "image", Source: src})
 		case "input_audio":
-			return nil, unsupported(pp+".type", "Claude does not take audio")
+			return nil, unsupported(partParam(msg, i)+".type", "Claude does not take audio")
 		case "file":
-			return nil, unsupported(pp+".type", "file parts cannot be translated")
+			return nil, unsupported(partParam(msg, i)+".type", "file parts cannot be translated")
 		default:
-			return nil, invalid(pp+".type", "invalid_value", "unknown content part type %q", part.Type)
+			return nil, invalid(partParam(msg, i)+".type", "invalid_value", "unknown content part type %q", part.Type)
 		}
 	}
 	if len(out) == 0 {
+		p := contentParam(msg)
 		return nil, invalid(p, "invalid_value", "%s must not be empty", p)
 	}
 	return out, nil
@@ -794,25 +861,26 @@ var imageMediaTypes = map[string]bool{"image/jpeg": true, "image/png": true, "im
 
 // imageFrom maps an image URL: a base64 data URL to a base64 source, an
 // https URL to a url source the provider fetches.
-func imageFrom(u, p string) (*imageSource, *Error) {
+func imageFrom(u string, msg, part int) (*imageSource, *Error) {
+	p := func() string { return partParam(msg, part) + ".image_url.url" }
 	if rest, ok := strings.CutPrefix(u, "data:"); ok {
 		meta, data, ok := strings.Cut(rest, ",")
 		mt, isB64 := strings.CutSuffix(meta, ";base64")
 		if !ok || !isB64 {
-			return nil, invalid(p, "invalid_value", "%s: a data URL must be base64-encoded (data:image/png;base64,...)", p)
+			return nil, invalid(p(), "invalid_value", "%s: a data URL must be base64-encoded (data:image/png;base64,...)", p())
 		}
 		if !imageMediaTypes[mt] {
-			return nil, invalid(p, "invalid_value", "%s: image type %q is not supported (jpeg, png, gif, webp)", p, mt)
+			return nil, invalid(p(), "invalid_value", "%s: image type %q is not supported (jpeg, png, gif, webp)", p(), mt)
 		}
 		if _, err := base64.StdEncoding.DecodeString(data); err != nil {
-			return nil, invalid(p, "invalid_value", "%s: data URL is not valid base64", p)
+			return nil, invalid(p(), "invalid_value", "%s: data URL is not valid base64", p())
 		}
 		return &imageSource{Type: "base64", MediaType: mt, Data: data}, nil
 	}
 	if strings.HasPrefix(u, "https://") && len(u) > len("https://") {
 		return &imageSource{Type: "url", URL: u}, nil
 	}
-	return nil, invalid(p, "invalid_value", "%s must be an https URL or a base64 data URL", p)
+	return nil, invalid(p(), "invalid_value", "%s must be an https URL or a base64 data URL", p())
 }
 
 // placeCacheBreakpoints marks the prompt for caching as a multi-turn

@@ -244,9 +244,13 @@ func TestTranslationReuseKeepsNothing(t *testing.T) {
 		`{"model":"c","messages":[{"role":"user","content":"q","name":"n"}]}`,
 		`{"model":"d","messages":[{"role":"user"}]}`,
 		`{"model":"e","messages":[{"role":"user","content":"last"}]}`,
+		`{"model":"f","max_completion_tokens":3,"top_p":0.25,"temperature":0,"stream":false,"messages":[{"role":"user","content":"x"}]}`,
+		// String contents enough to outgrow the slab they are held in
+		// mid-request, turns merged and marked for caching among them.
+		`{"model":"g","messages":[{"role":"system","content":"s1"},{"role":"developer","content":"s2"},{"role":"user","content":"u1"},{"role":"user","content":"u2"},{"role":"assistant","content":"a1"},{"role":"user","content":"u3"},{"role":"assistant","content":"a2"},{"role":"assistant","content":"a3"},{"role":"user","content":"u<4"},{"role":"user","content":"u5"},{"role":"assistant","content":"a4"},{"role":"user","content":"u6"}]}`,
 	}
 	var reused translation
-	for _, order := range [][]int{{0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {0, 5, 2, 1}} {
+	for _, order := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {7, 6, 5, 4, 3, 2, 1, 0}, {0, 6, 7, 5, 2, 1, 7, 6}} {
 		for _, i := range order {
 			got, gotInfo, gotErr := reused.translate([]byte(reqs[i]))
 			if !reused.reset() {
@@ -269,6 +273,113 @@ func TestTranslateRefusesNonObjectBodies(t *testing.T) {
 		_, _, err := Translate([]byte(in))
 		if err == nil || err.Status != 400 || err.Code == "" {
 			t.Errorf("%s: %+v", in, err)
+		}
+	}
+}
+
+// TestRefusalNamesTheParameterAtItsIndex pins every refusal whose parameter
+// name is built only on the way to the error: the name carries the indices of
+// the message, part, tool or tool call at fault (none of them the first), and
+// the message names it where it did.
+func TestRefusalNamesTheParameterAtItsIndex(t *testing.T) {
+	const ok = `{"role":"user","content":"x"},{"role":"assistant","content":"y"},`
+	const okTool = `{"type":"function","function":{"name":"f"}},`
+	cases := []struct{ body, param, message string }{
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[` + okTool + `{"type":"custom","custom":{"name":"x"}}]}`,
+			"tools[1].type", "tools[1].type is not supported by this gateway (only function tools can be translated)"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[` + okTool + okTool + `{"type":"function","function":{"name":""}}]}`,
+			"tools[2].function.name", "tools[2].function.name is required"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[` + okTool + `{"type":"function","function":{"name":"g","parameters":{"type":"string"}}}]}`,
+			"tools[1].function.parameters", "tools[1].function.parameters must be a JSON Schema of type object"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":"x","name":"bob"}]}`,
+			"messages[2].name", "messages[2].name is not supported by this gateway (Claude has no participant names)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":"x","audio":{"id":"a"}}]}`,
+			"messages[2].audio", "messages[2].audio is not supported by this gateway (Claude does not take audio)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"assistant","content":"x","function_call":{"name":"f","arguments":"{}"}}]}`,
+			"messages[2].function_call", "messages[2].function_call is not supported by this gateway (deprecated; use tool_calls)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":"x","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+			"messages[2].tool_calls", "only assistant messages carry tool_calls"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":"x","tool_call_id":"c"}]}`,
+			"messages[2].tool_call_id", "only tool messages carry tool_call_id"},
+		{`{"model":"m","messages":[` + ok + `{"role":"system","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"https://x.example/a.png"}}]}]}`,
+			"messages[2].content[1].type", "messages[2].content[1].type is not supported by this gateway (only text parts are allowed here)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"system","content":7}]}`,
+			"messages[2].content", "messages[2].content must be a string or an array of content parts"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":""}]}`,
+			"messages[2].content", "messages[2].content must not be empty"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[]}]}`,
+			"messages[2].content", "messages[2].content must not be empty"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":{"type":"text"}}]}`,
+			"messages[2].content", "messages[2].content must be a string or an array of content parts"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]}`,
+			"messages[2].content[1].image_url", "messages[2].content[1].image_url is required"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"input_audio","input_audio":{"data":"x","format":"wav"}}]}]}`,
+			"messages[2].content[1].type", "messages[2].content[1].type is not supported by this gateway (Claude does not take audio)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}}]}]}`,
+			"messages[2].content[1].type", "messages[2].content[1].type is not supported by this gateway (file parts cannot be translated)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"video"}]}]}`,
+			"messages[2].content[1].type", `unknown content part type "video"`},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png,AAAA"}}]}]}`,
+			"messages[2].content[1].image_url.url", "messages[2].content[1].image_url.url: a data URL must be base64-encoded (data:image/png;base64,...)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/tiff;base64,AAAA"}}]}]}`,
+			"messages[2].content[1].image_url.url", `messages[2].content[1].image_url.url: image type "image/tiff" is not supported (jpeg, png, gif, webp)`},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,!!"}}]}]}`,
+			"messages[2].content[1].image_url.url", "messages[2].content[1].image_url.url: data URL is not valid base64"},
+		{`{"model":"m","messages":[` + ok + `{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x.example/a.png"}}]}]}`,
+			"messages[2].content[1].image_url.url", "messages[2].content[1].image_url.url must be an https URL or a base64 data URL"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"b","type":"custom"}]}]}`,
+			"messages[1].tool_calls[1].type", "messages[1].tool_calls[1].type is not supported by this gateway (only function tool calls can be translated)"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+			"messages[1].tool_calls[1]", "messages[1].tool_calls[1] needs an id and a function name"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"b","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`,
+			"messages[1].tool_calls[1].function.arguments", "messages[1].tool_calls[1].function.arguments must be a JSON object"},
+		{`{"model":"m","messages":[` + ok + `{"role":"assistant","content":null}]}`,
+			"messages[2].content", "an assistant message needs content or tool_calls"},
+		{`{"model":"m","messages":[` + ok + `{"role":"tool","content":"x"}]}`,
+			"messages[2].tool_call_id", "a tool message needs tool_call_id"},
+		{`{"model":"m","messages":[` + ok + `{"role":"function","content":"x"}]}`,
+			"messages[2].role", "messages[2].role is not supported by this gateway (function messages are deprecated; use tool messages)"},
+		{`{"model":"m","messages":[` + ok + `{"role":"robot","content":"x"}]}`,
+			"messages[2].role", "role must be system, developer, user, assistant or tool"},
+	}
+	for _, c := range cases {
+		out, _, err := Translate([]byte(c.body))
+		if err == nil {
+			t.Errorf("%s: accepted as %s", c.body, out)
+			continue
+		}
+		if err.Param != c.param || err.Message != c.message {
+			t.Errorf("%s:\n got param %q message %q\nwant param %q message %q", c.body, err.Param, err.Message, c.param, c.message)
+		}
+	}
+}
+
+// TestPlainContentStaysAView: a content string written as it stands is
+// kept as a view of the body (copied once, into the Messages body); any
+// other is decoded into a string, as encoding/json decodes it; the
+// reference translation always decodes.
+func TestPlainContentStaysAView(t *testing.T) {
+	t.Parallel()
+	raw := json.RawMessage(`"plain ~ text"`)
+	b, ok := contentText(raw, true)
+	if !ok || b.Text != "" || string(b.text) != "plain ~ text" || &b.text[0] != &raw[1] {
+		t.Fatalf("plain content: %+v, want a view of the body", b)
+	}
+	if b, ok := contentText(raw, false); !ok || b.Text != "plain ~ text" || b.text != nil {
+		t.Fatalf("plain content without views: %+v", b)
+	}
+	for in, want := range map[string]string{`"a<b"`: "a<b", `"x&y>z"`: "x&y>z", `"\u0041"`: "A", `"tab\t"`: "tab\t", "\"caf\xc3\xa9\"": "café", "\"\x7f\"": "\x7f"} {
+		b, ok := contentText(json.RawMessage(in), true)
+		if !ok || b.Text != want || b.text != nil {
+			t.Errorf("%s: %+v, want the string %q", in, b, want)
+		}
+	}
+	if b, ok := contentText(json.RawMessage(`""`), true); !ok || !b.empty() {
+		t.Errorf("empty content: %+v", b)
+	}
+	for _, in := range []string{`7`, `null`, `"open`, `["a"]`} {
+		if b, ok := contentText(json.RawMessage(in), true); ok {
+			t.Errorf("%s: read as a string: %+v", in, b)
 		}
 	}
 }

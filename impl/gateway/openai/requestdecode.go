@@ -12,8 +12,8 @@ import (
 // request is decoded again by encoding/json, whose refusals name the
 // member; FuzzDecodeRequest holds that whenever this decodes a body,
 // encoding/json decodes it to the same request.
-func decodeRequest(body []byte, req *chatRequest) bool {
-	d := requestDecoder{jsonReader: jsonReader{data: body}}
+func decodeRequest(body []byte, req *chatRequest, mem *scalars) bool {
+	d := requestDecoder{jsonReader: jsonReader{data: body}, mem: mem}
 	if !d.request(req) {
 		return false
 	}
@@ -21,7 +21,22 @@ func decodeRequest(body []byte, req *chatRequest) bool {
 	return d.pos == len(body)
 }
 
-type requestDecoder struct{ jsonReader }
+type requestDecoder struct {
+	jsonReader
+	mem *scalars
+}
+
+// scalars holds the values the top-level pointer members of a decoded
+// request point to, in the translation that reads it (and zeroes both
+// together): a variable of their own would cost each an allocation.
+type scalars struct {
+	model                          string
+	maxTokens, maxCompletionTokens int
+	temperature, topP              float64
+}
+
+// boolValues are what every decoded *bool points to: read only.
+var boolValues = [2]bool{false, true}
 
 var (
 	requestMembers  = []string{"model", "messages", "max_tokens", "max_completion_tokens", "stop", "temperature", "top_p", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls", "user"}
@@ -48,7 +63,7 @@ func (d *requestDecoder) request(req *chatRequest) bool {
 	return d.fields(requestMembers, false, func(m int) bool {
 		switch m {
 		case 0:
-			return d.strPtr(&req.Model)
+			return d.strPtr(&req.Model, &d.mem.model)
 		case 1:
 			if d.null() {
 				return true
@@ -62,15 +77,15 @@ func (d *requestDecoder) request(req *chatRequest) bool {
 				return d.message(&req.Messages[len(req.Messages)-1])
 			})
 		case 2:
-			return d.intPtr(&req.MaxTokens)
+			return d.intPtr(&req.MaxTokens, &d.mem.maxTokens)
 		case 3:
-			return d.intPtr(&req.MaxCompletionTokens)
+			return d.intPtr(&req.MaxCompletionTokens, &d.mem.maxCompletionTokens)
 		case 4:
 			return d.raw(&req.Stop)
 		case 5:
-			return d.floatPtr(&req.Temperature)
+			return d.floatPtr(&req.Temperature, &d.mem.temperature)
 		case 6:
-			return d.floatPtr(&req.TopP)
+			return d.floatPtr(&req.TopP, &d.mem.topP)
 		case 7:
 			return d.boolPtr(&req.Stream)
 		case 8:
@@ -99,7 +114,7 @@ func (d *requestDecoder) request(req *chatRequest) bool {
 		case 11:
 			return d.boolPtr(&req.ParallelToolCalls)
 		default:
-			return d.strPtr(&req.User)
+			return d.strPtr(&req.User, nil)
 		}
 	})
 }
@@ -112,7 +127,7 @@ func (d *requestDecoder) message(msg *chatMessage) bool {
 		case 1:
 			return d.raw(&msg.Content)
 		case 2:
-			return d.strPtr(&msg.Name)
+			return d.strPtr(&msg.Name, nil)
 		case 3:
 			if d.null() {
 				return true
@@ -138,9 +153,9 @@ func (d *requestDecoder) message(msg *chatMessage) bool {
 				})
 			})
 		case 4:
-			return d.strPtr(&msg.ToolCallID)
+			return d.strPtr(&msg.ToolCallID, nil)
 		default:
-			return d.strPtr(&msg.Refusal)
+			return d.strPtr(&msg.Refusal, nil)
 		}
 	})
 }
@@ -188,7 +203,10 @@ func (d *requestDecoder) strValue(dst *string) bool {
 }
 
 // strPtr reads a string into a pointer field; null leaves it nil.
-func (d *requestDecoder) strPtr(dst **string) bool {
+// strPtr reads a string into *dst, held in at (nil: a new variable); as
+// intPtr and floatPtr, which are only called once for their member: a
+// repeated member is refused.
+func (d *requestDecoder) strPtr(dst **string, at *string) bool {
 	if d.null() {
 		return true
 	}
@@ -196,22 +214,25 @@ func (d *requestDecoder) strPtr(dst **string) bool {
 	if !d.str(&v) {
 		return false
 	}
-	s := string(v)
-	*dst = &s
+	if at == nil {
+		at = new(string)
+	}
+	*at = string(v)
+	*dst = at
 	return true
 }
 
-func (d *requestDecoder) intPtr(dst **int) bool {
+func (d *requestDecoder) intPtr(dst **int, at *int) bool {
 	if d.null() {
 		return true
 	}
 	v, ok := d.integer()
-	n := int(v)
-	*dst = &n
+	*at = int(v)
+	*dst = at
 	return ok
 }
 
-func (d *requestDecoder) floatPtr(dst **float64) bool {
+func (d *requestDecoder) floatPtr(dst **float64, at *float64) bool {
 	if d.null() {
 		return true
 	}
@@ -223,22 +244,22 @@ func (d *requestDecoder) floatPtr(dst **float64) bool {
 	if err != nil {
 		return false
 	}
-	*dst = &f
+	*at = f
+	*dst = at
 	return true
 }
 
 func (d *requestDecoder) boolPtr(dst **bool) bool {
-	var b bool
 	switch {
 	case d.null():
 		return true
 	case d.literal("true"):
-		b = true
+		*dst = &boolValues[1]
 	case d.literal("false"):
+		*dst = &boolValues[0]
 	default:
 		return false
 	}
-	*dst = &b
 	return true
 }
 

@@ -141,7 +141,13 @@ func appendBlock(out []byte, b *block) ([]byte, error) {
 	var err error
 	out = append(out, `{"type":`...)
 	out = appendString(out, b.Type)
-	if b.Text != "" {
+	switch {
+	case len(b.text) > 0:
+		// plainText: the string as it stood in the request.
+		out = append(out, `,"text":"`...)
+		out = append(out, b.text...)
+		out = append(out, '"')
+	case b.Text != "":
 		out = append(out, `,"text":`...)
 		out = appendString(out, b.Text)
 	}

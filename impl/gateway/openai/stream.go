@@ -51,9 +51,11 @@ func NewStream(info Info, created int64) *Stream {
 	return s
 }
 
-// start readies s for a new answer.
+// start readies s, which is zero, for a new answer: its fields are set
+// one by one, since zeroing the whole value again (the decoded event and
+// the id buffer included) cost as much as a part of the first event.
 func (s *Stream) start(info Info, created int64) {
-	*s = Stream{info: info, created: created, model: info.Model}
+	s.info, s.created, s.model = info, created, info.Model
 }
 
 // Feed reads upstream bytes (any split) and appends the chunks they

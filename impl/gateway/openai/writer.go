@@ -15,6 +15,12 @@ import (
 // for clients that name none (OpenAI clients never do).
 const AnthropicVersion = "2023-06-01"
 
+// anthropicVersion is the header value Prepare sets, one slice shared by
+// every request instead of one allocated for each. Header values are
+// replaced or appended to, never written in place (nothing in the gateway
+// does), and its capacity of one makes an append copy it.
+var anthropicVersion = []string{AnthropicVersion}[:1:1]
+
 // Dialect reports whether a request to an endpoint both APIs have (GET
 // /v1/models) speaks OpenAI's dialect: Anthropic's API requires an
 // anthropic-version header, which every Anthropic client sends and no
@@ -29,7 +35,7 @@ func Dialect(r *http.Request) bool {
 func Prepare(r *http.Request) {
 	h := r.Header
 	if h.Get("Anthropic-Version") == "" {
-		h.Set("Anthropic-Version", AnthropicVersion)
+		h["Anthropic-Version"] = anthropicVersion
 	}
 	for _, k := range []string{"Openai-Organization", "Openai-Project", "Openai-Beta"} {
 		h.Del(k)
@@ -99,9 +105,27 @@ func (x *Writer) writeChunks(add func(out []byte) []byte) error {
 	return err
 }
 
-// NewWriter returns the writer translating into w.
+// writers holds released Writers: one is made per Chat Completions
+// request, and its stream's state makes it one of the request's largest
+// allocations.
+var writers = sync.Pool{New: func() any { return new(Writer) }}
+
+// NewWriter returns the writer translating into w. A caller that knows
+// when the answer is done with it (the handler returning) may Release it.
 func NewWriter(w http.ResponseWriter, kind Kind, clk clock.Clock) *Writer {
-	return &Writer{w: w, kind: kind, clock: clock.Or(clk)}
+	x := writers.Get().(*Writer)
+	x.w, x.kind, x.clock = w, kind, clock.Or(clk)
+	return x
+}
+
+// Release zeroes x and keeps it for another NewWriter. Nothing may use x
+// afterwards: a handler releases it when it returns, after Finish, once
+// net/http no longer lets anything write to the answer. Zeroing first
+// means a use that slipped through finds no writer underneath, and the
+// race detector sees the zeroing race with it.
+func (x *Writer) Release() {
+	*x = Writer{}
+	writers.Put(x)
 }
 
 // Translate translates the chat request body; the answer is translated for

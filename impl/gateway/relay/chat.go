@@ -29,6 +29,10 @@ func (h *Handler) finishChat(x *openai.Writer, q *admitted) {
 	if q.capture != nil {
 		h.endCapture(q)
 	}
+	// The handler's last deferred call: nothing writes the answer after
+	// it, so the writer is reused.
+	q.chat = nil
+	x.Release()
 }
 
 // finishOpenAI completes an answer in OpenAI's dialect and counts it.
