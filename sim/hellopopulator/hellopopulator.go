@@ -247,15 +247,7 @@ func Populate(mountPath, devicePath, fileName, contents string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := f.WriteString(contents); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		return writeSynced(f, contents)
 	}
 	if fileName != filepath.Base(fileName) {
 		return fmt.Errorf("file name %q must name a file in the volume's root", fileName)
@@ -264,14 +256,18 @@ func Populate(mountPath, devicePath, fileName, contents string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(contents); err != nil {
-		f.Close()
-		return err
+	return writeSynced(f, contents)
+}
+
+// writeSynced writes contents to f, syncs and closes it: the volume is
+// handed to another claim right after the pod ends.
+func writeSynced(f *os.File, contents string) error {
+	_, err := f.WriteString(contents)
+	if err == nil {
+		err = f.Sync()
 	}
-	// The volume is handed to another claim right after the pod ends.
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	return err
 }

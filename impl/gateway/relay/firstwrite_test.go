@@ -50,25 +50,8 @@ func (c *loggedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// splitBody gives its events in the reads listed: a provider's event
-// can arrive in pieces.
-type splitBody struct{ reads [][]byte }
-
-func (b *splitBody) Read(p []byte) (int, error) {
-	if len(b.reads) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, b.reads[0])
-	if n == len(b.reads[0]) {
-		b.reads = b.reads[1:]
-	} else {
-		b.reads[0] = b.reads[0][n:]
-	}
-	return n, nil
-}
-
-func (*splitBody) Close() error { return nil }
-
+// splitTransport answers with the reads listed (eventBody): a provider's
+// event can arrive in pieces.
 type splitTransport struct{ reads func() [][]byte }
 
 func (s splitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -76,7 +59,7 @@ func (s splitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Body.Close()
 	h := http.Header{}
 	h.Set("Content-Type", "text/event-stream")
-	return &http.Response{StatusCode: 200, Header: h, Body: &splitBody{s.reads()}, ContentLength: -1, Request: r}, nil
+	return &http.Response{StatusCode: 200, Header: h, Body: &eventBody{s.reads()}, ContentLength: -1, Request: r}, nil
 }
 
 // On a real connection the first event of a stream costs the server one
