@@ -62,9 +62,13 @@ func run(ctx context.Context, actions ...chromedp.Action) {
 	ExpectWithOffset(1, chromedp.Run(ctx, actions...)).To(Succeed())
 }
 
+// text reads sel's text, again when the page redrew the node between
+// finding and reading it ("No node with given id found").
 func text(ctx context.Context, sel string) string {
 	var s string
-	run(ctx, chromedp.Text(sel, &s, chromedp.ByQuery))
+	EventuallyWithOffset(1, func() error {
+		return chromedp.Run(ctx, chromedp.Text(sel, &s, chromedp.ByQuery))
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	return s
 }
 
