@@ -20,9 +20,14 @@ type pluginWorld struct {
 	second string
 }
 
-func newPluginWorld() *pluginWorld {
+// roomyCall is the plugin call limit of the specs whose plugins behave: the
+// default 50 ms is the hostile spec's business, and a starved CI machine can
+// pause a well-behaved call that long.
+var roomyCall = []string{"--plugin-call-timeout", "2s"}
+
+func newPluginWorld(proxyArgs ...string) *pluginWorld {
 	w := &world{sim: h.StartSim(simKey, simKey2)}
-	w.px = h.StartProxy(h.ProxyOptions{})
+	w.px = h.StartProxy(h.ProxyOptions{Args: proxyArgs})
 	w.admin = w.px.Admin()
 	w.upstream = w.admin.CreateUpstream("first", w.sim.URL, simKey)
 	second := w.admin.CreateStandbyUpstream("second", w.sim.URL, simKey2)
@@ -57,7 +62,7 @@ func ask(w *pluginWorld, model, marker string) (int, []byte) {
 
 var _ = Describe("WASM plugins", func() {
 	It("routes by an uploaded router plugin and rebinds on every chain change", Label("P-REG-6", "P-REG-1", "P-CHAIN-1", "P-RUNTIME-5"), func() {
-		w := newPluginWorld()
+		w := newPluginWorld(roomyCall...)
 		// Built-in routing: the first upstream.
 		st, b := ask(w, "claude-haiku-4-5", "before plugin")
 		Expect(st).To(Equal(200), string(b))
@@ -98,7 +103,7 @@ var _ = Describe("WASM plugins", func() {
 	// The pin router written in WebAssembly text imports nothing, so the
 	// proxy runs it metered (no termination checks, no goroutine per call).
 	It("routes by a router plugin without a guest runtime, as by the Go one", Label("P-REG-6"), func() {
-		w := newPluginWorld()
+		w := newPluginWorld(roomyCall...)
 		reg := upload(w.admin, "pinrouterwat")
 		Expect(reg["slots"]).To(ConsistOf("router"))
 		entry := w.admin.JSON("POST", "/admin/v1/principals/"+w.principal+"/plugin-chain", map[string]any{
@@ -159,7 +164,7 @@ var _ = Describe("WASM plugins", func() {
 	})
 
 	It("shapes an upstream's warm-up request with its dialect plugin", func() {
-		ow := newOAuthWorld(nil)
+		ow := newOAuthWorld(nil, roomyCall...)
 		reg := upload(ow.admin, "dialect")
 		Expect(reg["slots"]).To(ConsistOf("warmup_dialect"))
 		_, hd, _ := ow.admin.Do("GET", "/admin/v1/upstreams/"+ow.upstream, nil)

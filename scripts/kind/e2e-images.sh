@@ -33,18 +33,26 @@ busybox=$(ref BusyBox busybox) glibc=$(ref GlibcDnsTesting glibc-dns-testing) ng
 docker tag pillar/busybox:local "$busybox"
 docker tag pillar/debian-base:local "$glibc"
 docker tag pillar/debian-base:local "$nginx"
-ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"' EXIT
-cp "$dir/agnhost" "$ctx/agnhost"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# on_busybox NAME BINARY DOCKERFILE-TAIL REF: an image of busybox plus one
+# binary, tagged by the hash of what goes into it (so an unchanged binary
+# is not rebuilt) and then as REF.
+on_busybox() {
+  local name=$1 bin=$2 tail=$3 want=$4 ctx="$work/$1" h
+  mkdir -p "$ctx"
+  cp "$bin" "$ctx/$name"
+  printf 'FROM pillar/busybox:local\nCOPY %s /%s\n%s' "$name" "$name" "$tail" >"$ctx/Dockerfile"
+  h=$( { cat "$ctx/$name" "$ctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
+  if ! exists "pillar/$name:$h"; then
+    step "docker build pillar/$name:$h"
+    DOCKER_BUILDKIT=0 docker build -q -t "pillar/$name:$h" "$ctx" >/dev/null 2>"$ctx/log" || { cat "$ctx/log" >&2; die "docker build pillar/$name failed"; }
+  fi
+  docker tag "pillar/$name:$h" "$want"
+}
 # agnhost's own image is Alpine with tools; the storage patterns run it as
 # a pod that pauses or as a host exec pod (nsenter, sh), which busybox has.
-printf 'FROM pillar/busybox:local\nCOPY agnhost /agnhost\nENTRYPOINT ["/agnhost"]\nCMD ["pause"]\n' >"$ctx/Dockerfile"
-h=$( { cat "$ctx/agnhost" "$ctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
-if ! exists "pillar/agnhost:$h"; then
-  step "docker build pillar/agnhost:$h"
-  DOCKER_BUILDKIT=0 docker build -q -t "pillar/agnhost:$h" "$ctx" >/dev/null 2>"$ctx/log" || { cat "$ctx/log" >&2; die "docker build pillar/agnhost failed"; }
-fi
-docker tag "pillar/agnhost:$h" "$agnhost"
+on_busybox agnhost "$dir/agnhost" $'ENTRYPOINT ["/agnhost"]\nCMD ["pause"]\n' "$agnhost"
 
 # The populator the "any volume data source" spec deploys: its module is
 # not on the Go module proxy, so sim/cmd/hello-populator stands in under
@@ -52,14 +60,6 @@ docker tag "pillar/agnhost:$h" "$agnhost"
 deploy=$(dirname "$manifest")/../../e2e/testing-manifests/storage-csi/any-volume-datasource/hello-populator-deploy.yaml
 populator=$(sed -n 's/^[[:space:]]*image: \(.*hello-populator:.*\)$/\1/p' "$deploy")
 [ "$(echo "$populator" | wc -w)" = 1 ] || die "no single hello-populator image in $deploy"
-pctx=$(mktemp -d)
-trap 'rm -rf "$ctx" "$pctx"' EXIT
-CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$pctx/hello-populator" ./sim/cmd/hello-populator || die "building the hello-populator stand-in failed"
-printf 'FROM pillar/busybox:local\nCOPY hello-populator /hello-populator\nENTRYPOINT ["/hello-populator"]\n' >"$pctx/Dockerfile"
-h=$( { cat "$pctx/hello-populator" "$pctx/Dockerfile"; docker image inspect -f '{{.Id}}' pillar/busybox:local; } | sha256sum | cut -c1-12)
-if ! exists "pillar/hello-populator:$h"; then
-  step "docker build pillar/hello-populator:$h"
-  DOCKER_BUILDKIT=0 docker build -q -t "pillar/hello-populator:$h" "$pctx" >/dev/null 2>"$pctx/log" || { cat "$pctx/log" >&2; die "docker build pillar/hello-populator failed"; }
-fi
-docker tag "pillar/hello-populator:$h" "$populator"
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/hello-populator.bin" ./sim/cmd/hello-populator || die "building the hello-populator stand-in failed"
+on_busybox hello-populator "$work/hello-populator.bin" $'ENTRYPOINT ["/hello-populator"]\n' "$populator"
 printf '%s\n' "$busybox" "$glibc" "$nginx" "$agnhost" "$populator"
