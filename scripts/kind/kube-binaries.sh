@@ -5,11 +5,17 @@
 # scripts/kube-assets.sh does for envtest). The version is stamped as a
 # release build stamps it, since kubeadm checks kubelet's and its own.
 # Cached under $PILLAR_CACHE/kube/node-bin-<version>; prints that directory.
+# With arguments, builds only the binaries named (scripts/kube-assets.sh
+# takes kube-apiserver from here for envtest, so one build serves both).
+# Each binary is built under a lock of its own: the kind node image's
+# background build and the envtest step may ask for one at once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib.sh
 # KUBE_VERSION: scripts/versions.env (loaded by lib.sh).
-bins="kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy"
+# kube-apiserver first: envtest waits for it while the rest are built.
+bins="kube-apiserver kubeadm kubelet kubectl kube-controller-manager kube-scheduler kube-proxy"
+[ $# -gt 0 ] && bins="$*"
 out="$PILLAR_CACHE/kube/node-bin-$KUBE_VERSION"
 done_all=1
 for b in $bins; do [ -x "$out/$b" ] || done_all=0; done
@@ -17,18 +23,23 @@ if [ $done_all = 1 ]; then echo "$out"; exit 0; fi
 mkdir -p "$out"
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-bash scripts/kube-module.sh "$KUBE_VERSION" "$src"
+module_ready=0
 major=${KUBE_VERSION#v}; major=${major%%.*}
 minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
 pkg=k8s.io/component-base/version
 ld="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitCommit=0000000000000000000000000000000000000000"
 ld="$ld ${ld//k8s.io\/component-base\/version/k8s.io/client-go/pkg/version}"
 for b in $bins; do
-  [ -x "$out/$b" ] && continue
-  step "building $b $KUBE_VERSION"
-  t0=$SECONDS
-  (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$out/$b.$$" "k8s.io/kubernetes/cmd/$b") || die "$b build failed"
-  mv "$out/$b.$$" "$out/$b"
-  note "$b built in $((SECONDS - t0))s"
+  exec 9>"$out/$b.lock"
+  flock 9
+  if [ ! -x "$out/$b" ]; then
+    if [ $module_ready = 0 ]; then bash scripts/kube-module.sh "$KUBE_VERSION" "$src"; module_ready=1; fi
+    step "building $b $KUBE_VERSION"
+    t0=$SECONDS
+    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$out/$b.$$" "k8s.io/kubernetes/cmd/$b") || die "$b build failed"
+    mv "$out/$b.$$" "$out/$b"
+    note "$b built in $((SECONDS - t0))s"
+  fi
+  exec 9>&-
 done
 echo "$out"
