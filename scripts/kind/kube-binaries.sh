@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries of the kind node image from the Go module
 # proxy: k8s.io/kubernetes at KUBE_VERSION through a wrapper module whose
-# replace lines point its staging modules at their published releases (as
-# scripts/kube-assets.sh does for envtest). The version is stamped as a
+# replace lines point its staging modules at their published releases
+# (scripts/kube-module.sh). The version is stamped as a
 # release build stamps it, since kubeadm checks kubelet's and its own.
 # Cached under $PILLAR_CACHE/kube/node-bin-<version>; prints that directory.
 # With arguments, builds only the binaries named (scripts/kube-assets.sh
@@ -17,13 +17,9 @@ source scripts/lib.sh
 bins="kube-apiserver kubeadm kubelet kubectl kube-controller-manager kube-scheduler kube-proxy"
 [ $# -gt 0 ] && bins="$*"
 out="$PILLAR_CACHE/kube/node-bin-$KUBE_VERSION"
-done_all=1
-for b in $bins; do [ -x "$out/$b" ] || done_all=0; done
-if [ $done_all = 1 ]; then echo "$out"; exit 0; fi
 mkdir -p "$out"
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-module_ready=0
 major=${KUBE_VERSION#v}; major=${major%%.*}
 minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
 pkg=k8s.io/component-base/version
@@ -33,7 +29,8 @@ for b in $bins; do
   exec 9>"$out/$b.lock"
   flock 9
   if [ ! -x "$out/$b" ]; then
-    if [ $module_ready = 0 ]; then bash scripts/kube-module.sh "$KUBE_VERSION" "$src"; module_ready=1; fi
+    # The wrapper module only when something is to be built.
+    [ -f "$src/go.mod" ] || bash scripts/kube-module.sh "$KUBE_VERSION" "$src"
     step "building $b $KUBE_VERSION"
     t0=$SECONDS
     (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$out/$b.$$" "k8s.io/kubernetes/cmd/$b") || die "$b build failed"
