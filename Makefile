@@ -12,6 +12,10 @@ LDFLAGS := -s -w -X github.com/pillarhq/pillar/impl/gateway/server.Version=$(VER
 PILLAR_PKG := github.com/pillarhq/pillar/impl/pillar
 PILLAR_LDFLAGS := -s -w -X $(PILLAR_PKG)/agent.Version=$(VERSION) -X $(PILLAR_PKG)/controller.Version=$(VERSION) -X $(PILLAR_PKG)/csinode.Version=$(VERSION)
 export CGO_ENABLED ?= 0
+# One compile configuration for vet, the tests and the binaries (make build
+# and the image scripts use -trimpath): otherwise a cold build cache compiles
+# every dependency twice, once per configuration.
+export GOFLAGS ?= -trimpath
 # Read, not included: an included file would override (and export over) a
 # version given in the environment, which the scripts honour.
 version = $(shell sed -n 's/^$(1)=//p' scripts/versions.env)

@@ -78,34 +78,64 @@ make --no-print-directory build
 step "container images (Docker engine, debootstrap base, PostgreSQL, proxy, sim; cached by content)"
 bash scripts/images.sh
 
-step "conformance suites against bin/"
-go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
-
-# The kind suite and the real kernel run side by side: the kind suite
-# spends most of its time waiting for pods and kubelets, the kernel suite
-# is qemu's CPU, and one after the other they were a third of a cold run.
-step "real kernel under qemu (make e2e-kernel: agent, controller, node, LVM, ZFS, nvmet, nvme connect), in the background"
+# The last three tiers run side by side: the conformance suites and the kind
+# suite mostly wait (on timeouts, pods and kubelets), the kernel suite is
+# qemu's CPU. One after the other they were a third of a cold run, and the
+# kind suite alone (about 15 minutes) was its last quarter.
+step "conformance suites, kind e2e and real kernel, side by side"
 if ! wait $guest_pid; then tail -30 "$guest_log" >&2; die "building the kernel guest image failed (log: $guest_log)"; fi
-kernel_out=bin/artifacts/kernel/e2e.log
-# setsid: its own process group, so a failure here stops qemu with it.
-setsid bash scripts/e2e-kernel.sh >"$kernel_out" 2>&1 &
-kernel_pid=$!
-kernel_t0=$SECONDS
-trap 'kill $kind_pid 2>/dev/null || true; kill -- -$kernel_pid 2>/dev/null || true' EXIT
-note "its output: $kernel_out (shown here when the kind suite is done)"
-
-step "kind e2e (make e2e-kind: pillar-csi and proxy charts on an offline kind cluster)"
-if ! wait $kind_pid; then tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; fi
-# What the background build took, piece by piece (nothing when cached).
-grep -E 'built in [0-9]+s|done in [0-9]+s' "$kind_log" >&2 || true
-bash scripts/e2e-kind.sh
-
-step "real kernel under qemu: waiting for it (started $((SECONDS - kernel_t0))s ago)"
-kernel_rc=0
-wait $kernel_pid || kernel_rc=$?
+out=bin/artifacts
+declare -A what=() log=() t0=()
+# setsid: each in its own process group, so a failure stops the others
+# with everything they started (qemu, go test's children).
+begin() {
+  local name=$1 file=$2
+  shift 2
+  setsid "$@" >"$file" 2>&1 &
+  what[$!]=$name log[$!]=$file t0[$!]=$SECONDS
+  note "$name: started, output in $file (shown here when it ends)"
+}
+stop_all() { local p; for p in "${!what[@]}"; do kill -- -"$p" 2>/dev/null || true; done; }
+trap 'kill $kind_pid 2>/dev/null || true; stop_all' EXIT
+begin "conformance suites against bin/" $out/conformance.log go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
+begin "real kernel under qemu (make e2e-kernel: agent, controller, node, LVM, ZFS, nvmet, nvme connect)" $out/kernel/e2e.log bash scripts/e2e-kernel.sh
+# The kind suite needs the background job's images (done by now on a warm
+# cache; on a cold one it finishes during the conformance suites).
+kind_started=no
+start_kind() {
+  # What the background build took, piece by piece (nothing when cached).
+  grep -E 'built in [0-9]+s|done in [0-9]+s' "$kind_log" >&2 || true
+  begin "kind e2e (make e2e-kind: pillar-csi and proxy charts on an offline kind cluster)" $out/kind/suite.log bash scripts/e2e-kind.sh
+  kind_started=yes
+}
+while [ ${#what[@]} -gt 0 ]; do
+  rc=0
+  if [ $kind_started = no ]; then
+    # Wake for the image job's end as well as for a suite's.
+    wait -n -p ended "${!what[@]}" $kind_pid || rc=$?
+    if [ "$ended" = "$kind_pid" ]; then
+      [ $rc = 0 ] || { tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; }
+      start_kind
+      continue
+    fi
+  else
+    wait -n -p ended "${!what[@]}" || rc=$?
+  fi
+  name=${what[$ended]}
+  unset "what[$ended]"
+  step "$name: $([ $rc = 0 ] && echo passed || echo "FAILED (exit $rc)") in $((SECONDS - t0[$ended]))s"
+  cat "${log[$ended]}"
+  if [ $rc != 0 ]; then
+    stop_all
+    die "$name failed (its output is above; the kernel's console: $out/kernel/console.log)"
+  fi
+  # Both suites may end before the image job: the kind suite still runs.
+  if [ ${#what[@]} = 0 ] && [ $kind_started = no ]; then
+    if ! wait $kind_pid; then tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; fi
+    start_kind
+  fi
+done
 trap - EXIT
-cat "$kernel_out"
-[ $kernel_rc = 0 ] || die "kernel e2e failed (exit $kernel_rc; console in bin/artifacts/kernel/console.log)"
 
 step "requirement trace"
 if [ -x ../shared/scripts/trace ]; then ../shared/scripts/trace | tail -1; fi

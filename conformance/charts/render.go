@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
@@ -20,10 +20,19 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Dir is the directory of a chart of the repository.
+// Dir is the directory of a chart of the repository, found from the
+// working directory up (a test's package directory, or the repository for
+// `go run`): binaries built with -trimpath carry no source paths.
 func Dir(name string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", name)
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "charts", name, "Chart.yaml")); err == nil {
+			return filepath.Join(d, "charts", name)
+		}
+		if d == filepath.Dir(d) {
+			return filepath.Join(dir, "charts", name)
+		}
+	}
 }
 
 // Object is one rendered manifest.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -34,8 +33,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	// The repository, from the package's directory (go test's working
+	// directory; -trimpath leaves no source path to start from).
+	root := filepath.Join("..", "..", "..")
 	for _, name := range []string{"modelrouter", "pinrouter", "hostile", "dialect", "v1router"} {
 		out := filepath.Join(dir, name+".wasm")
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./fixtures/plugins/"+name)

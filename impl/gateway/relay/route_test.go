@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -37,10 +36,9 @@ func samplePlugin(t testing.TB, name string) []byte {
 	if w := sample.wasm[name]; w != nil {
 		return w
 	}
-	_, file, _, _ := runtime.Caller(0)
 	out := filepath.Join(t.TempDir(), name+".wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./fixtures/plugins/"+name)
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..") // the repository, from go test's working directory
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", name, err, b)
