@@ -108,18 +108,16 @@ start_kind() {
   begin "kind e2e (make e2e-kind: pillar-csi and proxy charts on an offline kind cluster)" $out/kind/suite.log bash scripts/e2e-kind.sh
   kind_started=yes
 }
-while [ ${#what[@]} -gt 0 ]; do
+# Until the kind suite starts, the image job's end wakes the loop too.
+while [ ${#what[@]} -gt 0 ] || [ $kind_started = no ]; do
+  waiting=("${!what[@]}")
+  [ $kind_started = yes ] || waiting+=("$kind_pid")
   rc=0
-  if [ $kind_started = no ]; then
-    # Wake for the image job's end as well as for a suite's.
-    wait -n -p ended "${!what[@]}" $kind_pid || rc=$?
-    if [ "$ended" = "$kind_pid" ]; then
-      [ $rc = 0 ] || { tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; }
-      start_kind
-      continue
-    fi
-  else
-    wait -n -p ended "${!what[@]}" || rc=$?
+  wait -n -p ended "${waiting[@]}" || rc=$?
+  if [ "$ended" = "$kind_pid" ]; then
+    [ $rc = 0 ] || { tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; }
+    start_kind
+    continue
   fi
   name=${what[$ended]}
   unset "what[$ended]"
@@ -128,11 +126,6 @@ while [ ${#what[@]} -gt 0 ]; do
   if [ $rc != 0 ]; then
     stop_all
     die "$name failed (its output is above; the kernel's console: $out/kernel/console.log)"
-  fi
-  # Both suites may end before the image job: the kind suite still runs.
-  if [ ${#what[@]} = 0 ] && [ $kind_started = no ]; then
-    if ! wait $kind_pid; then tail -30 "$kind_log" >&2; die "building the kind images failed (log: $kind_log)"; fi
-    start_kind
   fi
 done
 trap - EXIT

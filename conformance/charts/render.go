@@ -8,11 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/pillarhq/pillar/impl/testing/modroot"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -20,19 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Dir is the directory of a chart of the repository, found from the
-// working directory up (a test's package directory, or the repository for
-// `go run`): binaries built with -trimpath carry no source paths.
+// Dir is the directory of a chart of the repository.
 func Dir(name string) string {
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "charts", name, "Chart.yaml")); err == nil {
-			return filepath.Join(d, "charts", name)
-		}
-		if d == filepath.Dir(d) {
-			return filepath.Join(dir, "charts", name)
-		}
-	}
+	return filepath.Join(modroot.Dir(), "charts", name)
 }
 
 // Object is one rendered manifest.

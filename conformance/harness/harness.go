@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/pillarhq/pillar/conformance/harness/runner"
+	"github.com/pillarhq/pillar/impl/testing/modroot"
 	"github.com/pillarhq/pillar/impl/testing/promtest"
 )
 
@@ -39,15 +40,7 @@ func Bin(name string) string {
 }
 
 // ModuleRoot finds the directory holding go.mod.
-func ModuleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return dir
-}
+func ModuleRoot() string { return modroot.Dir() }
 
 // RandomHex returns n random bytes as hex.
 func RandomHex(n int) string {
