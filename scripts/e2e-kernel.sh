@@ -47,6 +47,15 @@ mount -t tmpfs tmpfs /tmp
 mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
 ip link set lo up
 echo "PILLAR-E2E: guest up, kernel $(uname -r)"
+# Every debugging key of sysrq (blocked tasks, memory, CPU backtraces), which
+# the host sends over the serial line when the run overstays (below).
+echo 1 >/proc/sys/kernel/sysrq
+# A heartbeat on the console only (the host's filter drops it): when a run
+# hangs, the console's tail says whether user space still ran and how much
+# memory it had.
+while sleep 120; do
+  echo "pillar-heartbeat: up $(cut -d' ' -f1 /proc/uptime)s load $(cut -d' ' -f1-3 /proc/loadavg) $(grep -E '^(MemAvailable|Dirty):' /proc/meminfo | tr -s ' \n' ' ')"
+done &
 /lib/systemd/systemd-udevd --daemon >/dev/null 2>&1
 udevadm trigger --action=add >/dev/null 2>&1; udevadm settle --timeout=30
 # configfs may be a module: load it (nvmet pulls it in too) before mounting.
@@ -61,7 +70,7 @@ nvme gen-hostnqn >/etc/nvme/hostnqn
 echo "PILLAR-E2E: modules loaded; host $(cat /etc/nvme/hostnqn)"
 cd /tmp
 run=$(cat /payload/run 2>/dev/null)
-/payload/guest.test -test.v -test.timeout 40m -test.parallel 2 ${run:+-test.run "$run"}
+/payload/guest.test -test.v -test.timeout 38m -test.parallel 2 ${run:+-test.run "$run"}
 rc=$?
 if [ $rc -eq 0 ]; then echo "PILLAR-E2E: PASS"; else echo "PILLAR-E2E: FAIL (exit $rc)"; fi
 sync
@@ -83,9 +92,16 @@ truncate -s 2G "$work/lvm.img" "$work/zfs.img"
 art=bin/artifacts/kernel
 mkdir -p "$art"
 log=$art/console.log
+: >"$log"
+# The serial line's input: the host holds it open and writes to it only
+# when the guest overstays (sysrq, below).
+mkfifo "$work/serial"
+exec 9<>"$work/serial"
+# Past the guest test's own timeout (38m), by which the guest has printed
+# its goroutines and powered off unless its kernel is stuck.
+deadline=$(( ${PILLAR_KERNEL_DEADLINE_MIN:-44} * 60 ))
 step "booting the guest (qemu TCG; the console follows, also in $log)"
-set +e
-timeout --foreground 45m qemu-system-x86_64 \
+qemu-system-x86_64 \
   -machine q35,accel=tcg -cpu max -smp 2 -m 3072 \
   -uuid "$(cat /proc/sys/kernel/random/uuid)" \
   -nographic -no-reboot -nic none \
@@ -95,12 +111,33 @@ timeout --foreground 45m qemu-system-x86_64 \
   -drive file="$work/payload.img",if=virtio,format=raw,readonly=on \
   -drive file="$work/lvm.img",if=virtio,format=raw \
   -drive file="$work/zfs.img",if=virtio,format=raw \
-  </dev/null 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|PILLAR-E2E|panic|\s+\S+_test\.go:[0-9]+:)' 
-rc=${PIPESTATUS[0]}
-set -e
+  <"$work/serial" >"$log" 2>&1 &
+qemu=$! booted=$SECONDS
+tail -n +1 -f --pid=$qemu "$log" | grep --line-buffered -a -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|PILLAR-E2E|panic|\s+\S+_test\.go:[0-9]+:)' &
+shown=$!
+timedout=no
+while kill -0 $qemu 2>/dev/null; do
+  if [ $((SECONDS - booted)) -ge "$deadline" ]; then
+    timedout=yes
+    # A serial BREAK (qemu's ctrl-a b) and a key is sysrq: the console's
+    # log level up, then blocked tasks, memory and every CPU's backtrace.
+    for k in 8 w m l; do printf '\001b' >&9; sleep 1; printf '%s' "$k" >&9; sleep 5; done
+    sleep 10
+    kill $qemu 2>/dev/null || true
+    break
+  fi
+  sleep 5
+done
+rc=0
+wait $qemu || rc=$?
+wait $shown 2>/dev/null || true
 if grep -q '^PILLAR-E2E: PASS' "$log"; then
   step "kernel e2e PASS in $((SECONDS - t0))s ($(grep -c '^--- PASS' "$log") tests passed)"
   exit 0
 fi
-[ "$rc" = 124 ] && note "qemu timed out"
+# The console's own end (kernel messages, goroutines, heartbeats), which the
+# filter above leaves out and a CI log would not otherwise have.
+note "the last 300 lines of the guest's console:"
+tail -n 300 "$log" | sed 's/^/    | /' >&2
+[ $timedout = yes ] && note "the guest was still running after $((deadline / 60)) min (PILLAR_KERNEL_DEADLINE_MIN); the sysrq dumps are above"
 die "kernel e2e FAILED (qemu exit $rc); console in $log"

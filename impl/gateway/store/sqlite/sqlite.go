@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -40,6 +41,10 @@ var Dialect = &sqlstore.Dialect{
 	// a table, the keys in two halves by rowid, each on a connection of
 	// its own (sqlstore/joined.go, fullkeys.go).
 	JoinRows: true, RowID: "rowid",
+
+	// One write at a time, queued in the store (sqlstore.Dialect.OneWriter).
+	OneWriter: true,
+
 	IsUnique:     func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
 	IsForeignKey: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 	IsUnavailable: func(err error) bool {
@@ -50,15 +55,19 @@ var Dialect = &sqlstore.Dialect{
 }
 
 // DSN is the connection string for a database file: WAL so readers never
-// block the writer, a busy timeout so concurrent writers wait instead of
+// block the writer, a busy timeout so writers outside the store's own queue
+// (Dialect.OneWriter: the scheduler's, another process's) wait instead of
 // failing, immediate transactions so a reader never has to upgrade its lock,
 // foreign keys on, and every commit synced (synchronous=FULL): under WAL,
 // NORMAL syncs only at checkpoints, so a power cut could roll back
 // acknowledged changes (a key revocation, request events) made since the
 // last one (docs/operations.md, "Power loss on SQLite").
-func DSN(path string) string {
+func DSN(path string) string { return dsn(path, 10*time.Second) }
+
+// dsn is DSN with busy as the time a write waits for another's lock.
+func dsn(path string, busy time.Duration) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous(FULL)")

@@ -3,14 +3,21 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
+
+	sqlitedrv "modernc.org/sqlite"
 
 	"github.com/pillarhq/pillar/impl/gateway/store"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlite"
 	"github.com/pillarhq/pillar/impl/gateway/store/sqlstore"
 	"github.com/pillarhq/pillar/impl/gateway/store/storetest"
+	"github.com/pillarhq/pillar/impl/service"
 	"github.com/pillarhq/pillar/impl/testing/fakeclock"
 )
 
@@ -103,3 +110,76 @@ func TestEveryConnectionSyncsEachCommit(t *testing.T) {
 		c.Close()
 	}
 }
+
+// The store's own writers wait their turn in the store, in order, not in
+// SQLite's busy handler: that polls with growing sleeps and favours the
+// connection that just committed, so with commits that hold the lock long
+// (a loaded disk's fsync; here a trigger that sleeps) a waiting writer
+// gave up with SQLITE_BUSY after the busy timeout while others kept
+// winning the lock. The busy timeout here is shorter than the queue.
+func TestWritersQueueRatherThanTimeOut(t *testing.T) {
+	ctx := context.Background()
+	if err := registerSleep(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", sqlite.DSNBusy(filepath.Join(t.TempDir(), "proxy.db"), 60*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(4)
+	ms, err := sqlite.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlstore.Migrate(ctx, db, sqlite.Dialect, ms, sqlstore.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := sqlstore.New(db, sqlite.Dialect, service.Options{})
+	u, err := st.CreateUpstream(ctx, store.UpstreamSpec{Name: "slow", Kind: store.KindVendorOAuth, BaseURL: "https://x", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each write holds the write lock 20 ms: 30 of them queue for
+	// 600 ms, ten times the busy timeout.
+	if _, err := db.ExecContext(ctx, `CREATE TRIGGER slow_status AFTER UPDATE ON upstreams
+		BEGIN SELECT pillar_test_sleep(20); END`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := time.Unix(1_800_000_000+int64(i), 0)
+			if i%2 == 0 { // a transaction and a single statement alike
+				errs <- st.SetUpstreamStatus(ctx, u.ID, store.UpstreamStatus{LastApplyAt: &at})
+				return
+			}
+			_, err := st.PatchUpstream(ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Name: ptr(fmt.Sprintf("slow-%d", i))})
+			if err == nil {
+				_, err = st.DB().ExecContext(ctx, "SELECT 1") // a read beside the queue
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// registerSleep adds pillar_test_sleep(ms) to the driver's SQL functions
+// (once a process: the driver refuses a second registration).
+var registerSleep = sync.OnceValue(func() error {
+	return sqlitedrv.RegisterScalarFunction("pillar_test_sleep", 1, func(_ *sqlitedrv.FunctionContext, args []driver.Value) (driver.Value, error) {
+		time.Sleep(time.Duration(args[0].(int64)) * time.Millisecond)
+		return nil, nil
+	})
+})

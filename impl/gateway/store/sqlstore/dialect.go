@@ -88,6 +88,14 @@ type Dialect struct {
 	// order (SQLite's rowid): the full read splits its key read in two
 	// halves by it, each on a connection of its own.
 	RowID string
+	// OneWriter queues the store's own writes in order before they ask the
+	// database for its lock (SQLite: one writer at a time). SQLite's busy
+	// handler polls with growing sleeps and favours the connection that
+	// just committed, which starts its next write at once, so under slow
+	// commits a waiting writer gave up after the busy timeout while others
+	// kept winning. The busy timeout is then only for writers outside the
+	// store (the scheduler's, another process's).
+	OneWriter bool
 }
 
 func (d *Dialect) rebind(q string) string {

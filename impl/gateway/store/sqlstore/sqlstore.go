@@ -31,6 +31,9 @@ type Store struct {
 	// transactions of their own (beside): one at a time, so reads waiting
 	// for more connections cannot fill the pool between them.
 	besideMu sync.Mutex
+	// writer holds the one write in flight when the dialect is OneWriter
+	// (nil otherwise); its waiters queue in arrival order.
+	writer chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -39,7 +42,24 @@ var _ store.Store = (*Store)(nil)
 func New(db *sql.DB, d *Dialect, o service.Options) *Store {
 	s := service.Init(o, &Store{db: db, d: d})
 	s.pool = pool{s}
+	if d.OneWriter {
+		s.writer = make(chan struct{}, 1)
+	}
 	return s
+}
+
+// write waits for the store's turn to write (Dialect.OneWriter) and
+// returns what ends it; with several writers allowed it returns at once.
+func (s *Store) write(ctx context.Context) (done func(), err error) {
+	if s.writer == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.writer <- struct{}{}:
+		return func() { <-s.writer }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // DB exposes the handle (the scheduler shares the database).
@@ -150,6 +170,11 @@ func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
 // bumps the config generation, appends an audit row and notifies, all in
 // the same transaction: no change is visible without its audit entry.
 func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
+	done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	tx, err := s.begin(ctx, nil, false)
 	if err != nil {
 		return s.d.classify(err)

@@ -126,6 +126,11 @@ func (p pool) statement(ctx context.Context, q string) *sql.Stmt {
 }
 
 func (p pool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	done, err := p.s.write(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if st := p.statement(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
