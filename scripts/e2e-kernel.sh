@@ -100,6 +100,11 @@ exec 9<>"$work/serial"
 # Past the guest test's own timeout (38m), by which the guest has printed
 # its goroutines and powered off unless its kernel is stuck.
 deadline=$(( ${PILLAR_KERNEL_DEADLINE_MIN:-44} * 60 ))
+# A host write that fails (above all a full disk: the root's snapshot
+# overlay is a temporary file on the host) reaches the guest as an I/O
+# error, which fails the run where it happens. qemu's default pauses the
+# guest on a full disk, silently, until the deadline.
+onerror=werror=report,rerror=report
 step "booting the guest (qemu TCG; the console follows, also in $log)"
 qemu-system-x86_64 \
   -machine q35,accel=tcg -cpu max -smp 2 -m 3072 \
@@ -107,10 +112,10 @@ qemu-system-x86_64 \
   -nographic -no-reboot -nic none \
   -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
   -append "console=ttyS0 root=/dev/vda rw init=/sbin/pillar-init panic=-1 loglevel=4" \
-  -drive file="$guest/rootfs.img",if=virtio,format=raw,snapshot=on \
-  -drive file="$work/payload.img",if=virtio,format=raw,readonly=on \
-  -drive file="$work/lvm.img",if=virtio,format=raw \
-  -drive file="$work/zfs.img",if=virtio,format=raw \
+  -drive file="$guest/rootfs.img",if=virtio,format=raw,snapshot=on,$onerror \
+  -drive file="$work/payload.img",if=virtio,format=raw,readonly=on,$onerror \
+  -drive file="$work/lvm.img",if=virtio,format=raw,$onerror \
+  -drive file="$work/zfs.img",if=virtio,format=raw,$onerror \
   <"$work/serial" >"$log" 2>&1 &
 qemu=$! booted=$SECONDS
 tail -n +1 -f --pid=$qemu "$log" | grep --line-buffered -a -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|PILLAR-E2E|panic|\s+\S+_test\.go:[0-9]+:)' &
@@ -119,8 +124,10 @@ timedout=no
 while kill -0 $qemu 2>/dev/null; do
   if [ $((SECONDS - booted)) -ge "$deadline" ]; then
     timedout=yes
-    # A serial BREAK (qemu's ctrl-a b) and a key is sysrq: the console's
-    # log level up, then blocked tasks, memory and every CPU's backtrace.
+    # qemu's monitor (ctrl-a c) says whether the guest runs at all; then a
+    # serial BREAK (ctrl-a b) and a key is sysrq: the console's log level
+    # up, then blocked tasks, memory and every CPU's backtrace.
+    printf '\001cinfo status\n' >&9; sleep 2; printf '\001c' >&9; sleep 1
     for k in 8 w m l; do printf '\001b' >&9; sleep 1; printf '%s' "$k" >&9; sleep 5; done
     sleep 10
     kill $qemu 2>/dev/null || true
@@ -139,5 +146,6 @@ fi
 # filter above leaves out and a CI log would not otherwise have.
 note "the last 300 lines of the guest's console:"
 tail -n 300 "$log" | sed 's/^/    | /' >&2
-[ $timedout = yes ] && note "the guest was still running after $((deadline / 60)) min (PILLAR_KERNEL_DEADLINE_MIN); the sysrq dumps are above"
+[ $timedout = yes ] && note "the guest was still running after $((deadline / 60)) min (PILLAR_KERNEL_DEADLINE_MIN); qemu's status and the sysrq dumps are above"
+note "disk (the guest's disks and its root's overlay are host files): $(free_disk)"
 die "kernel e2e FAILED (qemu exit $rc); console in $log"

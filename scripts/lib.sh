@@ -4,6 +4,22 @@
 step() { printf '\033[1m==> %s %s\033[0m\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 note() { printf '    %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+# free_disk says how much room is left where the tests write: the
+# repository (bin/, caches under $HOME), temporary files (the kernel
+# guest's disks and overlay) and Docker's root (images, kind's nodes).
+# A full disk fails far from its cause (a docker save, a guest write).
+free_disk() {
+  local d seen="" out=""
+  for d in "$PWD" "${TMPDIR:-/tmp}" /var/tmp /var/lib/docker; do
+    [ -e "$d" ] || continue
+    local dev
+    dev=$(df --output=source "$d" | tail -1)
+    case " $seen " in *" $dev "*) continue ;; esac
+    seen="$seen $dev"
+    out="$out $d: $(df -h --output=avail "$d" | tail -1 | tr -d ' ') free;"
+  done
+  echo "${out# }"
+}
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # pg_bindir prints the directory holding PostgreSQL's server binaries.
 pg_bindir() {

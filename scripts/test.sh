@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 start=$(date +%s)
+note "disk: $(free_disk)"
 
 # The qemu guest image (debootstrap + the zfs module built by dkms) takes
 # 15-30 minutes from an empty cache and needs nothing from the tiers below:
@@ -20,6 +21,7 @@ guest_pid=$!
 kind_log=bin/artifacts/kind/images.log
 mkdir -p bin/artifacts/kind
 bash scripts/docker.sh
+bash scripts/prune-images.sh
 # Kubernetes' e2e.test (the external storage suite, built from the same
 # module as the node's binaries) follows in the same job.
 { bash scripts/kind/sidecar-images.sh && bash scripts/kind/node-image.sh && bash scripts/kind/e2e-binary.sh; } >"$kind_log" 2>&1 &
@@ -83,6 +85,7 @@ bash scripts/images.sh
 # qemu's CPU. One after the other they were a third of a cold run, and the
 # kind suite alone (about 15 minutes) was its last quarter.
 step "conformance suites, kind e2e and real kernel, side by side"
+note "disk: $(free_disk)"
 if ! wait $guest_pid; then tail -30 "$guest_log" >&2; die "building the kernel guest image failed (log: $guest_log)"; fi
 out=bin/artifacts
 declare -A what=() log=() t0=()
@@ -124,6 +127,7 @@ while [ ${#what[@]} -gt 0 ] || [ $kind_started = no ]; do
   step "$name: $([ $rc = 0 ] && echo passed || echo "FAILED (exit $rc)") in $((SECONDS - t0[$ended]))s"
   cat "${log[$ended]}"
   if [ $rc != 0 ]; then
+    note "disk: $(free_disk)"
     stop_all
     die "$name failed (its output is above; the kernel's console: $out/kernel/console.log)"
   fi

@@ -104,7 +104,11 @@ func runInit(t *testing.T, p *chartpod.Payload, pod *corev1.PodSpec, node chartp
 	var out []byte
 	for _, c := range pod.InitContainers {
 		dir := bundle(t, p, pod, c.Name, node, id+"-"+c.Name)
-		b, err := exec.Command("runc", "run", "--bundle", dir, id+"-"+c.Name).CombinedOutput()
+		// An init container that never ends fails here, not at the run's
+		// timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		b, err := exec.CommandContext(ctx, "runc", "run", "--bundle", dir, id+"-"+c.Name).CombinedOutput()
+		cancel()
 		try("runc", "delete", "-f", id+"-"+c.Name)
 		if err != nil {
 			t.Fatalf("init container %s of %s: %v\n%s", c.Name, id, err, b)
@@ -180,11 +184,14 @@ func hostLikeKubelet(t *testing.T) {
 	}
 }
 
+// probe is a kubelet's probe: an answer within seconds or a failure.
+var probe = &http.Client{Timeout: 5 * time.Second}
+
 func waitHealthy(t *testing.T, c *container, url string) {
 	t.Helper()
 	waitFor(t, url, 90*time.Second, func() bool {
 		c.running(t)
-		r, err := http.Get(url)
+		r, err := probe.Get(url)
 		if err != nil {
 			return false
 		}
