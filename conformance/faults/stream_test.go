@@ -97,11 +97,11 @@ func expectStreamError(body string, rerr error) {
 func requestEvents(a *h.Admin, n int) []map[string]any {
 	GinkgoHelper()
 	var evs []map[string]any
-	Eventually(func() int {
+	Eventually(func(g Gomega) int {
 		st, _, b := a.Do("GET", "/admin/v1/request-events?limit=100", nil)
-		Expect(st).To(Equal(200), string(b))
+		g.Expect(st).To(Equal(200), string(b))
 		evs = nil
-		Expect(json.Unmarshal(b, &evs)).To(Succeed())
+		g.Expect(json.Unmarshal(b, &evs)).To(Succeed())
 		return len(evs)
 	}, 10*time.Second, 100*time.Millisecond).Should(Equal(n))
 	return evs

@@ -142,9 +142,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 	It("labels the agent's node, runs the agent there, and makes agent and stores Ready", Label("S-AG-14", "S-AG-10", "S-AG-2"), func() {
 		c := ctx()
 		Expect(createCR(c, agentsGVR, object("PillarAgent", "node-a", map[string]any{"nodeName": nodeName}))).To(Succeed())
-		Eventually(func() string {
+		Eventually(func(g Gomega) string {
 			n, err := kc.Client.CoreV1().Nodes().Get(c, nodeName, metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
+			g.Expect(err).NotTo(HaveOccurred())
 			return n.Labels[group+"/agent-node"]
 		}, time.Minute, time.Second).Should(Equal("true"))
 		// The DaemonSet's selector now matches: the agent starts, and the
@@ -181,9 +181,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 		}
 		// Detached again: the attachment is gone once no pod uses the claim.
 		pv := waitBound(c, "data").Spec.VolumeName
-		Eventually(func() int {
+		Eventually(func(g Gomega) int {
 			l, err := kc.Client.StorageV1().VolumeAttachments().List(c, metav1.ListOptions{})
-			Expect(err).NotTo(HaveOccurred())
+			g.Expect(err).NotTo(HaveOccurred())
 			n := 0
 			for _, va := range l.Items {
 				if va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv {
@@ -265,9 +265,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 			t0 := time.Now()
 			_, err := kc.Client.CoreV1().PersistentVolumeClaims(appNS).Create(c, pvc(name, "pillar-thin", "32Mi", false), metav1.CreateOptions{})
 			Expect(err).NotTo(HaveOccurred())
-			Eventually(func() corev1.PersistentVolumeClaimPhase {
+			Eventually(func(g Gomega) corev1.PersistentVolumeClaimPhase {
 				got, err := kc.Client.CoreV1().PersistentVolumeClaims(appNS).Get(c, name, metav1.GetOptions{})
-				Expect(err).NotTo(HaveOccurred())
+				g.Expect(err).NotTo(HaveOccurred())
 				return got.Status.Phase
 			}, 2*time.Minute, 50*time.Millisecond).Should(Equal(corev1.ClaimBound))
 			bound = append(bound, time.Since(t0))
@@ -276,9 +276,9 @@ var _ = Describe("pillar-csi installed by its chart", Ordered, func() {
 			p.Spec.RestartPolicy = corev1.RestartPolicyAlways
 			_, err = kc.Client.CoreV1().Pods(appNS).Create(c, p, metav1.CreateOptions{})
 			Expect(err).NotTo(HaveOccurred())
-			Eventually(func() corev1.PodPhase {
+			Eventually(func(g Gomega) corev1.PodPhase {
 				got, err := kc.Client.CoreV1().Pods(appNS).Get(c, name, metav1.GetOptions{})
-				Expect(err).NotTo(HaveOccurred())
+				g.Expect(err).NotTo(HaveOccurred())
 				return got.Status.Phase
 			}, 3*time.Minute, 50*time.Millisecond).Should(Equal(corev1.PodRunning))
 			running = append(running, time.Since(t1))

@@ -112,9 +112,9 @@ func installSnapshotSupport(c context.Context) {
 		names = append(names, objs[0].GetName())
 	}
 	for _, n := range names {
-		Eventually(func() string {
+		Eventually(func(g Gomega) string {
 			o, err := kc.Dynamic.Resource(crdsGVR).Get(c, n, metav1.GetOptions{})
-			Expect(err).NotTo(HaveOccurred())
+			g.Expect(err).NotTo(HaveOccurred())
 			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 			for _, x := range conds {
 				if m, _ := x.(map[string]any); m["type"] == "Established" {

@@ -128,9 +128,9 @@ var _ = Describe("controller", Ordered, func() {
 	})
 
 	It("labels the agent's node and reports the agent Ready with its pools", Label("S-AG-14"), func() {
-		Eventually(func() string {
+		Eventually(func(g Gomega) string {
 			var n corev1.Node
-			Expect(cl.Get(ctx, client.ObjectKey{Name: "storage-1"}, &n)).To(Succeed())
+			g.Expect(cl.Get(ctx, client.ObjectKey{Name: "storage-1"}, &n)).To(Succeed())
 			return n.Labels[group+"/agent-node"]
 		}, 30*time.Second, 200*time.Millisecond).Should(Equal("true"))
 		Eventually(condition("PillarAgent", "storage-1", "Ready"), 30*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("status", "True"))

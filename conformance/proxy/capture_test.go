@@ -177,11 +177,11 @@ var _ = Describe("Captured exchanges", func() {
 		st, _, _ := h.Messages(w.px.ProxyURL, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"`+prompt+` plain"}]}`, "x-api-key", otherKey)
 		Expect(st).To(Equal(200))
 		var plainID string
-		Eventually(func() int {
+		Eventually(func(g Gomega) int {
 			es := w.admin.JSON("GET", "/admin/v1/request-log?principal="+other, nil, 200)["events"].([]any)
 			if len(es) == 1 {
 				plainID = es[0].(map[string]any)["id"].(string)
-				Expect(es[0].(map[string]any)["captured"]).To(BeFalse())
+				g.Expect(es[0].(map[string]any)["captured"]).To(BeFalse())
 			}
 			return len(es)
 		}, 20*time.Second, 100*time.Millisecond).Should(Equal(1))

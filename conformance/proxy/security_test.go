@@ -255,10 +255,10 @@ var _ = Describe("Request bodies", func() {
 			CostUSD      json.RawMessage `json:"cost_usd"`
 		}
 		var evs []event
-		Eventually(func() int {
+		Eventually(func(g Gomega) int {
 			_, _, raw := w.admin.Do("GET", "/admin/v1/request-events?limit=100", nil)
 			evs = nil
-			Expect(json.Unmarshal(raw, &evs)).To(Succeed())
+			g.Expect(json.Unmarshal(raw, &evs)).To(Succeed())
 			return len(evs)
 		}, 10*time.Second, 50*time.Millisecond).Should(Equal(refused + 2))
 		byStatus := map[int][]event{}

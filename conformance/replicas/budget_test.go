@@ -39,7 +39,7 @@ var _ = Describe("Budgets across replicas", func() {
 		// tokens, and the sim answers one body with the same usage.
 		_, meterKey := a.IssueKey(a.CreatePrincipal("meter", "*"))
 		var price int64
-		Eventually(func() int64 {
+		Eventually(func(g Gomega) int64 {
 			st, _, b := h.Messages(c.replicas[0].ProxyURL, priced, "x-api-key", meterKey)
 			if st != 200 {
 				return 0
@@ -52,7 +52,7 @@ var _ = Describe("Budgets across replicas", func() {
 					CR  int64 `json:"cache_read_input_tokens"`
 				} `json:"usage"`
 			}
-			Expect(json.Unmarshal(b, &msg)).To(Succeed())
+			g.Expect(json.Unmarshal(b, &msg)).To(Succeed())
 			u := msg.Usage
 			price = u.In*3000 + u.Out*15000 + u.CW*3750 + u.CR*300
 			return price

@@ -210,9 +210,9 @@ var _ = Describe("A worker dying mid-job", func() {
 		}
 		// The rescuer of the surviving replica takes the job for dead and
 		// another attempt completes it there.
-		Eventually(func() row {
+		Eventually(func(g Gomega) row {
 			rs := query("id = $1", stuck.ID)
-			Expect(rs).To(HaveLen(1))
+			g.Expect(rs).To(HaveLen(1))
 			return rs[0]
 		}, 120*time.Second, 500*time.Millisecond).Should(And(
 			HaveField("State", "completed"),
