@@ -10,7 +10,9 @@ mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/nu
 suite=bookworm
 hashof() { sha256sum | cut -c1-12; }
 exists() { docker image inspect "$1" >/dev/null 2>&1; }
-timed() { local t0=$SECONDS; "$@"; note "done in $((SECONDS - t0))s"; }
+# timed runs a command and says how long it took, keeping its exit status
+# (callers check it: a failed apt-get must not make an image anyway).
+timed() { local t0=$SECONDS rc=0; "$@" || rc=$?; note "done in $((SECONDS - t0))s"; return $rc; }
 
 base_hash=$(printf "debootstrap --variant=minbase %s v2\n" "$suite" | hashof)
 base_tar=$cache/debian-base-$base_hash.tar
@@ -36,10 +38,15 @@ apt_root_tar() {
   echo "deb $mirror $suite $components" | as_root tee "$root/etc/apt/sources.list" >/dev/null
   [ -z "$prep" ] || "$prep" "$root"
   as_root mount -t proc proc "$root/proc"
-  trap 'as_root umount "$root/proc" 2>/dev/null || true' EXIT
-  timed as_root chroot "$root" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/tmp/apt.log 2>&1 && apt-get clean && rm -rf /var/lib/apt/lists/*" \
-    || die "installing $packages in the image root failed"
-  as_root umount "$root/proc"; trap - EXIT
+  # No trap here: it would replace the caller's (node-image.sh's removal of
+  # its build directory, a 1 GB images.tar left in /tmp on every build).
+  if ! timed as_root chroot "$root" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/tmp/apt.log 2>&1 && apt-get clean && rm -rf /var/lib/apt/lists/*"; then
+    as_root umount "$root/proc" 2>/dev/null || true
+    as_root tail -20 "$root/tmp/apt.log" >&2 || true
+    as_root rm -rf "$root"
+    die "installing $packages in the image root failed"
+  fi
+  as_root umount "$root/proc"
   [ -z "$finish" ] || "$finish" "$root"
   as_root rm -f "$root/etc/resolv.conf"
   as_root chmod 0755 "$root"

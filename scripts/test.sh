@@ -98,7 +98,15 @@ begin() {
   what[$!]=$name log[$!]=$file t0[$!]=$SECONDS
   note "$name: started, output in $file (shown here when it ends)"
 }
-stop_all() { local p; for p in "${!what[@]}"; do kill -- -"$p" 2>/dev/null || true; done; }
+# Each group is signalled once and waited for: a second signal would cut
+# short the cleanup the first started (the kernel suite's temporary disks,
+# about 1 GB, stayed in /tmp when the exit trap signalled again).
+stop_all() {
+  local p
+  for p in "${!what[@]}"; do kill -- -"$p" 2>/dev/null || true; done
+  for p in "${!what[@]}"; do wait "$p" 2>/dev/null || true; done
+  what=()
+}
 trap 'kill $kind_pid 2>/dev/null || true; stop_all' EXIT
 begin "conformance suites against bin/" $out/conformance.log go test -count=1 -timeout 30m ./conformance/... -args -bin-dir="$PWD/bin"
 begin "real kernel under qemu (make e2e-kernel: agent, controller, node, LVM, ZFS, nvmet, nvme connect)" $out/kernel/e2e.log bash scripts/e2e-kernel.sh
