@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,7 +120,7 @@ func TestEveryConnectionSyncsEachCommit(t *testing.T) {
 // winning the lock. The busy timeout here is shorter than the queue.
 func TestWritersQueueRatherThanTimeOut(t *testing.T) {
 	ctx := context.Background()
-	if err := registerSleep(); err != nil {
+	if err := registerFuncs(); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("sqlite", sqlite.DSNBusy(filepath.Join(t.TempDir(), "proxy.db"), 60*time.Millisecond))
@@ -157,7 +158,8 @@ func TestWritersQueueRatherThanTimeOut(t *testing.T) {
 				errs <- st.SetUpstreamStatus(ctx, u.ID, store.UpstreamStatus{LastApplyAt: &at})
 				return
 			}
-			_, err := st.PatchUpstream(ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Name: ptr(fmt.Sprintf("slow-%d", i))})
+			name := fmt.Sprintf("slow-%d", i)
+			_, err := st.PatchUpstream(ctx, u.ID, store.AnyRevision, store.UpstreamPatch{Name: &name})
 			if err == nil {
 				_, err = st.DB().ExecContext(ctx, "SELECT 1") // a read beside the queue
 			}
@@ -173,11 +175,57 @@ func TestWritersQueueRatherThanTimeOut(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+// A write whose deadline passes while it waits in the queue fails as the
+// database being unavailable, as one whose deadline passes in SQLite does.
+func TestAWriteThatTimesOutQueuedIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	if err := registerFuncs(); err != nil {
+		t.Fatal(err)
+	}
+	st := openTemp(t)
+	u, err := st.CreateUpstream(ctx, store.UpstreamSpec{Name: "held", Kind: store.KindVendorOAuth, BaseURL: "https://x", Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `CREATE TRIGGER held_status AFTER UPDATE OF last_apply_at ON upstreams
+		BEGIN SELECT pillar_test_block(); END`); err != nil {
+		t.Fatal(err)
+	}
+	blockEntered, blockRelease = make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		at := time.Unix(1_800_000_000, 0)
+		held <- st.SetUpstreamStatus(ctx, u.ID, store.UpstreamStatus{LastApplyAt: &at})
+	}()
+	<-blockEntered // the first write holds the queue
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	name := "renamed"
+	_, err = st.PatchUpstream(short, u.ID, store.AnyRevision, store.UpstreamPatch{Name: &name})
+	close(blockRelease)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a write whose deadline passed in the queue: %v, want ErrUnavailable", err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+}
 
-// registerSleep adds pillar_test_sleep(ms) to the driver's SQL functions
-// (once a process: the driver refuses a second registration).
-var registerSleep = sync.OnceValue(func() error {
+// blockEntered is closed when pillar_test_block() is called, which then
+// waits for blockRelease.
+var blockEntered, blockRelease chan struct{}
+
+// registerFuncs adds pillar_test_sleep(ms) and pillar_test_block() to the
+// driver's SQL functions (once a process: the driver refuses a second
+// registration).
+var registerFuncs = sync.OnceValue(func() error {
+	if err := sqlitedrv.RegisterScalarFunction("pillar_test_block", 0, func(*sqlitedrv.FunctionContext, []driver.Value) (driver.Value, error) {
+		close(blockEntered)
+		<-blockRelease
+		return nil, nil
+	}); err != nil {
+		return err
+	}
 	return sqlitedrv.RegisterScalarFunction("pillar_test_sleep", 1, func(_ *sqlitedrv.FunctionContext, args []driver.Value) (driver.Value, error) {
 		time.Sleep(time.Duration(args[0].(int64)) * time.Millisecond)
 		return nil, nil

@@ -172,7 +172,7 @@ func (s *Store) read(ctx context.Context, fn func(*txn) error) error {
 func (s *Store) tx(ctx context.Context, ch *change, fn func(*txn) error) error {
 	done, err := s.write(ctx)
 	if err != nil {
-		return err
+		return s.d.classify(err)
 	}
 	defer done()
 	tx, err := s.begin(ctx, nil, false)
