@@ -9,10 +9,9 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # guest's disks and overlay) and Docker's root (images, kind's nodes).
 # A full disk fails far from its cause (a docker save, a guest write).
 free_disk() {
-  local d seen="" out=""
+  local d dev seen="" out=""
   for d in "$PWD" "${TMPDIR:-/tmp}" /var/tmp /var/lib/docker; do
     [ -e "$d" ] || continue
-    local dev
     dev=$(df --output=source "$d" | tail -1)
     case " $seen " in *" $dev "*) continue ;; esac
     seen="$seen $dev"

@@ -16,7 +16,7 @@ keep=${PILLAR_KEEP_IMAGES:-3}
 docker info >/dev/null 2>&1 || die "no Docker engine (scripts/docker.sh starts one)"
 before=$(docker system df --format '{{.Type}} {{.Size}}' | awk '$1 == "Images" {print $2}')
 removed=0
-# repository, image id, creation time; newest first within a repository.
+# Each repository's images as "id tag", newest first (by creation time).
 while read -r repo; do
   n=0 last=""
   while read -r id tag; do
